@@ -1,0 +1,41 @@
+"""Teacher-forced decoding loops: the same predetermined ids through both paths.
+
+Each loop returns the last-position logits after every step, (B, T, vocab),
+so the two paths can be compared position by position. The benchmark times
+exactly these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .model import Cache, DecoderBlock
+
+
+def full_prefix_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
+    """Step t recomputes the whole prefix ids[:, :t+1] from scratch."""
+    steps = [model(ids[:, : t + 1])[0][:, -1] for t in range(ids.shape[1])]
+    return torch.stack(steps, dim=1)
+
+
+def prefill(model: DecoderBlock, ids: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+    """Process a chunk of one or more tokens, extending the cache."""
+    return model(ids, cache)
+
+
+def decode_step(model: DecoderBlock, token: Tensor, cache: Cache | None) -> tuple[Tensor, Cache]:
+    """Process one new token (B, 1) and return its logits (B, vocab) and the grown cache."""
+    logits, cache = model(token, cache)
+    return logits[:, -1], cache
+
+
+def cached_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
+    """Step t feeds only token t and reuses the keys and values of tokens 0..t-1."""
+    cache: Cache | None = None
+    steps = []
+    for t in range(ids.shape[1]):
+        logits, cache = decode_step(model, ids[:, t : t + 1], cache)
+        steps.append(logits)
+    return torch.stack(steps, dim=1)
+

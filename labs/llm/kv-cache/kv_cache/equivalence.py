@@ -1,0 +1,36 @@
+"""The claim every timing depends on: both paths give the same logits at every step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .decode import cached_step_logits, full_prefix_step_logits
+from .model import DecoderBlock
+
+# float32 tolerance for cached vs full-prefix logits, used by the tests and the benchmark.
+ATOL = 1e-5
+RTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    steps: int
+    max_abs_diff: float
+    within_tolerance: bool  # torch.allclose(cached, full, ATOL, RTOL) over every step
+    argmax_agrees_every_step: bool  # the greedy token is the same at every step and row
+
+
+def compare_paths(model: DecoderBlock, ids: Tensor) -> StepComparison:
+    """Run both teacher-forced loops on ``ids`` (B, T) and compare last-position logits."""
+    with torch.inference_mode():
+        full = full_prefix_step_logits(model, ids)  # (B, T, vocab)
+        cached = cached_step_logits(model, ids)
+    return StepComparison(
+        steps=ids.shape[1],
+        max_abs_diff=float((full - cached).abs().max()),
+        within_tolerance=torch.allclose(cached, full, atol=ATOL, rtol=RTOL),
+        argmax_agrees_every_step=bool((full.argmax(-1) == cached.argmax(-1)).all()),
+    )

@@ -1,0 +1,121 @@
+"""One pre-norm decoder block with random weights, usable with or without a KV cache.
+
+``forward(ids, cache=None)`` is the full-prefix path: pass the whole prefix.
+``forward(new_ids, cache)`` is the incremental path: pass only the new
+token(s) and the (keys, values) returned by the previous call. Both paths run
+the same layers; the model keeps no cache on itself, so a cache belongs to
+the caller and to one request.
+
+The `--8<--` comments mark the excerpt that the article includes verbatim.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .attention import causal_attention
+from .config import ModelConfig
+
+# (keys, values), each (B, H, T, D): batch, heads, cached positions, head width.
+Cache = tuple[Tensor, Tensor]
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, config: ModelConfig = ModelConfig()) -> None:
+        super().__init__()
+        self.config = config
+        width = config.width
+        with torch.random.fork_rng(devices=[]):  # seed the weights without touching the caller's RNG
+            torch.manual_seed(config.seed)
+            self.token = nn.Embedding(config.vocab_size, width)
+            self.position = nn.Embedding(config.max_positions, width)
+            self.norm_attention = nn.LayerNorm(width)
+            self.qkv = nn.Linear(width, 3 * width)  # fused query/key/value projection
+            self.out = nn.Linear(width, width)
+            self.norm_ffn = nn.LayerNorm(width)
+            self.ffn = nn.Sequential(
+                nn.Linear(width, config.ffn_multiplier * width),
+                nn.GELU(),
+                nn.Linear(config.ffn_multiplier * width, width),
+            )
+            self.norm_final = nn.LayerNorm(width)
+            self.head = nn.Linear(width, config.vocab_size, bias=False)
+        self.to(config.dtype)
+        self.eval()
+
+    # --8<-- [start:forward]
+    def forward(self, ids: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+        """Logits (B, T, vocab) for the T tokens in ``ids``, and the cache extended by them."""
+        batch, length = self._check_ids(ids)
+        offset = 0 if cache is None else self._check_cache(cache, batch)
+        if offset + length > self.config.max_positions:
+            raise ValueError(
+                f"{offset} cached + {length} new positions = {offset + length}, "
+                f"beyond the position capacity of {self.config.max_positions}"
+            )
+        x = self.token(ids) + self.position(self.positions(offset, length, ids.device))  # (B, T, C)
+        q, k, v = self._split_heads(self.qkv(self.norm_attention(x)))  # each (B, H, T, D)
+        if cache is not None:
+            k = torch.cat((cache[0], k), dim=-2)  # (B, H, offset + T, D)
+            v = torch.cat((cache[1], v), dim=-2)
+        attended = self.attend(q, k, v, offset)  # (B, H, T, D)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, length, self.config.width))
+        x = x + self.ffn(self.norm_ffn(x))
+        return self.head(self.norm_final(x)), (k, v)
+    # --8<-- [end:forward]
+
+    def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
+        """Absolute positions of the new tokens: they continue after the cached prefix."""
+        return torch.arange(offset, offset + length, device=device)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
+        """Attention of the new queries over every key so far."""
+        return causal_attention(q, k, v, offset)
+
+    def _split_heads(self, projected: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        batch, length, _ = projected.shape
+        heads, head_dim = self.config.heads, self.config.head_dim
+        q, k, v = projected.view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
+
+    def _check_ids(self, ids: Tensor) -> tuple[int, int]:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"ids must hold integer token ids, got dtype {ids.dtype}")
+        batch, length = ids.shape
+        if batch < 1 or length < 1:
+            raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab_size}), got values from {low} to {high}"
+            )
+        return batch, length
+
+    def _check_cache(self, cache: Cache, batch: int) -> int:
+        """Return the cached length after checking the cache fits this model and batch."""
+        if not isinstance(cache, tuple) or len(cache) != 2:
+            raise ValueError("cache must be the (keys, values) tuple returned by forward")
+        keys, values = cache
+        if keys.shape != values.shape:
+            raise ValueError(
+                f"cache keys {tuple(keys.shape)} and values {tuple(values.shape)} differ in shape"
+            )
+        expected = (batch, self.config.heads, self.config.head_dim)
+        found = (keys.shape[0], keys.shape[1], keys.shape[-1]) if keys.dim() == 4 else None
+        if found != expected:
+            raise ValueError(
+                f"cache shape {tuple(keys.shape)} does not fit (batch={batch}, "
+                f"heads={self.config.heads}, T, head_dim={self.config.head_dim})"
+            )
+        weight = self.token.weight
+        for name, tensor in (("keys", keys), ("values", values)):
+            if tensor.dtype != weight.dtype or tensor.device != weight.device:
+                raise ValueError(
+                    f"cache {name} are {tensor.dtype} on {tensor.device}, "
+                    f"the model is {weight.dtype} on {weight.device}"
+                )
+        return keys.shape[-2]

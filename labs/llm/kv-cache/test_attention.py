@@ -1,0 +1,68 @@
+"""Offset-aware causal attention: who sees whom, and the fused path against its references."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+from kv_cache import causal_attention, causal_mask, reference_attention
+
+# Same inputs, two float32 kernels: they differ only by summation order.
+ATOL = RTOL = 1e-6
+HEADS, HEAD_DIM = 4, 8
+
+
+def qkv(prefix: int, chunk: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, HEADS, chunk, HEAD_DIM, generator=generator)  # (B, H, Tq, D)
+    k = torch.randn(2, HEADS, prefix + chunk, HEAD_DIM, generator=generator)  # (B, H, Tk, D)
+    v = torch.randn(2, HEADS, prefix + chunk, HEAD_DIM, generator=generator)
+    return q, k, v
+
+
+class CausalMask(unittest.TestCase):
+    def test_first_query_of_a_chunk_after_seven_cached_positions_sees_keys_zero_to_seven(self) -> None:
+        mask = causal_mask(query_len=5, offset=7)
+        self.assertEqual(tuple(mask.shape), (5, 12))
+        for i in range(5):
+            visible = mask[i].nonzero().flatten().tolist()
+            self.assertEqual(visible, list(range(7 + i + 1)), f"query {7 + i}")
+
+    def test_single_query_after_a_prefix_sees_every_key(self) -> None:
+        self.assertTrue(causal_mask(query_len=1, offset=30).all())
+
+    def test_mask_differs_from_a_top_left_triangle_whenever_there_is_a_prefix(self) -> None:
+        top_left = torch.ones(5, 12, dtype=torch.bool).tril()
+        self.assertFalse(torch.equal(causal_mask(5, 7), top_left))
+        self.assertTrue(torch.equal(causal_mask(5, 0), torch.ones(5, 5, dtype=torch.bool).tril()))
+
+
+class FusedAttentionMatchesReferences(unittest.TestCase):
+    def test_fused_attention_equals_explicit_softmax_for_prefix_and_chunk_shapes(self) -> None:
+        # (prefix, chunk): plain causal, the article's 7 + 5, one-token decode short and long.
+        for prefix, chunk in [(0, 1), (0, 6), (7, 5), (1, 1), (3, 4), (255, 1), (100, 16)]:
+            with self.subTest(prefix=prefix, chunk=chunk):
+                q, k, v = qkv(prefix, chunk, seed=prefix * 31 + chunk)
+                torch.testing.assert_close(
+                    causal_attention(q, k, v, prefix),
+                    reference_attention(q, k, v, prefix),
+                    atol=ATOL,
+                    rtol=RTOL,
+                )
+
+    def test_at_offset_zero_both_equal_pytorch_is_causal(self) -> None:
+        q, k, v = qkv(prefix=0, chunk=9, seed=3)
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(causal_attention(q, k, v, 0), expected, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(reference_attention(q, k, v, 0), expected, atol=ATOL, rtol=RTOL)
+
+    def test_key_count_that_does_not_match_offset_plus_queries_is_rejected(self) -> None:
+        q, k, v = qkv(prefix=7, chunk=5, seed=0)
+        with self.assertRaisesRegex(ValueError, r"5 queries at offset 6 need 11 keys, got 12"):
+            causal_attention(q, k, v, offset=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
