@@ -1,0 +1,1 @@
+"""Shared machinery for labs: manifests, source fingerprints, environment capture, atomic records."""

@@ -1,0 +1,56 @@
+"""What a measurement ran on: software, hardware and source state, without host or user names."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo, or what platform reports elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_state(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
+    """Commit and dirtiness of the working tree, ignoring the given paths (the record itself)."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        changes = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": any(path not in ignore for path in changes)}
+
+
+def capture_environment(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
+    """The environment block of a measurement record."""
+    import torch  # here, not at the top: the site hook uses this module's torch-free helpers
+
+    return {
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+        },
+        "torch": {
+            "version": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(),
+            "parallel_info": torch.__config__.parallel_info(),
+            "build_config": torch.__config__.show(),
+        },
+        "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "machine": platform.machine()},
+        "os": {"system": platform.system(), "release": platform.release(), "libc": "-".join(platform.libc_ver())},
+        "git": git_state(root, ignore),
+    }

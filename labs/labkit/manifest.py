@@ -1,0 +1,61 @@
+"""A lab's manifest (`lab.toml` in its folder): the data that registers a lab with the site."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST_NAME = "lab.toml"
+REQUIRED = ("name", "title", "record", "schema", "tests", "benchmark", "fingerprint")
+
+
+class ManifestError(ValueError):
+    """A lab.toml that is missing, unreadable or incomplete."""
+
+
+@dataclass(frozen=True)
+class Lab:
+    name: str  # the placeholder namespace: {{ lab:<name>:<view> }}
+    title: str
+    folder: Path  # relative to the repository root, like every path below
+    record: Path
+    schema: Path
+    tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
+    benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
+    fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
+
+
+def load_lab(path: Path, root: Path) -> Lab:
+    """Read one manifest; ``path`` is the lab.toml, ``root`` the repository root."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ManifestError(f"{path}: cannot read lab manifest: {error}") from error
+    missing = [key for key in REQUIRED if key not in data]
+    if missing:
+        raise ManifestError(f"{path}: missing field(s) {', '.join(missing)}")
+    tests = data["tests"]
+    if not (isinstance(tests, dict) and {"start", "pattern"} <= tests.keys()):
+        raise ManifestError(f"{path}: field tests must be a table with start and pattern")
+    return Lab(
+        name=str(data["name"]),
+        title=str(data["title"]),
+        folder=path.parent.resolve().relative_to(root.resolve()),
+        record=Path(data["record"]),
+        schema=Path(data["schema"]),
+        tests=(str(tests["start"]), str(tests["pattern"])),
+        benchmark=tuple(str(part) for part in data["benchmark"]),
+        fingerprint=tuple(str(glob) for glob in data["fingerprint"]),
+    )
+
+
+def discover_labs(root: Path) -> list[Lab]:
+    """Every lab under root/labs, in name order; two labs may not share a name."""
+    labs = [load_lab(path, root) for path in sorted((root / "labs").glob(f"*/*/{MANIFEST_NAME}"))]
+    seen: dict[str, Path] = {}
+    for lab in labs:
+        if lab.name in seen:
+            raise ManifestError(f"labs {seen[lab.name]} and {lab.folder} are both named {lab.name!r}")
+        seen[lab.name] = lab.folder
+    return sorted(labs, key=lambda lab: lab.name)

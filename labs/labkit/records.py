@@ -1,0 +1,61 @@
+"""Reading, validating and atomically writing measurement records."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+
+class RecordError(ValueError):
+    """A record that is missing, not JSON, or not valid against its schema."""
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file beside ``path``, then rename: readers see the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(data, stream, indent=2, allow_nan=False)
+            stream.write("\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordError(f"{path}: {what} not found") from None
+    except OSError as error:
+        raise RecordError(f"{path}: cannot read {what}: {error.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RecordError(f"{path}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+
+
+def validate_record(record: Any, schema: dict[str, Any], source: str) -> None:
+    """Raise RecordError naming the first invalid field, as a JSON path."""
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is not None:
+        message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
+        raise RecordError(f"{source}: field {error.json_path} is invalid: {message}")
+
+
+def load_record(path: Path, schema_path: Path) -> dict[str, Any]:
+    """Load and validate a record; every failure is one RecordError line naming the file and field."""
+    schema = load_json(schema_path, "record schema")
+    record = load_json(path, "measurement record")
+    validate_record(record, schema, str(path))
+    return record

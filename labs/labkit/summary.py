@@ -1,0 +1,63 @@
+"""Summaries of a timing record's raw repetitions, with pandas: the one place medians are computed.
+
+A timing record lists, for each prefix length, the run order of every
+repetition and each mode's durations in that order. The benchmark stores
+the statistics computed here; the site recomputes them here and refuses a
+record whose stored numbers disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+STATISTICS = ("min_ns", "median_ns", "max_ns")
+
+
+def repetitions_frame(lengths: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per timed loop: length, repetition, mode, slot (0 = ran first), duration_ns."""
+    rows = [
+        {
+            "length": entry["length"],
+            "repetition": repetition,
+            "mode": mode,
+            "slot": order.index(mode),
+            "first": order[0],
+            "duration_ns": entry["modes"][mode]["durations_ns"][repetition],
+        }
+        for entry in lengths
+        for repetition, order in enumerate(entry["order"])
+        for mode in order
+    ]
+    return pd.DataFrame(rows, columns=["length", "repetition", "mode", "slot", "first", "duration_ns"])
+
+
+def statistics_frame(lengths: list[dict[str, Any]]) -> pd.DataFrame:
+    """min, median and max duration per (length, mode), indexed by (length, mode)."""
+    grouped = repetitions_frame(lengths).groupby(["length", "mode"], sort=True)["duration_ns"]
+    frame = grouped.agg(min_ns="min", median_ns="median", max_ns="max", repeats="count")
+    return frame
+
+
+def speedup_frame(lengths: list[dict[str, Any]], baseline: str) -> pd.DataFrame:
+    """baseline / mode, as a ratio of medians and as the median of per-repetition ratios."""
+    raw = repetitions_frame(lengths).pivot_table(
+        index=["length", "repetition"], columns="mode", values="duration_ns"
+    )
+    stats = statistics_frame(lengths)["median_ns"].unstack("mode")
+    rows = []
+    for mode in (m for m in raw.columns if m != baseline):
+        paired = (raw[baseline] / raw[mode]).groupby(level="length").median()
+        ratio = stats[baseline] / stats[mode]
+        rows.append(pd.DataFrame({
+            "mode": mode,
+            "ratio_of_medians": ratio,
+            "median_of_paired_ratios": paired,
+        }))
+    return pd.concat(rows).reset_index().set_index(["length", "mode"]).sort_index()
+
+
+def as_number(value: float) -> int | float:
+    """JSON-friendly: integral values as int, so medians of odd repeat counts stay exact nanoseconds."""
+    return int(value) if float(value).is_integer() else float(value)
