@@ -1,0 +1,78 @@
+"""A line chart as inline SVG, drawn at build time from a record: median time against prefix length."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .templating import render
+
+WIDTH, HEIGHT = 720, 400
+MARGIN = {"left": 78, "right": 24, "top": 44, "bottom": 64}
+# Distinguishable in light and dark schemes, and by shape and dash for colour-blind readers.
+STYLES = [
+    {"colour": "#d9480f", "marker": "circle", "dash": ""},
+    {"colour": "#1971c2", "marker": "square", "dash": "6 4"},
+    {"colour": "#2f9e44", "marker": "diamond", "dash": "2 3"},
+    {"colour": "#862e9c", "marker": "triangle", "dash": "10 3 2 3"},
+]
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    x: list[float]
+    y: list[float]  # median
+    low: list[float]  # min: drawn as a whisker with high
+    high: list[float]
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks covering [low, high] on a log axis."""
+    ticks = []
+    for exponent in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10.0**exponent
+            if low <= value <= high:
+                ticks.append(value)
+    return ticks
+
+
+def tick_label(value: float) -> str:
+    return f"{value:g}"
+
+
+def line_chart(series: list[Series], title: str, x_label: str, y_label: str, description: str) -> str:
+    """Log-log chart; x ticks at the measured x values, y ticks on a 1-2-5 grid."""
+    if not series or len(series) > len(STYLES):
+        raise ValueError(f"line_chart draws 1 to {len(STYLES)} series, got {len(series)}")
+    xs = sorted({x for s in series for x in s.x})
+    y_low = min(v for s in series for v in s.low) / 1.25
+    y_high = max(v for s in series for v in s.high) * 1.25
+    x_low, x_high = xs[0] / 1.15, xs[-1] * 1.15
+    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
+    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+
+    def px(x: float) -> float:
+        return round(MARGIN["left"] + plot_w * math.log(x / x_low) / math.log(x_high / x_low), 1)
+
+    def py(y: float) -> float:
+        return round(MARGIN["top"] + plot_h * (1 - math.log(y / y_low) / math.log(y_high / y_low)), 1)
+
+    drawn = [
+        {
+            "label": s.label,
+            "style": STYLES[i],
+            "points": [(px(x), py(y)) for x, y in zip(s.x, s.y)],
+            "whiskers": [(px(x), py(lo), py(hi)) for x, lo, hi in zip(s.x, s.low, s.high)],
+        }
+        for i, s in enumerate(series)
+    ]
+    return render(
+        "chart.svg.j2",
+        width=WIDTH, height=HEIGHT, margin=MARGIN, plot_w=plot_w, plot_h=plot_h,
+        title=title, x_label=x_label, y_label=y_label, description=description,
+        x_ticks=[(px(x), tick_label(x)) for x in xs],
+        y_ticks=[(py(y), tick_label(y)) for y in log_ticks(y_low, y_high)],
+        series=drawn,
+    )

@@ -1,0 +1,185 @@
+"""When to run a lab's tests and benchmark during a build, and what evidence a page may use.
+
+Tests run in a subprocess before any page renders; their report is cached
+under .cache/ keyed by a digest of the lab's files, so `mkdocs serve`
+reloads rerun them only when the lab changed. The benchmark runs when the
+record is missing or its source fingerprint no longer matches the code,
+unless LAB_BENCH says otherwise:
+
+    LAB_BENCH=auto    (default) measure only a missing or stale record
+    LAB_BENCH=always  measure every lab once per build process
+    LAB_BENCH=never   never measure; a missing or stale record fails the build
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from labkit.fingerprint import source_fingerprint
+from labkit.manifest import Lab
+from labkit.records import RecordError, atomic_write_json, load_record
+
+from .consistency import check_statistics
+from .errors import SiteBuildError
+
+CODE_ROOT = Path(__file__).resolve().parents[1]
+TEST_TIMEOUT_S = 600
+BENCH_TIMEOUT_S = 600
+
+
+class BenchPolicy(Enum):
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything a page may show about one lab, gathered once per build."""
+
+    lab: Lab
+    record: dict[str, Any]
+    tests: dict[str, Any]  # the report of the test run on this build machine
+    measured_now: bool  # the benchmark ran during this build
+
+
+def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
+    value = environ.get("LAB_BENCH", "auto").strip().lower() or "auto"
+    try:
+        return BenchPolicy(value)
+    except ValueError:
+        choices = ", ".join(policy.value for policy in BenchPolicy)
+        raise SiteBuildError(f"environment variable LAB_BENCH={value!r} is not one of {choices}") from None
+
+
+def subprocess_env(root: Path) -> dict[str, str]:
+    """The build's environment, with labkit importable and no bytecode written into watched folders."""
+    paths = [str(CODE_ROOT / "labs"), str(root / "labs"), os.environ.get("PYTHONPATH", "")]
+    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def tests_digest(lab: Lab, root: Path) -> str:
+    """Changes whenever anything the tests could see changes: the lab's files, labkit, the interpreter."""
+    digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0".encode())
+    folders = [root / lab.folder, CODE_ROOT / "labs" / "labkit"]
+    for path in sorted(p for folder in folders for p in folder.rglob("*") if p.is_file()):
+        if "__pycache__" not in path.parts:
+            digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def run_lab_tests(lab: Lab, root: Path, cache_dir: Path, log: logging.Logger) -> dict[str, Any]:
+    """The lab's test report; a cached one when nothing it depends on changed; fails on any failure."""
+    cached = cache_dir / f"tests-{lab.name}-{tests_digest(lab, root)[:20]}.json"
+    if cached.exists():
+        log.info(f"lab {lab.name}: sources unchanged since the tests passed; reusing {cached.name}")
+        return json.loads(cached.read_text(encoding="utf-8"))
+    start, pattern = lab.tests
+    log.info(f"lab {lab.name}: running its tests (python -m unittest discover -s {start} -p '{pattern}')")
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "report.json"
+        command = [sys.executable, "-m", "labkit.testreport", "--start", start, "--pattern", pattern,
+                   "--output", str(output)]
+        try:
+            finished = subprocess.run(command, cwd=root, env=subprocess_env(root), capture_output=True,
+                                      text=True, timeout=TEST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise SiteBuildError(f"lab {lab.name}: tests did not finish within {TEST_TIMEOUT_S} s") from None
+        if not output.exists():
+            last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SiteBuildError(f"lab {lab.name}: the test run crashed before reporting: {last}")
+        report = json.loads(output.read_text(encoding="utf-8"))
+    if not report["successful"] or report["ran"] == 0:
+        bad = [f"{t['id']} ({t['outcome']}: {t['detail']})" for t in report["tests"] if t["outcome"] not in ("passed", "skipped")]
+        raise SiteBuildError(
+            f"lab {lab.name}: {len(bad)} failing of {report['ran']} tests: " + "; ".join(bad)
+            if bad else f"lab {lab.name}: no test ran from {start} with pattern {pattern!r}"
+        )
+    atomic_write_json(cached, report)
+    log.info(f"lab {lab.name}: {report['passed']} of {report['ran']} tests passed")
+    return report
+
+
+def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
+    """The validated record, or None when there is none yet."""
+    path = root / lab.record
+    if not path.exists():
+        return None
+    try:
+        record = load_record(path, root / lab.schema)
+        check_statistics(record, str(lab.record))
+    except RecordError as error:
+        raise SiteBuildError(str(error)) from None
+    return record
+
+
+def is_stale(record: dict[str, Any], lab: Lab, root: Path) -> bool:
+    try:
+        current = source_fingerprint(root, lab.fingerprint)["digest"]
+    except ValueError as error:
+        raise SiteBuildError(f"lab {lab.name}: {error}") from None
+    return record["fingerprint"]["digest"] != current
+
+
+def run_benchmark(lab: Lab, root: Path, log: logging.Logger) -> None:
+    """Run the lab's benchmark, streaming its progress lines into the build log."""
+    arguments = [part.replace("{record}", lab.record.as_posix()) for part in lab.benchmark]
+    log.info(f"lab {lab.name}: measuring: python {' '.join(arguments)}")
+    process = subprocess.Popen([sys.executable, *arguments], cwd=root, env=subprocess_env(root),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    last = "no output"
+    assert process.stderr is not None
+    for line in process.stderr:
+        last = line.rstrip() or last
+        log.info(f"lab {lab.name}: {last}")
+    try:
+        code = process.wait(timeout=BENCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise SiteBuildError(f"lab {lab.name}: benchmark exceeded {BENCH_TIMEOUT_S} s") from None
+    if code != 0:
+        raise SiteBuildError(f"lab {lab.name}: benchmark exited with {code}: {last}")
+
+
+def fresh_record(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str],
+                 log: logging.Logger) -> tuple[dict[str, Any], bool]:
+    """The record to render, measuring first when the policy asks; returns (record, measured now)."""
+    record = read_record(lab, root)
+    state = "missing" if record is None else "stale" if is_stale(record, lab, root) else "fresh"
+    wanted = (policy is BenchPolicy.ALWAYS and lab.name not in measured) or (
+        policy is BenchPolicy.AUTO and state != "fresh")
+    if policy is BenchPolicy.NEVER and state != "fresh":
+        why = "does not exist" if state == "missing" else "was measured on different lab sources (fingerprint mismatch)"
+        raise SiteBuildError(f"{lab.record}: record {why} and LAB_BENCH=never forbids measuring; "
+                             f"run `make bench` or build with LAB_BENCH=auto")
+    if not wanted:
+        log.info(f"lab {lab.name}: record {lab.record} is {state}; reusing it")
+        return record, False  # type: ignore[return-value]  # fresh implies present
+    if state != "fresh":
+        log.info(f"lab {lab.name}: record {lab.record} is {state}; running the benchmark")
+    run_benchmark(lab, root, log)
+    measured.add(lab.name)
+    record = read_record(lab, root)
+    if record is None or is_stale(record, lab, root):
+        raise SiteBuildError(f"{lab.record}: still missing or stale after the benchmark ran")
+    return record, True
+
+
+def gather_evidence(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str],
+                    log: logging.Logger) -> Evidence:
+    """Tests first (timings of failing code are worthless), then the record."""
+    tests = run_lab_tests(lab, root, root / ".cache" / "site_hooks", log)
+    record, measured_now = fresh_record(lab, root, policy, measured, log)
+    if record["lab"] != lab.name:
+        raise SiteBuildError(f"{lab.record}: field lab is {record['lab']!r}, expected {lab.name!r}")
+    return Evidence(lab=lab, record=record, tests=tests, measured_now=measured_now)

@@ -1,0 +1,36 @@
+"""Placeholders in page Markdown: `{{ lab:<lab-name>:<view> }}` alone on a line, replaced by rendered HTML.
+
+Anything that starts like a placeholder but does not name a known lab and
+view fails the build, with the page and line, so a typo never ships as text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .errors import SiteBuildError
+
+# Loose on purpose: it finds every attempt, then the parser decides whether it is valid.
+CANDIDATE = re.compile(r"\{\{\s*lab\s*:(?P<body>[^}]*)\}\}")
+VALID = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]*):(?P<view>[a-z0-9][a-z0-9-]*)$")
+
+
+def substitute(markdown: str, page: str, labs: set[str], views: set[str],
+               render: Callable[[str, str], str]) -> str:
+    """Replace each placeholder with render(lab, view); errors name the page, the line and the choices."""
+
+    def replace(match: re.Match[str]) -> str:
+        line = markdown.count("\n", 0, match.start()) + 1
+        where = f"{page}:{line}: placeholder {match.group(0)!r}"
+        parsed = VALID.match(match.group("body").strip())
+        if parsed is None:
+            raise SiteBuildError(f"{where} is malformed; write {{{{ lab:<lab>:<view> }}}}")
+        lab, view = parsed.group("lab"), parsed.group("view")
+        if lab not in labs:
+            raise SiteBuildError(f"{where} names unknown lab {lab!r}; known labs: {', '.join(sorted(labs)) or 'none'}")
+        if view not in views:
+            raise SiteBuildError(f"{where} names unknown view {view!r}; views: {', '.join(sorted(views))}")
+        return render(lab, view)
+
+    return CANDIDATE.sub(replace, markdown)

@@ -1,0 +1,162 @@
+"""Sentences whose every figure and verdict is computed from a record, so they cannot contradict it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from labkit.summary import speedup_frame, statistics_frame
+
+from .templating import format_ms, format_ratio, format_sci
+
+NOISY_SPREAD = 0.25  # (max - min) / median above this flags a measurement as noisy
+MIN_REPEATS = 5  # fewer timed repetitions than this flags every row
+SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+FLOAT64_SHRINK = 1e3  # float64 error this many times smaller than float32 reads as rounding
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def environment_sentence(record: dict[str, Any]) -> str:
+    env = record["environment"]
+    threads = env["torch"]["threads"]
+    return (
+        f"The timings were recorded with {env['python']['implementation']} {env['python']['version']} "
+        f"and PyTorch {env['torch']['version']}, with {plural(threads, 'Torch thread')} in force, "
+        f"on {env['cpu']['model']} ({env['cpu']['logical_cores']} logical cores), "
+        f"on {record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
+    )
+
+
+def faster_sentences(record: dict[str, Any]) -> list[str]:
+    """Which mode had the lower median at which lengths, and how the gap moved with length."""
+    bench = record["config"]["benchmark"]
+    baseline = bench["baseline"]
+    medians = statistics_frame(record["lengths"])["median_ns"].unstack("mode")
+    speedups = speedup_frame(record["lengths"], baseline)["ratio_of_medians"]
+    sentences = []
+    for mode in (m for m in bench["modes"] if m != baseline):
+        sentences.append(lower_median_sentence(medians, mode, baseline))
+        sentences.extend(gap_sentences(medians, speedups.xs(mode, level="mode"), mode, baseline))
+    return sentences
+
+
+def lower_median_sentence(medians: pd.DataFrame, mode: str, baseline: str) -> str:
+    lengths = list(medians.index)
+    wins = [str(n) for n in lengths if medians.at[n, mode] < medians.at[n, baseline]]
+    losses = [str(n) for n in lengths if medians.at[n, mode] > medians.at[n, baseline]]
+    span = f"{lengths[0]} to {lengths[-1]} tokens" if len(lengths) > 1 else f"{lengths[0]} tokens"
+    if len(wins) == len(lengths):
+        return f"The {mode} path had the lower median time at every measured prefix length ({span})."
+    if len(losses) == len(lengths):
+        return f"The {baseline} path had the lower median time at every measured prefix length ({span})."
+    parts = []
+    if wins:
+        parts.append(f"the {mode} path had the lower median at {join(wins)} tokens")
+    if losses:
+        parts.append(f"the {baseline} path at {join(losses)} tokens")
+    ties = len(lengths) - len(wins) - len(losses)
+    if ties:
+        parts.append(f"the medians were equal at {plural(ties, 'length')}")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: str) -> list[str]:
+    lengths = list(ratio.index)
+    if len(lengths) < 2:
+        return ["With one measured length, the record cannot show how the gap changes with prefix length."]
+    first, last = lengths[0], lengths[-1]
+    falls = [f"{a} and {b}" for a, b in zip(lengths, lengths[1:]) if ratio[b] <= ratio[a]]
+    trend = (
+        "grew at every step of the sweep" if not falls
+        else f"rose overall but not at every step (it did not grow between {join(falls)} tokens)"
+        if ratio[last] > ratio[first]
+        else "did not grow with prefix length"
+    )
+    gap = (medians[baseline] - medians[mode])
+    return [
+        f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
+        f"{format_ratio(ratio[last])} at {last} tokens. In absolute terms the median {baseline} loop took "
+        f"{format_ms(gap[first])} ms more than the {mode} loop at {first} tokens and "
+        f"{format_ms(gap[last])} ms more at {last} tokens."
+        if gap[first] >= 0 and gap[last] >= 0 else
+        f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
+        f"{format_ratio(ratio[last])} at {last} tokens."
+    ]
+
+
+def noise_flags(record: dict[str, Any]) -> dict[int, list[str]]:
+    """Per length, the reasons its timings deserve suspicion (empty list: none)."""
+    stats = statistics_frame(record["lengths"])
+    repeats = record["config"]["benchmark"]["repeats"]
+    flags: dict[int, list[str]] = {}
+    for (length, mode), row in stats.iterrows():
+        reasons = flags.setdefault(int(length), [])
+        spread = (row["max_ns"] - row["min_ns"]) / row["median_ns"]
+        if spread > NOISY_SPREAD:
+            reasons.append(f"{mode} spread {spread:.0%}")
+    if repeats < MIN_REPEATS:
+        for reasons in flags.values():
+            reasons.append(f"only {plural(repeats, 'repetition')}")
+    return flags
+
+
+def noise_sentence(record: dict[str, Any]) -> str:
+    flags = noise_flags(record)
+    flagged = [str(n) for n, reasons in flags.items() if reasons]
+    repeats = record["config"]["benchmark"]["repeats"]
+    rule = (f"a mode's min–max spread above {NOISY_SPREAD:.0%} of its median, "
+            f"or fewer than {MIN_REPEATS} repetitions")
+    if not flagged:
+        return (f"No row is flagged as noisy ({rule}): every mode stayed within that spread "
+                f"over {plural(repeats, 'repetition')}.")
+    return (f"{plural(len(flagged), 'length')} of {len(flags)} flagged as noisy ({rule}): "
+            f"{join(flagged)} tokens. Read those medians with care, or rerun `make bench` on a quieter machine.")
+
+
+def equivalence_sentences(record: dict[str, Any]) -> list[str]:
+    tolerance = record["tolerance"]
+    entries = record["lengths"]
+    worst = max(entries, key=lambda e: e["equivalence"]["max_abs_diff"])
+    agree = all(e["equivalence"]["argmax_agrees_every_step"] for e in entries)
+    sentences = [
+        f"Before any timing, the cached logits matched the full-prefix logits at every step of every measured "
+        f"length within atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}; the largest absolute "
+        f"difference was {format_sci(worst['equivalence']['max_abs_diff'])}, at {worst['length']} tokens.",
+        "The greedy (argmax) token was the same in both paths at every step of every length."
+        if agree else
+        "The greedy (argmax) token differed between the paths at some step: a near-tie that rounding tipped, "
+        "even though the logits stayed within tolerance.",
+    ]
+    return sentences + [precision_sentence(record["precision"])]
+
+
+def power_of_ten(value: float) -> str:
+    """5.4e8 -> '5 × 10⁸', in text that needs no markup."""
+    exponent = math.floor(math.log10(value))
+    mantissa = round(value / 10**exponent)
+    if mantissa == 10:
+        mantissa, exponent = 1, exponent + 1
+    return f"{mantissa} × 10{str(exponent).translate(SUPERSCRIPTS)}"
+
+
+def precision_sentence(precision: dict[str, Any]) -> str:
+    single = precision["float32"]["max_abs_diff"]
+    double = precision["float64"]["max_abs_diff"]
+    head = (f"Run again at {precision['length']} tokens, the largest difference was {format_sci(single)} in float32 "
+            f"and {format_sci(double)} in float64")
+    if double == 0 or single / double >= FLOAT64_SHRINK:
+        factor = "float64 removed it entirely" if double == 0 else f"about {power_of_ten(single / double)} times smaller"
+        return (f"{head}, {factor}: the float32 differences shrink with precision as rounding error does, "
+                f"instead of persisting as a logic error would.")
+    return (f"{head}: float64 did not shrink the difference by {FLOAT64_SHRINK:.0e} or more, "
+            f"which points at a difference in the computation, not rounding.")

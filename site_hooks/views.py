@@ -1,0 +1,204 @@
+"""Views: pure functions from a lab's evidence to an HTML block. A placeholder names one view."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
+
+from . import prose
+from .chart import Series, line_chart
+from .errors import SiteBuildError
+from .machine import build_machine, recording_machine
+from .orchestrate import Evidence
+from .templating import render
+
+View = Callable[[Evidence], str]
+
+
+def tests_view(evidence: Evidence) -> str:
+    report = evidence.tests
+    summary = (f"{report['passed']} of {prose.plural(report['ran'], 'lab test')} passed when this site was built, "
+               f"on {report['python_implementation']} {report['python']} with PyTorch {report['torch']}"
+               f" (run started {report['started_utc'].replace('T', ' ').replace('Z', ' UTC')}).")
+    rows = [{"group": t["group"].rpartition(".")[2], "module": t["group"].partition(".")[0], **t}
+            for t in report["tests"]]
+    return render("tests.html.j2", summary=summary, command=report["command"], rows=rows)
+
+
+def environment_view(evidence: Evidence) -> str:
+    env = evidence.record["environment"]
+    git = env["git"]
+    commit = "unknown" if git["commit"] is None else git["commit"][:12] + (
+        " (with uncommitted changes)" if git["dirty"] else " (clean tree)")
+    rows = [
+        ("Python", f"{env['python']['implementation']} {env['python']['version']}"),
+        ("PyTorch", env["torch"]["version"]),
+        ("Torch threads in force", env["torch"]["threads"]),
+        ("Torch inter-op threads", env["torch"]["interop_threads"]),
+        ("CPU", env["cpu"]["model"]),
+        ("Logical cores", env["cpu"]["logical_cores"]),
+        ("Architecture", env["cpu"]["machine"]),
+        ("Operating system", f"{env['os']['system']} {env['os']['release']}"),
+        ("C library", env["os"].get("libc") or "unknown"),
+        ("Git commit", commit),
+        ("Recorded (UTC)", evidence.record["created_utc"]),
+        ("Command", evidence.record["command"]),
+    ]
+    return render("environment.html.j2", rows=rows, parallel_info=env["torch"]["parallel_info"],
+                  build_config=env["torch"]["build_config"], record=evidence.lab.record.as_posix())
+
+
+def config_view(evidence: Evidence) -> str:
+    config = evidence.record["config"]
+    tolerance = evidence.record["tolerance"]
+    model_rows = list(config["model"].items())
+    bench = config["benchmark"]
+    bench_rows = [
+        ("batch", bench["batch"]), ("seed", bench["seed"]),
+        ("lengths", ", ".join(map(str, bench["lengths"]))),
+        ("repeats", bench["repeats"]), ("warmup", bench["warmup"]), ("threads", bench["threads"]),
+        ("modes", ", ".join(bench["modes"]) + f" (baseline: {bench['baseline']})"),
+        ("order policy", bench["order_policy"]), ("workload", bench["workload"]), ("timer", bench["timer"]),
+        ("tolerance", f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}"),
+    ]
+    return render("config.html.j2", model_rows=model_rows, bench_rows=bench_rows)
+
+
+def provenance_view(evidence: Evidence) -> str:
+    here, there = build_machine(evidence.tests), recording_machine(evidence.record)
+    labels = {"python": "Python", "torch": "PyTorch", "cpu": "CPU", "logical_cores": "Logical cores", "os": "OS"}
+    rows = [(labels[key], there[key], here[key], there[key] == here[key]) for key in labels]
+    differs = [label for label, _, _, same in rows if not same]
+    fingerprint = evidence.record["fingerprint"]
+    freshness = (
+        "The benchmark ran during this build, so the timings come from the machine that built this page."
+        if evidence.measured_now else
+        f"The timings were not measured during this build: they come from the committed record, made on "
+        f"{evidence.record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
+    )
+    verdict = (
+        "The build machine matches the recording machine in Python, PyTorch, CPU, core count and OS."
+        if not differs else
+        f"The tests on this page ran on the build machine; the timings were taken on the recording machine. "
+        f"They differ in: {prose.join(differs)}."
+    )
+    return render(
+        "provenance.html.j2", kind="info" if not differs else "warning", freshness=freshness, verdict=verdict,
+        rows=rows, digest=fingerprint["digest"][:16], files=fingerprint["files"],
+    )
+
+
+def findings_view(evidence: Evidence) -> str:
+    sentences = [prose.environment_sentence(evidence.record), *prose.faster_sentences(evidence.record)]
+    return render("paragraphs.html.j2", css="lab-findings", sentences=sentences)
+
+
+def medians_view(evidence: Evidence) -> str:
+    record = evidence.record
+    bench = record["config"]["benchmark"]
+    modes, baseline = bench["modes"], bench["baseline"]
+    stats = statistics_frame(record["lengths"])
+    speedups = speedup_frame(record["lengths"], baseline)
+    flags = prose.noise_flags(record)
+    rows = []
+    for length in bench["lengths"]:
+        rows.append({
+            "length": length,
+            "modes": [dict(stats.loc[(length, mode)], per_step=stats.loc[(length, mode), "median_ns"] / length)
+                      for mode in modes],
+            "speedups": [speedups.loc[(length, mode)] for mode in modes if mode != baseline],
+            "flags": flags[length],
+        })
+    return render("medians.html.j2", modes=modes, others=[m for m in modes if m != baseline],
+                  baseline=baseline, rows=rows, noise=prose.noise_sentence(record), repeats=bench["repeats"])
+
+
+def raw_view(evidence: Evidence) -> str:
+    record = evidence.record
+    bench = record["config"]["benchmark"]
+    modes, baseline = bench["modes"], bench["baseline"]
+    groups = []
+    for length, by_length in repetitions_frame(record["lengths"]).groupby("length", sort=True):
+        rows = []
+        for repetition, run in by_length.groupby("repetition", sort=True):
+            run = run.sort_values("slot")  # the order the loops actually ran in
+            durations = dict(zip(run["mode"], run["duration_ns"]))
+            rows.append({
+                "repetition": int(repetition) + 1,
+                "order": list(run["mode"]),
+                "durations": [durations[mode] for mode in modes],
+                "ratios": [durations[baseline] / durations[mode] for mode in modes if mode != baseline],
+            })
+        groups.append({"length": int(length), "rows": rows})
+    return render("raw.html.j2", modes=modes, others=[m for m in modes if m != baseline], baseline=baseline,
+                  groups=groups, record=evidence.lab.record.as_posix())
+
+
+def chart_view(evidence: Evidence) -> str:
+    record = evidence.record
+    bench = record["config"]["benchmark"]
+    stats = statistics_frame(record["lengths"]) / 1e6  # milliseconds
+    series = [
+        Series(label=mode, x=list(bench["lengths"]),
+               y=[stats.loc[(n, mode), "median_ns"] for n in bench["lengths"]],
+               low=[stats.loc[(n, mode), "min_ns"] for n in bench["lengths"]],
+               high=[stats.loc[(n, mode), "max_ns"] for n in bench["lengths"]])
+        for mode in bench["modes"]
+    ]
+    title = f"Median time of one teacher-forced decode loop, {' vs '.join(bench['modes'])}"
+    description = "; ".join(
+        f"{s.label}: " + ", ".join(f"{int(x)} tokens {y:.3g} ms" for x, y in zip(s.x, s.y)) for s in series)
+    svg = line_chart(series, title=title, x_label="Prefix length (tokens, log scale)",
+                     y_label="Median loop time (ms, log scale)", description=description)
+    caption = (f"Median of {prose.plural(bench['repeats'], 'repetition')} per point; whiskers span min to max. "
+               f"Drawn at build time from {evidence.lab.record.as_posix()}.")
+    return render("chart.html.j2", svg=svg, caption=caption)
+
+
+def equivalence_view(evidence: Evidence) -> str:
+    record = evidence.record
+    return render("equivalence.html.j2", sentences=prose.equivalence_sentences(record),
+                  rows=record["lengths"], tolerance=record["tolerance"], batch=record["config"]["benchmark"]["batch"])
+
+
+def cache_bytes_view(evidence: Evidence) -> str:
+    record = evidence.record
+    model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
+    per_position = 2 * batch * model["heads"] * model["head_dim"] * model["bytes_per_element"]
+    rows = []
+    for index, entry in enumerate(record["lengths"]):
+        expected = per_position * entry["length"]
+        if entry["cache_bytes"]["formula"] != expected or entry["cache_bytes"]["measured"] != expected:
+            raise SiteBuildError(
+                f"{evidence.lab.record}: field $.lengths[{index}].cache_bytes is {entry['cache_bytes']}, "
+                f"but 2 x B x H x T x D x bytes gives {expected} from the record's config")
+        rows.append({"length": entry["length"], "formula": expected, "measured": entry["cache_bytes"]["measured"]})
+    last = rows[-1]
+    sentence = (
+        f"With batch {batch}, {model['heads']} heads of width {model['head_dim']} and {model['dtype']} "
+        f"({model['bytes_per_element']} bytes per element), every retained position adds "
+        f"2 × {batch} × {model['heads']} × {model['head_dim']} × {model['bytes_per_element']} = "
+        f"{per_position:,} bytes to this one-layer cache; at {last['length']} positions the key and value "
+        f"tensors hold {last['formula']:,} bytes. The benchmark counted the bytes of the real cache tensors "
+        f"at every length, and they equal the formula."
+    )
+    return render("cache_bytes.html.j2", sentence=sentence, rows=rows, per_position=per_position)
+
+
+VIEWS: dict[str, View] = {
+    "tests": tests_view,
+    "environment": environment_view,
+    "config": config_view,
+    "provenance": provenance_view,
+    "findings": findings_view,
+    "medians": medians_view,
+    "raw": raw_view,
+    "chart": chart_view,
+    "equivalence": equivalence_view,
+    "cache-bytes": cache_bytes_view,
+}
+
+
+def render_view(name: str, evidence: Evidence) -> str:
+    return VIEWS[name](evidence)
+

@@ -1,0 +1,141 @@
+"""Fixtures for the site tests: records to render, throwaway sites, and one real strict build."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labkit.fingerprint import source_fingerprint
+from labkit.manifest import load_lab
+from site_hooks.orchestrate import Evidence
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "results" / "cache-results.json"
+SCHEMA = ROOT / "results" / "cache-results.schema.json"
+LAB = load_lab(ROOT / "labs" / "llm" / "kv-cache" / "lab.toml", ROOT)
+OUTPUT = ROOT / "test-output"
+
+
+def build_env(**extra: str) -> dict[str, str]:
+    return os.environ | {"NO_MKDOCS_2_WARNING": "1", "PYTHONDONTWRITEBYTECODE": "1"} | extra
+
+
+@pytest.fixture
+def record() -> dict[str, Any]:
+    """A deep copy of the committed record, free to edit."""
+    return json.loads(RECORD.read_text())
+
+
+@pytest.fixture
+def test_report() -> dict[str, Any]:
+    return {
+        "started_utc": "2026-01-01T00:00:00Z", "command": "python -m unittest discover -s x -p 'test_*.py' -v",
+        "python": "3.11.7", "python_implementation": "CPython", "torch": "2.13.0+cpu",
+        "ran": 2, "passed": 2, "failed": 0, "errors": 0, "skipped": 0, "successful": True,
+        "tests": [
+            {"id": "test_a.A.test_one", "name": "test_one", "group": "test_a.A", "outcome": "passed",
+             "seconds": 0.01, "detail": ""},
+            {"id": "test_a.A.test_two", "name": "test_two", "group": "test_a.A", "outcome": "passed",
+             "seconds": 0.02, "detail": ""},
+        ],
+    }
+
+
+@pytest.fixture
+def evidence(record: dict[str, Any], test_report: dict[str, Any]) -> Evidence:
+    return Evidence(lab=LAB, record=record, tests=test_report, measured_now=False)
+
+
+FAKE_BENCHMARK = '''
+"""Stands in for a real benchmark: copies the template record, stamped with the current fingerprint."""
+import json, sys
+from pathlib import Path
+from labkit.fingerprint import source_fingerprint
+from labkit.records import atomic_write_json
+record = json.loads(Path("template.json").read_text())
+record["fingerprint"] = source_fingerprint(Path("."), ["labs/demo/toy/toy.py"])
+print("benchmark: measuring the toy lab", file=sys.stderr)
+atomic_write_json(Path(sys.argv[1]), record)
+'''
+
+PAGE = """# Toy
+
+{{ lab:toy:findings }}
+
+{{ lab:toy:medians }}
+"""
+
+
+class ToySite:
+    """A complete throwaway MkDocs project using the real hook, with one tiny lab and no torch work."""
+
+    def __init__(self, root: Path, template: dict[str, Any]) -> None:
+        self.root = root
+        lab = root / "labs" / "demo" / "toy"
+        lab.mkdir(parents=True)
+        (lab / "lab.toml").write_text(
+            'name = "toy"\ntitle = "Toy"\nrecord = "results/toy.json"\nschema = "results/toy.schema.json"\n'
+            'tests = { start = "labs/demo/toy", pattern = "test_*.py" }\n'
+            'benchmark = ["bench.py", "{record}"]\nfingerprint = ["labs/demo/toy/toy.py"]\n'
+        )
+        (lab / "toy.py").write_text("VALUE = 1\n")
+        self.set_tests("import unittest\nclass T(unittest.TestCase):\n    def test_holds(self):\n        self.assertTrue(True)\n")
+        (root / "results").mkdir()
+        shutil.copy(SCHEMA, root / "results" / "toy.schema.json")
+        template = copy.deepcopy(template)
+        template["lab"] = "toy"
+        (root / "template.json").write_text(json.dumps(template))
+        (root / "bench.py").write_text(FAKE_BENCHMARK)
+        (root / "docs").mkdir()
+        self.set_page(PAGE)
+        (root / "mkdocs.yml").write_text(
+            f"site_name: toy\ntheme:\n  name: material\n  font: false\nhooks:\n  - {ROOT / 'site_hooks' / 'hooks.py'}\n"
+        )
+
+    @property
+    def record_path(self) -> Path:
+        return self.root / "results" / "toy.json"
+
+    def set_tests(self, source: str) -> None:
+        (self.root / "labs" / "demo" / "toy" / "test_toy.py").write_text(source)
+
+    def set_page(self, markdown: str) -> None:
+        (self.root / "docs" / "index.md").write_text(markdown)
+
+    def write_fresh_record(self, **changes: Any) -> dict[str, Any]:
+        record = json.loads((self.root / "template.json").read_text())
+        record["fingerprint"] = source_fingerprint(self.root, ["labs/demo/toy/toy.py"])
+        record.update(changes)
+        self.record_path.write_text(json.dumps(record))
+        return record
+
+    def build(self, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(self.root / "site")],
+            cwd=self.root, env=build_env(**env), capture_output=True, text=True, timeout=300,
+        )
+
+
+@pytest.fixture
+def toy_site(tmp_path: Path, record: dict[str, Any]) -> ToySite:
+    return ToySite(tmp_path, record)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The real site, built once in strict mode from the committed record (LAB_BENCH=never)."""
+    site = tmp_path_factory.mktemp("site")
+    finished = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, env=build_env(LAB_BENCH="never"), capture_output=True, text=True, timeout=600,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    return site, finished.stderr

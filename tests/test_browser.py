@@ -1,0 +1,94 @@
+"""The built article in headless Chromium: tables and chart visible, no console errors, screenshots kept."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import OUTPUT
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Chromium as root in a container, with no network beyond loopback: no sandbox, no background calls.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        raise RuntimeError(f"REQUIRE_BROWSER=1 but no chromium at {CHROMIUM}: apt-get install chromium")
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(built_site: tuple[Path, str]) -> Iterator[str]:
+    handler = functools.partial(QuietHandler, directory=str(built_site[0]))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser_page(server: str) -> Iterator[tuple[Page, list[str]]]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+        page.goto(server + "/")
+        page.get_by_role("link", name="The KV cache").first.click()
+        page.wait_for_load_state("networkidle")
+        yield page, problems
+        browser.close()
+
+
+def test_landing_page_links_to_the_article(browser_page: tuple[Page, list[str]]) -> None:
+    page, _ = browser_page
+    assert page.url.endswith("/llm/kv-cache/")
+    assert page.locator("h1").first.is_visible()
+
+
+@pytest.mark.parametrize("selector", [
+    ".lab-environment table", ".lab-raw table", ".lab-medians table", ".lab-equivalence table",
+    ".lab-cache-bytes table", ".lab-config table", ".lab-provenance table", ".lab-chart svg",
+])
+def test_rendered_tables_and_chart_are_visible(browser_page: tuple[Page, list[str]], selector: str) -> None:
+    page, _ = browser_page
+    element = page.locator(selector).first
+    element.scroll_into_view_if_needed()
+    box = element.bounding_box()
+    assert element.is_visible() and box is not None and box["height"] > 50 and box["width"] > 200, (selector, box)
+    folder = OUTPUT / "browser"
+    folder.mkdir(parents=True, exist_ok=True)
+    element.screenshot(path=str(folder / f"{selector.split()[0].lstrip('.')}.png"))
+
+
+def test_chart_draws_one_line_per_mode_with_axis_titles(browser_page: tuple[Page, list[str]]) -> None:
+    page, _ = browser_page
+    assert page.locator(".lab-chart svg polyline").count() == 2
+    labels = page.locator(".lab-chart svg text").all_text_contents()
+    assert "Prefix length (tokens, log scale)" in labels and "Median loop time (ms, log scale)" in labels
+
+
+def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page: tuple[Page, list[str]]) -> None:
+    page, problems = browser_page
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "kv-cache-article.png"), full_page=True)
+    assert (OUTPUT / "kv-cache-article.png").stat().st_size > 10_000
+    assert problems == []

@@ -1,0 +1,97 @@
+"""Whole builds: the real site in strict mode, and throwaway sites that must fail cleanly."""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+from pathlib import Path
+
+from site_hooks.templating import format_ms
+
+from conftest import RECORD, ToySite
+
+
+def article(built_site: tuple[Path, str]) -> str:
+    return (built_site[0] / "llm" / "kv-cache" / "index.html").read_text(encoding="utf-8")
+
+
+def test_real_site_builds_strictly_without_warnings(built_site: tuple[Path, str]) -> None:
+    _, log = built_site
+    assert "WARNING" not in log and "ERROR" not in log, log
+    assert "MkDocs 2.0" not in log
+
+
+def test_article_shows_environment_raw_repetitions_medians_and_chart_from_the_record(
+    built_site: tuple[Path, str],
+) -> None:
+    html = article(built_site)
+    record = json.loads(RECORD.read_text())
+    for css in ("lab-environment", "lab-raw", "lab-medians", "lab-chart", "lab-tests", "lab-provenance",
+                "lab-findings", "lab-equivalence", "lab-cache-bytes", "lab-config"):
+        assert f'class="lab-view {css}' in html or f'class="lab-view lab-provenance' in html, css
+    assert record["environment"]["cpu"]["model"] in html
+    assert f"PyTorch {record['environment']['torch']['version']}" in html
+    last = record["lengths"][-1]
+    assert format_ms(last["modes"]["cached"]["median_ns"]) in html
+    assert format_ms(last["modes"]["full"]["durations_ns"][-1]) in html
+    assert "<svg" in html and "{{ lab:" not in html
+
+
+def test_article_includes_the_real_forward_source(built_site: tuple[Path, str]) -> None:
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", article(built_site)))
+    source = (Path(__file__).parents[1] / "labs/llm/kv-cache/kv_cache/model.py").read_text()
+    start = source.index("    def forward")
+    body = source[start:source.index("# --8<-- [end:forward]")]
+    for line in body.splitlines():
+        assert line.strip() in text, f"line of forward() missing from the page: {line!r}"
+    assert "--8<--" not in text
+
+
+def test_failing_lab_test_fails_the_build_naming_the_test(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    toy_site.set_tests(
+        "import unittest\nclass T(unittest.TestCase):\n"
+        "    def test_cached_logits_match(self):\n        self.assertEqual(1, 2)\n"
+    )
+    finished = toy_site.build()
+    assert finished.returncode != 0
+    assert "lab toy: 1 failing of 1 tests: test_toy.T.test_cached_logits_match (failed: AssertionError: 1 != 2)" in finished.stderr
+    assert "Traceback" not in finished.stderr
+
+
+def test_unknown_placeholder_fails_the_build_naming_page_and_line(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    toy_site.set_page("# Toy\n\n{{ lab:toy:medains }}\n")
+    finished = toy_site.build()
+    assert finished.returncode != 0
+    assert "docs/index.md:3: placeholder '{{ lab:toy:medains }}' names unknown view 'medains'" in finished.stderr
+    assert "Traceback" not in finished.stderr
+
+
+def test_schema_invalid_record_fails_the_build_naming_file_and_field(toy_site: ToySite) -> None:
+    record = toy_site.write_fresh_record()
+    record["lengths"][0]["order"] = "alternating"
+    toy_site.record_path.write_text(json.dumps(record))
+    finished = toy_site.build(LAB_BENCH="never")
+    assert finished.returncode != 0
+    assert re.search(r"results/toy\.json: field \$\.lengths\[0\]\.order is invalid", finished.stderr)
+    assert "Traceback" not in finished.stderr
+
+
+def test_missing_record_is_measured_in_auto_mode_and_the_page_renders(toy_site: ToySite) -> None:
+    finished = toy_site.build()
+    assert finished.returncode == 0, finished.stderr
+    assert "lab toy: benchmark: measuring the toy lab" in finished.stderr
+    assert toy_site.record_path.exists()
+    assert "lab-medians" in (toy_site.root / "site" / "index.html").read_text()
+    assert not list((toy_site.root / "docs").rglob("*.json")), "the build wrote into docs/"
+
+
+def test_second_build_reuses_the_test_report_when_nothing_changed(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    assert toy_site.build().returncode == 0
+    again = toy_site.build()
+    assert "sources unchanged since the tests passed" in again.stderr
+    toy_site.set_tests("import unittest\nclass T(unittest.TestCase):\n    def test_new(self):\n        pass\n")
+    assert "running its tests" in toy_site.build().stderr

@@ -1,0 +1,34 @@
+"""Placeholder syntax: known ones are replaced, anything else stops the build naming page and line."""
+
+from __future__ import annotations
+
+import pytest
+
+from site_hooks.errors import SiteBuildError
+from site_hooks.placeholders import substitute
+
+LABS, VIEWS = {"kv-cache"}, {"medians", "chart"}
+
+
+def render(lab: str, view: str) -> str:
+    return f"<div>{lab}/{view}</div>"
+
+
+def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
+    text = "# Title\n\n{{ lab:kv-cache:medians }}\n\nprose {{ not a lab }}\n\n{{lab:kv-cache:chart}}\n"
+    assert substitute(text, "docs/a.md", LABS, VIEWS, render) == (
+        "# Title\n\n<div>kv-cache/medians</div>\n\nprose {{ not a lab }}\n\n<div>kv-cache/chart</div>\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x\n\n{{ lab:kv-cache:median }}\n", r"docs/a\.md:3: .* unknown view 'median'; views: chart, medians"),
+        ("{{ lab:kv-cach:medians }}", r"docs/a\.md:1: .* unknown lab 'kv-cach'; known labs: kv-cache"),
+        ("{{ lab:kv-cache }}", r"docs/a\.md:1: placeholder '\{\{ lab:kv-cache \}\}' is malformed"),
+        ("{{ lab:kv-cache:Medians }}", r"is malformed"),
+    ],
+)
+def test_bad_placeholders_fail_with_page_and_line(text: str, message: str) -> None:
+    with pytest.raises(SiteBuildError, match=message):
+        substitute(text, "docs/a.md", LABS, VIEWS, render)

@@ -1,0 +1,127 @@
+"""Records a build must refuse, each with one clear line, and the freshness rules of LAB_BENCH."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labkit.records import RecordError, load_record
+from site_hooks.consistency import check_statistics
+from site_hooks.errors import SiteBuildError
+from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, read_record
+
+from conftest import LAB, ROOT, SCHEMA, ToySite
+
+log = logging.getLogger("test")
+
+
+def write(path: Path, record: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_committed_record_is_valid_and_its_statistics_match_its_raw_durations() -> None:
+    record = load_record(ROOT / LAB.record, SCHEMA)
+    check_statistics(record, str(LAB.record))
+
+
+def test_committed_record_was_measured_on_the_current_lab_sources() -> None:
+    record = load_record(ROOT / LAB.record, SCHEMA)
+    assert not is_stale(record, LAB, ROOT), "results/cache-results.json is stale: run `make bench` and commit it"
+
+
+def test_missing_record_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match=rf"^{tmp_path}/none\.json: measurement record not found$"):
+        load_record(tmp_path / "none.json", SCHEMA)
+
+
+def test_corrupt_record_names_the_file_and_position(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"schema_version": 1,\n  "lab": }')
+    with pytest.raises(RecordError, match=r"bad\.json: measurement record is not valid JSON \(line 2, column 10"):
+        load_record(path, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda r: r.pop("environment"), r"field \$ is invalid: 'environment' is a required property"),
+        (lambda r: r["lengths"][1]["modes"]["full"].update(median_ns="fast"), r"field \$\.lengths\[1\]\.modes\.full\.median_ns"),
+        (lambda r: r.update(schema_version=2), r"field \$\.schema_version is invalid"),
+        (lambda r: r["lengths"][0]["equivalence"].update(within_tolerance=False), r"field \$\.lengths\[0\]\.equivalence\.within_tolerance"),
+    ],
+)
+def test_schema_invalid_record_names_the_field(tmp_path: Path, record: dict[str, Any], edit: Any, field: str) -> None:
+    edit(record)
+    with pytest.raises(RecordError, match=field):
+        load_record(write(tmp_path / "r.json", record), SCHEMA)
+
+
+def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
+    record["lengths"][2]["modes"]["cached"]["median_ns"] += 1000
+    with pytest.raises(RecordError, match=r"\$\.lengths\[2\]\.modes\.cached\.median_ns is \d+, but its raw durations give"):
+        check_statistics(record, "r.json")
+
+
+def test_hand_edited_speedup_is_refused(record: dict[str, Any]) -> None:
+    record["lengths"][0]["speedup"]["cached"]["ratio_of_medians"] = 99.0
+    with pytest.raises(RecordError, match=r"speedup\.cached\.ratio_of_medians is 99\.0"):
+        check_statistics(record, "r.json")
+
+
+def test_record_for_other_sources_is_stale(record: dict[str, Any]) -> None:
+    assert not is_stale(record, LAB, ROOT)
+    record["fingerprint"]["digest"] = "0" * 64
+    assert is_stale(record, LAB, ROOT)
+
+
+def test_lab_bench_accepts_three_policies_and_rejects_others() -> None:
+    assert bench_policy({}) is BenchPolicy.AUTO
+    assert bench_policy({"LAB_BENCH": "Never"}) is BenchPolicy.NEVER
+    with pytest.raises(SiteBuildError, match=r"LAB_BENCH='sometimes' is not one of auto, always, never"):
+        bench_policy({"LAB_BENCH": "sometimes"})
+
+
+def lab_of(site: ToySite):  # noqa: ANN201
+    from labkit.manifest import discover_labs
+
+    return discover_labs(site.root)[0]
+
+
+def test_never_policy_fails_on_a_missing_or_stale_record(toy_site: ToySite) -> None:
+    lab = lab_of(toy_site)
+    with pytest.raises(SiteBuildError, match=r"results/toy\.json: record does not exist and LAB_BENCH=never"):
+        fresh_record(lab, toy_site.root, BenchPolicy.NEVER, set(), log)
+    toy_site.write_fresh_record()
+    (toy_site.root / "labs/demo/toy/toy.py").write_text("VALUE = 2\n")
+    with pytest.raises(SiteBuildError, match=r"fingerprint mismatch\) and LAB_BENCH=never forbids measuring"):
+        fresh_record(lab, toy_site.root, BenchPolicy.NEVER, set(), log)
+
+
+def test_auto_policy_measures_a_stale_record_and_reuses_a_fresh_one(toy_site: ToySite) -> None:
+    lab = lab_of(toy_site)
+    toy_site.write_fresh_record(created_utc="2000-01-01T00:00:00Z")
+    record, measured = fresh_record(lab, toy_site.root, BenchPolicy.AUTO, set(), log)
+    assert (measured, record["created_utc"]) == (False, "2000-01-01T00:00:00Z")
+    (toy_site.root / "labs/demo/toy/toy.py").write_text("VALUE = 2\n")
+    record, measured = fresh_record(lab, toy_site.root, BenchPolicy.AUTO, set(), log)
+    assert measured and record["created_utc"] != "2000-01-01T00:00:00Z"
+    assert not is_stale(record, lab, toy_site.root)
+
+
+def test_always_policy_measures_once_per_process(toy_site: ToySite) -> None:
+    lab, measured_labs = lab_of(toy_site), set()
+    toy_site.write_fresh_record(created_utc="2000-01-01T00:00:00Z")
+    assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is True
+    assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is False
+
+
+def test_corrupt_record_is_not_overwritten_by_a_measurement(toy_site: ToySite) -> None:
+    toy_site.record_path.write_text("{ not json")
+    with pytest.raises(SiteBuildError, match=r"toy\.json: measurement record is not valid JSON"):
+        read_record(lab_of(toy_site), toy_site.root)
+    assert toy_site.record_path.read_text() == "{ not json"

@@ -1,0 +1,151 @@
+"""Renderers on fixture records: what they show comes from the record, escaped, with honest sentences."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import pytest
+
+from labkit.summary import statistics_frame
+from site_hooks import prose
+from site_hooks.errors import SiteBuildError
+from site_hooks.orchestrate import Evidence
+from site_hooks.templating import format_ms
+from site_hooks.views import VIEWS, render_view
+
+HOSTILE = '<script>alert("x")</script> & --8<-- "/etc/passwd"'
+
+
+def set_medians(record: dict[str, Any], medians: dict[int, tuple[int, int]]) -> None:
+    """Make every repetition equal, so each (full, cached) median is exactly what is given."""
+    for entry in record["lengths"]:
+        for mode, value in zip(("full", "cached"), medians[entry["length"]]):
+            durations = [value] * len(entry["order"])
+            entry["modes"][mode].update(durations_ns=durations, min_ns=value, median_ns=value, max_ns=value)
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_every_view_escapes_html_taken_from_the_record(view: str, evidence: Evidence) -> None:
+    record = evidence.record
+    record["environment"]["cpu"]["model"] = HOSTILE
+    record["environment"]["torch"]["version"] = HOSTILE
+    record["environment"]["python"]["version"] = HOSTILE
+    record["command"] = HOSTILE
+    record["created_utc"] = HOSTILE
+    record["config"]["model"]["dtype"] = HOSTILE
+    record["environment"]["torch"]["parallel_info"] = HOSTILE
+    evidence.tests["tests"][0]["name"] = HOSTILE
+    evidence.tests["torch"] = HOSTILE
+    html = render_view(view, evidence)
+    assert "<script>" not in html
+    assert "--8<--" not in html  # the snippets extension must never see an include line from data
+    escaped = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; --8&lt;--"
+    if view in {"environment", "findings", "tests", "provenance", "cache-bytes"}:
+        assert escaped in html
+
+
+def test_medians_table_shows_each_median_and_range_from_the_raw_repetitions(evidence: Evidence) -> None:
+    html = render_view("medians", evidence)
+    stats = statistics_frame(evidence.record["lengths"])
+    for (length, mode), row in stats.iterrows():
+        assert f"{format_ms(row['median_ns'])} <small>({format_ms(row['min_ns'])}–{format_ms(row['max_ns'])})</small>" in html
+    assert html.count("<tr><td>") == len(evidence.record["lengths"])
+
+
+def test_raw_view_lists_every_repetition_in_run_order(evidence: Evidence) -> None:
+    html = render_view("raw", evidence)
+    entry = evidence.record["lengths"][0]
+    assert html.count("full → cached") + html.count("cached → full") == sum(
+        len(e["order"]) for e in evidence.record["lengths"])
+    first_row = re.search(r"<tr><td rowspan=\"\d+\">(\d+)</td><td>1</td><td>([^<]+)</td><td>([^<]+)</td>", html)
+    assert first_row is not None
+    assert first_row.group(1) == str(entry["length"])
+    assert first_row.group(2) == " → ".join(entry["order"][0])
+    assert first_row.group(3) == format_ms(entry["modes"]["full"]["durations_ns"][0])
+
+
+def test_chart_is_an_svg_with_labelled_axes_and_one_line_per_mode(evidence: Evidence) -> None:
+    html = render_view("chart", evidence)
+    assert html.count("<svg") == 1 and html.count("<polyline") == 2
+    assert "Prefix length (tokens, log scale)" in html
+    assert "Median loop time (ms, log scale)" in html
+    for length in evidence.record["config"]["benchmark"]["lengths"]:
+        assert f">{length}</text>" in html
+
+
+def test_findings_say_cached_was_faster_everywhere_only_when_it_was(evidence: Evidence) -> None:
+    lengths = [e["length"] for e in evidence.record["lengths"]]
+    set_medians(evidence.record, {n: (1000 * n, 500 * n // 2 + 1) for n in lengths})
+    assert "The cached path had the lower median time at every measured prefix length" in render_view("findings", evidence)
+    slow_at_first = {n: (1000 * n, 2000 * n if n == lengths[0] else 10 * n) for n in lengths}
+    set_medians(evidence.record, slow_at_first)
+    text = render_view("findings", evidence)
+    assert "at every measured prefix length" not in text
+    assert f"the full path at {lengths[0]} tokens" in text
+
+
+def test_findings_say_whether_the_gap_grew_at_every_step(evidence: Evidence) -> None:
+    lengths = [e["length"] for e in evidence.record["lengths"]]
+    set_medians(evidence.record, {n: (n * n, n) for n in lengths})  # ratio = n, strictly growing
+    assert "grew at every step of the sweep" in render_view("findings", evidence)
+    dip = {n: (n * n, n * (4 if n == lengths[2] else 1)) for n in lengths}  # ratio dips at the third length
+    set_medians(evidence.record, dip)
+    text = render_view("findings", evidence)
+    assert "rose overall but not at every step" in text
+    assert f"{lengths[1]} and {lengths[2]}" in text
+
+
+def test_noisy_rows_are_flagged_with_the_stated_threshold(evidence: Evidence) -> None:
+    entry = evidence.record["lengths"][0]
+    durations = entry["modes"]["cached"]["durations_ns"]
+    durations[0] = int(max(durations) * 3)
+    entry["modes"]["cached"].update(max_ns=max(durations))
+    html = render_view("medians", evidence)
+    assert re.search(r"noisy: cached spread \d+%", html)
+    assert f"1 length of {len(evidence.record['lengths'])} flagged as noisy" in html
+    assert f"above {prose.NOISY_SPREAD:.0%} of its median" in html
+
+
+def test_too_few_repetitions_flag_every_row(evidence: Evidence) -> None:
+    evidence.record["config"]["benchmark"]["repeats"] = 3
+    html = render_view("medians", evidence)
+    assert html.count("only 3 repetitions") == len(evidence.record["lengths"])
+
+
+def test_precision_sentence_calls_it_rounding_only_when_float64_shrinks_the_error() -> None:
+    shrinking = {"length": 8, "float32": {"max_abs_diff": 6e-7}, "float64": {"max_abs_diff": 1.2e-15}}
+    assert "as rounding error does" in prose.precision_sentence(shrinking)
+    assert "5 × 10⁸ times smaller" in prose.precision_sentence(shrinking)
+    stuck = {"length": 8, "float32": {"max_abs_diff": 6e-7}, "float64": {"max_abs_diff": 5e-7}}
+    assert "points at a difference in the computation" in prose.precision_sentence(stuck)
+
+
+def test_provenance_names_what_differs_between_recording_and_build_machines(evidence: Evidence) -> None:
+    evidence.record["environment"]["cpu"]["model"] = "Some Other CPU"
+    evidence.tests["torch"] = "9.9.9"
+    html = render_view("provenance", evidence)
+    assert "They differ in: PyTorch and CPU." in html
+    assert "admonition warning" in html
+
+
+def test_tests_view_counts_and_lists_each_test(evidence: Evidence) -> None:
+    html = render_view("tests", evidence)
+    assert "2 of 2 lab tests passed when this site was built, on CPython 3.11.7 with PyTorch 2.13.0+cpu" in html
+    assert "<code>test_one</code>" in html and "<code>test_two</code>" in html
+
+
+def test_cache_bytes_come_from_the_config_and_must_match_the_measured_tensors(evidence: Evidence) -> None:
+    html = render_view("cache-bytes", evidence)
+    assert "2 × 1 × 4 × 8 × 4 = 256 bytes" in html
+    assert "<td>128</td><td>32,768</td><td>32,768</td>" in html
+    evidence.record["lengths"][0]["cache_bytes"]["measured"] += 4
+    with pytest.raises(SiteBuildError, match=r"\$\.lengths\[0\]\.cache_bytes"):
+        render_view("cache-bytes", evidence)
+
+
+def test_measured_now_changes_the_provenance_sentence(evidence: Evidence) -> None:
+    now = dataclasses.replace(evidence, measured_now=True)
+    assert "The benchmark ran during this build" in render_view("provenance", now)
+    assert "come from the committed record" in render_view("provenance", evidence)
