@@ -38,6 +38,13 @@ def log_ticks(low: float, high: float) -> list[float]:
     return ticks
 
 
+def enclosing_ticks(low: float, high: float) -> tuple[float, float]:
+    """Widen [low, high] to the nearest 1-2-5 ticks outside it, so both ends of the axis are labelled."""
+    below = max(t for t in log_ticks(low / 10, low) if t <= low)
+    above = min(t for t in log_ticks(high, high * 10) if t >= high)
+    return below, above
+
+
 def tick_label(value: float) -> str:
     return f"{value:g}"
 
@@ -47,8 +54,8 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, des
     if not series or len(series) > len(STYLES):
         raise ValueError(f"line_chart draws 1 to {len(STYLES)} series, got {len(series)}")
     xs = sorted({x for s in series for x in s.x})
-    y_low = min(v for s in series for v in s.low) / 1.25
-    y_high = max(v for s in series for v in s.high) * 1.25
+    y_low, y_high = enclosing_ticks(min(v for s in series for v in s.low) / 1.1,
+                                    max(v for s in series for v in s.high) * 1.1)
     x_low, x_high = xs[0] / 1.15, xs[-1] * 1.15
     plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
     plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
