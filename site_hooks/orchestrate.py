@@ -116,7 +116,7 @@ def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        record = load_record(path, root / lab.schema)
+        record = load_record(path, root / lab.schema, root)
         check_statistics(record, str(lab.record))
     except RecordError as error:
         raise SiteBuildError(str(error)) from None

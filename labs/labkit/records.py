@@ -31,17 +31,19 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def load_json(path: Path, what: str) -> Any:
+def load_json(path: Path, what: str, label: str | None = None) -> Any:
+    """Parse a JSON file; errors name it as ``label`` (default: the path)."""
+    name = label or str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise RecordError(f"{path}: {what} not found") from None
+        raise RecordError(f"{name}: {what} not found") from None
     except OSError as error:
-        raise RecordError(f"{path}: cannot read {what}: {error.strerror}") from None
+        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise RecordError(f"{path}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+        raise RecordError(f"{name}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
 
 
 def validate_record(record: Any, schema: dict[str, Any], source: str) -> None:
@@ -53,9 +55,15 @@ def validate_record(record: Any, schema: dict[str, Any], source: str) -> None:
         raise RecordError(f"{source}: field {error.json_path} is invalid: {message}")
 
 
-def load_record(path: Path, schema_path: Path) -> dict[str, Any]:
-    """Load and validate a record; every failure is one RecordError line naming the file and field."""
-    schema = load_json(schema_path, "record schema")
-    record = load_json(path, "measurement record")
-    validate_record(record, schema, str(path))
+def load_record(path: Path, schema_path: Path, root: Path | None = None) -> dict[str, Any]:
+    """Load and validate a record; every failure is one RecordError line naming the file and field.
+
+    With ``root``, files are named relative to it in messages.
+    """
+    def label(file: Path) -> str:
+        return file.relative_to(root).as_posix() if root and file.is_relative_to(root) else str(file)
+
+    schema = load_json(schema_path, "record schema", label(schema_path))
+    record = load_json(path, "measurement record", label(path))
+    validate_record(record, schema, label(path))
     return record
