@@ -18,6 +18,9 @@ def check_statistics(record: dict[str, Any], source: str) -> None:
         where = f"{source}: field $.lengths[{index}]"
         if sorted(entry["modes"]) != sorted(modes) or any(sorted(o) != sorted(modes) for o in entry["order"]):
             raise RecordError(f"{where} does not hold exactly the modes {modes}")
+        compared = sorted(m for m in modes if m != baseline)
+        if sorted(entry["equivalence"]) != compared:
+            raise RecordError(f"{where}.equivalence compares {sorted(entry['equivalence'])}, expected {compared}")
         counts = {len(entry["modes"][m]["durations_ns"]) for m in modes}
         if counts != {len(entry["order"])}:
             raise RecordError(f"{where}: {len(entry['order'])} repetitions in order but durations counts {sorted(counts)}")

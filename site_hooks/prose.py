@@ -125,19 +125,23 @@ def noise_sentence(record: dict[str, Any]) -> str:
 
 def equivalence_sentences(record: dict[str, Any]) -> list[str]:
     tolerance = record["tolerance"]
-    entries = record["lengths"]
-    worst = max(entries, key=lambda e: e["equivalence"]["max_abs_diff"])
-    agree = all(e["equivalence"]["argmax_agrees_every_step"] for e in entries)
-    sentences = [
-        f"Before any timing, the cached logits matched the full-prefix logits at every step of every measured "
-        f"length within atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}; the largest absolute "
-        f"difference was {format_sci(worst['equivalence']['max_abs_diff'])}, at {worst['length']} tokens.",
-        "The greedy (argmax) token was the same in both paths at every step of every length."
-        if agree else
-        "The greedy (argmax) token differed between the paths at some step: a near-tie that rounding tipped, "
-        "even though the logits stayed within tolerance.",
-    ]
-    return sentences + [precision_sentence(record["precision"])]
+    bench = record["config"]["benchmark"]
+    sentences = []
+    for mode in (m for m in bench["modes"] if m != bench["baseline"]):
+        worst = max(record["lengths"], key=lambda e: e["equivalence"][mode]["max_abs_diff"])
+        agree = all(e["equivalence"][mode]["argmax_agrees_every_step"] for e in record["lengths"])
+        sentences.append(
+            f"Before any timing, the {mode} logits matched the {bench['baseline']} logits at every compared step "
+            f"of every measured length within atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}; "
+            f"the largest absolute difference was {format_sci(worst['equivalence'][mode]['max_abs_diff'])}, "
+            f"at {worst['length']} tokens. "
+            + ("The greedy (argmax) token was the same at every step." if agree else
+               "The greedy (argmax) token differed at some step: a near-tie that rounding tipped, "
+               "although the logits stayed within tolerance.")
+        )
+    if "precision" in record:
+        sentences.append(precision_sentence(record["precision"]))
+    return sentences
 
 
 def power_of_ten(value: float) -> str:

@@ -100,11 +100,12 @@ def medians_view(evidence: Evidence) -> str:
     stats = statistics_frame(record["lengths"])
     speedups = speedup_frame(record["lengths"], baseline)
     flags = prose.noise_flags(record)
+    steps = {entry["length"]: entry["steps"] for entry in record["lengths"]}
     rows = []
     for length in bench["lengths"]:
         rows.append({
             "length": length,
-            "modes": [dict(stats.loc[(length, mode)], per_step=stats.loc[(length, mode), "median_ns"] / length)
+            "modes": [dict(stats.loc[(length, mode)], per_step=stats.loc[(length, mode), "median_ns"] / steps[length])
                       for mode in modes],
             "speedups": [speedups.loc[(length, mode)] for mode in modes if mode != baseline],
             "flags": flags[length],
@@ -157,14 +158,17 @@ def chart_view(evidence: Evidence) -> str:
 
 def equivalence_view(evidence: Evidence) -> str:
     record = evidence.record
-    return render("equivalence.html.j2", sentences=prose.equivalence_sentences(record),
-                  rows=record["lengths"], tolerance=record["tolerance"], batch=record["config"]["benchmark"]["batch"])
+    bench = record["config"]["benchmark"]
+    compared = [m for m in bench["modes"] if m != bench["baseline"]]
+    return render("equivalence.html.j2", sentences=prose.equivalence_sentences(record), compared=compared,
+                  baseline=bench["baseline"], rows=record["lengths"], tolerance=record["tolerance"],
+                  batch=bench["batch"])
 
 
 def cache_bytes_view(evidence: Evidence) -> str:
     record = evidence.record
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    per_position = 2 * batch * model["heads"] * model["head_dim"] * model["bytes_per_element"]
+    per_position = 2 * batch * model["kv_heads"] * model["head_dim"] * model["bytes_per_element"]
     rows = []
     for index, entry in enumerate(record["lengths"]):
         expected = per_position * entry["length"]
@@ -175,9 +179,9 @@ def cache_bytes_view(evidence: Evidence) -> str:
         rows.append({"length": entry["length"], "formula": expected, "measured": entry["cache_bytes"]["measured"]})
     last = rows[-1]
     sentence = (
-        f"With batch {batch}, {model['heads']} heads of width {model['head_dim']} and {model['dtype']} "
-        f"({model['bytes_per_element']} bytes per element), every retained position adds "
-        f"2 × {batch} × {model['heads']} × {model['head_dim']} × {model['bytes_per_element']} = "
+        f"With batch {batch}, {model['kv_heads']} key/value heads of width {model['head_dim']} and "
+        f"{model['dtype']} ({model['bytes_per_element']} bytes per element), every retained position adds "
+        f"2 × {batch} × {model['kv_heads']} × {model['head_dim']} × {model['bytes_per_element']} = "
         f"{per_position:,} bytes to this one-layer cache; at {last['length']} positions the key and value "
         f"tensors hold {last['formula']:,} bytes. The benchmark counted the bytes of the real cache tensors "
         f"at every length, and they equal the formula."

@@ -90,6 +90,7 @@ class ToySite:
         self.set_tests("import unittest\nclass T(unittest.TestCase):\n    def test_holds(self):\n        self.assertTrue(True)\n")
         (root / "results").mkdir()
         shutil.copy(SCHEMA, root / "results" / "toy.schema.json")
+        shutil.copy(SCHEMA.with_name("record-common.schema.json"), root / "results")
         template = copy.deepcopy(template)
         template["lab"] = "toy"
         (root / "template.json").write_text(json.dumps(template))

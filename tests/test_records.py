@@ -51,7 +51,7 @@ def test_corrupt_record_names_the_file_and_position(tmp_path: Path) -> None:
     [
         (lambda r: r.pop("environment"), r"field \$ is invalid: 'environment' is a required property"),
         (lambda r: r["lengths"][1]["modes"]["full"].update(median_ns="fast"), r"field \$\.lengths\[1\]\.modes\.full\.median_ns"),
-        (lambda r: r.update(schema_version=2), r"field \$\.schema_version is invalid"),
+        (lambda r: r.update(schema_version=1), r"field \$\.schema_version is invalid"),
         (lambda r: r["lengths"][0]["equivalence"].update(within_tolerance=False), r"field \$\.lengths\[0\]\.equivalence\.within_tolerance"),
     ],
 )
@@ -59,6 +59,13 @@ def test_schema_invalid_record_names_the_field(tmp_path: Path, record: dict[str,
     edit(record)
     with pytest.raises(RecordError, match=field):
         load_record(write(tmp_path / "r.json", record), SCHEMA)
+
+
+def test_schema_with_a_dangling_reference_is_a_clear_error(tmp_path: Path, record: dict[str, Any]) -> None:
+    schema = tmp_path / "lonely.schema.json"
+    schema.write_text(SCHEMA.read_text())  # without record-common.schema.json beside it
+    with pytest.raises(RecordError, match=r"r\.json: its schema cannot be used: unresolvable reference"):
+        load_record(write(tmp_path / "r.json", record), schema)
 
 
 def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:

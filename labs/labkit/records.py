@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
 
 
 class RecordError(ValueError):
@@ -46,10 +48,22 @@ def load_json(path: Path, what: str, label: str | None = None) -> Any:
         raise RecordError(f"{name}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
 
 
-def validate_record(record: Any, schema: dict[str, Any], source: str) -> None:
+def schema_registry(folder: Path) -> Registry:
+    """Every *.schema.json in ``folder``, by its $id, so lab schemas can $ref the shared one."""
+    resources = []
+    for path in sorted(folder.glob("*.schema.json")):
+        schema = load_json(path, "record schema")
+        resources.append((schema.get("$id", path.name), Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+def validate_record(record: Any, schema: dict[str, Any], source: str, registry: Registry | None = None) -> None:
     """Raise RecordError naming the first invalid field, as a JSON path."""
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    validator = jsonschema.Draft202012Validator(schema, registry=registry or Registry())
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    except Unresolvable as problem:  # the schema, not the record, is broken
+        raise RecordError(f"{source}: its schema cannot be used: unresolvable reference {problem}") from None
     if error is not None:
         message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
         raise RecordError(f"{source}: field {error.json_path} is invalid: {message}")
@@ -65,5 +79,5 @@ def load_record(path: Path, schema_path: Path, root: Path | None = None) -> dict
 
     schema = load_json(schema_path, "record schema", label(schema_path))
     record = load_json(path, "measurement record", label(path))
-    validate_record(record, schema, label(path))
+    validate_record(record, schema, label(path), schema_registry(schema_path.parent))
     return record

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
-import shlex
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,13 +35,13 @@ from kv_cache import (  # noqa: E402
     full_prefix_step_logits,
     kv_cache_bytes,
 )
+from labkit import bench  # noqa: E402
 from labkit.environment import capture_environment  # noqa: E402
 from labkit.fingerprint import source_fingerprint  # noqa: E402
 from labkit.manifest import load_lab  # noqa: E402
-from labkit.records import atomic_write_json, load_json, validate_record  # noqa: E402
-from labkit.summary import STATISTICS, as_number, speedup_frame, statistics_frame  # noqa: E402
+from labkit.records import load_json  # noqa: E402
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
 MODES: dict[str, Callable[[DecoderBlock, torch.Tensor], torch.Tensor]] = {
     "full": full_prefix_step_logits,  # baseline: recompute the whole prefix every step
@@ -54,10 +50,6 @@ MODES: dict[str, Callable[[DecoderBlock, torch.Tensor], torch.Tensor]] = {
 BASELINE = "full"
 DEFAULT_LENGTHS = (16, 32, 64, 128, 256, 512)
 QUICK = {"lengths": [4, 8], "repeats": 2, "warmup": 1}
-
-
-class EquivalenceError(RuntimeError):
-    """The two modes disagree: timing them would compare different computations."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,10 +82,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             parser.error(f"--{name} must be at least {low}, got {getattr(args, name)}")
 
 
-def progress(message: str) -> None:
-    print(f"benchmark: {message}", file=sys.stderr, flush=True)
-
-
 def teacher_forced_ids(config: ModelConfig, batch: int, length: int, seed: int) -> torch.Tensor:
     """Drawn once per length, so both modes decode exactly the same sequence."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
@@ -101,35 +89,29 @@ def teacher_forced_ids(config: ModelConfig, batch: int, length: int, seed: int) 
 
 
 def time_loop(mode: str, model: DecoderBlock, ids: torch.Tensor) -> int:
-    """Nanoseconds for one whole teacher-forced decode loop; garbage collection paused, as timeit does."""
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        MODES[mode](model, ids)
-        return time.perf_counter_ns() - start
-    finally:
-        gc.enable()
+    """Nanoseconds for one whole teacher-forced decode loop."""
+    return bench.time_ns(lambda: MODES[mode](model, ids))
 
 
 def check_equivalence(model: DecoderBlock, ids: torch.Tensor) -> dict[str, Any]:
     comparison = compare_paths(model, ids)
     if not comparison.within_tolerance:
-        raise EquivalenceError(
+        raise bench.EquivalenceError(
             f"length {ids.shape[1]}: cached and full logits differ by up to "
             f"{comparison.max_abs_diff:.3g}, beyond atol={ATOL}, rtol={RTOL}"
         )
-    return {
+    return {"cached": {
         "max_abs_diff": comparison.max_abs_diff,
         "within_tolerance": comparison.within_tolerance,
         "argmax_agrees_every_step": comparison.argmax_agrees_every_step,
-    }
+    }}
 
 
 def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, index: str) -> dict[str, Any]:
-    """Equivalence first, then warmup, then repetitions with alternating order."""
+    """Equivalence first, then warmup, then repetitions in rotating order."""
     config = model.config
     ids = teacher_forced_ids(config, args.batch, length, args.seed)
-    progress(f"{index} length {length}: checking cached against full logits at every step")
+    bench.progress(f"{index} length {length}: checking cached against full logits at every step")
     equivalence = check_equivalence(model, ids)
     with torch.inference_mode():
         _, cache = model(ids)
@@ -141,17 +123,18 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, i
             for _ in range(args.warmup):
                 time_loop(mode, model, ids)
         for repetition in range(args.repeats):
-            this_order = modes if repetition % 2 == 0 else modes[::-1]
-            progress(f"{index} length {length}: repetition {repetition + 1}/{args.repeats}, "
-                     f"{this_order[0]} first")
+            this_order = bench.run_order(modes, repetition)
+            bench.progress(f"{index} length {length}: repetition {repetition + 1}/{args.repeats}, "
+                           f"{this_order[0]} first")
             for mode in this_order:
                 durations[mode].append(time_loop(mode, model, ids))
-            order.append(list(this_order))
+            order.append(this_order)
     return {
         "length": length,
+        "steps": length,  # one duration is the whole loop: one forward call per position
         "equivalence": equivalence,
         "cache_bytes": {
-            "formula": kv_cache_bytes(args.batch, config.heads, length, config.head_dim,
+            "formula": kv_cache_bytes(args.batch, config.kv_heads, length, config.head_dim,
                                       config.bytes_per_element),
             "measured": cache_storage_bytes(cache),
         },
@@ -160,21 +143,9 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, i
     }
 
 
-def add_statistics(lengths: list[dict[str, Any]]) -> None:
-    """Store min/median/max per mode and the speedups, computed by labkit.summary."""
-    stats = statistics_frame(lengths)
-    speedups = speedup_frame(lengths, BASELINE)
-    for entry in lengths:
-        for mode, values in entry["modes"].items():
-            values.update({name: as_number(stats.loc[(entry["length"], mode), name]) for name in STATISTICS})
-        entry["speedup"] = {
-            mode: {name: float(row[name]) for name in ("ratio_of_medians", "median_of_paired_ratios")}
-            for mode, row in speedups.loc[entry["length"]].iterrows()
-        }
-
-
 def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) -> dict[str, Any]:
     """Same ids in float32 and float64: if the differences are rounding, float64 shrinks them."""
+    bench.progress(f"precision check at length {length} in float32 and float64")
     ids = teacher_forced_ids(config, args.batch, length, args.seed)
     result: dict[str, Any] = {"length": length}
     for dtype in (torch.float32, torch.float64):
@@ -186,29 +157,21 @@ def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) 
     return result
 
 
-def command_line(argv: list[str] | None) -> str:
-    """The command as a reader would retype it from the repository root, with no local paths."""
-    script = Path(__file__).resolve().relative_to(ROOT).as_posix()
-    return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
-
-
 def build_record(args: argparse.Namespace, argv: list[str] | None, model_class: type[DecoderBlock]) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     config = ModelConfig(seed=args.seed)
     model = model_class(config)
-    lengths = []
-    for number, length in enumerate(args.lengths, start=1):
-        lengths.append(measure_length(model, length, args, f"[{number}/{len(args.lengths)}]"))
-    add_statistics(lengths)
-    progress(f"precision check at length {args.lengths[-1]} in float32 and float64")
+    lengths = [measure_length(model, length, args, f"[{number}/{len(args.lengths)}]")
+               for number, length in enumerate(args.lengths, start=1)]
+    bench.add_statistics(lengths, BASELINE)
     output = args.output.resolve()
     ignore = (output.relative_to(ROOT).as_posix(),) if output.is_relative_to(ROOT) else ()
     return {
         "schema_version": SCHEMA_VERSION,
         "lab": LAB.name,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "command": command_line(argv),
+        "command": bench.command_line(__file__, ROOT, argv),
         "environment": capture_environment(ROOT, ignore),
         "config": {
             "model": config.as_record(),
@@ -221,8 +184,7 @@ def build_record(args: argparse.Namespace, argv: list[str] | None, model_class: 
                 "threads": args.threads,
                 "modes": list(MODES),
                 "baseline": BASELINE,
-                "order_policy": "alternate: repetition 0 runs modes in listed order, "
-                                "each later repetition reverses the previous order",
+                "order_policy": bench.ORDER_POLICY,
                 "workload": "teacher-forced decode loop: one forward call per position, "
                             "last-position logits kept",
                 "timer": "time.perf_counter_ns, torch.inference_mode, gc paused per loop",
@@ -238,27 +200,14 @@ def build_record(args: argparse.Namespace, argv: list[str] | None, model_class: 
 def main(argv: list[str] | None = None, model_class: type[DecoderBlock] = DecoderBlock) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    untouched = f"{args.output} was not written" + (" and still holds the previous record"
-                                                     if args.output.exists() else "")
-    try:
-        record = build_record(args, argv, model_class)
-        validate_record(record, load_json(ROOT / LAB.schema, "record schema"), "new record")
-        atomic_write_json(args.output, record)
-    except EquivalenceError as error:
-        progress(f"equivalence check failed, no timing taken: {error}; {untouched}")
-        return 2
-    except KeyboardInterrupt:
-        progress(f"interrupted; {untouched}")
-        return 130
-    except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
-        progress(f"failed: {type(error).__name__}: {error}; {untouched}")
-        return 1
-    progress(f"wrote {args.output}")
-    for entry in record["lengths"]:
-        medians = ", ".join(f"{m} {v['median_ns'] / 1e6:.2f} ms" for m, v in entry["modes"].items())
-        speedup = entry["speedup"]["cached"]["ratio_of_medians"]
-        progress(f"length {entry['length']}: median {medians}; full/cached {speedup:.2f}x")
-    return 0
+    code = bench.write_record(args.output, lambda: build_record(args, argv, model_class), ROOT / LAB.schema)
+    if code == 0:
+        record = load_json(args.output, "measurement record")
+        for entry in record["lengths"]:
+            medians = ", ".join(f"{m} {v['median_ns'] / 1e6:.2f} ms" for m, v in entry["modes"].items())
+            speedup = entry["speedup"]["cached"]["ratio_of_medians"]
+            bench.progress(f"length {entry['length']}: median {medians}; full/cached {speedup:.2f}x")
+    return code
 
 
 if __name__ == "__main__":

@@ -32,9 +32,9 @@ def assert_steps_match(model: DecoderBlock, ids: Tensor) -> None:
             torch.testing.assert_close(
                 step[:, -1], full, atol=ATOL, rtol=RTOL, msg=lambda m, t=t: f"step {t}: {m}"
             )
-            expected_shape = (batch, cfg.heads, t + 1, cfg.head_dim)
+            expected_shape = (batch, cfg.kv_heads, t + 1, cfg.head_dim)
             assert cache[0].shape == cache[1].shape == expected_shape, (t, cache[0].shape)
-            expected_bytes = kv_cache_bytes(batch, cfg.heads, t + 1, cfg.head_dim, cfg.bytes_per_element)
+            expected_bytes = kv_cache_bytes(batch, cfg.kv_heads, t + 1, cfg.head_dim, cfg.bytes_per_element)
             assert cache_storage_bytes(cache) == expected_bytes, (t, cache_storage_bytes(cache))
 
 

@@ -52,6 +52,16 @@ class FusedAttentionMatchesReferences(unittest.TestCase):
                     rtol=RTOL,
                 )
 
+    def test_grouped_query_attention_equals_the_reference_with_repeated_kv_heads(self) -> None:
+        for prefix, chunk in [(0, 6), (7, 5), (40, 1)]:
+            with self.subTest(prefix=prefix, chunk=chunk):
+                q, k, v = qkv(prefix, chunk, seed=chunk)
+                k, v = k[:, :2], v[:, :2]  # 4 query heads share 2 key/value heads
+                fused = causal_attention(q, k, v, prefix)
+                repeated = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), prefix)
+                torch.testing.assert_close(fused, repeated, atol=ATOL, rtol=RTOL)
+                self.assertFalse(torch.allclose(fused[:, 0], fused[:, 2], atol=1e-3))  # groups differ
+
     def test_at_offset_zero_both_equal_pytorch_is_causal(self) -> None:
         q, k, v = qkv(prefix=0, chunk=9, seed=3)
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -23,6 +23,14 @@ class CachedPathMatchesFullPrefix(unittest.TestCase):
     def test_chunked_prefill_matches_full_sequence_at_every_new_position(self) -> None:
         assert_chunk_matches(DecoderBlock(TINY), random_ids(batch=2, length=12, seed=0), prefix=7)
 
+    def test_grouped_query_heads_cache_only_kv_heads_and_still_match_full_prefix(self) -> None:
+        for kv_heads in (2, 1):
+            with self.subTest(kv_heads=kv_heads):
+                model = DecoderBlock(dataclasses.replace(TINY, kv_heads=kv_heads))
+                ids = random_ids(batch=2, length=12, seed=0)
+                assert_steps_match(model, ids)  # also checks the cache is (B, kv_heads, T, D)
+                assert_chunk_matches(model, ids, prefix=7)
+
     def test_unrelated_request_between_identical_calls_changes_nothing(self) -> None:
         model = DecoderBlock(TINY)
         weights = {name: p.clone() for name, p in model.state_dict().items()}

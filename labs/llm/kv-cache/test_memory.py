@@ -26,6 +26,15 @@ class CacheBytes(unittest.TestCase):
             _, cache = DecoderBlock(config)(ids)
         self.assertEqual(cache_storage_bytes(cache), 32_768)
 
+    def test_grouped_query_cache_holds_kv_heads_not_query_heads(self) -> None:
+        config = ModelConfig(kv_heads=1)
+        ids = torch.randint(0, config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0))
+        with torch.inference_mode():
+            _, cache = DecoderBlock(config)(ids)
+        self.assertEqual(tuple(cache[0].shape), (1, 1, 128, 8))
+        self.assertEqual(cache_storage_bytes(cache), kv_cache_bytes(1, 1, 128, 8, 4))
+        self.assertEqual(cache_storage_bytes(cache), 32_768 // 4)
+
     def test_formula_rejects_impossible_dimensions(self) -> None:
         with self.assertRaisesRegex(ValueError, r"heads must be at least 1, got 0"):
             kv_cache_bytes(batch=1, heads=0, length=4, head_dim=8, bytes_per_element=4)
@@ -34,6 +43,12 @@ class CacheBytes(unittest.TestCase):
 
 
 class ConfigChecks(unittest.TestCase):
+    def test_kv_heads_default_to_heads_and_must_divide_them(self) -> None:
+        self.assertEqual(ModelConfig().kv_heads, 4)
+        self.assertEqual(ModelConfig(kv_heads=2).kv_heads, 2)
+        with self.assertRaisesRegex(ValueError, r"heads \(4\) must be a multiple of kv_heads \(3\)"):
+            ModelConfig(kv_heads=3)
+
     def test_width_must_split_evenly_into_heads(self) -> None:
         with self.assertRaisesRegex(ValueError, r"width \(30\) must be divisible by heads \(4\)"):
             ModelConfig(width=30)

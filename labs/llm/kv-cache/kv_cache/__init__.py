@@ -5,7 +5,7 @@ from .config import ModelConfig
 from .decode import cached_step_logits, decode_step, full_prefix_step_logits, prefill
 from .equivalence import ATOL, RTOL, StepComparison, compare_paths
 from .memory import cache_storage_bytes, kv_cache_bytes
-from .model import Cache, DecoderBlock
+from .model import Cache, DecoderBlock, KVStore
 
 __all__ = [
     "ATOL",
@@ -16,6 +16,7 @@ __all__ = [
     "prefill",
     "Cache",
     "DecoderBlock",
+    "KVStore",
     "ModelConfig",
     "cache_storage_bytes",
     "cached_step_logits",

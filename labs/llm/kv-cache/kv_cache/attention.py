@@ -30,6 +30,8 @@ def causal_mask(query_len: int, offset: int, device: torch.device | None = None)
 def _check_shapes(q: Tensor, k: Tensor, v: Tensor, offset: int) -> None:
     if k.shape != v.shape:
         raise ValueError(f"keys {tuple(k.shape)} and values {tuple(v.shape)} differ in shape")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads evenly")
     expected_keys = offset + q.shape[-2]
     if k.shape[-2] != expected_keys:
         raise ValueError(
@@ -39,22 +41,26 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor, offset: int) -> None:
 
 # --8<-- [start:causal_attention]
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
-    """Fused attention: q (B, H, Tq, D), k and v (B, H, offset + Tq, D) -> (B, H, Tq, D)."""
+    """Fused attention: q (B, H, Tq, D), k and v (B, Hkv, offset + Tq, D) -> (B, H, Tq, D)."""
     _check_shapes(q, k, v, offset)
     query_len = q.shape[-2]
+    grouped = k.shape[1] != q.shape[1]  # grouped-query: each key/value head serves H / Hkv query heads
     if query_len == 1:
         # A single newest query sees every key: no mask at all is the cheapest correct one.
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=grouped)
     if offset == 0:
         # Square scores: PyTorch's own top-left causal mask is correct here.
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(query_len, offset, q.device))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=grouped)
+    mask = causal_mask(query_len, offset, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=grouped)
 # --8<-- [end:causal_attention]
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
     """The same computation written out: scaled scores, masked softmax, weighted sum."""
     _check_shapes(q, k, v, offset)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, D)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     visible = causal_mask(q.shape[-2], offset, q.device)
     scores = scores.masked_fill(~visible, float("-inf"))

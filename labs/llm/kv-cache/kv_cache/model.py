@@ -11,14 +11,27 @@ The `--8<--` comments mark the excerpt that the article includes verbatim.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor, nn
 
 from .attention import causal_attention
 from .config import ModelConfig
 
-# (keys, values), each (B, H, T, D): batch, heads, cached positions, head width.
+# (keys, values), each (B, Hkv, T, D): batch, key/value heads, cached positions, head width.
 Cache = tuple[Tensor, Tensor]
+
+
+class KVStore(Protocol):
+    """Key/value storage that writes in place instead of concatenating (see the kv-storage lab)."""
+
+    @property
+    def length(self) -> int:
+        """Positions stored so far: the offset of the next token."""
+
+    def update(self, keys: Tensor, values: Tensor) -> Cache:
+        """Store new (B, Hkv, T, D) entries; return every stored position, (B, Hkv, length, D)."""
 
 
 class DecoderBlock(nn.Module):
@@ -31,7 +44,8 @@ class DecoderBlock(nn.Module):
             self.token = nn.Embedding(config.vocab_size, width)
             self.position = nn.Embedding(config.max_positions, width)
             self.norm_attention = nn.LayerNorm(width)
-            self.qkv = nn.Linear(width, 3 * width)  # fused query/key/value projection
+            kv_width = config.kv_heads * config.head_dim
+            self.qkv = nn.Linear(width, width + 2 * kv_width)  # fused query/key/value projection
             self.out = nn.Linear(width, width)
             self.norm_ffn = nn.LayerNorm(width)
             self.ffn = nn.Sequential(
@@ -45,7 +59,7 @@ class DecoderBlock(nn.Module):
         self.eval()
 
     # --8<-- [start:forward]
-    def forward(self, ids: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+    def forward(self, ids: Tensor, cache: Cache | KVStore | None = None) -> tuple[Tensor, Cache | KVStore]:
         """Logits (B, T, vocab) for the T tokens in ``ids``, and the cache extended by them."""
         batch, length = self._check_ids(ids)
         offset = 0 if cache is None else self._check_cache(cache, batch)
@@ -55,14 +69,19 @@ class DecoderBlock(nn.Module):
                 f"beyond the position capacity of {self.config.max_positions}"
             )
         x = self.token(ids) + self.position(self.positions(offset, length, ids.device))  # (B, T, C)
-        q, k, v = self._split_heads(self.qkv(self.norm_attention(x)))  # each (B, H, T, D)
-        if cache is not None:
-            k = torch.cat((cache[0], k), dim=-2)  # (B, H, offset + T, D)
-            v = torch.cat((cache[1], v), dim=-2)
-        attended = self.attend(q, k, v, offset)  # (B, H, T, D)
+        q, k, v = self._split_heads(self.qkv(self.norm_attention(x)))  # (B, H, T, D), k/v (B, Hkv, T, D)
+        if cache is None or isinstance(cache, tuple):  # concatenate: a new, longer pair every call
+            keys, values = (k, v) if cache is None else (
+                torch.cat((cache[0], k), dim=-2),  # (B, Hkv, offset + T, D)
+                torch.cat((cache[1], v), dim=-2),
+            )
+            cache = (keys, values)
+        else:  # a store writes in place and returns views of all offset + T positions
+            keys, values = cache.update(k, v)
+        attended = self.attend(q, keys, values, offset)  # (B, H, T, D)
         x = x + self.out(attended.transpose(1, 2).reshape(batch, length, self.config.width))
         x = x + self.ffn(self.norm_ffn(x))
-        return self.head(self.norm_final(x)), (k, v)
+        return self.head(self.norm_final(x)), cache
     # --8<-- [end:forward]
 
     def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
@@ -75,9 +94,13 @@ class DecoderBlock(nn.Module):
 
     def _split_heads(self, projected: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         batch, length, _ = projected.shape
-        heads, head_dim = self.config.heads, self.config.head_dim
-        q, k, v = projected.view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        return q, k, v
+        heads, kv_heads, head_dim = self.config.heads, self.config.kv_heads, self.config.head_dim
+        q, k, v = projected.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        return (
+            q.view(batch, length, heads, head_dim).transpose(1, 2),
+            k.view(batch, length, kv_heads, head_dim).transpose(1, 2),
+            v.view(batch, length, kv_heads, head_dim).transpose(1, 2),
+        )
 
     def _check_ids(self, ids: Tensor) -> tuple[int, int]:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
@@ -95,8 +118,10 @@ class DecoderBlock(nn.Module):
             )
         return batch, length
 
-    def _check_cache(self, cache: Cache, batch: int) -> int:
+    def _check_cache(self, cache: Cache | KVStore, batch: int) -> int:
         """Return the cached length after checking the cache fits this model and batch."""
+        if hasattr(cache, "update") and hasattr(cache, "length"):
+            return cache.length  # a store checks shapes itself when it is updated
         if not isinstance(cache, tuple) or len(cache) != 2:
             raise ValueError("cache must be the (keys, values) tuple returned by forward")
         keys, values = cache
@@ -104,12 +129,12 @@ class DecoderBlock(nn.Module):
             raise ValueError(
                 f"cache keys {tuple(keys.shape)} and values {tuple(values.shape)} differ in shape"
             )
-        expected = (batch, self.config.heads, self.config.head_dim)
+        expected = (batch, self.config.kv_heads, self.config.head_dim)
         found = (keys.shape[0], keys.shape[1], keys.shape[-1]) if keys.dim() == 4 else None
         if found != expected:
             raise ValueError(
                 f"cache shape {tuple(keys.shape)} does not fit (batch={batch}, "
-                f"heads={self.config.heads}, T, head_dim={self.config.head_dim})"
+                f"kv_heads={self.config.kv_heads}, T, head_dim={self.config.head_dim})"
             )
         weight = self.token.weight
         for name, tensor in (("keys", keys), ("values", values)):

@@ -1,0 +1,86 @@
+"""What every lab benchmark shares: progress lines, timing, run order, statistics and the safe write.
+
+A benchmark builds its record in memory and hands it to ``write_record``,
+which validates it against the lab's schema and replaces the old record in
+one rename; any failure on the way leaves the old record byte-identical.
+"""
+
+from __future__ import annotations
+
+import gc
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .records import atomic_write_json, load_json, schema_registry, validate_record
+from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
+
+ORDER_POLICY = ("rotate: repetition r runs the modes starting from mode r mod n, so each mode runs "
+                "first equally often (with two modes, the first mode alternates)")
+
+
+class EquivalenceError(RuntimeError):
+    """The modes disagree: timing them would compare different computations."""
+
+
+def progress(message: str) -> None:
+    """One line on stderr; the site build streams these into its log."""
+    print(f"benchmark: {message}", file=sys.stderr, flush=True)
+
+
+def run_order(modes: Sequence[str], repetition: int) -> list[str]:
+    shift = repetition % len(modes)
+    return [*modes[shift:], *modes[:shift]]
+
+
+def time_ns(work: Callable[[], object]) -> int:
+    """Nanoseconds for one call, with garbage collection paused as timeit does."""
+    gc.disable()
+    try:
+        start = time.perf_counter_ns()
+        work()
+        return time.perf_counter_ns() - start
+    finally:
+        gc.enable()
+
+
+def command_line(script: str, root: Path, argv: Sequence[str] | None) -> str:
+    """The command as a reader would retype it from the repository root, with no local paths."""
+    relative = Path(script).resolve().relative_to(root).as_posix()
+    return shlex.join(["python", relative, *(sys.argv[1:] if argv is None else argv)])
+
+
+def add_statistics(lengths: list[dict[str, Any]], baseline: str) -> None:
+    """Store min/median/max per mode and the speedups over the baseline, as labkit.summary computes them."""
+    stats = statistics_frame(lengths)
+    speedups = speedup_frame(lengths, baseline)
+    for entry in lengths:
+        for mode, values in entry["modes"].items():
+            values.update({name: as_number(stats.loc[(entry["length"], mode), name]) for name in STATISTICS})
+        entry["speedup"] = {
+            mode: {name: float(row[name]) for name in ("ratio_of_medians", "median_of_paired_ratios")}
+            for mode, row in speedups.loc[entry["length"]].iterrows()
+        }
+
+
+def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path) -> int:
+    """Build, validate and atomically write a record; on any failure say so and keep the old one."""
+    untouched = f"{output} was not written" + (" and still holds the previous record" if output.exists() else "")
+    try:
+        record = build()
+        validate_record(record, load_json(schema, "record schema"), "new record", schema_registry(schema.parent))
+        atomic_write_json(output, record)
+    except EquivalenceError as error:
+        progress(f"equivalence check failed, no timing taken: {error}; {untouched}")
+        return 2
+    except KeyboardInterrupt:
+        progress(f"interrupted; {untouched}")
+        return 130
+    except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
+        progress(f"failed: {type(error).__name__}: {error}; {untouched}")
+        return 1
+    progress(f"wrote {output}")
+    return 0
