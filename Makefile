@@ -25,8 +25,9 @@ site: venv
 serve: venv
 	$(PY) -m mkdocs serve
 
+# Every registered lab's benchmark, as its lab.toml states it (see labs/labkit/run_benchmarks.py).
 bench: venv
-	$(PY) labs/llm/kv-cache/benchmark.py --output results/cache-results.json
+	$(PY) labs/labkit/run_benchmarks.py
 
 clean:
 	rm -rf site .cache test-output .pytest_cache .hypothesis

@@ -83,3 +83,46 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, des
         y_ticks=[(py(y), tick_label(y)) for y in log_ticks(y_low, y_high)],
         series=drawn,
     )
+
+
+@dataclass(frozen=True)
+class BarGroup:
+    label: str
+    values: list[float]  # one per series, in the order of the series labels
+
+
+def bar_chart(groups: list[BarGroup], series: list[str], title: str, x_label: str, description: str) -> str:
+    """Horizontal grouped bars on a linear axis starting at zero."""
+    if not groups or not series or len(series) > len(STYLES):
+        raise ValueError(f"bar_chart needs groups and 1 to {len(STYLES)} series, got {len(groups)} and {len(series)}")
+    bar, gap = 18, 14
+    left, right, top = 110, 40, 44
+    height = top + len(groups) * (len(series) * bar + gap) + 56
+    plot_w = WIDTH - left - right
+    high = max(v for g in groups for v in g.values)
+    step = nice_step(high / 5)
+    axis_max = step * math.ceil(high / step)
+
+    def px(value: float) -> float:
+        return round(left + plot_w * value / axis_max, 1)
+
+    rows = []
+    y = top
+    for group in groups:
+        bars = [{"y": y + i * bar, "width": round(px(v) - left, 1), "value": v, "style": STYLES[i]}
+                for i, v in enumerate(group.values)]
+        rows.append({"label": group.label, "centre": y + len(series) * bar / 2, "bars": bars})
+        y += len(series) * bar + gap
+    ticks = [(px(step * i), tick_label(step * i)) for i in range(int(round(axis_max / step)) + 1)]
+    return render("bars.svg.j2", width=WIDTH, height=height, left=left, top=top, plot_w=plot_w, bottom=y,
+                  bar=bar, rows=rows, ticks=ticks, series=[(s, STYLES[i]) for i, s in enumerate(series)],
+                  title=title, x_label=x_label, description=description)
+
+
+def nice_step(raw: float) -> float:
+    """The 1-2-5 step at or above ``raw``."""
+    exponent = math.floor(math.log10(raw))
+    for mantissa in (1, 2, 5, 10):
+        if mantissa * 10**exponent >= raw:
+            return mantissa * 10.0**exponent
+    raise AssertionError("unreachable: 10 x 10^e >= raw")

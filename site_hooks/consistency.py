@@ -1,4 +1,5 @@
-"""A record's stored statistics must be what its raw repetitions give; a hand-edited number is refused."""
+"""A record's numbers must agree with each other: stored statistics with the raw durations, the
+lengths with the config, equivalence with the tolerance. A hand-edited figure is refused."""
 
 from __future__ import annotations
 
@@ -10,22 +11,53 @@ from labkit.summary import STATISTICS, speedup_frame, statistics_frame
 
 
 def check_statistics(record: dict[str, Any], source: str) -> None:
-    """Raise RecordError naming the first stored figure that the raw durations contradict."""
-    lengths = record["lengths"]
-    modes = record["config"]["benchmark"]["modes"]
-    baseline = record["config"]["benchmark"]["baseline"]
-    for index, entry in enumerate(lengths):
-        where = f"{source}: field $.lengths[{index}]"
-        if sorted(entry["modes"]) != sorted(modes) or any(sorted(o) != sorted(modes) for o in entry["order"]):
-            raise RecordError(f"{where} does not hold exactly the modes {modes}")
-        compared = sorted(m for m in modes if m != baseline)
-        if sorted(entry["equivalence"]) != compared:
-            raise RecordError(f"{where}.equivalence compares {sorted(entry['equivalence'])}, expected {compared}")
-        counts = {len(entry["modes"][m]["durations_ns"]) for m in modes}
-        if counts != {len(entry["order"])}:
-            raise RecordError(f"{where}: {len(entry['order'])} repetitions in order but durations counts {sorted(counts)}")
+    """Raise RecordError naming the first field that the rest of the record contradicts."""
+    bench = record["config"]["benchmark"]
+    modes, baseline = bench["modes"], bench["baseline"]
     if baseline not in modes:
         raise RecordError(f"{source}: field $.config.benchmark.baseline {baseline!r} is not one of {modes}")
+    lengths = record["lengths"]
+    measured = [entry["length"] for entry in lengths]
+    if measured != bench["lengths"]:
+        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, "
+                          f"but $.config.benchmark.lengths says {bench['lengths']}")
+    for index, entry in enumerate(lengths):
+        check_entry(entry, f"{source}: field $.lengths[{index}]", record, modes, baseline)
+    check_stored_statistics(lengths, source, modes, baseline)
+
+
+def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes: list[str], baseline: str) -> None:
+    others = sorted(m for m in modes if m != baseline)
+    repeats = record["config"]["benchmark"]["repeats"]
+    if sorted(entry["modes"]) != sorted(modes) or any(sorted(order) != sorted(modes) for order in entry["order"]):
+        raise RecordError(f"{where} does not hold exactly the modes {modes}")
+    if len(entry["order"]) != repeats:
+        raise RecordError(f"{where}.order has {len(entry['order'])} repetitions, config says repeats = {repeats}")
+    counts = sorted({len(entry["modes"][m]["durations_ns"]) for m in modes})
+    if counts != [repeats]:
+        raise RecordError(f"{where}.modes: durations per mode {counts}, config says repeats = {repeats}")
+    for name in ("equivalence", "speedup"):
+        if sorted(entry[name]) != others:
+            raise RecordError(f"{where}.{name} covers {sorted(entry[name])}, expected {others}")
+    tolerance = record["tolerance"]
+    for mode, comparison in entry["equivalence"].items():
+        bound = tolerance["atol"] + tolerance["rtol"] * comparison["max_abs_reference"]
+        if comparison["max_abs_diff"] > bound:
+            raise RecordError(f"{where}.equivalence.{mode}.max_abs_diff is {comparison['max_abs_diff']:g}, "
+                              f"beyond atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
+    if "cache_bytes" in entry:
+        check_cache_bytes(entry, where, record)
+
+
+def check_cache_bytes(entry: dict[str, Any], where: str, record: dict[str, Any]) -> None:
+    model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
+    expected = 2 * batch * model["kv_heads"] * entry["length"] * model["head_dim"] * model["bytes_per_element"]
+    if entry["cache_bytes"] != {"formula": expected, "measured": expected}:
+        raise RecordError(f"{where}.cache_bytes is {entry['cache_bytes']}, but 2 x B x Hkv x T x D x bytes "
+                          f"gives {expected} from the record's config")
+
+
+def check_stored_statistics(lengths: list[dict[str, Any]], source: str, modes: list[str], baseline: str) -> None:
     stats = statistics_frame(lengths)
     speedups = speedup_frame(lengths, baseline)
     for index, entry in enumerate(lengths):

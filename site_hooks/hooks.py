@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
@@ -60,7 +61,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
                           lambda lab, view: render_view(view, _evidence[lab]))
     except SiteBuildError as error:
         raise PluginError(str(error)) from None
-    except (KeyError, ValueError, TypeError) as error:  # a record the schema let through but a view cannot use
+    except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, TemplateError) as error:
+        # a record the schema and the consistency checks let through, but a view still cannot use
         raise PluginError(f"{source}: cannot render from the record: {type(error).__name__}: {error}") from None
 
 

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -69,12 +70,13 @@ def subprocess_env(root: Path) -> dict[str, str]:
 
 
 def tests_digest(lab: Lab, root: Path) -> str:
-    """Changes whenever anything the tests could see changes: the lab's files, labkit, the interpreter."""
+    """Changes whenever anything the tests could see changes: the lab's files, the sources it measures
+    (another lab's, too), labkit, the interpreter."""
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0".encode())
-    folders = [root / lab.folder, CODE_ROOT / "labs" / "labkit"]
-    for path in sorted(p for folder in folders for p in folder.rglob("*") if p.is_file()):
-        if "__pycache__" not in path.parts:
-            digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
+    files.update(p for pattern in lab.fingerprint for p in root.glob(pattern))
+    for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -117,9 +119,11 @@ def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
         return None
     try:
         record = load_record(path, root / lab.schema, root)
-        check_statistics(record, str(lab.record))
+        check_statistics(record, lab.record.as_posix())
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
+    except (KeyError, IndexError, TypeError, ValueError) as error:  # valid by schema, unusable all the same
+        raise SiteBuildError(f"{lab.record.as_posix()}: inconsistent record: {type(error).__name__}: {error}") from None
     return record
 
 
@@ -132,23 +136,33 @@ def is_stale(record: dict[str, Any], lab: Lab, root: Path) -> bool:
 
 
 def run_benchmark(lab: Lab, root: Path, log: logging.Logger) -> None:
-    """Run the lab's benchmark, streaming its progress lines into the build log."""
-    arguments = [part.replace("{record}", lab.record.as_posix()) for part in lab.benchmark]
+    """Run the lab's benchmark, streaming its progress lines into the build log, within a deadline."""
+    arguments = lab.benchmark_arguments()
     log.info(f"lab {lab.name}: measuring: python {' '.join(arguments)}")
     process = subprocess.Popen([sys.executable, *arguments], cwd=root, env=subprocess_env(root),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    last = "no output"
-    assert process.stderr is not None
-    for line in process.stderr:
-        last = line.rstrip() or last
-        log.info(f"lab {lab.name}: {last}")
+    lines: list[str] = []
+
+    def relay() -> None:  # on a thread, so the deadline below holds even if the benchmark hangs
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.strip():
+                lines.append(line.rstrip())
+                log.info(f"lab {lab.name}: {lines[-1]}")
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
     try:
         code = process.wait(timeout=BENCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         process.kill()
-        raise SiteBuildError(f"lab {lab.name}: benchmark exceeded {BENCH_TIMEOUT_S} s") from None
+        process.wait()
+        raise SiteBuildError(f"lab {lab.name}: benchmark exceeded {BENCH_TIMEOUT_S} s and was stopped; "
+                             f"{lab.record} keeps its previous content") from None
+    finally:
+        reader.join(timeout=5)
     if code != 0:
-        raise SiteBuildError(f"lab {lab.name}: benchmark exited with {code}: {last}")
+        raise SiteBuildError(f"lab {lab.name}: benchmark exited with {code}: {(lines or ['no output'])[-1]}")
 
 
 def fresh_record(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str],

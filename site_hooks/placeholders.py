@@ -13,6 +13,7 @@ from .errors import SiteBuildError
 
 # Loose on purpose: it finds every attempt, then the parser decides whether it is valid.
 CANDIDATE = re.compile(r"\{\{\s*lab\s*:(?P<body>[^}]*)\}\}")
+ALONE = re.compile(r"^[ \t]*\{\{[^}]*\}\}[ \t]*$")
 VALID = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]*):(?P<view>[a-z0-9][a-z0-9-]*)$")
 
 
@@ -24,6 +25,10 @@ def substitute(markdown: str, page: str, labs: set[str], views: set[str],
         line = markdown.count("\n", 0, match.start()) + 1
         where = f"{page}:{line}: placeholder {match.group(0)!r}"
         parsed = VALID.match(match.group("body").strip())
+        line_start = markdown.rfind("\n", 0, match.start()) + 1
+        line_end = markdown.find("\n", match.end())
+        if not ALONE.match(markdown[line_start : None if line_end < 0 else line_end]):
+            raise SiteBuildError(f"{where} must stand alone on its line (it becomes a block of HTML)")
         if parsed is None:
             raise SiteBuildError(f"{where} is malformed; write {{{{ lab:<lab>:<view> }}}}")
         lab, view = parsed.group("lab"), parsed.group("view")

@@ -31,7 +31,7 @@ def environment_sentence(record: dict[str, Any]) -> str:
     return (
         f"The timings were recorded with {env['python']['implementation']} {env['python']['version']} "
         f"and PyTorch {env['torch']['version']}, with {plural(threads, 'Torch thread')} in force, "
-        f"on {env['cpu']['model']} ({env['cpu']['logical_cores']} logical cores), "
+        f"on {env['cpu']['model']} ({env['cpu']['logical_cores'] or 'unknown'} logical cores), "
         f"on {record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
     )
 
@@ -43,10 +43,23 @@ def faster_sentences(record: dict[str, Any]) -> list[str]:
     medians = statistics_frame(record["lengths"])["median_ns"].unstack("mode")
     speedups = speedup_frame(record["lengths"], baseline)["ratio_of_medians"]
     sentences = []
-    for mode in (m for m in bench["modes"] if m != baseline):
+    others = [m for m in bench["modes"] if m != baseline]
+    for mode in others:
         sentences.append(lower_median_sentence(medians, mode, baseline))
         sentences.extend(gap_sentences(medians, speedups.xs(mode, level="mode"), mode, baseline))
+    if len(others) > 1:
+        sentences.append(ranking_sentence(medians[others]))
     return sentences
+
+
+def ranking_sentence(medians: pd.DataFrame) -> str:
+    """Order of the non-baseline modes at the shortest and the longest prefix."""
+    def ranked(length: int) -> str:
+        return " < ".join(medians.loc[length].sort_values().index)
+
+    first, last = medians.index[0], medians.index[-1]
+    return (f"Ordered by median time, fastest first: {ranked(first)} at {first} tokens; "
+            f"{ranked(last)} at {last} tokens.")
 
 
 def lower_median_sentence(medians: pd.DataFrame, mode: str, baseline: str) -> str:
@@ -158,9 +171,64 @@ def precision_sentence(precision: dict[str, Any]) -> str:
     double = precision["float64"]["max_abs_diff"]
     head = (f"Run again at {precision['length']} tokens, the largest difference was {format_sci(single)} in float32 "
             f"and {format_sci(double)} in float64")
+    if single == 0:
+        return f"{head}: the two paths agreed exactly in float32, so there was no rounding difference to shrink."
     if double == 0 or single / double >= FLOAT64_SHRINK:
         factor = "float64 removed it entirely" if double == 0 else f"about {power_of_ten(single / double)} times smaller"
         return (f"{head}, {factor}: the float32 differences shrink with precision as rounding error does, "
                 f"instead of persisting as a logic error would.")
     return (f"{head}: float64 did not shrink the difference by {FLOAT64_SHRINK:.0e} or more, "
             f"which points at a difference in the computation, not rounding.")
+
+
+def memory_sentences(memory: dict[str, Any]) -> list[str]:
+    """What the allocation profile shows, layout by layout, in terms of the cache it ends with."""
+    variants = memory["variants"]
+    sentences = []
+    for mode, values in variants.items():
+        ratio = values["peak_bytes"] / values["retained_bytes"]
+        sentences.append(
+            f"{mode}: ends holding {values['retained_bytes']:,} bytes of cache; the peak during the loop was "
+            f"{values['peak_bytes']:,} bytes ({ratio:.2f}× that), and the loop allocated "
+            f"{values['allocated_bytes']:,} bytes in total over {values['allocations']:,} allocations."
+        )
+    if {"concat", "prealloc"} <= variants.keys():
+        concat, prealloc = variants["concat"], variants["prealloc"]
+        verdict = "higher" if concat["peak_bytes"] > prealloc["peak_bytes"] else "not higher"
+        sentences.append(
+            f"Concatenation's peak was {verdict} than preallocation's ({concat['peak_bytes']:,} vs "
+            f"{prealloc['peak_bytes']:,} bytes), and it allocated "
+            f"{concat['allocated_bytes'] / prealloc['allocated_bytes']:.1f}× as many bytes over the loop."
+        )
+    return sentences
+
+
+def paging_sentences(paging: dict[str, Any]) -> list[str]:
+    rows = paging["rows"]
+    first, last = rows[0], rows[-1]
+    return [
+        f"{paging['requests']} requests with lengths drawn uniformly from {paging['length_range'][0]} to "
+        f"{paging['length_range'][1]} positions use {paging['used_slots']:,} slots in all.",
+        f"With blocks of {first['block_size']}, {first['wasted_slots']:,} slots ({first['waste_share']:.1%}) are "
+        f"allocated but unused and the block tables hold {first['table_entries']:,} entries; with blocks of "
+        f"{last['block_size']}, {last['wasted_slots']:,} slots ({last['waste_share']:.1%}) are wasted and the "
+        f"tables hold {last['table_entries']:,} entries.",
+    ]
+
+
+def sharing_sentence(sharing: dict[str, Any]) -> str:
+    saved = sharing["saved_bytes"]
+    without = sharing["without"]["bytes"]
+    return (
+        f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
+        f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
+        f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
+        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. The prompt's last block was partly filled, "
+        f"so {sharing['with']['copied_blocks']} of the requests copied it before their first write."
+        if sharing["prompt"] % sharing["block_size"] else
+        f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
+        f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
+        f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
+        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. The prompt filled its last block exactly, so "
+        f"no block had to be copied."
+    )

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
 
-from . import prose
+from . import memory_views, prose
 from .chart import Series, line_chart
-from .errors import SiteBuildError
 from .machine import build_machine, recording_machine
 from .orchestrate import Evidence
 from .templating import render
@@ -20,7 +19,7 @@ def tests_view(evidence: Evidence) -> str:
     summary = (f"{report['passed']} of {prose.plural(report['ran'], 'lab test')} passed when this site was built, "
                f"on {report['python_implementation']} {report['python']} with PyTorch {report['torch']}"
                f" (run started {report['started_utc'].replace('T', ' ').replace('Z', ' UTC')}).")
-    rows = [{"group": t["group"].rpartition(".")[2], "module": t["group"].partition(".")[0], **t}
+    rows = [{**t, "group": t["group"].rpartition(".")[2], "module": t["group"].partition(".")[0]}
             for t in report["tests"]]
     return render("tests.html.j2", summary=summary, command=report["command"], rows=rows)
 
@@ -36,7 +35,7 @@ def environment_view(evidence: Evidence) -> str:
         ("Torch threads in force", env["torch"]["threads"]),
         ("Torch inter-op threads", env["torch"]["interop_threads"]),
         ("CPU", env["cpu"]["model"]),
-        ("Logical cores", env["cpu"]["logical_cores"]),
+        ("Logical cores", env["cpu"]["logical_cores"] or "unknown"),
         ("Architecture", env["cpu"]["machine"]),
         ("Operating system", f"{env['os']['system']} {env['os']['release']}"),
         ("C library", env["os"].get("libc") or "unknown"),
@@ -135,25 +134,39 @@ def raw_view(evidence: Evidence) -> str:
                   groups=groups, record=evidence.lab.record.as_posix())
 
 
-def chart_view(evidence: Evidence) -> str:
+def timing_chart(evidence: Evidence, per_step: bool) -> str:
+    """Median (whiskers: min to max) against prefix length, one line per mode."""
     record = evidence.record
     bench = record["config"]["benchmark"]
-    stats = statistics_frame(record["lengths"]) / 1e6  # milliseconds
+    steps = {entry["length"]: entry["steps"] for entry in record["lengths"]}
+    stats = statistics_frame(record["lengths"])
+    scale = {n: (1e3 * steps[n] if per_step else 1e6) for n in steps}  # ns -> µs per step, or ms
+    unit = "µs per decode step" if per_step else "ms per measured run"
     series = [
-        Series(label=mode, x=list(bench["lengths"]),
-               y=[stats.loc[(n, mode), "median_ns"] for n in bench["lengths"]],
-               low=[stats.loc[(n, mode), "min_ns"] for n in bench["lengths"]],
-               high=[stats.loc[(n, mode), "max_ns"] for n in bench["lengths"]])
+        Series(label=mode, x=list(steps),
+               y=[stats.loc[(n, mode), "median_ns"] / scale[n] for n in steps],
+               low=[stats.loc[(n, mode), "min_ns"] / scale[n] for n in steps],
+               high=[stats.loc[(n, mode), "max_ns"] / scale[n] for n in steps])
         for mode in bench["modes"]
     ]
-    title = f"Median time of one teacher-forced decode loop, {' vs '.join(bench['modes'])}"
     description = "; ".join(
-        f"{s.label}: " + ", ".join(f"{int(x)} tokens {y:.3g} ms" for x, y in zip(s.x, s.y)) for s in series)
-    svg = line_chart(series, title=title, x_label="Prefix length (tokens, log scale)",
-                     y_label="Median loop time (ms, log scale)", description=description)
-    caption = (f"Median of {prose.plural(bench['repeats'], 'repetition')} per point; whiskers span min to max. "
-               f"Drawn at build time from {evidence.lab.record.as_posix()}.")
+        f"{s.label}: " + ", ".join(f"{int(x)} tokens {y:.3g}" for x, y in zip(s.x, s.y)) for s in series)
+    svg = line_chart(series, title=f"Median {unit} against prefix length, {', '.join(bench['modes'])}",
+                     x_label="Prefix length (tokens, log scale)", y_label=f"Median {unit} (log scale)",
+                     description=description)
+    repeats = {len(entry["order"]) for entry in record["lengths"]}
+    caption = (f"Each point is the median of {prose.join(sorted(map(str, repeats)))} repetitions of: "
+               f"{bench['workload']}" + (" (divided by its steps)" if per_step else "") +
+               f". Whiskers span min to max. Drawn at build time from {evidence.lab.record.as_posix()}.")
     return render("chart.html.j2", svg=svg, caption=caption)
+
+
+def chart_view(evidence: Evidence) -> str:
+    return timing_chart(evidence, per_step=False)
+
+
+def step_chart_view(evidence: Evidence) -> str:
+    return timing_chart(evidence, per_step=True)
 
 
 def equivalence_view(evidence: Evidence) -> str:
@@ -166,17 +179,11 @@ def equivalence_view(evidence: Evidence) -> str:
 
 
 def cache_bytes_view(evidence: Evidence) -> str:
+    """Bytes per position from the config; rows already checked against it by consistency.py."""
     record = evidence.record
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
     per_position = 2 * batch * model["kv_heads"] * model["head_dim"] * model["bytes_per_element"]
-    rows = []
-    for index, entry in enumerate(record["lengths"]):
-        expected = per_position * entry["length"]
-        if entry["cache_bytes"]["formula"] != expected or entry["cache_bytes"]["measured"] != expected:
-            raise SiteBuildError(
-                f"{evidence.lab.record}: field $.lengths[{index}].cache_bytes is {entry['cache_bytes']}, "
-                f"but 2 x B x H x T x D x bytes gives {expected} from the record's config")
-        rows.append({"length": entry["length"], "formula": expected, "measured": entry["cache_bytes"]["measured"]})
+    rows = [{"length": e["length"], **e["cache_bytes"]} for e in record["lengths"]]
     last = rows[-1]
     sentence = (
         f"With batch {batch}, {model['kv_heads']} key/value heads of width {model['head_dim']} and "
@@ -198,8 +205,13 @@ VIEWS: dict[str, View] = {
     "medians": medians_view,
     "raw": raw_view,
     "chart": chart_view,
+    "step-chart": step_chart_view,
     "equivalence": equivalence_view,
     "cache-bytes": cache_bytes_view,
+    "memory": memory_views.memory_view,
+    "gqa": memory_views.gqa_view,
+    "paging": memory_views.paging_view,
+    "sharing": memory_views.sharing_view,
 }
 
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "results" / "cache-results.json"
 SCHEMA = ROOT / "results" / "cache-results.schema.json"
 LAB = load_lab(ROOT / "labs" / "llm" / "kv-cache" / "lab.toml", ROOT)
+STORAGE_LAB = load_lab(ROOT / "labs" / "llm" / "kv-storage" / "lab.toml", ROOT)
 OUTPUT = ROOT / "test-output"
 
 
@@ -52,6 +53,12 @@ def test_report() -> dict[str, Any]:
 @pytest.fixture
 def evidence(record: dict[str, Any], test_report: dict[str, Any]) -> Evidence:
     return Evidence(lab=LAB, record=record, tests=test_report, measured_now=False)
+
+
+@pytest.fixture
+def storage_evidence(test_report: dict[str, Any]) -> Evidence:
+    record = json.loads((ROOT / STORAGE_LAB.record).read_text())
+    return Evidence(lab=STORAGE_LAB, record=record, tests=test_report, measured_now=False)
 
 
 FAKE_BENCHMARK = '''

@@ -83,7 +83,7 @@ def test_chart_draws_one_line_per_mode_with_axis_titles(browser_page: tuple[Page
     page, _ = browser_page
     assert page.locator(".lab-chart svg polyline").count() == 2
     labels = page.locator(".lab-chart svg text").all_text_contents()
-    assert "Prefix length (tokens, log scale)" in labels and "Median loop time (ms, log scale)" in labels
+    assert "Prefix length (tokens, log scale)" in labels and "Median ms per measured run (log scale)" in labels
 
 
 def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page: tuple[Page, list[str]]) -> None:

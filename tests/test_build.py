@@ -29,7 +29,7 @@ def test_article_shows_environment_raw_repetitions_medians_and_chart_from_the_re
     record = json.loads(RECORD.read_text())
     for css in ("lab-environment", "lab-raw", "lab-medians", "lab-chart", "lab-tests", "lab-provenance",
                 "lab-findings", "lab-equivalence", "lab-cache-bytes", "lab-config"):
-        assert f'class="lab-view {css}' in html or f'class="lab-view lab-provenance' in html, css
+        assert f'class="lab-view {css}' in html, css
     assert record["environment"]["cpu"]["model"] in html
     assert f"PyTorch {record['environment']['torch']['version']}" in html
     last = record["lengths"][-1]

@@ -15,9 +15,9 @@ def render(lab: str, view: str) -> str:
 
 
 def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
-    text = "# Title\n\n{{ lab:kv-cache:medians }}\n\nprose {{ not a lab }}\n\n{{lab:kv-cache:chart}}\n"
+    text = "# Title\n\n{{ lab:kv-cache:medians }}\n\nprose {{ not a lab }}\n\n  {{lab:kv-cache:chart}}"
     assert substitute(text, "docs/a.md", LABS, VIEWS, render) == (
-        "# Title\n\n<div>kv-cache/medians</div>\n\nprose {{ not a lab }}\n\n<div>kv-cache/chart</div>\n")
+        "# Title\n\n<div>kv-cache/medians</div>\n\nprose {{ not a lab }}\n\n  <div>kv-cache/chart</div>")
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,7 @@ def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
         ("{{ lab:kv-cach:medians }}", r"docs/a\.md:1: .* unknown lab 'kv-cach'; known labs: kv-cache"),
         ("{{ lab:kv-cache }}", r"docs/a\.md:1: placeholder '\{\{ lab:kv-cache \}\}' is malformed"),
         ("{{ lab:kv-cache:Medians }}", r"is malformed"),
+        ("text before {{ lab:kv-cache:chart }}", r"docs/a\.md:1: .* must stand alone on its line"),
     ],
 )
 def test_bad_placeholders_fail_with_page_and_line(text: str, message: str) -> None:

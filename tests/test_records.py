@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from labkit.manifest import Lab, discover_labs
 from labkit.records import RecordError, load_record
 from site_hooks.consistency import check_statistics
 from site_hooks.errors import SiteBuildError
@@ -74,6 +75,31 @@ def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
         check_statistics(record, "r.json")
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r["config"]["benchmark"].update(lengths=[16, 32]), r"\$\.lengths holds lengths \[16, 32, 64"),
+        (lambda r: r["config"]["benchmark"].update(repeats=99), r"\$\.lengths\[0\]\.order has 7 repetitions, config says repeats = 99"),
+        (lambda r: r["lengths"][1]["equivalence"]["cached"].update(max_abs_diff=3.5), r"\$\.lengths\[1\]\.equivalence\.cached\.max_abs_diff is 3\.5, beyond"),
+        (lambda r: r["lengths"][0]["speedup"].update(full={"ratio_of_medians": 1.0, "median_of_paired_ratios": 1.0}), r"\$\.lengths\[0\]\.speedup covers \['cached', 'full'\], expected \['cached'\]"),
+        (lambda r: r["lengths"][2]["cache_bytes"].update(measured=1), r"\$\.lengths\[2\]\.cache_bytes is .* gives 16384"),
+        (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes: durations per mode \[6, 7\]"),
+    ],
+)
+def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str, Any], edit: Any, message: str) -> None:
+    edit(record)
+    with pytest.raises(RecordError, match=message):
+        check_statistics(record, "r.json")
+
+
+def test_committed_storage_record_is_valid_fresh_and_consistent() -> None:
+    from conftest import STORAGE_LAB
+
+    record = load_record(ROOT / STORAGE_LAB.record, ROOT / STORAGE_LAB.schema)
+    check_statistics(record, str(STORAGE_LAB.record))
+    assert not is_stale(record, STORAGE_LAB, ROOT), "results/storage-results.json is stale: run `make bench`"
+
+
 def test_hand_edited_speedup_is_refused(record: dict[str, Any]) -> None:
     record["lengths"][0]["speedup"]["cached"]["ratio_of_medians"] = 99.0
     with pytest.raises(RecordError, match=r"speedup\.cached\.ratio_of_medians is 99\.0"):
@@ -93,9 +119,7 @@ def test_lab_bench_accepts_three_policies_and_rejects_others() -> None:
         bench_policy({"LAB_BENCH": "sometimes"})
 
 
-def lab_of(site: ToySite):  # noqa: ANN201
-    from labkit.manifest import discover_labs
-
+def lab_of(site: ToySite) -> Lab:
     return discover_labs(site.root)[0]
 
 
@@ -125,6 +149,19 @@ def test_always_policy_measures_once_per_process(toy_site: ToySite) -> None:
     toy_site.write_fresh_record(created_utc="2000-01-01T00:00:00Z")
     assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is True
     assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is False
+
+
+def test_a_hung_benchmark_is_stopped_at_the_deadline_and_the_record_kept(
+    toy_site: ToySite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import site_hooks.orchestrate as orchestrate
+
+    record = toy_site.write_fresh_record()
+    (toy_site.root / "bench.py").write_text("import sys, time\nprint('benchmark: started', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(orchestrate, "BENCH_TIMEOUT_S", 1)
+    with pytest.raises(SiteBuildError, match=r"benchmark exceeded 1 s and was stopped; results/toy\.json keeps"):
+        orchestrate.run_benchmark(lab_of(toy_site), toy_site.root, log)
+    assert json.loads(toy_site.record_path.read_text()) == record
 
 
 def test_corrupt_record_is_not_overwritten_by_a_measurement(toy_site: ToySite) -> None:

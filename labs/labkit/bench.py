@@ -18,8 +18,9 @@ from typing import Any
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
-ORDER_POLICY = ("rotate: repetition r runs the modes starting from mode r mod n, so each mode runs "
-                "first equally often (with two modes, the first mode alternates)")
+ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
+                "with the next mode and wraps around, so every mode runs first equally often "
+                "(with two modes, which one goes first alternates)")
 
 
 class EquivalenceError(RuntimeError):

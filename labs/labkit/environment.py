@@ -20,7 +20,7 @@ def cpu_model() -> str:
 
 
 def git_state(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
-    """Commit and dirtiness of the working tree, ignoring the given paths (the record itself)."""
+    """Commit, and whether tracked files differ from it (the given paths, the record itself, excepted)."""
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, check=True
@@ -28,7 +28,7 @@ def git_state(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
 
     try:
         commit = git("rev-parse", "HEAD").strip()
-        changes = [line[3:] for line in git("status", "--porcelain").splitlines()]
+        changes = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": any(path not in ignore for path in changes)}

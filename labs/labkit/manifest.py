@@ -25,6 +25,10 @@ class Lab:
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
     fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
 
+    def benchmark_arguments(self) -> list[str]:
+        """The benchmark's script and arguments, with {record} filled in; run from the root."""
+        return [part.replace("{record}", self.record.as_posix()) for part in self.benchmark]
+
 
 def load_lab(path: Path, root: Path) -> Lab:
     """Read one manifest; ``path`` is the lab.toml, ``root`` the repository root."""

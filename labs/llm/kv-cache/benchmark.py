@@ -102,6 +102,7 @@ def check_equivalence(model: DecoderBlock, ids: torch.Tensor) -> dict[str, Any]:
         )
     return {"cached": {
         "max_abs_diff": comparison.max_abs_diff,
+        "max_abs_reference": comparison.max_abs_reference,
         "within_tolerance": comparison.within_tolerance,
         "argmax_agrees_every_step": comparison.argmax_agrees_every_step,
     }}

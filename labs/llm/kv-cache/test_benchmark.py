@@ -32,14 +32,17 @@ class QuickRun(unittest.TestCase):
         cls.folder = tempfile.TemporaryDirectory()
         cls.path = Path(cls.folder.name) / "record.json"
         cls.code, cls.log = run_quietly("--output", str(cls.path))
-        cls.record = load_record(cls.path, SCHEMA) if cls.code == 0 else None
 
     @classmethod
     def tearDownClass(cls) -> None:
         cls.folder.cleanup()
 
+    @property
+    def record(self) -> dict:
+        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
+        return load_record(self.path, SCHEMA)
+
     def test_quick_run_writes_a_schema_valid_record_and_reports_progress(self) -> None:
-        self.assertEqual(self.code, 0, self.log)
         self.assertEqual(self.record["config"]["benchmark"]["lengths"], benchmark.QUICK["lengths"])
         self.assertIn("length 8: repetition 2/2", self.log)
 

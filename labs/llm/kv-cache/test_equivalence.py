@@ -89,6 +89,14 @@ class ChecksCatchTheClassicBugs(unittest.TestCase):
         with self.assertRaises(AssertionError):
             assert_chunk_matches(TopLeftMaskBlock(TINY), self.ids, prefix=7)
 
+    def test_comparison_reports_disagreement_and_greedy_flips_for_a_broken_block(self) -> None:
+        for broken in (PositionResetBlock, TopLeftMaskBlock):
+            with self.subTest(block=broken.__name__):
+                result = compare_paths(broken(TINY), self.ids)
+                self.assertFalse(result.within_tolerance)
+                self.assertFalse(result.argmax_agrees_every_step)  # seeded: the greedy token flips somewhere
+                self.assertGreater(result.max_abs_diff, 100 * ATOL)
+
     def test_unmasked_chunk_passes_single_steps_but_fails_chunked_prefill(self) -> None:
         assert_steps_match(UnmaskedChunkBlock(TINY), self.ids)
         with self.assertRaises(AssertionError):

@@ -19,6 +19,7 @@ RTOL = 1e-5
 class StepComparison:
     steps: int
     max_abs_diff: float
+    max_abs_reference: float  # largest |full-prefix logit|: with ATOL and RTOL, bounds an allowed difference
     within_tolerance: bool  # torch.allclose(cached, full, ATOL, RTOL) over every step
     argmax_agrees_every_step: bool  # the greedy token is the same at every step and row
 
@@ -31,6 +32,7 @@ def compare_paths(model: DecoderBlock, ids: Tensor) -> StepComparison:
     return StepComparison(
         steps=ids.shape[1],
         max_abs_diff=float((full - cached).abs().max()),
+        max_abs_reference=float(full.abs().max()),
         within_tolerance=torch.allclose(cached, full, atol=ATOL, rtol=RTOL),
         argmax_agrees_every_step=bool((full.argmax(-1) == cached.argmax(-1)).all()),
     )

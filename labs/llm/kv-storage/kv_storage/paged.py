@@ -100,6 +100,7 @@ class PagedSequence:
         copy = 1 if self._length % size and self.pool.refcount[self.table[-1]] > 1 else 0
         return total - len(self.table) + copy
 
+    # --8<-- [start:update]
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Write (1, Hkv, T, D) entries into blocks; return all keys and values gathered through the table."""
         self._check_open()
@@ -108,6 +109,8 @@ class PagedSequence:
                 or keys.shape[3] != pool.keys.shape[3]:
             raise ValueError(f"new keys {tuple(keys.shape)} / values {tuple(values.shape)} do not fit a paged "
                              f"request: (1, {pool.keys.shape[1]}, T, {pool.keys.shape[3]})")
+        if keys.dtype != pool.keys.dtype or values.dtype != pool.keys.dtype:
+            raise ValueError(f"{keys.dtype} entries, the pool stores {pool.keys.dtype}")
         count = keys.shape[2]
         needed = self.blocks_needed(count)
         if needed > len(pool.free):  # check first, so a refused append changes nothing
@@ -122,9 +125,10 @@ class PagedSequence:
         pool.keys[blocks, :, slots] = keys[0].transpose(0, 1)  # (T, Hkv, D) scattered into blocks
         pool.values[blocks, :, slots] = values[0].transpose(0, 1)
         self._length += count
-        return self.gather()
+        return self.stored()
+    # --8<-- [end:update]
 
-    def gather(self) -> tuple[Tensor, Tensor]:
+    def stored(self) -> tuple[Tensor, Tensor]:
         """Keys and values (1, Hkv, length, D), read through the block table; a transient, not kept."""
         index = torch.tensor(self.table)
         hkv, size, dim = self.pool.keys.shape[1:]
@@ -135,6 +139,7 @@ class PagedSequence:
 
         return read(self.pool.keys), read(self.pool.values)
 
+    # --8<-- [start:fork]
     def fork(self) -> PagedSequence:
         """A new request that starts with this one's positions, sharing (not copying) its blocks."""
         self._check_open()
@@ -143,6 +148,7 @@ class PagedSequence:
             self.pool.share(block)
         child.table, child._length = list(self.table), self._length
         return child
+    # --8<-- [end:fork]
 
     def release(self) -> None:
         """Finished or cancelled: return every block reference; shared blocks stay for their other owners."""

@@ -34,12 +34,15 @@ class PreallocatedKVCache:
     def length(self) -> int:
         return self._length
 
+    # --8<-- [start:update]
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         stored_keys, stored_values = self._buffers()
         expected = (stored_keys.shape[0], stored_keys.shape[1], stored_keys.shape[3])
         if keys.shape != values.shape or (keys.shape[0], keys.shape[1], keys.shape[3]) != expected:
             raise ValueError(f"new keys {tuple(keys.shape)} / values {tuple(values.shape)} do not fit "
                              f"storage (B, Hkv, T, D) = {tuple(stored_keys.shape)}")
+        if keys.dtype != stored_keys.dtype or values.dtype != stored_keys.dtype:
+            raise ValueError(f"{keys.dtype} entries, the cache stores {stored_keys.dtype}")
         start, end = self._length, self._length + keys.shape[2]
         if end > self.capacity:
             raise ValueError(f"{start} stored + {keys.shape[2]} new positions = {end}, "
@@ -47,7 +50,13 @@ class PreallocatedKVCache:
         stored_keys[:, :, start:end] = keys  # in place: no new allocation
         stored_values[:, :, start:end] = values
         self._length = end
-        return stored_keys[:, :, :end], stored_values[:, :, :end]
+        return self.stored()
+    # --8<-- [end:update]
+
+    def stored(self) -> tuple[Tensor, Tensor]:
+        """Views (B, Hkv, length, D) of the valid positions."""
+        keys, values = self._buffers()
+        return keys[:, :, : self._length], values[:, :, : self._length]
 
     def release(self) -> None:
         """The request is over: drop the buffers so their memory can be reused."""

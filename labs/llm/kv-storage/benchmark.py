@@ -1,0 +1,316 @@
+"""Decode-step time and memory of four KV layouts: full recompute, concatenation, preallocated, paged.
+
+    labs/.venv/bin/python labs/llm/kv-storage/benchmark.py --output results/storage-results.json
+
+For each prefix length P, every layout first proves it gives the full-prefix
+logits over a window of decode steps; then the window is timed, with the
+layouts' order rotating between repetitions. The record also holds the
+peak and total allocation of a whole decode loop per layout (PyTorch
+profiler), the cache bytes of grouped-query variants, the internal
+fragmentation of paged storage against block size, and what prefix sharing
+saves. Written atomically at the end; a failed run keeps the old record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "labs"))  # labkit, without installing the repository as a package
+
+from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache  # noqa: E402  (also: kv_cache path)
+from kv_storage.peak import profile_allocations  # noqa: E402
+
+from kv_cache import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, compare_paths, kv_cache_bytes  # noqa: E402
+from labkit import bench  # noqa: E402
+from labkit.environment import capture_environment  # noqa: E402
+from labkit.fingerprint import source_fingerprint  # noqa: E402
+from labkit.manifest import load_lab  # noqa: E402
+from labkit.records import load_json  # noqa: E402
+
+SCHEMA_VERSION = 2
+LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
+MODES = ["full", "concat", "prealloc", "paged"]
+BASELINE = "full"
+DEFAULT_LENGTHS = (16, 32, 64, 128, 256, 512, 1024)
+QUICK = {"lengths": [8, 16], "repeats": 2, "warmup": 1, "window": 4, "memory_length": 32,
+         "paging_requests": 8, "share_requests": 3, "share_prompt": 20, "share_tokens": 5}
+GQA_KV_HEADS = (4, 2, 1)
+PAGING_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+Store = tuple[torch.Tensor, torch.Tensor] | PreallocatedKVCache | PagedSequence | None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--output", type=Path, required=True, help="record to write (JSON)")
+    add("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS), help="prefix lengths (default: %(default)s)")
+    add("--window", type=int, default=16, help="decode steps timed after each prefix (default: 16)")
+    add("--repeats", type=int, default=7, help="timed repetitions per layout (default: 7)")
+    add("--warmup", type=int, default=1, help="untimed runs per layout first (default: 1)")
+    add("--threads", type=int, default=1, help="torch.set_num_threads (default: 1)")
+    add("--seed", type=int, default=0, help="model weights and token ids (default: 0)")
+    add("--block-size", type=int, default=16, help="positions per paged block (default: 16)")
+    add("--memory-length", type=int, default=512, help="decode loop length for the memory profile (default: 512)")
+    add("--paging-requests", type=int, default=64, help="requests for the fragmentation table (default: 64)")
+    add("--share-requests", type=int, default=8, help="requests sharing one prompt (default: 8)")
+    add("--share-prompt", type=int, default=200, help="length of the shared prompt (default: 200)")
+    add("--share-tokens", type=int, default=50, help="tokens each sharing request then decodes (default: 50)")
+    add("--quick", action="store_true", help="smoke test: tiny lengths, 2 repeats")
+    args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
+    if args.lengths != sorted(set(args.lengths)) or args.lengths[0] < 1:
+        parser.error(f"--lengths must be positive and strictly ascending, got {args.lengths}")
+    for name in ("window", "repeats", "threads", "block_size", "memory_length", "paging_requests",
+                 "share_requests", "share_prompt", "share_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    return args
+
+
+def model_config(args: argparse.Namespace, kv_heads: int | None = None) -> ModelConfig:
+    longest = max(args.lengths[-1] + args.window, args.memory_length, args.share_prompt + args.share_tokens)
+    return ModelConfig(max_positions=longest, seed=args.seed, kv_heads=kv_heads)
+
+
+def token_ids(config: ModelConfig, length: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
+    return torch.randint(0, config.vocab_size, (1, length), generator=generator)
+
+
+def new_store(mode: str, config: ModelConfig, capacity: int, block_size: int) -> Store:
+    """An empty cache of the given layout, sized for ``capacity`` positions."""
+    if mode == "prealloc":
+        return PreallocatedKVCache.for_model(config, batch=1, capacity=capacity)
+    if mode == "paged":
+        return PagedSequence(BlockPool.for_model(config, -(-capacity // block_size), block_size))
+    return None  # concat starts from nothing, like the first lab
+
+
+def prefill(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int, block_size: int) -> Store:
+    """The state a window starts from: a cache holding ``prefix`` positions (nothing for full)."""
+    if mode == "full":
+        return None
+    store = new_store(mode, model.config, ids.shape[1], block_size)
+    return model(ids[:, :prefix], store)[1]
+
+
+def decode_window(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int, state: Store) -> torch.Tensor:
+    """Last-position logits of each step from ``prefix`` to the end of ``ids``: (1, window, vocab)."""
+    steps = []
+    for t in range(prefix, ids.shape[1]):
+        if mode == "full":
+            steps.append(model(ids[:, : t + 1])[0][:, -1])
+        else:
+            logits, state = model(ids[:, t : t + 1], state)
+            steps.append(logits[:, -1])
+    return torch.stack(steps, dim=1)
+
+
+def check_equivalence(model: DecoderBlock, ids: torch.Tensor, prefix: int, block_size: int) -> dict[str, Any]:
+    full = decode_window(model, "full", ids, prefix, None)
+    result = {}
+    for mode in MODES[1:]:
+        window = decode_window(model, mode, ids, prefix, prefill(model, mode, ids, prefix, block_size))
+        difference = float((window - full).abs().max())
+        if not torch.allclose(window, full, atol=ATOL, rtol=RTOL):
+            raise bench.EquivalenceError(f"prefix {prefix}: {mode} differs from full by up to {difference:.3g}, "
+                                         f"beyond atol={ATOL}, rtol={RTOL}")
+        result[mode] = {"max_abs_diff": difference, "max_abs_reference": float(full.abs().max()),
+                        "within_tolerance": True,
+                        "argmax_agrees_every_step": bool((window.argmax(-1) == full.argmax(-1)).all())}
+    return result
+
+
+def measure_length(model: DecoderBlock, prefix: int, args: argparse.Namespace, index: str) -> dict[str, Any]:
+    ids = token_ids(model.config, prefix + args.window, args.seed)
+    bench.progress(f"{index} prefix {prefix}: checking every layout against full logits over {args.window} steps")
+    equivalence = check_equivalence(model, ids, prefix, args.block_size)
+
+    def timed(mode: str) -> int:
+        state = prefill(model, mode, ids, prefix, args.block_size)  # untimed: only the window counts
+        return bench.time_ns(lambda: decode_window(model, mode, ids, prefix, state))
+
+    durations: dict[str, list[int]] = {mode: [] for mode in MODES}
+    order = []
+    for mode in MODES:
+        for _ in range(args.warmup):
+            timed(mode)
+    for repetition in range(args.repeats):
+        this_order = bench.run_order(MODES, repetition)
+        bench.progress(f"{index} prefix {prefix}: repetition {repetition + 1}/{args.repeats}, {this_order[0]} first")
+        for mode in this_order:
+            durations[mode].append(timed(mode))
+        order.append(this_order)
+    return {"length": prefix, "steps": args.window, "equivalence": equivalence, "order": order,
+            "modes": {mode: {"durations_ns": durations[mode]} for mode in MODES}}
+
+
+def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
+    """Peak and total allocation of a whole decode loop from an empty cache, per cached layout."""
+    config, length = model.config, args.memory_length
+    ids = token_ids(config, length, args.seed)
+    formula = kv_cache_bytes(1, config.kv_heads, length, config.head_dim, config.bytes_per_element)
+    variants = {}
+    for mode in MODES[1:]:
+        bench.progress(f"memory: profiling a {length}-step decode loop with {mode} storage")
+        kept: dict[str, Store] = {}
+
+        def loop(mode: str = mode) -> None:
+            state = new_store(mode, config, length, args.block_size)  # allocated inside the profiled window
+            for t in range(length):
+                _, state = model(ids[:, t : t + 1], state)
+            kept["state"] = state
+
+        allocation = profile_allocations(loop)
+        state = kept["state"]
+        retained = (cache_storage_bytes(state) if isinstance(state, tuple) else state.allocated_bytes
+                    if isinstance(state, PreallocatedKVCache) else state.pool.blocks_in_use * state.pool.block_bytes)
+        variants[mode] = {"peak_bytes": allocation.peak_bytes, "allocated_bytes": allocation.allocated_bytes,
+                          "allocations": allocation.allocations, "retained_bytes": retained}
+        del state, kept  # free this layout's cache before profiling the next one
+    return {"length": length, "formula_bytes": formula, "block_size": args.block_size, "variants": variants,
+            "method": "torch.profiler profile_memory: peak = max 'Total Allocated' over the loop's memory events, "
+                      "allocated = sum of allocation sizes; the cache is created inside the profiled loop"}
+
+
+def gqa_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Cache bytes with fewer key/value heads, by formula and from a real concatenated cache."""
+    rows = []
+    for kv_heads in GQA_KV_HEADS:
+        config = model_config(args, kv_heads)
+        model = DecoderBlock(config)
+        ids = token_ids(config, args.memory_length, args.seed)
+        _, cache = model(ids)
+        comparison = compare_paths(model, ids[:, :64])
+        rows.append({"kv_heads": kv_heads, "heads": config.heads, "length": args.memory_length,
+                     "formula_bytes": kv_cache_bytes(1, kv_heads, args.memory_length, config.head_dim,
+                                                     config.bytes_per_element),
+                     "measured_bytes": cache_storage_bytes(cache),
+                     "max_abs_diff": comparison.max_abs_diff, "steps_compared": 64})
+    return rows
+
+
+def paging_table(config: ModelConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """Blocks and wasted slots for the same set of requests at each block size, read from the pool."""
+    generator = torch.Generator().manual_seed(args.seed)
+    limit = config.max_positions
+    lengths = torch.randint(1, limit + 1, (args.paging_requests,), generator=generator).tolist()
+    rows = []
+    for block_size in PAGING_BLOCK_SIZES:
+        pool = BlockPool.for_model(config, sum(-(-n // block_size) for n in lengths), block_size)
+        requests = [PagedSequence(pool) for _ in lengths]
+        for request, length in zip(requests, lengths):
+            entries = torch.zeros(1, config.kv_heads, length, config.head_dim, dtype=config.dtype)
+            request.update(entries, entries)
+        allocated = pool.blocks_in_use * block_size
+        wasted = sum(request.wasted_slots for request in requests)
+        rows.append({"block_size": block_size, "blocks_in_use": pool.blocks_in_use, "allocated_slots": allocated,
+                     "wasted_slots": wasted, "waste_share": wasted / allocated, "table_entries": pool.blocks_in_use})
+        for request in requests:
+            request.release()
+    return {"requests": len(lengths), "length_range": [1, limit], "used_slots": sum(lengths), "rows": rows}
+
+
+def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
+    """N requests with one prompt: blocks without sharing vs with forks and copy-on-write."""
+    config, n, size = model.config, args.share_requests, args.block_size
+    prompt = token_ids(config, args.share_prompt, args.seed)
+    tails = [token_ids(config, args.share_tokens, args.seed + 1 + i) for i in range(n)]
+    blocks_per_request = -(-(args.share_prompt + args.share_tokens) // size)
+
+    def decode(request: PagedSequence, tail: torch.Tensor) -> None:
+        for t in range(tail.shape[1]):
+            model(tail[:, t : t + 1], request)
+
+    separate_pool = BlockPool.for_model(config, n * blocks_per_request, size)
+    for tail in tails:
+        request = PagedSequence(separate_pool)
+        model(prompt, request)
+        decode(request, tail)
+    shared_pool = BlockPool.for_model(config, n * blocks_per_request, size)
+    parent = PagedSequence(shared_pool)
+    model(prompt, parent)
+    prompt_table = list(parent.table)
+    children = [parent.fork() for _ in tails]
+    parent.release()
+    for child, tail in zip(children, tails):
+        decode(child, tail)
+    # A child that wrote into the shared, partly filled last prompt block got its own copy of it.
+    copies = sum(child.table[len(prompt_table) - 1] != prompt_table[-1] for child in children)
+    block_bytes = shared_pool.block_bytes
+    return {"requests": n, "prompt": args.share_prompt, "tokens": args.share_tokens, "block_size": size,
+            "block_bytes": block_bytes,
+            "without": {"blocks": separate_pool.blocks_in_use, "bytes": separate_pool.blocks_in_use * block_bytes},
+            "with": {"blocks": shared_pool.blocks_in_use, "bytes": shared_pool.blocks_in_use * block_bytes,
+                     "prompt_blocks": len(prompt_table), "copied_blocks": int(copies)},
+            "saved_bytes": (separate_pool.blocks_in_use - shared_pool.blocks_in_use) * block_bytes}
+
+
+def build_record(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    config = model_config(args)
+    model = DecoderBlock(config)
+    with torch.inference_mode():
+        lengths = [measure_length(model, prefix, args, f"[{i}/{len(args.lengths)}]")
+                   for i, prefix in enumerate(args.lengths, start=1)]
+        bench.add_statistics(lengths, BASELINE)
+        memory = memory_profile(model, args)
+        bench.progress("grouped-query heads, paging and sharing")
+        gqa, paging, shared = gqa_bytes(args), paging_table(config, args), sharing(model, args)
+    output = args.output.resolve()
+    ignore = (output.relative_to(ROOT).as_posix(),) if output.is_relative_to(ROOT) else ()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "lab": LAB.name,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "command": bench.command_line(__file__, ROOT, argv),
+        "environment": capture_environment(ROOT, ignore),
+        "config": {
+            "model": config.as_record(),
+            "benchmark": {
+                "batch": 1, "seed": args.seed, "lengths": args.lengths, "repeats": args.repeats,
+                "warmup": args.warmup, "threads": args.threads, "modes": MODES, "baseline": BASELINE,
+                "order_policy": bench.ORDER_POLICY,
+                "workload": f"prefill P tokens (untimed), then time {args.window} teacher-forced decode steps "
+                            f"from position P; full recomputes the whole prefix at each step",
+                "timer": "time.perf_counter_ns, torch.inference_mode, gc paused per window",
+                "window": args.window, "block_size": args.block_size,
+                "capacity": "prealloc and paged are sized for exactly P + window positions",
+            },
+        },
+        "fingerprint": source_fingerprint(ROOT, LAB.fingerprint),
+        "tolerance": {"atol": ATOL, "rtol": RTOL},
+        "lengths": lengths,
+        "memory": memory,
+        "gqa": gqa,
+        "paging": paging,
+        "sharing": shared,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, validate against the schema, then replace the record in one rename."""
+    args = parse_args(argv)
+    code = bench.write_record(args.output, lambda: build_record(args, argv), ROOT / LAB.schema)
+    if code == 0:
+        record = load_json(args.output, "measurement record")
+        for entry in record["lengths"]:
+            per_step = ", ".join(f"{m} {v['median_ns'] / entry['steps'] / 1e3:.0f} us" for m, v in entry["modes"].items())
+            bench.progress(f"prefix {entry['length']}: median per step {per_step}")
+        peaks = ", ".join(f"{m} {v['peak_bytes']:,} B" for m, v in record["memory"]["variants"].items())
+        bench.progress(f"peak allocation over a {record['memory']['length']}-step loop: {peaks}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

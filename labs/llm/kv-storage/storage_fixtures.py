@@ -1,0 +1,62 @@
+"""Seeded tiny models, the storage variants under test, and their equivalence assertions."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache  # first: makes kv_cache importable
+from kv_cache import ATOL, RTOL, DecoderBlock, KVStore, ModelConfig
+
+TINY = ModelConfig(vocab_size=50, max_positions=48, seed=1)  # 4 query heads of width 8
+
+StoreFactory = Callable[[ModelConfig], "KVStore | None"]  # None: the first lab's concatenation
+
+
+def preallocated(config: ModelConfig) -> PreallocatedKVCache:
+    return PreallocatedKVCache.for_model(config, batch=1, capacity=config.max_positions)
+
+
+def paged(block_size: int) -> StoreFactory:
+    def make(config: ModelConfig) -> PagedSequence:
+        blocks = -(-config.max_positions // block_size)
+        return PagedSequence(BlockPool.for_model(config, num_blocks=blocks, block_size=block_size))
+    return make
+
+
+STORES: dict[str, StoreFactory] = {
+    "concat": lambda config: None,
+    "prealloc": preallocated,
+    "paged-1": paged(1),
+    "paged-3": paged(3),
+    "paged-16": paged(16),
+}
+
+
+def random_ids(length: int, seed: int, config: ModelConfig = TINY) -> Tensor:
+    return torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def with_kv_heads(kv_heads: int) -> ModelConfig:
+    return dataclasses.replace(TINY, kv_heads=kv_heads)
+
+
+def chunked_logits(model: DecoderBlock, ids: Tensor, chunks: list[int], store: KVStore | None) -> Tensor:
+    """Feed ids in the given chunk sizes through one store; logits of every position, (1, T, vocab)."""
+    cache: object = store
+    pieces, start = [], 0
+    with torch.inference_mode():
+        for size in chunks:
+            logits, cache = model(ids[:, start : start + size], cache)
+            pieces.append(logits)
+            start += size
+    return torch.cat(pieces, dim=1)
+
+
+def assert_matches_full_pass(model: DecoderBlock, ids: Tensor, chunks: list[int], store: KVStore | None) -> None:
+    with torch.inference_mode():
+        full = model(ids)[0]
+    torch.testing.assert_close(chunked_logits(model, ids, chunks, store), full, atol=ATOL, rtol=RTOL)

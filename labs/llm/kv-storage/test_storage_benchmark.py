@@ -1,0 +1,141 @@
+"""The storage benchmark's record, and the allocation profile it rests on."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import statistics
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import torch
+from storage_fixtures import TINY, random_ids
+
+from kv_cache import DecoderBlock, cache_storage_bytes
+from kv_cache.broken import PositionResetBlock
+from kv_storage import PreallocatedKVCache
+from kv_storage.peak import profile_allocations
+# Loaded by path under its own name: the KV-cache lab has a benchmark.py too.
+_spec = importlib.util.spec_from_file_location("kv_storage_benchmark", Path(__file__).with_name("benchmark.py"))
+benchmark = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(benchmark)
+
+from labkit.records import load_record  # noqa: E402  (importable once the benchmark has set the path)
+
+SCHEMA = benchmark.ROOT / benchmark.LAB.schema
+PREVIOUS = b'{"previous": "record"}\n'
+
+
+def run_quietly(*argv: str) -> tuple[int, str]:
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = benchmark.main(["--quick", *argv])
+    return code, stderr.getvalue()
+
+
+class QuickRun(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.folder = tempfile.TemporaryDirectory()
+        cls.path = Path(cls.folder.name) / "record.json"
+        cls.code, cls.log = run_quietly("--output", str(cls.path))
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.folder.cleanup()
+
+    def record(self) -> dict:
+        self.assertEqual(self.code, 0, self.log)
+        return load_record(self.path, SCHEMA)
+
+    def test_quick_run_writes_a_schema_valid_record_for_all_four_layouts(self) -> None:
+        record = self.record()
+        self.assertEqual(record["config"]["benchmark"]["modes"], ["full", "concat", "prealloc", "paged"])
+        self.assertEqual(sorted(record["lengths"][0]["equivalence"]), ["concat", "paged", "prealloc"])
+
+    def test_each_layout_runs_first_equally_often(self) -> None:
+        for entry in self.record()["lengths"]:
+            firsts = [order[0] for order in entry["order"]]
+            self.assertEqual(firsts, ["full", "concat"][: len(firsts)])  # 2 quick repeats: rotation starts
+
+    def test_stored_medians_equal_those_of_the_raw_durations(self) -> None:
+        for entry in self.record()["lengths"]:
+            for mode, values in entry["modes"].items():
+                self.assertEqual(values["median_ns"], statistics.median(values["durations_ns"]), mode)
+
+    def test_sharing_saves_the_prompt_blocks_of_all_but_one_request(self) -> None:
+        sharing = self.record()["sharing"]
+        size, n = sharing["block_size"], sharing["requests"]
+        per_request = -(-(sharing["prompt"] + sharing["tokens"]) // size)
+        self.assertEqual(sharing["without"]["blocks"], n * per_request)
+        full_prompt_blocks = sharing["prompt"] // size
+        self.assertEqual(sharing["without"]["blocks"] - sharing["with"]["blocks"], (n - 1) * full_prompt_blocks)
+
+
+class RecordSurvivesFailures(unittest.TestCase):
+    def setUp(self) -> None:
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.path = Path(folder.name) / "record.json"
+        self.path.write_bytes(PREVIOUS)
+
+    def test_a_layout_that_disagrees_with_full_recompute_stops_the_run_and_writes_nothing(self) -> None:
+        with mock.patch.object(benchmark, "DecoderBlock", PositionResetBlock):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 2)
+        self.assertIn("concat differs from full", log)
+        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+
+    def test_interrupted_run_leaves_the_existing_record_byte_identical(self) -> None:
+        with mock.patch.object(benchmark, "memory_profile", side_effect=KeyboardInterrupt):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 130)
+        self.assertIn("still holds the previous record", log)
+        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+
+
+class AllocationProfile(unittest.TestCase):
+    """The peak figures on the page come from this tool; check it on cases whose answer is known."""
+
+    def test_concatenation_peak_holds_the_old_and_the_new_cache_at_once(self) -> None:
+        model, ids = DecoderBlock(TINY), random_ids(40, seed=0)
+        kept = {}
+
+        def loop() -> None:
+            cache = None
+            for t in range(40):
+                _, cache = model(ids[:, t : t + 1], cache)
+            kept["cache"] = cache
+
+        with torch.inference_mode():
+            profile = profile_allocations(loop)
+        final = cache_storage_bytes(kept["cache"])
+        self.assertGreaterEqual(profile.peak_bytes, final + final * 39 // 40)  # last step: 39 old + 40 new
+
+    def test_preallocated_peak_is_its_buffer_plus_small_activations(self) -> None:
+        model, ids = DecoderBlock(TINY), random_ids(40, seed=0)
+
+        def loop() -> None:
+            store = PreallocatedKVCache.for_model(TINY, batch=1, capacity=40)
+            for t in range(40):
+                model(ids[:, t : t + 1], store)
+
+        with torch.inference_mode():
+            profile = profile_allocations(loop)
+        buffer = 2 * 1 * TINY.kv_heads * 40 * TINY.head_dim * 4
+        self.assertGreaterEqual(profile.peak_bytes, buffer)
+        self.assertLess(profile.peak_bytes, buffer + buffer // 2)
+
+    def test_a_second_profile_in_the_same_process_starts_from_zero(self) -> None:
+        keep = []
+        first = profile_allocations(lambda: keep.append(torch.ones(10_000)))  # 40,000 bytes stay allocated
+        second = profile_allocations(lambda: torch.ones(10_000))
+        self.assertGreaterEqual(first.peak_bytes, 40_000)
+        self.assertEqual(first.peak_bytes, second.peak_bytes)
+
+
+if __name__ == "__main__":
+    unittest.main()
