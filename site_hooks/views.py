@@ -50,17 +50,13 @@ def environment_view(evidence: Evidence) -> str:
 def config_view(evidence: Evidence) -> str:
     config = evidence.record["config"]
     tolerance = evidence.record["tolerance"]
-    model_rows = list(config["model"].items())
-    bench = config["benchmark"]
-    bench_rows = [
-        ("batch", bench["batch"]), ("seed", bench["seed"]),
-        ("lengths", ", ".join(map(str, bench["lengths"]))),
-        ("repeats", bench["repeats"]), ("warmup", bench["warmup"]), ("threads", bench["threads"]),
-        ("modes", ", ".join(bench["modes"]) + f" (baseline: {bench['baseline']})"),
-        ("order policy", bench["order_policy"]), ("workload", bench["workload"]), ("timer", bench["timer"]),
-        ("tolerance", f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}"),
-    ]
-    return render("config.html.j2", model_rows=model_rows, bench_rows=bench_rows)
+    bench = dict(config["benchmark"])
+    modes, baseline = bench.pop("modes"), bench.pop("baseline")
+    bench_rows = [(name.replace("_", " "), ", ".join(map(str, value)) if isinstance(value, list) else value)
+                  for name, value in bench.items()]  # every setting the record holds, lab-specific ones too
+    bench_rows += [("modes", f"{', '.join(modes)} (baseline: {baseline})"),
+                   ("tolerance", f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}")]
+    return render("config.html.j2", model_rows=list(config["model"].items()), bench_rows=bench_rows)
 
 
 def provenance_view(evidence: Evidence) -> str:

@@ -8,6 +8,7 @@ one rename; any failure on the way leaves the old record byte-identical.
 from __future__ import annotations
 
 import gc
+from datetime import datetime, timezone
 import shlex
 import sys
 import time
@@ -15,6 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .environment import capture_environment
+from .fingerprint import source_fingerprint
+from .manifest import Lab
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
@@ -52,6 +56,23 @@ def command_line(script: str, root: Path, argv: Sequence[str] | None) -> str:
     """The command as a reader would retype it from the repository root, with no local paths."""
     relative = Path(script).resolve().relative_to(root).as_posix()
     return shlex.join(["python", relative, *(sys.argv[1:] if argv is None else argv)])
+
+
+SCHEMA_VERSION = 2  # results/record-common.schema.json: bump both together
+
+
+def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None, output: Path) -> dict[str, Any]:
+    """The fields every record starts with: what, when, how it was run, on what, from which sources."""
+    output = output.resolve()
+    ignore = (output.relative_to(root).as_posix(),) if output.is_relative_to(root) else ()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "lab": lab.name,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "command": command_line(script, root, argv),
+        "environment": capture_environment(root, ignore),
+        "fingerprint": source_fingerprint(root, lab.fingerprint),
+    }
 
 
 def add_statistics(lengths: list[dict[str, Any]], baseline: str) -> None:

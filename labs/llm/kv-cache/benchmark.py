@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,9 @@ from kv_cache import (  # noqa: E402
     kv_cache_bytes,
 )
 from labkit import bench  # noqa: E402
-from labkit.environment import capture_environment  # noqa: E402
-from labkit.fingerprint import source_fingerprint  # noqa: E402
 from labkit.manifest import load_lab  # noqa: E402
 from labkit.records import load_json  # noqa: E402
 
-SCHEMA_VERSION = 2
 LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
 MODES: dict[str, Callable[[DecoderBlock, torch.Tensor], torch.Tensor]] = {
     "full": full_prefix_step_logits,  # baseline: recompute the whole prefix every step
@@ -166,14 +162,8 @@ def build_record(args: argparse.Namespace, argv: list[str] | None, model_class: 
     lengths = [measure_length(model, length, args, f"[{number}/{len(args.lengths)}]")
                for number, length in enumerate(args.lengths, start=1)]
     bench.add_statistics(lengths, BASELINE)
-    output = args.output.resolve()
-    ignore = (output.relative_to(ROOT).as_posix(),) if output.is_relative_to(ROOT) else ()
     return {
-        "schema_version": SCHEMA_VERSION,
-        "lab": LAB.name,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "command": bench.command_line(__file__, ROOT, argv),
-        "environment": capture_environment(ROOT, ignore),
+        **bench.record_header(LAB, ROOT, __file__, argv, args.output),
         "config": {
             "model": config.as_record(),
             "benchmark": {
@@ -191,7 +181,6 @@ def build_record(args: argparse.Namespace, argv: list[str] | None, model_class: 
                 "timer": "time.perf_counter_ns, torch.inference_mode, gc paused per loop",
             },
         },
-        "fingerprint": source_fingerprint(ROOT, LAB.fingerprint),
         "tolerance": {"atol": ATOL, "rtol": RTOL},
         "precision": precision_check(config, args, args.lengths[-1]),
         "lengths": lengths,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import statistics
 import tempfile
 import unittest
 from pathlib import Path
 from unittest import mock
 
-import benchmark
+import benchmark  # first: it makes labkit importable
+import labkit.testing
 from labkit.records import load_record
 
 from kv_cache.broken import PositionResetBlock
@@ -20,10 +19,7 @@ PREVIOUS = b'{"previous": "record"}\n'
 
 
 def run_quietly(*argv: str, **kwargs: object) -> tuple[int, str]:
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        code = benchmark.main(["--quick", *argv], **kwargs)
-    return code, stderr.getvalue()
+    return labkit.testing.run_quietly(benchmark.main, ["--quick", *argv], **kwargs)
 
 
 class QuickRun(unittest.TestCase):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,9 @@ from kv_storage.peak import profile_allocations  # noqa: E402
 
 from kv_cache import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, compare_paths, kv_cache_bytes  # noqa: E402
 from labkit import bench  # noqa: E402
-from labkit.environment import capture_environment  # noqa: E402
-from labkit.fingerprint import source_fingerprint  # noqa: E402
 from labkit.manifest import load_lab  # noqa: E402
 from labkit.records import load_json  # noqa: E402
 
-SCHEMA_VERSION = 2
 LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
 MODES = ["full", "concat", "prealloc", "paged"]
 BASELINE = "full"
@@ -154,6 +150,17 @@ def measure_length(model: DecoderBlock, prefix: int, args: argparse.Namespace, i
             "modes": {mode: {"durations_ns": durations[mode]} for mode in MODES}}
 
 
+def retained_bytes(state: Store) -> int:
+    """Bytes a finished loop's cache keeps alive: its tensors, its whole capacity, or its blocks."""
+    if isinstance(state, PreallocatedKVCache):
+        return state.allocated_bytes
+    if isinstance(state, PagedSequence):
+        return state.pool.blocks_in_use * state.pool.block_bytes
+    if state is None:
+        raise ValueError("a decode loop of at least one step leaves a cache")
+    return cache_storage_bytes(state)
+
+
 def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
     """Peak and total allocation of a whole decode loop from an empty cache, per cached layout."""
     config, length = model.config, args.memory_length
@@ -171,12 +178,8 @@ def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, A
             kept["state"] = state
 
         allocation = profile_allocations(loop)
-        state = kept["state"]
-        retained = (cache_storage_bytes(state) if isinstance(state, tuple) else state.allocated_bytes
-                    if isinstance(state, PreallocatedKVCache) else state.pool.blocks_in_use * state.pool.block_bytes)
         variants[mode] = {"peak_bytes": allocation.peak_bytes, "allocated_bytes": allocation.allocated_bytes,
-                          "allocations": allocation.allocations, "retained_bytes": retained}
-        del state, kept  # free this layout's cache before profiling the next one
+                          "allocations": allocation.allocations, "retained_bytes": retained_bytes(kept.pop("state"))}
     return {"length": length, "formula_bytes": formula, "block_size": args.block_size, "variants": variants,
             "method": "torch.profiler profile_memory: peak = max 'Total Allocated' over the loop's memory events, "
                       "allocated = sum of allocation sizes; the cache is created inside the profiled loop"}
@@ -267,14 +270,8 @@ def build_record(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
         memory = memory_profile(model, args)
         bench.progress("grouped-query heads, paging and sharing")
         gqa, paging, shared = gqa_bytes(args), paging_table(config, args), sharing(model, args)
-    output = args.output.resolve()
-    ignore = (output.relative_to(ROOT).as_posix(),) if output.is_relative_to(ROOT) else ()
     return {
-        "schema_version": SCHEMA_VERSION,
-        "lab": LAB.name,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "command": bench.command_line(__file__, ROOT, argv),
-        "environment": capture_environment(ROOT, ignore),
+        **bench.record_header(LAB, ROOT, __file__, argv, args.output),
         "config": {
             "model": config.as_record(),
             "benchmark": {
@@ -288,7 +285,6 @@ def build_record(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
                 "capacity": "prealloc and paged are sized for exactly P + window positions",
             },
         },
-        "fingerprint": source_fingerprint(ROOT, LAB.fingerprint),
         "tolerance": {"atol": ATOL, "rtol": RTOL},
         "lengths": lengths,
         "memory": memory,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import statistics
 import tempfile
 import unittest
@@ -23,17 +21,15 @@ _spec = importlib.util.spec_from_file_location("kv_storage_benchmark", Path(__fi
 benchmark = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(benchmark)
 
-from labkit.records import load_record  # noqa: E402  (importable once the benchmark has set the path)
+import labkit.testing  # noqa: E402  (importable once the benchmark has set the path)
+from labkit.records import load_record  # noqa: E402
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 PREVIOUS = b'{"previous": "record"}\n'
 
 
 def run_quietly(*argv: str) -> tuple[int, str]:
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        code = benchmark.main(["--quick", *argv])
-    return code, stderr.getvalue()
+    return labkit.testing.run_quietly(benchmark.main, ["--quick", *argv])
 
 
 class QuickRun(unittest.TestCase):
