@@ -37,16 +37,16 @@ def environment_sentence(record: dict[str, Any]) -> str:
 
 
 def faster_sentences(record: dict[str, Any]) -> list[str]:
-    """Which mode had the lower median at which lengths, and how the gap moved with length."""
+    """Per mode, a paragraph: where it had the lower median than the baseline, and how the gap moved."""
     bench = record["config"]["benchmark"]
     baseline = bench["baseline"]
     medians = statistics_frame(record["lengths"])["median_ns"].unstack("mode")
     speedups = speedup_frame(record["lengths"], baseline)["ratio_of_medians"]
     sentences = []
     others = [m for m in bench["modes"] if m != baseline]
-    for mode in others:
-        sentences.append(lower_median_sentence(medians, mode, baseline))
-        sentences.extend(gap_sentences(medians, speedups.xs(mode, level="mode"), mode, baseline))
+    for mode in others:  # one paragraph per mode
+        gap = gap_sentences(medians, speedups.xs(mode, level="mode"), mode, baseline)
+        sentences.append(" ".join([lower_median_sentence(medians, mode, baseline), *gap]))
     if len(others) > 1:
         sentences.append(ranking_sentence(medians[others]))
     return sentences
@@ -98,8 +98,8 @@ def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: 
     gap = (medians[baseline] - medians[mode])
     return [
         f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
-        f"{format_ratio(ratio[last])} at {last} tokens. In absolute terms the median {baseline} loop took "
-        f"{format_ms(gap[first])} ms more than the {mode} loop at {first} tokens and "
+        f"{format_ratio(ratio[last])} at {last} tokens. In absolute terms the median {baseline} run took "
+        f"{format_ms(gap[first])} ms more than the {mode} run at {first} tokens and "
         f"{format_ms(gap[last])} ms more at {last} tokens."
         if gap[first] >= 0 and gap[last] >= 0 else
         f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
@@ -107,33 +107,34 @@ def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: 
     ]
 
 
-def noise_flags(record: dict[str, Any]) -> dict[int, list[str]]:
-    """Per length, the reasons its timings deserve suspicion (empty list: none)."""
+def noise_flags(record: dict[str, Any]) -> dict[int, dict[str, list[str]]]:
+    """Per length and mode, the reasons its timings deserve suspicion (no entry: none)."""
     stats = statistics_frame(record["lengths"])
-    repeats = record["config"]["benchmark"]["repeats"]
-    flags: dict[int, list[str]] = {}
+    flags: dict[int, dict[str, list[str]]] = {entry["length"]: {} for entry in record["lengths"]}
     for (length, mode), row in stats.iterrows():
-        reasons = flags.setdefault(int(length), [])
+        reasons = []
         spread = (row["max_ns"] - row["min_ns"]) / row["median_ns"]
         if spread > NOISY_SPREAD:
-            reasons.append(f"{mode} spread {spread:.0%}")
-    if repeats < MIN_REPEATS:
-        for reasons in flags.values():
-            reasons.append(f"only {plural(repeats, 'repetition')}")
+            reasons.append(f"spread {spread:.0%}")
+        if row["repeats"] < MIN_REPEATS:
+            reasons.append(f"only {plural(int(row['repeats']), 'repetition')}")
+        if reasons:
+            flags[int(length)][mode] = reasons
     return flags
 
 
 def noise_sentence(record: dict[str, Any]) -> str:
     flags = noise_flags(record)
-    flagged = [str(n) for n, reasons in flags.items() if reasons]
-    repeats = record["config"]["benchmark"]["repeats"]
-    rule = (f"a mode's min–max spread above {NOISY_SPREAD:.0%} of its median, "
+    flagged = [f"{mode} at {length}" for length, modes in flags.items() for mode in modes]
+    repeats = sorted({len(entry["order"]) for entry in record["lengths"]})
+    rule = (f"min–max spread above {NOISY_SPREAD:.0%} of the median, "
             f"or fewer than {MIN_REPEATS} repetitions")
     if not flagged:
-        return (f"No row is flagged as noisy ({rule}): every mode stayed within that spread "
-                f"over {plural(repeats, 'repetition')}.")
-    return (f"{plural(len(flagged), 'length')} of {len(flags)} flagged as noisy ({rule}): "
-            f"{join(flagged)} tokens. Read those medians with care, or rerun `make bench` on a quieter machine.")
+        return (f"No measurement is flagged as noisy ({rule}): every mode stayed within that spread "
+                f"over {join(list(map(str, repeats)))} repetitions.")
+    total = sum(len(entry["modes"]) for entry in record["lengths"])
+    return (f"{len(flagged)} of {total} measurements flagged as noisy ({rule}): {join(flagged)} tokens. "
+            f"Read those medians with care, or rerun make bench on a quieter machine.")
 
 
 def equivalence_sentences(record: dict[str, Any]) -> list[str]:

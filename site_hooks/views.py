@@ -85,7 +85,7 @@ def provenance_view(evidence: Evidence) -> str:
 
 def findings_view(evidence: Evidence) -> str:
     sentences = [prose.environment_sentence(evidence.record), *prose.faster_sentences(evidence.record)]
-    return render("paragraphs.html.j2", css="lab-findings", sentences=sentences)
+    return render("paragraphs.html.j2", css="lab-findings", paragraphs=sentences)
 
 
 def medians_view(evidence: Evidence) -> str:
@@ -95,39 +95,31 @@ def medians_view(evidence: Evidence) -> str:
     stats = statistics_frame(record["lengths"])
     speedups = speedup_frame(record["lengths"], baseline)
     flags = prose.noise_flags(record)
-    steps = {entry["length"]: entry["steps"] for entry in record["lengths"]}
     rows = []
-    for length in bench["lengths"]:
-        rows.append({
-            "length": length,
-            "modes": [dict(stats.loc[(length, mode)], per_step=stats.loc[(length, mode), "median_ns"] / steps[length])
-                      for mode in modes],
-            "speedups": [speedups.loc[(length, mode)] for mode in modes if mode != baseline],
-            "flags": flags[length],
-        })
-    return render("medians.html.j2", modes=modes, others=[m for m in modes if m != baseline],
-                  baseline=baseline, rows=rows, noise=prose.noise_sentence(record), repeats=bench["repeats"])
+    for entry in record["lengths"]:
+        length = entry["length"]
+        rows.append({"length": length, "modes": [
+            dict(stats.loc[(length, mode)], mode=mode, per_step=stats.loc[(length, mode), "median_ns"] / entry["steps"],
+                 speedup=None if mode == baseline else dict(speedups.loc[(length, mode)]),
+                 flags=flags[length].get(mode))
+            for mode in modes
+        ]})
+    return render("medians.html.j2", baseline=baseline, rows=rows, noise=prose.noise_sentence(record))
 
 
 def raw_view(evidence: Evidence) -> str:
     record = evidence.record
-    bench = record["config"]["benchmark"]
-    modes, baseline = bench["modes"], bench["baseline"]
+    modes = record["config"]["benchmark"]["modes"]
     groups = []
     for length, by_length in repetitions_frame(record["lengths"]).groupby("length", sort=True):
         rows = []
         for repetition, run in by_length.groupby("repetition", sort=True):
-            run = run.sort_values("slot")  # the order the loops actually ran in
-            durations = dict(zip(run["mode"], run["duration_ns"]))
-            rows.append({
-                "repetition": int(repetition) + 1,
-                "order": list(run["mode"]),
-                "durations": [durations[mode] for mode in modes],
-                "ratios": [durations[baseline] / durations[mode] for mode in modes if mode != baseline],
-            })
+            run = run.sort_values("slot")  # the order the runs actually happened in
+            cells = {mode: (duration, slot + 1) for mode, duration, slot in zip(run["mode"], run["duration_ns"], run["slot"])}
+            rows.append({"repetition": int(repetition) + 1, "order": list(run["mode"]),
+                         "cells": [cells[mode] for mode in modes]})
         groups.append({"length": int(length), "rows": rows})
-    return render("raw.html.j2", modes=modes, others=[m for m in modes if m != baseline], baseline=baseline,
-                  groups=groups, record=evidence.lab.record.as_posix())
+    return render("raw.html.j2", modes=modes, groups=groups, record=evidence.lab.record.as_posix())
 
 
 def timing_chart(evidence: Evidence, per_step: bool) -> str:

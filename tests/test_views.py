@@ -59,20 +59,23 @@ def test_medians_table_shows_each_median_and_range_from_the_raw_repetitions(evid
     html = render_view("medians", evidence)
     stats = statistics_frame(evidence.record["lengths"])
     for (length, mode), row in stats.iterrows():
-        assert f"{format_ms(row['median_ns'])} <small>({format_ms(row['min_ns'])}–{format_ms(row['max_ns'])})</small>" in html
-    assert html.count("<tr><td>") == len(evidence.record["lengths"])
+        median, low, high = (format_ms(row[name]) for name in ("median_ns", "min_ns", "max_ns"))
+        assert f"<td>{mode}</td><td>{median} <small>({low}–{high})</small></td>" in html
+    assert html.count("<tr>") - 1 == 2 * len(evidence.record["lengths"])  # header + a row per length and mode
 
 
 def test_raw_view_lists_every_repetition_in_run_order(evidence: Evidence) -> None:
     html = render_view("raw", evidence)
     entry = evidence.record["lengths"][0]
-    assert html.count("full → cached") + html.count("cached → full") == sum(
-        len(e["order"]) for e in evidence.record["lengths"])
-    first_row = re.search(r"<tr><td rowspan=\"\d+\">(\d+)</td><td>1</td><td>([^<]+)</td><td>([^<]+)</td>", html)
-    assert first_row is not None
-    assert first_row.group(1) == str(entry["length"])
-    assert first_row.group(2) == " → ".join(entry["order"][0])
-    assert first_row.group(3) == format_ms(entry["modes"]["full"]["durations_ns"][0])
+    rows = re.findall(r"<tr>(?:<td rowspan=\"\d+\">\d+</td>)?<td>(\d+)</td><td>(\w+)</td>"
+                      r"<td>([^<]+) <small>\((\d)\)</small></td><td>([^<]+) <small>\((\d)\)</small></td></tr>", html)
+    assert len(rows) == sum(len(e["order"]) for e in evidence.record["lengths"])
+    for (repetition, first, full, full_slot, cached, cached_slot), order in zip(rows, entry["order"]):
+        number = int(repetition) - 1
+        assert first == order[0]
+        assert (int(full_slot), int(cached_slot)) == (order.index("full") + 1, order.index("cached") + 1)
+        assert full.strip() == format_ms(entry["modes"]["full"]["durations_ns"][number])
+        assert cached.strip() == format_ms(entry["modes"]["cached"]["durations_ns"][number])
 
 
 def test_chart_is_an_svg_with_labelled_axes_and_one_line_per_mode(evidence: Evidence) -> None:
@@ -112,15 +115,19 @@ def test_noisy_rows_are_flagged_with_the_stated_threshold(evidence: Evidence) ->
     durations[0] = int(max(durations) * 3)
     entry["modes"]["cached"].update(max_ns=max(durations))
     html = render_view("medians", evidence)
-    assert re.search(r"noisy: cached spread \d+%", html)
-    assert f"1 length of {len(evidence.record['lengths'])} flagged as noisy" in html
-    assert f"above {prose.NOISY_SPREAD:.0%} of its median" in html
+    assert re.search(r"<td>cached</td>.*<td>spread \d+%</td></tr>", html)
+    assert f"1 of {2 * len(evidence.record['lengths'])} measurements flagged as noisy" in html
+    assert f"above {prose.NOISY_SPREAD:.0%} of the median" in html
+    assert f"cached at {entry['length']} tokens" in html
 
 
 def test_too_few_repetitions_flag_every_row(evidence: Evidence) -> None:
-    evidence.record["config"]["benchmark"]["repeats"] = 3
+    for entry in evidence.record["lengths"]:
+        entry["order"] = entry["order"][:3]
+        for values in entry["modes"].values():
+            values["durations_ns"] = values["durations_ns"][:3]
     html = render_view("medians", evidence)
-    assert html.count("only 3 repetitions") == len(evidence.record["lengths"])
+    assert html.count("only 3 repetitions") == 2 * len(evidence.record["lengths"])
 
 
 def test_precision_sentence_when_float32_already_agreed_exactly() -> None:
