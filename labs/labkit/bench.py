@@ -18,7 +18,7 @@ from typing import Any
 
 from .environment import capture_environment
 from .fingerprint import source_fingerprint
-from .manifest import Lab
+from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
@@ -64,13 +64,16 @@ SCHEMA_VERSION = 2  # results/record-common.schema.json: bump both together
 def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None, output: Path) -> dict[str, Any]:
     """The fields every record starts with: what, when, how it was run, on what, from which sources."""
     output = output.resolve()
-    ignore = (output.relative_to(root).as_posix(),) if output.is_relative_to(root) else ()
+    # "dirty" is about the code: records that benchmarks (this one included) rewrite do not count.
+    records = {other.record.as_posix() for other in discover_labs(root)}
+    if output.is_relative_to(root):
+        records.add(output.relative_to(root).as_posix())
     return {
         "schema_version": SCHEMA_VERSION,
         "lab": lab.name,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "command": command_line(script, root, argv),
-        "environment": capture_environment(root, ignore),
+        "environment": capture_environment(root, tuple(sorted(records))),
         "fingerprint": source_fingerprint(root, lab.fingerprint),
     }
 

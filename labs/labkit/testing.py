@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
+import unittest
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .records import load_record
 
 
 def run_quietly(main: Callable[..., int], argv: list[str], **kwargs: object) -> tuple[int, str]:
@@ -13,3 +19,26 @@ def run_quietly(main: Callable[..., int], argv: list[str], **kwargs: object) -> 
     with contextlib.redirect_stderr(stderr):
         code = main(argv, **kwargs)
     return code, stderr.getvalue()
+
+
+class QuickBenchmarkRun(unittest.TestCase):
+    """Runs a benchmark's --quick mode once per test class into a temporary record; subclasses set
+    ``main`` (the benchmark's entry point, wrapped in staticmethod) and ``schema``."""
+
+    main: Callable[..., int]
+    schema: Path
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.folder = tempfile.TemporaryDirectory()
+        cls.path = Path(cls.folder.name) / "record.json"
+        cls.code, cls.log = run_quietly(cls.main, ["--quick", "--output", str(cls.path)])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.folder.cleanup()
+
+    @property
+    def record(self) -> dict[str, Any]:
+        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
+        return load_record(self.path, self.schema)

@@ -22,21 +22,9 @@ def run_quietly(*argv: str, **kwargs: object) -> tuple[int, str]:
     return labkit.testing.run_quietly(benchmark.main, ["--quick", *argv], **kwargs)
 
 
-class QuickRun(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.folder = tempfile.TemporaryDirectory()
-        cls.path = Path(cls.folder.name) / "record.json"
-        cls.code, cls.log = run_quietly("--output", str(cls.path))
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.folder.cleanup()
-
-    @property
-    def record(self) -> dict:
-        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
-        return load_record(self.path, SCHEMA)
+class QuickRun(labkit.testing.QuickBenchmarkRun):
+    main = staticmethod(benchmark.main)
+    schema = SCHEMA
 
     def test_quick_run_writes_a_schema_valid_record_and_reports_progress(self) -> None:
         self.assertEqual(self.record["config"]["benchmark"]["lengths"], benchmark.QUICK["lengths"])

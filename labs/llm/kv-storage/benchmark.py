@@ -171,7 +171,7 @@ def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, A
         bench.progress(f"memory: profiling a {length}-step decode loop with {mode} storage")
         kept: dict[str, Store] = {}
 
-        def loop(mode: str = mode) -> None:
+        def loop(mode: str = mode, kept: dict[str, Store] = kept) -> None:
             state = new_store(mode, config, length, args.block_size)  # allocated inside the profiled window
             for t in range(length):
                 _, state = model(ids[:, t : t + 1], state)

@@ -22,7 +22,6 @@ benchmark = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(benchmark)
 
 import labkit.testing  # noqa: E402  (importable once the benchmark has set the path)
-from labkit.records import load_record  # noqa: E402
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 PREVIOUS = b'{"previous": "record"}\n'
@@ -32,38 +31,27 @@ def run_quietly(*argv: str) -> tuple[int, str]:
     return labkit.testing.run_quietly(benchmark.main, ["--quick", *argv])
 
 
-class QuickRun(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.folder = tempfile.TemporaryDirectory()
-        cls.path = Path(cls.folder.name) / "record.json"
-        cls.code, cls.log = run_quietly("--output", str(cls.path))
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.folder.cleanup()
-
-    def record(self) -> dict:
-        self.assertEqual(self.code, 0, self.log)
-        return load_record(self.path, SCHEMA)
+class QuickRun(labkit.testing.QuickBenchmarkRun):
+    main = staticmethod(benchmark.main)
+    schema = SCHEMA
 
     def test_quick_run_writes_a_schema_valid_record_for_all_four_layouts(self) -> None:
-        record = self.record()
+        record = self.record
         self.assertEqual(record["config"]["benchmark"]["modes"], ["full", "concat", "prealloc", "paged"])
         self.assertEqual(sorted(record["lengths"][0]["equivalence"]), ["concat", "paged", "prealloc"])
 
     def test_each_layout_runs_first_equally_often(self) -> None:
-        for entry in self.record()["lengths"]:
+        for entry in self.record["lengths"]:
             firsts = [order[0] for order in entry["order"]]
             self.assertEqual(firsts, ["full", "concat"][: len(firsts)])  # 2 quick repeats: rotation starts
 
     def test_stored_medians_equal_those_of_the_raw_durations(self) -> None:
-        for entry in self.record()["lengths"]:
+        for entry in self.record["lengths"]:
             for mode, values in entry["modes"].items():
                 self.assertEqual(values["median_ns"], statistics.median(values["durations_ns"]), mode)
 
     def test_sharing_saves_the_prompt_blocks_of_all_but_one_request(self) -> None:
-        sharing = self.record()["sharing"]
+        sharing = self.record["sharing"]
         size, n = sharing["block_size"], sharing["requests"]
         per_request = -(-(sharing["prompt"] + sharing["tokens"]) // size)
         self.assertEqual(sharing["without"]["blocks"], n * per_request)
