@@ -24,6 +24,7 @@ def check_statistics(record: dict[str, Any], source: str) -> None:
     for index, entry in enumerate(lengths):
         check_entry(entry, f"{source}: field $.lengths[{index}]", record, modes, baseline)
     check_stored_statistics(lengths, source, modes, baseline)
+    check_memory_sections(record, source)
 
 
 def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes: list[str], baseline: str) -> None:
@@ -73,3 +74,48 @@ def check_stored_statistics(lengths: list[dict[str, Any]], source: str, modes: l
                 if not math.isclose(stored, computed, rel_tol=1e-9):
                     raise RecordError(f"{source}: field $.lengths[{index}].speedup.{mode}.{name} is {stored}, "
                                       f"but the raw durations give {computed:g}")
+
+
+def check_memory_sections(record: dict[str, Any], source: str) -> None:
+    """The storage sections: bytes agree with the config and with each other, counts with their parts."""
+    model = record["config"]["model"]
+
+    def formula(kv_heads: int, length: int) -> int:
+        return 2 * kv_heads * length * model["head_dim"] * model["bytes_per_element"]  # batch 1
+
+    def refuse(field: str, message: str) -> None:
+        raise RecordError(f"{source}: field $.{field} {message}")
+
+    if "memory" in record:
+        memory = record["memory"]
+        expected = formula(model["kv_heads"], memory["length"])
+        if memory["formula_bytes"] != expected:
+            refuse("memory.formula_bytes", f"is {memory['formula_bytes']}, the config gives {expected}")
+        for mode, values in memory["variants"].items():
+            if values["retained_bytes"] < expected or values["peak_bytes"] < values["retained_bytes"]:
+                refuse(f"memory.variants.{mode}", f"has retained {values['retained_bytes']} and peak "
+                       f"{values['peak_bytes']}: a cache of {expected} bytes needs formula <= retained <= peak")
+    tolerance = record["tolerance"]
+    for index, row in enumerate(record.get("gqa", [])):
+        expected = formula(row["kv_heads"], row["length"])
+        if (row["formula_bytes"], row["concat_bytes"], row["prealloc_bytes"]) != (expected,) * 3 \
+                or row["paged_bytes"] < expected:
+            refuse(f"gqa[{index}]", f"bytes disagree with 2 x {row['kv_heads']} x {row['length']} x D x bytes "
+                   f"= {expected}")
+        if row["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * row["max_abs_reference"]:
+            refuse(f"gqa[{index}].max_abs_diff", f"is {row['max_abs_diff']:g}, beyond the tolerance")
+    if "paging" in record:
+        used = record["paging"]["used_slots"]
+        for index, row in enumerate(record["paging"]["rows"]):
+            wasted = row["allocated_slots"] - used
+            if row["allocated_slots"] != row["blocks_in_use"] * row["block_size"] or row["wasted_slots"] != wasted \
+                    or not math.isclose(row["waste_share"], wasted / row["allocated_slots"]):
+                refuse(f"paging.rows[{index}]", f"does not add up: {row['blocks_in_use']} blocks of "
+                       f"{row['block_size']} for {used} used slots")
+    if "sharing" in record:
+        sharing = record["sharing"]
+        for name in ("without", "with"):
+            if sharing[name]["bytes"] != sharing[name]["blocks"] * sharing["block_bytes"]:
+                refuse(f"sharing.{name}.bytes", f"is not {sharing[name]['blocks']} blocks x {sharing['block_bytes']}")
+        if sharing["saved_bytes"] != sharing["without"]["bytes"] - sharing["with"]["bytes"]:
+            refuse("sharing.saved_bytes", f"is {sharing['saved_bytes']}, not without - with")

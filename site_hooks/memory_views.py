@@ -44,9 +44,9 @@ def gqa_view(evidence: Evidence) -> str:
     full = next((r for r in rows if r["kv_heads"] == r["heads"]), rows[0])
     sentences = [
         f"At {r['length']} positions, {r['kv_heads']} key/value heads for {r['heads']} query heads keep "
-        f"{format_number(r['measured_bytes'])} bytes, {r['measured_bytes'] / full['measured_bytes']:.0%} of "
-        f"full multi-head; the formula with H = {r['kv_heads']} gives "
-        f"{'the same' if r['formula_bytes'] == r['measured_bytes'] else format_number(r['formula_bytes'])}."
+        f"{format_number(r['concat_bytes'])} bytes of concatenated cache, "
+        f"{r['concat_bytes'] / full['concat_bytes']:.0%} of full multi-head; preallocated and paged storage "
+        f"hold {format_number(r['prealloc_bytes'])} and {format_number(r['paged_bytes'])} bytes."
         for r in rows if r is not full
     ]
     return render("gqa.html.j2", rows=rows, sentences=sentences, tolerance=evidence.record["tolerance"])

@@ -23,8 +23,8 @@ from .records import atomic_write_json, load_json, schema_registry, validate_rec
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
 ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
-                "with the next mode and wraps around, so every mode runs first equally often "
-                "(with two modes, which one goes first alternates)")
+                "with the next mode and wraps around; every mode leads equally often when the repetitions "
+                "are a multiple of the modes, otherwise the earlier modes lead once more")
 
 
 class EquivalenceError(RuntimeError):

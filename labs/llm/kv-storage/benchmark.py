@@ -35,7 +35,7 @@ LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
 MODES = ["full", "concat", "prealloc", "paged"]
 BASELINE = "full"
 DEFAULT_LENGTHS = (16, 32, 64, 128, 256, 512, 1024)
-QUICK = {"lengths": [8, 16], "repeats": 2, "warmup": 1, "window": 4, "memory_length": 32,
+QUICK = {"lengths": [8, 16], "repeats": 4, "warmup": 1, "window": 4, "memory_length": 32,
          "paging_requests": 8, "share_requests": 3, "share_prompt": 20, "share_tokens": 5}
 GQA_KV_HEADS = (4, 2, 1)
 PAGING_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -186,19 +186,27 @@ def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, A
 
 
 def gqa_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Cache bytes with fewer key/value heads, by formula and from a real concatenated cache."""
+    """Per key/value head count: the formula, what each layout holds after a decode loop, and equivalence."""
     rows = []
+    length = args.memory_length
     for kv_heads in GQA_KV_HEADS:
         config = model_config(args, kv_heads)
         model = DecoderBlock(config)
-        ids = token_ids(config, args.memory_length, args.seed)
-        _, cache = model(ids)
-        comparison = compare_paths(model, ids[:, :64])
-        rows.append({"kv_heads": kv_heads, "heads": config.heads, "length": args.memory_length,
-                     "formula_bytes": kv_cache_bytes(1, kv_heads, args.memory_length, config.head_dim,
-                                                     config.bytes_per_element),
-                     "measured_bytes": cache_storage_bytes(cache),
-                     "max_abs_diff": comparison.max_abs_diff, "steps_compared": 64})
+        ids = token_ids(config, length, args.seed)
+        comparison = compare_paths(model, ids[:, : min(length, 64)])
+        if not comparison.within_tolerance:
+            raise bench.EquivalenceError(f"kv_heads={kv_heads}: cached and full logits differ by up to "
+                                         f"{comparison.max_abs_diff:.3g}, beyond atol={ATOL}, rtol={RTOL}")
+        held = {}
+        for mode in MODES[1:]:
+            state = new_store(mode, config, length, args.block_size)
+            for t in range(length):
+                _, state = model(ids[:, t : t + 1], state)
+            held[f"{mode}_bytes"] = retained_bytes(state)
+        rows.append({"kv_heads": kv_heads, "heads": config.heads, "length": length,
+                     "formula_bytes": kv_cache_bytes(1, kv_heads, length, config.head_dim, config.bytes_per_element),
+                     **held, "max_abs_diff": comparison.max_abs_diff,
+                     "max_abs_reference": comparison.max_abs_reference, "steps_compared": comparison.steps})
     return rows
 
 
@@ -217,7 +225,8 @@ def paging_table(config: ModelConfig, args: argparse.Namespace) -> dict[str, Any
         allocated = pool.blocks_in_use * block_size
         wasted = sum(request.wasted_slots for request in requests)
         rows.append({"block_size": block_size, "blocks_in_use": pool.blocks_in_use, "allocated_slots": allocated,
-                     "wasted_slots": wasted, "waste_share": wasted / allocated, "table_entries": pool.blocks_in_use})
+                     "wasted_slots": wasted, "waste_share": wasted / allocated,
+                     "table_entries": sum(len(request.table) for request in requests)})
         for request in requests:
             request.release()
     return {"requests": len(lengths), "length_range": [1, limit], "used_slots": sum(lengths), "rows": rows}
@@ -249,12 +258,14 @@ def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
         decode(child, tail)
     # A child that wrote into the shared, partly filled last prompt block got its own copy of it.
     copies = sum(child.table[len(prompt_table) - 1] != prompt_table[-1] for child in children)
+    still_shared = sum(all(child.table[i] == block for child in children) for i, block in enumerate(prompt_table))
     block_bytes = shared_pool.block_bytes
     return {"requests": n, "prompt": args.share_prompt, "tokens": args.share_tokens, "block_size": size,
             "block_bytes": block_bytes,
             "without": {"blocks": separate_pool.blocks_in_use, "bytes": separate_pool.blocks_in_use * block_bytes},
             "with": {"blocks": shared_pool.blocks_in_use, "bytes": shared_pool.blocks_in_use * block_bytes,
-                     "prompt_blocks": len(prompt_table), "copied_blocks": int(copies)},
+                     "prompt_blocks": len(prompt_table), "shared_blocks": int(still_shared),
+                     "copied_blocks": int(copies)},
             "saved_bytes": (separate_pool.blocks_in_use - shared_pool.blocks_in_use) * block_bytes}
 
 

@@ -14,7 +14,7 @@ from storage_fixtures import TINY, random_ids
 
 from kv_cache import DecoderBlock, cache_storage_bytes
 from kv_cache.broken import PositionResetBlock
-from kv_storage import PreallocatedKVCache
+from kv_storage import PagedSequence, PreallocatedKVCache
 from kv_storage.peak import profile_allocations
 # Loaded by path under its own name: the KV-cache lab has a benchmark.py too.
 _spec = importlib.util.spec_from_file_location("kv_storage_benchmark", Path(__file__).with_name("benchmark.py"))
@@ -40,10 +40,10 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(record["config"]["benchmark"]["modes"], ["full", "concat", "prealloc", "paged"])
         self.assertEqual(sorted(record["lengths"][0]["equivalence"]), ["concat", "paged", "prealloc"])
 
-    def test_each_layout_runs_first_equally_often(self) -> None:
+    def test_the_lead_rotates_so_each_layout_runs_first_once_in_four_repetitions(self) -> None:
         for entry in self.record["lengths"]:
             firsts = [order[0] for order in entry["order"]]
-            self.assertEqual(firsts, ["full", "concat"][: len(firsts)])  # 2 quick repeats: rotation starts
+            self.assertEqual(firsts, ["full", "concat", "prealloc", "paged"])  # --quick: 4 repeats
 
     def test_stored_medians_equal_those_of_the_raw_durations(self) -> None:
         for entry in self.record["lengths"]:
@@ -71,6 +71,31 @@ class RecordSurvivesFailures(unittest.TestCase):
             code, log = run_quietly("--output", str(self.path))
         self.assertEqual(code, 2)
         self.assertIn("concat differs from full", log)
+        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+
+    def test_a_paged_store_that_reads_keys_back_out_of_order_is_caught_before_timing(self) -> None:
+        class ReversedKeys(PagedSequence):
+            def stored(self) -> tuple[torch.Tensor, torch.Tensor]:
+                keys, values = super().stored()
+                return keys.flip(2), values  # keys no longer line up with their values
+
+        with mock.patch.object(benchmark, "PagedSequence", ReversedKeys):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 2)
+        self.assertIn("paged differs from full", log)
+        self.assertNotIn("repetition", log)  # nothing was timed
+        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+
+    def test_a_preallocated_store_that_loses_its_values_is_caught_before_timing(self) -> None:
+        class ZeroValues(PreallocatedKVCache):
+            def stored(self) -> tuple[torch.Tensor, torch.Tensor]:
+                keys, values = super().stored()
+                return keys, torch.zeros_like(values)
+
+        with mock.patch.object(benchmark, "PreallocatedKVCache", ZeroValues):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 2)
+        self.assertIn("prealloc differs from full", log)
         self.assertEqual(self.path.read_bytes(), PREVIOUS)
 
     def test_interrupted_run_leaves_the_existing_record_byte_identical(self) -> None:

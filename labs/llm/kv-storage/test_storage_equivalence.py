@@ -32,23 +32,26 @@ class EveryLayoutMatchesFullPrefix(unittest.TestCase):
                     assert_matches_full_pass(model, ids, [1] * 40, make(model.config))
 
     def test_every_layout_matches_full_sequence_after_chunked_prefill(self) -> None:
-        model = DecoderBlock(TINY)
         ids = random_ids(40, seed=7)
-        for name, make in STORES.items():
-            for chunks in ([7, 5] + [1] * 28, [3, 14, 16, 7]):
-                with self.subTest(layout=name, chunks=chunks[:4]):
-                    assert_matches_full_pass(model, ids, chunks, make(TINY))
+        for kv_heads in (4, 2, 1):
+            model = DecoderBlock(with_kv_heads(kv_heads))
+            for name, make in STORES.items():
+                for chunks in ([7, 5] + [1] * 28, [3, 14, 16, 7]):
+                    with self.subTest(layout=name, kv_heads=kv_heads, chunks=chunks[:4]):
+                        assert_matches_full_pass(model, ids, chunks, make(model.config))
 
     @settings(max_examples=25, deadline=None)
     @given(
         chunks=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=5),  # <= 45 of 48 positions
         block_size=st.integers(min_value=1, max_value=12),
+        kv_heads=st.sampled_from([4, 2, 1]),
         seed=st.integers(min_value=0, max_value=2**16),
     )
     def test_any_chunking_through_any_block_size_gives_the_full_pass(
-        self, chunks: list[int], block_size: int, seed: int
+        self, chunks: list[int], block_size: int, kv_heads: int, seed: int
     ) -> None:
-        assert_matches_full_pass(DecoderBlock(TINY), random_ids(sum(chunks), seed), chunks, paged(block_size)(TINY))
+        config = with_kv_heads(kv_heads)
+        assert_matches_full_pass(DecoderBlock(config), random_ids(sum(chunks), seed), chunks, paged(block_size)(config))
 
     def test_paged_attention_reads_scattered_blocks_through_the_table(self) -> None:
         model = DecoderBlock(TINY)

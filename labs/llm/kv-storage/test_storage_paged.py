@@ -78,6 +78,34 @@ class BlockTables(unittest.TestCase):
         second.update(entries(3, 9), entries(3, 9))  # what still fits is accepted
         self.assertEqual(second.wasted_slots, 0)
 
+    def test_refused_append_into_a_shared_partial_block_changes_nothing(self) -> None:
+        pool = BlockPool(num_blocks=2, block_size=4, kv_heads=HEADS, head_dim=DIM)
+        parent = PagedSequence(pool)
+        parent.update(entries(3, 0), entries(3, 0))
+        child = parent.fork()
+        # 2 more positions need the copy of the shared tail plus one new block: 2 blocks, 1 is free
+        self.assertEqual(child.blocks_needed(2), 2)
+        with self.assertRaisesRegex(PoolExhausted, r"appending 2 positions needs 2 free blocks, the pool has 1 of 2"):
+            child.update(entries(2, 3), entries(2, 3))
+        self.assertEqual((child.table, parent.table, pool.refcount, pool.free), ([0], [0], [2, 0], [1]))
+        child.update(entries(1, 3), entries(1, 3))  # one position fits: only the copy is needed
+        self.assertEqual((child.table, pool.refcount), ([1], [1, 1]))
+
+    def test_an_empty_append_writes_nothing_and_copies_nothing(self) -> None:
+        parent = PagedSequence(self.pool)
+        parent.update(entries(3, 0), entries(3, 0))
+        child = parent.fork()
+        keys, _ = child.update(entries(0, 0), entries(0, 0))
+        self.assertEqual((child.table, self.pool.blocks_in_use, tuple(keys.shape)), (parent.table, 1, (1, HEADS, 3, DIM)))
+
+    def test_an_empty_request_reads_back_nothing(self) -> None:
+        keys, values = PagedSequence(self.pool).stored()
+        self.assertEqual((tuple(keys.shape), tuple(values.shape)), ((1, HEADS, 0, DIM), (1, HEADS, 0, DIM)))
+
+    def test_entries_that_are_not_four_dimensional_are_a_clear_error(self) -> None:
+        with self.assertRaisesRegex(ValueError, r"new keys \(2, 1, 3\) / values \(2, 1, 3\) do not fit"):
+            PagedSequence(self.pool).update(torch.zeros(HEADS, 1, DIM), torch.zeros(HEADS, 1, DIM))
+
     def test_released_requests_return_every_block(self) -> None:
         requests = [PagedSequence(self.pool) for _ in range(3)]
         for i, request in enumerate(requests):
@@ -106,7 +134,10 @@ class BlockTables(unittest.TestCase):
             for token in random_ids(20, seed=0).split(1, dim=1):
                 model(token, request)
         self.assertEqual((request.length, request.table, pool.blocks_in_use), (20, [0, 1], 2))
-        self.assertEqual(set(vars(request)), {"pool", "table", "_length", "released"})  # no side copy
+        # No side copy anywhere: the request and the pool hold exactly their bookkeeping and storage.
+        self.assertEqual(set(vars(request)), {"pool", "table", "_length", "released"})
+        self.assertEqual(set(vars(pool)), {"block_size", "keys", "values", "refcount", "free"})
+        self.assertEqual(tuple(pool.keys.shape), (3, TINY.kv_heads, 16, TINY.head_dim))
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -136,12 +167,18 @@ class PoolMachine(RuleBasedStateMachine):
             return
         request, expected = self.live[key]
         new = self.fresh(count)
-        before = (list(request.table), request.length, list(self.pool.free))
-        try:
-            request.update(new, new)
-        except PoolExhausted:
-            assert before == (request.table, request.length, self.pool.free)
-            return
+        size, length = self.pool.block_size, request.length
+        shared_tail = length % size != 0 and self.pool.refcount[request.table[-1]] > 1
+        need = -(-(length + count) // size) - len(request.table) + shared_tail  # worked out independently
+        before = (list(request.table), request.length, list(self.pool.free), list(self.pool.refcount))
+        if need > len(self.pool.free):
+            try:
+                request.update(new, new)
+            except PoolExhausted:
+                assert before == (request.table, request.length, self.pool.free, self.pool.refcount)
+                return
+            raise AssertionError(f"an append needing {need} blocks with {len(before[2])} free was accepted")
+        request.update(new, new)  # it fits, so it must be accepted
         self.live[key] = (request, torch.cat([expected, new], dim=2))
 
     @rule(target=requests, key=requests)

@@ -31,7 +31,7 @@ class BlockPool:
         self.keys = torch.zeros(num_blocks, kv_heads, block_size, head_dim, dtype=dtype)
         self.values = torch.zeros_like(self.keys)
         self.refcount = [0] * num_blocks
-        self.free = list(range(num_blocks - 1, -1, -1))  # a stack: the lowest free block is reused first
+        self.free = list(range(num_blocks - 1, -1, -1))  # a stack: last released, first reused
 
     @classmethod
     def for_model(cls, config: ModelConfig, num_blocks: int, block_size: int) -> BlockPool:
@@ -105,13 +105,15 @@ class PagedSequence:
         """Write (1, Hkv, T, D) entries into blocks; return all keys and values gathered through the table."""
         self._check_open()
         pool = self.pool
-        if keys.shape != values.shape or keys.shape[0] != 1 or keys.shape[1] != pool.keys.shape[1] \
-                or keys.shape[3] != pool.keys.shape[3]:
+        if keys.dim() != 4 or keys.shape != values.shape or keys.shape[0] != 1 \
+                or keys.shape[1] != pool.keys.shape[1] or keys.shape[3] != pool.keys.shape[3]:
             raise ValueError(f"new keys {tuple(keys.shape)} / values {tuple(values.shape)} do not fit a paged "
                              f"request: (1, {pool.keys.shape[1]}, T, {pool.keys.shape[3]})")
         if keys.dtype != pool.keys.dtype or values.dtype != pool.keys.dtype:
             raise ValueError(f"{keys.dtype} entries, the pool stores {pool.keys.dtype}")
         count = keys.shape[2]
+        if count == 0:
+            return self.stored()  # nothing to write: in particular, no copy-on-write
         needed = self.blocks_needed(count)
         if needed > len(pool.free):  # check first, so a refused append changes nothing
             raise PoolExhausted(f"appending {count} positions needs {needed} free blocks, "
@@ -130,12 +132,13 @@ class PagedSequence:
 
     def stored(self) -> tuple[Tensor, Tensor]:
         """Keys and values (1, Hkv, length, D), read through the block table; a transient, not kept."""
-        index = torch.tensor(self.table)
-        hkv, size, dim = self.pool.keys.shape[1:]
+        self._check_open()
+        index = torch.tensor(self.table, dtype=torch.long)
+        hkv, _, dim = self.pool.keys.shape[1:]
 
         def read(storage: Tensor) -> Tensor:
-            blocks = storage[index]  # (n, Hkv, S, D)
-            return blocks.transpose(0, 1).reshape(hkv, -1, dim)[:, : self._length].unsqueeze(0)
+            blocks = storage.transpose(0, 1)[:, index]  # (Hkv, n, S, D): the one copy a read makes
+            return blocks.reshape(hkv, -1, dim)[:, : self._length].unsqueeze(0)  # views from here on
 
         return read(self.pool.keys), read(self.pool.values)
 

@@ -38,7 +38,7 @@ class PreallocatedKVCache:
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         stored_keys, stored_values = self._buffers()
         expected = (stored_keys.shape[0], stored_keys.shape[1], stored_keys.shape[3])
-        if keys.shape != values.shape or (keys.shape[0], keys.shape[1], keys.shape[3]) != expected:
+        if keys.dim() != 4 or keys.shape != values.shape or (keys.shape[0], keys.shape[1], keys.shape[3]) != expected:
             raise ValueError(f"new keys {tuple(keys.shape)} / values {tuple(values.shape)} do not fit "
                              f"storage (B, Hkv, T, D) = {tuple(stored_keys.shape)}")
         if keys.dtype != stored_keys.dtype or values.dtype != stored_keys.dtype:
