@@ -42,3 +42,20 @@ class QuickBenchmarkRun(unittest.TestCase):
     def record(self) -> dict[str, Any]:
         self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
         return load_record(self.path, self.schema)
+
+
+class ExistingRecordTest(unittest.TestCase):
+    """Each test starts with a previous record on disk; ``assert_untouched`` checks a failed run kept it."""
+
+    PREVIOUS = b'{"previous": "record"}\n'
+
+    def setUp(self) -> None:
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.path = Path(folder.name) / "record.json"
+        self.path.write_bytes(self.PREVIOUS)
+
+    def assert_untouched(self, log: str) -> None:
+        self.assertEqual(self.path.read_bytes(), self.PREVIOUS)
+        self.assertEqual([p.name for p in self.path.parent.iterdir()], ["record.json"])  # no temp left
+        self.assertIn("still holds the previous record", log)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import statistics
-import tempfile
 import unittest
-from pathlib import Path
 from unittest import mock
 
 import benchmark  # first: it makes labkit importable
@@ -15,7 +13,6 @@ from labkit.records import load_record
 from kv_cache.broken import PositionResetBlock
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
-PREVIOUS = b'{"previous": "record"}\n'
 
 
 def run_quietly(*argv: str, **kwargs: object) -> tuple[int, str]:
@@ -59,17 +56,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(self.record["command"].split()[:2], ["python", "labs/llm/kv-cache/benchmark.py"])
 
 
-class RecordSurvivesFailures(unittest.TestCase):
-    def setUp(self) -> None:
-        folder = tempfile.TemporaryDirectory()
-        self.addCleanup(folder.cleanup)
-        self.path = Path(folder.name) / "record.json"
-        self.path.write_bytes(PREVIOUS)
-
-    def assert_untouched(self, log: str) -> None:
-        self.assertEqual(self.path.read_bytes(), PREVIOUS)
-        self.assertEqual([p.name for p in self.path.parent.iterdir()], ["record.json"])  # no temp left
-        self.assertIn("still holds the previous record", log)
+class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
 
     def test_failed_equivalence_check_writes_nothing_and_exits_non_zero(self) -> None:
         code, log = run_quietly("--output", str(self.path), model_class=PositionResetBlock)

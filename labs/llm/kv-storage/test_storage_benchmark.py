@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
-import tempfile
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -24,7 +23,6 @@ _spec.loader.exec_module(benchmark)
 import labkit.testing  # noqa: E402  (importable once the benchmark has set the path)
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
-PREVIOUS = b'{"previous": "record"}\n'
 
 
 def run_quietly(*argv: str) -> tuple[int, str]:
@@ -59,19 +57,14 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(sharing["without"]["blocks"] - sharing["with"]["blocks"], (n - 1) * full_prompt_blocks)
 
 
-class RecordSurvivesFailures(unittest.TestCase):
-    def setUp(self) -> None:
-        folder = tempfile.TemporaryDirectory()
-        self.addCleanup(folder.cleanup)
-        self.path = Path(folder.name) / "record.json"
-        self.path.write_bytes(PREVIOUS)
+class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
 
     def test_a_layout_that_disagrees_with_full_recompute_stops_the_run_and_writes_nothing(self) -> None:
         with mock.patch.object(benchmark, "DecoderBlock", PositionResetBlock):
             code, log = run_quietly("--output", str(self.path))
         self.assertEqual(code, 2)
         self.assertIn("concat differs from full", log)
-        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+        self.assert_untouched(log)
 
     def test_a_paged_store_that_reads_keys_back_out_of_order_is_caught_before_timing(self) -> None:
         class ReversedKeys(PagedSequence):
@@ -84,7 +77,7 @@ class RecordSurvivesFailures(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("paged differs from full", log)
         self.assertNotIn("repetition", log)  # nothing was timed
-        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+        self.assert_untouched(log)
 
     def test_a_preallocated_store_that_loses_its_values_is_caught_before_timing(self) -> None:
         class ZeroValues(PreallocatedKVCache):
@@ -96,14 +89,14 @@ class RecordSurvivesFailures(unittest.TestCase):
             code, log = run_quietly("--output", str(self.path))
         self.assertEqual(code, 2)
         self.assertIn("prealloc differs from full", log)
-        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+        self.assert_untouched(log)
 
     def test_interrupted_run_leaves_the_existing_record_byte_identical(self) -> None:
         with mock.patch.object(benchmark, "memory_profile", side_effect=KeyboardInterrupt):
             code, log = run_quietly("--output", str(self.path))
         self.assertEqual(code, 130)
-        self.assertIn("still holds the previous record", log)
-        self.assertEqual(self.path.read_bytes(), PREVIOUS)
+        self.assertIn("interrupted", log)
+        self.assert_untouched(log)
 
 
 class AllocationProfile(unittest.TestCase):
