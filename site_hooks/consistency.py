@@ -50,9 +50,15 @@ def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes
         check_cache_bytes(entry, where, record)
 
 
+def cache_bytes(model: dict[str, Any], batch: int, kv_heads: int, length: int) -> int:
+    """2 x B x Hkv x T x D x bytes per element, from a record's model config: the site's one copy of
+    kv_cache.memory.kv_cache_bytes (importing the lab would pull torch into every build)."""
+    return 2 * batch * kv_heads * length * model["head_dim"] * model["bytes_per_element"]
+
+
 def check_cache_bytes(entry: dict[str, Any], where: str, record: dict[str, Any]) -> None:
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    expected = 2 * batch * model["kv_heads"] * entry["length"] * model["head_dim"] * model["bytes_per_element"]
+    expected = cache_bytes(model, batch, model["kv_heads"], entry["length"])
     if entry["cache_bytes"] != {"formula": expected, "measured": expected}:
         raise RecordError(f"{where}.cache_bytes is {entry['cache_bytes']}, but 2 x B x Hkv x T x D x bytes "
                           f"gives {expected} from the record's config")
@@ -81,7 +87,7 @@ def check_memory_sections(record: dict[str, Any], source: str) -> None:
     model = record["config"]["model"]
 
     def formula(kv_heads: int, length: int) -> int:
-        return 2 * kv_heads * length * model["head_dim"] * model["bytes_per_element"]  # batch 1
+        return cache_bytes(model, 1, kv_heads, length)  # the storage lab decodes one request at a time
 
     def refuse(field: str, message: str) -> None:
         raise RecordError(f"{source}: field $.{field} {message}")

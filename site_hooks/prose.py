@@ -95,16 +95,13 @@ def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: 
         if ratio[last] > ratio[first]
         else "did not grow with prefix length"
     )
-    gap = (medians[baseline] - medians[mode])
-    return [
-        f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
-        f"{format_ratio(ratio[last])} at {last} tokens. In absolute terms the median {baseline} run took "
-        f"{format_ms(gap[first])} ms more than the {mode} run at {first} tokens and "
-        f"{format_ms(gap[last])} ms more at {last} tokens."
-        if gap[first] >= 0 and gap[last] >= 0 else
-        f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at {first} tokens, "
-        f"{format_ratio(ratio[last])} at {last} tokens."
-    ]
+    sentences = [f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at "
+                 f"{first} tokens, {format_ratio(ratio[last])} at {last} tokens."]
+    gap = medians[baseline] - medians[mode]
+    if gap[first] >= 0 and gap[last] >= 0:
+        sentences.append(f"In absolute terms the median {baseline} run took {format_ms(gap[first])} ms more than "
+                         f"the {mode} run at {first} tokens and {format_ms(gap[last])} ms more at {last} tokens.")
+    return sentences
 
 
 def noise_flags(record: dict[str, Any]) -> dict[int, dict[str, list[str]]]:
@@ -220,16 +217,15 @@ def paging_sentences(paging: dict[str, Any]) -> list[str]:
 def sharing_sentence(sharing: dict[str, Any]) -> str:
     saved = sharing["saved_bytes"]
     without = sharing["without"]["bytes"]
+    copies = (
+        f"The prompt's last block was partly filled, so {sharing['with']['copied_blocks']} of the requests "
+        f"copied it before their first write."
+        if sharing["prompt"] % sharing["block_size"] else
+        "The prompt filled its last block exactly, so no block had to be copied."
+    )
     return (
         f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
         f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
         f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
-        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. The prompt's last block was partly filled, "
-        f"so {sharing['with']['copied_blocks']} of the requests copied it before their first write."
-        if sharing["prompt"] % sharing["block_size"] else
-        f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
-        f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
-        f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
-        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. The prompt filled its last block exactly, so "
-        f"no block had to be copied."
+        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. {copies}"
     )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
 
 from . import memory_views, prose
+from .consistency import cache_bytes
 from .chart import Series, line_chart
 from .machine import build_machine, recording_machine
 from .orchestrate import Evidence
@@ -170,7 +171,7 @@ def cache_bytes_view(evidence: Evidence) -> str:
     """Bytes per position from the config; rows already checked against it by consistency.py."""
     record = evidence.record
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    per_position = 2 * batch * model["kv_heads"] * model["head_dim"] * model["bytes_per_element"]
+    per_position = cache_bytes(model, batch, model["kv_heads"], length=1)
     rows = [{"length": e["length"], **e["cache_bytes"]} for e in record["lengths"]]
     last = rows[-1]
     sentence = (
