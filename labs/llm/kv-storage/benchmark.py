@@ -26,7 +26,17 @@ sys.path.insert(0, str(ROOT / "labs"))  # labkit, without installing the reposit
 from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache  # noqa: E402  (also: kv_cache path)
 from kv_storage.peak import profile_allocations  # noqa: E402
 
-from kv_cache import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, compare_paths, kv_cache_bytes  # noqa: E402
+from kv_cache import (  # noqa: E402
+    ATOL,
+    RTOL,
+    DecoderBlock,
+    ModelConfig,
+    cache_storage_bytes,
+    compare_paths,
+    decode_step,
+    kv_cache_bytes,
+    prefill,
+)
 from labkit import bench  # noqa: E402
 from labkit.manifest import load_lab  # noqa: E402
 from labkit.records import load_json  # noqa: E402
@@ -91,12 +101,11 @@ def new_store(mode: str, config: ModelConfig, capacity: int, block_size: int) ->
     return None  # concat starts from nothing, like the first lab
 
 
-def prefill(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int, block_size: int) -> Store:
+def prefilled_state(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int, block_size: int) -> Store:
     """The state a window starts from: a cache holding ``prefix`` positions (nothing for full)."""
     if mode == "full":
         return None
-    store = new_store(mode, model.config, ids.shape[1], block_size)
-    return model(ids[:, :prefix], store)[1]
+    return prefill(model, ids[:, :prefix], new_store(mode, model.config, ids.shape[1], block_size))[1]
 
 
 def decode_window(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int, state: Store) -> torch.Tensor:
@@ -106,8 +115,8 @@ def decode_window(model: DecoderBlock, mode: str, ids: torch.Tensor, prefix: int
         if mode == "full":
             steps.append(model(ids[:, : t + 1])[0][:, -1])
         else:
-            logits, state = model(ids[:, t : t + 1], state)
-            steps.append(logits[:, -1])
+            logits, state = decode_step(model, ids[:, t : t + 1], state)
+            steps.append(logits)
     return torch.stack(steps, dim=1)
 
 
@@ -115,7 +124,7 @@ def check_equivalence(model: DecoderBlock, ids: torch.Tensor, prefix: int, block
     full = decode_window(model, "full", ids, prefix, None)
     result = {}
     for mode in MODES[1:]:
-        window = decode_window(model, mode, ids, prefix, prefill(model, mode, ids, prefix, block_size))
+        window = decode_window(model, mode, ids, prefix, prefilled_state(model, mode, ids, prefix, block_size))
         difference = float((window - full).abs().max())
         if not torch.allclose(window, full, atol=ATOL, rtol=RTOL):
             raise bench.EquivalenceError(f"prefix {prefix}: {mode} differs from full by up to {difference:.3g}, "
@@ -132,7 +141,7 @@ def measure_length(model: DecoderBlock, prefix: int, args: argparse.Namespace, i
     equivalence = check_equivalence(model, ids, prefix, args.block_size)
 
     def timed(mode: str) -> int:
-        state = prefill(model, mode, ids, prefix, args.block_size)  # untimed: only the window counts
+        state = prefilled_state(model, mode, ids, prefix, args.block_size)  # untimed: only the window counts
         return bench.time_ns(lambda: decode_window(model, mode, ids, prefix, state))
 
     durations: dict[str, list[int]] = {mode: [] for mode in MODES}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .model import Cache, DecoderBlock
+from .model import Cache, DecoderBlock, KVStore
 
 
 def full_prefix_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
@@ -19,12 +19,16 @@ def full_prefix_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
     return torch.stack(steps, dim=1)
 
 
-def prefill(model: DecoderBlock, ids: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
-    """Process a chunk of one or more tokens, extending the cache."""
+def prefill(
+    model: DecoderBlock, ids: Tensor, cache: Cache | KVStore | None = None
+) -> tuple[Tensor, Cache | KVStore]:
+    """Process a chunk of one or more tokens (B, T), extending the cache; logits (B, T, vocab)."""
     return model(ids, cache)
 
 
-def decode_step(model: DecoderBlock, token: Tensor, cache: Cache | None) -> tuple[Tensor, Cache]:
+def decode_step(
+    model: DecoderBlock, token: Tensor, cache: Cache | KVStore | None
+) -> tuple[Tensor, Cache | KVStore]:
     """Process one new token (B, 1) and return its logits (B, vocab) and the grown cache."""
     logits, cache = model(token, cache)
     return logits[:, -1], cache
@@ -32,7 +36,7 @@ def decode_step(model: DecoderBlock, token: Tensor, cache: Cache | None) -> tupl
 
 def cached_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
     """Step t feeds only token t and reuses the keys and values of tokens 0..t-1."""
-    cache: Cache | None = None
+    cache: Cache | KVStore | None = None
     steps = []
     for t in range(ids.shape[1]):
         logits, cache = decode_step(model, ids[:, t : t + 1], cache)
