@@ -2,12 +2,15 @@
 PYTHON ?= python3
 VENV   := labs/.venv
 PY     := $(VENV)/bin/python
+PORT   ?= 8000
 # Material prints a banner about MkDocs 2.0 on every build; it says nothing about this site.
 export NO_MKDOCS_2_WARNING := 1
+# Every lab folder with a pyproject.toml: its package is installed in development mode, found by glob.
+LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
-.PHONY: venv test site serve bench clean
+.PHONY: venv test lint site serve bench lab-server clean
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.develop
 
 # Re-created from scratch whenever requirements.txt changes, so no stale package survives.
 $(VENV)/.installed: requirements.txt
@@ -16,8 +19,17 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
-test: venv
+# The site's code and every lab's package, importable from the venv without any sys.path edit.
+$(VENV)/.develop: $(VENV)/.installed pyproject.toml $(LAB_PROJECTS)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		-e . $(foreach project,$(LAB_PROJECTS),-e $(dir $(project)))
+	touch $@
+
+test: venv lint
 	$(PY) -m pytest
+
+lint: venv
+	$(PY) -m ruff check --quiet .
 
 site: venv
 	$(PY) -m mkdocs build --strict --site-dir site
@@ -27,7 +39,11 @@ serve: venv
 
 # Every registered lab's benchmark, as its lab.toml states it (see labs/labkit/run_benchmarks.py).
 bench: venv
-	$(PY) labs/labkit/run_benchmarks.py
+	$(PY) -m labkit.run_benchmarks
+
+# The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it.
+lab-server: venv
+	$(PY) -m kv_serving.server --port $(PORT)
 
 clean:
-	rm -rf site .cache test-output .pytest_cache .hypothesis
+	rm -rf site .cache test-output .pytest_cache .hypothesis .ruff_cache

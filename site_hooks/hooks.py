@@ -2,13 +2,19 @@
 
 Registered in mkdocs.yml under `hooks:`. The functions here only orchestrate;
 loading, checking and rendering live in the modules beside this one.
+
+A view's HTML never passes through Markdown: on_page_markdown leaves a token
+where the placeholder was, and on_page_content puts the HTML in its place, so
+no Markdown extension can reinterpret text that came from a record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-import sys
+import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +23,23 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "labs"):  # MkDocs loads this file by path; make its package importable
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from labkit.manifest import ManifestError, discover_labs  # noqa: E402
-from site_hooks.errors import SiteBuildError  # noqa: E402
-from site_hooks.orchestrate import Evidence, bench_policy, gather_evidence  # noqa: E402
-from site_hooks.placeholders import substitute  # noqa: E402
-from site_hooks.views import VIEWS, render_view  # noqa: E402
+from labkit.manifest import ManifestError, discover_labs
+from site_hooks.errors import SiteBuildError
+from site_hooks.orchestrate import Evidence, bench_policy, gather_evidence
+from site_hooks.placeholders import substitute
+from site_hooks.views import render_view, views_for
 
 log = logging.getLogger("mkdocs.plugins.site_hooks")
+RECORDS_DIR = "results"  # where the built site keeps a copy of every record a page was built from
 
-# Deliberate per-process state: the evidence of the current build, and which labs this process
-# has already measured (so LAB_BENCH=always measures once, not on every `mkdocs serve` reload).
+# Deliberate per-process state: the evidence of the current build, which labs this process has
+# already measured (so LAB_BENCH=always measures once, not on every `mkdocs serve` reload), and the
+# rendered HTML waiting for its page's HTML (token -> HTML).
 _evidence: dict[str, Evidence] = {}
 _measured: set[str] = set()
+_rendered: dict[str, str] = {}
 
 
 def _site_root(config: MkDocsConfig) -> Path:
@@ -54,20 +59,43 @@ def on_pre_build(config: MkDocsConfig) -> None:
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Replace the page's lab placeholders with views rendered from the evidence."""
+    """Replace the page's lab placeholders with tokens; their HTML is rendered now, inserted later."""
     source = f"docs/{page.file.src_uri}"
+
+    def render(lab: str, view: str) -> str:
+        evidence = _evidence[lab]
+        record_url = get_relative_url(f"{RECORDS_DIR}/{evidence.lab.record.name}", page.url)
+        token = f"LABVIEW{len(_rendered)}X{secrets.token_hex(8)}"
+        _rendered[token] = render_view(view, dataclasses.replace(evidence, record_url=record_url))
+        return token
+
     try:
-        return substitute(markdown, source, set(_evidence), set(VIEWS),
-                          lambda lab, view: render_view(view, _evidence[lab]))
+        views = {name: set(views_for(evidence.lab)) for name, evidence in _evidence.items()}
+        return substitute(markdown, source, views, render)
     except SiteBuildError as error:
         raise PluginError(str(error)) from None
     except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, TemplateError) as error:
         # a record the schema and the consistency checks let through, but a view still cannot use
-        raise PluginError(f"{source}: cannot render from the record: {type(error).__name__}: {error}") from None
+        log.debug(f"{source}: the view failed here:", exc_info=True)
+        raise PluginError(f"{source}: cannot render from the record: {type(error).__name__}: {error} "
+                          f"(mkdocs build -v shows where)") from None
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Put each view's HTML where its token landed, after Markdown is done with the page."""
+    for token in [t for t in _rendered if t in html]:
+        view_html = _rendered.pop(token)
+        html = html.replace(f"<p>{token}</p>", view_html).replace(token, view_html)
+    return html
 
 
 def on_post_build(config: MkDocsConfig, **kwargs: Any) -> None:
-    """Say which records the pages were rendered from."""
+    """Copy each record into the site, so a page can link the JSON it was built from; log the sources."""
+    folder = Path(config.site_dir) / RECORDS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    root = _site_root(config)
     for name, evidence in sorted(_evidence.items()):
+        shutil.copyfile(root / evidence.lab.record, folder / evidence.lab.record.name)
         state = "measured during this build" if evidence.measured_now else "reused"
         log.info(f"lab {name}: pages rendered from {evidence.lab.record} ({state})")
+    _rendered.clear()

@@ -8,6 +8,8 @@ from typing import Any
 
 from labkit.environment import cpu_model
 
+LABELS = {"python": "Python", "torch": "PyTorch", "cpu": "CPU", "logical_cores": "Logical cores", "os": "OS"}
+
 
 def build_machine(test_report: dict[str, Any]) -> dict[str, Any]:
     """This machine, with Python and PyTorch as seen by the lab's own test run."""

@@ -26,16 +26,19 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from labkit.fingerprint import source_fingerprint
+from labkit.fingerprint import changed_files, source_fingerprint
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
 
-from .consistency import check_statistics
+from .consistency import check_header, check_sweep
 from .errors import SiteBuildError
+from .labviews import lab_check
+from .machine import build_machine
 
 CODE_ROOT = Path(__file__).resolve().parents[1]
 TEST_TIMEOUT_S = 600
 BENCH_TIMEOUT_S = 600
+KEEP_REPORTS = 3  # cached test reports kept per lab, newest first
 
 
 class BenchPolicy(Enum):
@@ -52,6 +55,8 @@ class Evidence:
     record: dict[str, Any]
     tests: dict[str, Any]  # the report of the test run on this build machine
     measured_now: bool  # the benchmark ran during this build
+    build_machine: dict[str, Any]  # the machine building the page, in the terms of machine.py
+    record_url: str = ""  # the record's copy in the built site, relative to the page being rendered
 
 
 def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
@@ -64,9 +69,9 @@ def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
 
 
 def subprocess_env(root: Path) -> dict[str, str]:
-    """The build's environment, with labkit importable and no bytecode written into watched folders."""
-    paths = [str(CODE_ROOT / "labs"), str(root / "labs"), os.environ.get("PYTHONPATH", "")]
-    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONDONTWRITEBYTECODE": "1"}
+    """The build's environment (labkit and the labs are installed in it), writing no bytecode into
+    the folders `mkdocs serve` watches."""
+    return os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def tests_digest(lab: Lab, root: Path) -> str:
@@ -107,7 +112,10 @@ def run_lab_tests(lab: Lab, root: Path, cache_dir: Path, log: logging.Logger) ->
             f"lab {lab.name}: {len(bad)} failing of {report['ran']} tests: " + "; ".join(bad)
             if bad else f"lab {lab.name}: no test ran from {start} with pattern {pattern!r}"
         )
+    cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(cached, report)
+    for old in sorted(cache_dir.glob(f"tests-{lab.name}-*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_REPORTS]:
+        old.unlink(missing_ok=True)
     log.info(f"lab {lab.name}: {report['passed']} of {report['ran']} tests passed")
     return report
 
@@ -117,9 +125,15 @@ def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
     path = root / lab.record
     if not path.exists():
         return None
+    source = lab.record.as_posix()
     try:
-        record = load_record(path, root / lab.schema, root)
-        check_statistics(record, lab.record.as_posix())
+        record = load_record(path, root / lab.schema, root, lab=lab.name)
+        check_header(record, source)
+        if "lengths" in record:  # a timing sweep
+            check_sweep(record, source)
+        check = lab_check(lab)
+        if check is not None:
+            check(record, source)
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
     except (KeyError, IndexError, TypeError, ValueError) as error:  # valid by schema, unusable all the same
@@ -127,12 +141,19 @@ def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
     return record
 
 
-def is_stale(record: dict[str, Any], lab: Lab, root: Path) -> bool:
+def stale_files(record: dict[str, Any], lab: Lab, root: Path) -> list[str]:
+    """The measured sources that changed since the record was made (empty: the record is fresh)."""
     try:
-        current = source_fingerprint(root, lab.fingerprint)["digest"]
+        current = source_fingerprint(root, lab.fingerprint)
     except ValueError as error:
         raise SiteBuildError(f"lab {lab.name}: {error}") from None
-    return record["fingerprint"]["digest"] != current
+    if record["fingerprint"]["digest"] == current["digest"]:
+        return []
+    return changed_files(record["fingerprint"], current) or ["(file order or names)"]
+
+
+def is_stale(record: dict[str, Any], lab: Lab, root: Path) -> bool:
+    return bool(stale_files(record, lab, root))
 
 
 def run_benchmark(lab: Lab, root: Path, log: logging.Logger) -> None:
@@ -169,11 +190,13 @@ def fresh_record(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str],
                  log: logging.Logger) -> tuple[dict[str, Any], bool]:
     """The record to render, measuring first when the policy asks; returns (record, measured now)."""
     record = read_record(lab, root)
-    state = "missing" if record is None else "stale" if is_stale(record, lab, root) else "fresh"
+    changed = [] if record is None else stale_files(record, lab, root)
+    state = "missing" if record is None else "stale" if changed else "fresh"
     wanted = (policy is BenchPolicy.ALWAYS and lab.name not in measured) or (
         policy is BenchPolicy.AUTO and state != "fresh")
     if policy is BenchPolicy.NEVER and state != "fresh":
-        why = "does not exist" if state == "missing" else "was measured on different lab sources (fingerprint mismatch)"
+        why = "does not exist" if state == "missing" else (
+            f"was measured on different lab sources (fingerprint mismatch: {', '.join(changed)} changed)")
         raise SiteBuildError(f"{lab.record}: record {why} and LAB_BENCH=never forbids measuring; "
                              f"run `make bench` or build with LAB_BENCH=auto")
     if not wanted:
@@ -194,6 +217,5 @@ def gather_evidence(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str
     """Tests first (timings of failing code are worthless), then the record."""
     tests = run_lab_tests(lab, root, root / ".cache" / "site_hooks", log)
     record, measured_now = fresh_record(lab, root, policy, measured, log)
-    if record["lab"] != lab.name:
-        raise SiteBuildError(f"{lab.record}: field lab is {record['lab']!r}, expected {lab.name!r}")
-    return Evidence(lab=lab, record=record, tests=tests, measured_now=measured_now)
+    return Evidence(lab=lab, record=record, tests=tests, measured_now=measured_now,
+                    build_machine=build_machine(tests))

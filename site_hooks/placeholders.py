@@ -17,9 +17,9 @@ ALONE = re.compile(r"^[ \t]*\{\{[^}]*\}\}[ \t]*$")
 VALID = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]*):(?P<view>[a-z0-9][a-z0-9-]*)$")
 
 
-def substitute(markdown: str, page: str, labs: set[str], views: set[str],
-               render: Callable[[str, str], str]) -> str:
-    """Replace each placeholder with render(lab, view); errors name the page, the line and the choices."""
+def substitute(markdown: str, page: str, views: dict[str, set[str]], render: Callable[[str, str], str]) -> str:
+    """Replace each placeholder with render(lab, view); ``views`` maps each lab to the views it has.
+    Errors name the page, the line and the choices."""
 
     def replace(match: re.Match[str]) -> str:
         line = markdown.count("\n", 0, match.start()) + 1
@@ -32,10 +32,11 @@ def substitute(markdown: str, page: str, labs: set[str], views: set[str],
         if parsed is None:
             raise SiteBuildError(f"{where} is malformed; write {{{{ lab:<lab>:<view> }}}}")
         lab, view = parsed.group("lab"), parsed.group("view")
-        if lab not in labs:
-            raise SiteBuildError(f"{where} names unknown lab {lab!r}; known labs: {', '.join(sorted(labs)) or 'none'}")
-        if view not in views:
-            raise SiteBuildError(f"{where} names unknown view {view!r}; views: {', '.join(sorted(views))}")
+        if lab not in views:
+            raise SiteBuildError(f"{where} names unknown lab {lab!r}; known labs: {', '.join(sorted(views)) or 'none'}")
+        if view not in views[lab]:
+            raise SiteBuildError(f"{where} names unknown view {view!r}; views of lab {lab}: "
+                                 f"{', '.join(sorted(views[lab]))}")
         return render(lab, view)
 
     return CANDIDATE.sub(replace, markdown)

@@ -36,6 +36,15 @@ def environment_sentence(record: dict[str, Any]) -> str:
     )
 
 
+def protocol_sentence(record: dict[str, Any]) -> str:
+    """How each timing was taken, from the record's config: warmup, repetitions, order."""
+    bench = record["config"]["benchmark"]
+    warmup, repeats, modes = bench["warmup"], bench["repeats"], bench["modes"]
+    return (f"At each length, every mode first ran {plural(warmup, 'untimed warm-up run')}, then "
+            f"{plural(repeats, 'timed repetition')}; the {len(modes)} modes took turns in a rotating order, "
+            f"so none always ran first. The medians below are over those {repeats} repetitions.")
+
+
 def faster_sentences(record: dict[str, Any]) -> list[str]:
     """Per mode, a paragraph: where it had the lower median than the baseline, and how the gap moved."""
     bench = record["config"]["benchmark"]
@@ -177,55 +186,3 @@ def precision_sentence(precision: dict[str, Any]) -> str:
                 f"instead of persisting as a logic error would.")
     return (f"{head}: float64 did not shrink the difference by {FLOAT64_SHRINK:.0e} or more, "
             f"which points at a difference in the computation, not rounding.")
-
-
-def memory_sentences(memory: dict[str, Any]) -> list[str]:
-    """What the allocation profile shows, layout by layout, in terms of the cache it ends with."""
-    variants = memory["variants"]
-    sentences = []
-    for mode, values in variants.items():
-        ratio = values["peak_bytes"] / values["retained_bytes"]
-        sentences.append(
-            f"{mode}: ends holding {values['retained_bytes']:,} bytes of cache; the peak during the loop was "
-            f"{values['peak_bytes']:,} bytes ({ratio:.2f}× that), and the loop allocated "
-            f"{values['allocated_bytes']:,} bytes in total over {values['allocations']:,} allocations."
-        )
-    if {"concat", "prealloc"} <= variants.keys():
-        concat, prealloc = variants["concat"], variants["prealloc"]
-        verdict = "higher" if concat["peak_bytes"] > prealloc["peak_bytes"] else "not higher"
-        sentences.append(
-            f"Concatenation's peak was {verdict} than preallocation's ({concat['peak_bytes']:,} vs "
-            f"{prealloc['peak_bytes']:,} bytes), and it allocated "
-            f"{concat['allocated_bytes'] / prealloc['allocated_bytes']:.1f}× as many bytes over the loop."
-        )
-    return sentences
-
-
-def paging_sentences(paging: dict[str, Any]) -> list[str]:
-    rows = paging["rows"]
-    first, last = rows[0], rows[-1]
-    return [
-        f"{paging['requests']} requests with lengths drawn uniformly from {paging['length_range'][0]} to "
-        f"{paging['length_range'][1]} positions use {paging['used_slots']:,} slots in all.",
-        f"With blocks of {first['block_size']}, {first['wasted_slots']:,} slots ({first['waste_share']:.1%}) are "
-        f"allocated but unused and the block tables hold {first['table_entries']:,} entries; with blocks of "
-        f"{last['block_size']}, {last['wasted_slots']:,} slots ({last['waste_share']:.1%}) are wasted and the "
-        f"tables hold {last['table_entries']:,} entries.",
-    ]
-
-
-def sharing_sentence(sharing: dict[str, Any]) -> str:
-    saved = sharing["saved_bytes"]
-    without = sharing["without"]["bytes"]
-    copies = (
-        f"The prompt's last block was partly filled, so {sharing['with']['copied_blocks']} of the requests "
-        f"copied it before their first write."
-        if sharing["prompt"] % sharing["block_size"] else
-        "The prompt filled its last block exactly, so no block had to be copied."
-    )
-    return (
-        f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
-        f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
-        f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
-        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. {copies}"
-    )

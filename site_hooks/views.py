@@ -1,14 +1,21 @@
-"""Views: pure functions from a lab's evidence to an HTML block. A placeholder names one view."""
+"""Views every lab shares: pure functions from a lab's evidence to an HTML block. A placeholder names one.
+
+The first four fit any record; the rest render a timing sweep (a record with ``lengths``). A lab adds
+views of its own in the module its lab.toml names (see labviews.py).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from labkit.manifest import Lab
 from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
 
-from . import memory_views, prose
-from .consistency import cache_bytes
+from . import prose
 from .chart import Series, line_chart
-from .machine import build_machine, recording_machine
+from .errors import SiteBuildError
+from .labviews import lab_views
+from .machine import LABELS, recording_machine
 from .orchestrate import Evidence
 from .templating import render
 
@@ -45,25 +52,37 @@ def environment_view(evidence: Evidence) -> str:
         ("Command", evidence.record["command"]),
     ]
     return render("environment.html.j2", rows=rows, parallel_info=env["torch"]["parallel_info"],
-                  build_config=env["torch"]["build_config"], record=evidence.lab.record.as_posix())
+                  build_config=env["torch"]["build_config"], record=evidence.lab.record.as_posix(),
+                  record_url=evidence.record_url)
 
 
 def config_view(evidence: Evidence) -> str:
     config = evidence.record["config"]
-    tolerance = evidence.record["tolerance"]
     bench = dict(config["benchmark"])
-    modes, baseline = bench.pop("modes"), bench.pop("baseline")
-    bench_rows = [(name.replace("_", " "), ", ".join(map(str, value)) if isinstance(value, list) else value)
+    modes, baseline = bench.pop("modes", None), bench.pop("baseline", None)
+    bench_rows = [(name.replace("_", " "), setting_text(value))
                   for name, value in bench.items()]  # every setting the record holds, lab-specific ones too
-    bench_rows += [("modes", f"{', '.join(modes)} (baseline: {baseline})"),
-                   ("tolerance", f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}")]
-    return render("config.html.j2", model_rows=list(config["model"].items()), bench_rows=bench_rows)
+    if modes:
+        bench_rows.append(("modes", ", ".join(modes) + (f" (baseline: {baseline})" if baseline else "")))
+    if "tolerance" in evidence.record:
+        tolerance = evidence.record["tolerance"]
+        bench_rows.append(("tolerance", f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}"))
+    model_rows = [(name, setting_text(value)) for name, value in config["model"].items()]
+    return render("config.html.j2", model_rows=model_rows, bench_rows=bench_rows)
+
+
+def setting_text(value: object) -> str:
+    """A config value as text: lists joined, nested tables as key = value pairs."""
+    if isinstance(value, list):
+        return ", ".join(map(setting_text, value))
+    if isinstance(value, dict):
+        return "; ".join(f"{key} = {setting_text(item)}" for key, item in value.items())
+    return str(value)
 
 
 def provenance_view(evidence: Evidence) -> str:
-    here, there = build_machine(evidence.tests), recording_machine(evidence.record)
-    labels = {"python": "Python", "torch": "PyTorch", "cpu": "CPU", "logical_cores": "Logical cores", "os": "OS"}
-    rows = [(labels[key], there[key], here[key], there[key] == here[key]) for key in labels]
+    here, there = evidence.build_machine, recording_machine(evidence.record)
+    rows = [(label, there[key], here[key], there[key] == here[key]) for key, label in LABELS.items()]
     differs = [label for label, _, _, same in rows if not same]
     fingerprint = evidence.record["fingerprint"]
     freshness = (
@@ -73,19 +92,20 @@ def provenance_view(evidence: Evidence) -> str:
         f"{evidence.record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
     )
     verdict = (
-        "The build machine matches the recording machine in Python, PyTorch, CPU, core count and OS."
+        f"The build machine matches the recording machine in {prose.join(list(LABELS.values()))}."
         if not differs else
         f"The tests on this page ran on the build machine; the timings were taken on the recording machine. "
         f"They differ in: {prose.join(differs)}."
     )
     return render(
         "provenance.html.j2", kind="info" if not differs else "warning", freshness=freshness, verdict=verdict,
-        rows=rows, digest=fingerprint["digest"][:16], files=fingerprint["files"],
+        rows=rows, digest=fingerprint["digest"][:16], files=sorted(fingerprint["files"]),
     )
 
 
 def findings_view(evidence: Evidence) -> str:
-    sentences = [prose.environment_sentence(evidence.record), *prose.faster_sentences(evidence.record)]
+    sentences = [prose.environment_sentence(evidence.record), prose.protocol_sentence(evidence.record),
+                 *prose.faster_sentences(evidence.record)]
     return render("paragraphs.html.j2", css="lab-findings", paragraphs=sentences)
 
 
@@ -120,7 +140,9 @@ def raw_view(evidence: Evidence) -> str:
             rows.append({"repetition": int(repetition) + 1, "order": list(run["mode"]),
                          "cells": [cells[mode] for mode in modes]})
         groups.append({"length": int(length), "rows": rows})
-    return render("raw.html.j2", modes=modes, groups=groups, record=evidence.lab.record.as_posix())
+    runs = sum(len(group["rows"]) for group in groups) * len(modes)
+    return render("raw.html.j2", modes=modes, groups=groups, record=evidence.lab.record.as_posix(),
+                  runs=runs, record_url=evidence.record_url)
 
 
 def timing_chart(evidence: Evidence, per_step: bool) -> str:
@@ -167,24 +189,6 @@ def equivalence_view(evidence: Evidence) -> str:
                   batch=bench["batch"])
 
 
-def cache_bytes_view(evidence: Evidence) -> str:
-    """Bytes per position from the config; rows already checked against it by consistency.py."""
-    record = evidence.record
-    model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    per_position = cache_bytes(model, batch, model["kv_heads"], length=1)
-    rows = [{"length": e["length"], **e["cache_bytes"]} for e in record["lengths"]]
-    last = rows[-1]
-    sentence = (
-        f"With batch {batch}, {model['kv_heads']} key/value heads of width {model['head_dim']} and "
-        f"{model['dtype']} ({model['bytes_per_element']} bytes per element), every retained position adds "
-        f"2 × {batch} × {model['kv_heads']} × {model['head_dim']} × {model['bytes_per_element']} = "
-        f"{per_position:,} bytes to this one-layer cache; at {last['length']} positions the key and value "
-        f"tensors hold {last['formula']:,} bytes. The benchmark counted the bytes of the real cache tensors "
-        f"at every length, and they equal the formula."
-    )
-    return render("cache_bytes.html.j2", sentence=sentence, rows=rows, per_position=per_position)
-
-
 VIEWS: dict[str, View] = {
     "tests": tests_view,
     "environment": environment_view,
@@ -196,14 +200,19 @@ VIEWS: dict[str, View] = {
     "chart": chart_view,
     "step-chart": step_chart_view,
     "equivalence": equivalence_view,
-    "cache-bytes": cache_bytes_view,
-    "memory": memory_views.memory_view,
-    "gqa": memory_views.gqa_view,
-    "paging": memory_views.paging_view,
-    "sharing": memory_views.sharing_view,
 }
+ANY_RECORD = {"tests", "environment", "config", "provenance"}  # the others render a timing sweep
+
+
+def views_for(lab: Lab) -> dict[str, View]:
+    """The views a page may name for this lab: the shared ones, then the lab's own (which may override)."""
+    return VIEWS | lab_views(lab)
 
 
 def render_view(name: str, evidence: Evidence) -> str:
-    return VIEWS[name](evidence)
+    if name not in ANY_RECORD and name in VIEWS and "lengths" not in evidence.record \
+            and name not in lab_views(evidence.lab):
+        raise SiteBuildError(f"{evidence.lab.record}: view {name!r} renders a timing sweep, and this record "
+                             f"has none (no field 'lengths')")
+    return views_for(evidence.lab)[name](evidence)
 

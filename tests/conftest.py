@@ -15,6 +15,7 @@ import pytest
 
 from labkit.fingerprint import source_fingerprint
 from labkit.manifest import load_lab
+from site_hooks.machine import recording_machine
 from site_hooks.orchestrate import Evidence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,15 +51,22 @@ def test_report() -> dict[str, Any]:
     }
 
 
+def same_machine(record: dict[str, Any]) -> dict[str, Any]:
+    """A build machine identical to the record's: no test reads the real host."""
+    return recording_machine(record)
+
+
 @pytest.fixture
 def evidence(record: dict[str, Any], test_report: dict[str, Any]) -> Evidence:
-    return Evidence(lab=LAB, record=record, tests=test_report, measured_now=False)
+    return Evidence(lab=LAB, record=record, tests=test_report, measured_now=False,
+                    build_machine=same_machine(record), record_url="../../results/cache-results.json")
 
 
 @pytest.fixture
 def storage_evidence(test_report: dict[str, Any]) -> Evidence:
     record = json.loads((ROOT / STORAGE_LAB.record).read_text())
-    return Evidence(lab=STORAGE_LAB, record=record, tests=test_report, measured_now=False)
+    return Evidence(lab=STORAGE_LAB, record=record, tests=test_report, measured_now=False,
+                    build_machine=same_machine(record))
 
 
 FAKE_BENCHMARK = '''

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import OUTPUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -38,7 +37,7 @@ def server(built_site: tuple[Path, str]) -> Iterator[str]:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -71,7 +70,9 @@ def test_landing_page_links_to_the_article(browser_page: tuple[Page, list[str]])
 def test_rendered_tables_and_chart_are_visible(browser_page: tuple[Page, list[str]], selector: str) -> None:
     page, _ = browser_page
     element = page.locator(selector).first
-    element.scroll_into_view_if_needed()
+    details = page.locator(".lab-raw details").first
+    if selector.startswith(".lab-raw") and details.get_attribute("open") is None:
+        details.locator("summary").click()  # the raw data is collapsed by default: open it as a reader would
     box = element.bounding_box()
     assert element.is_visible() and box is not None and box["height"] > 50 and box["width"] > 200, (selector, box)
     folder = OUTPUT / "browser"
@@ -84,6 +85,22 @@ def test_chart_draws_one_line_per_mode_with_axis_titles(browser_page: tuple[Page
     assert page.locator(".lab-chart svg polyline").count() == 2
     labels = page.locator(".lab-chart svg text").all_text_contents()
     assert "Prefix length (tokens, log scale)" in labels and "Median ms per measured run (log scale)" in labels
+
+
+def test_raw_data_starts_collapsed_with_its_run_count(browser_page: tuple[Page, list[str]]) -> None:
+    page, _ = browser_page
+    summary = page.locator(".lab-raw details summary").first
+    assert summary.is_visible() and "runs, in the order they happened" in summary.inner_text()
+
+
+def test_record_link_downloads_the_json_the_page_was_built_from(
+    browser_page: tuple[Page, list[str]], server: str
+) -> None:
+    page, _ = browser_page
+    href = page.locator(".lab-environment a[download]").first.get_attribute("href")
+    assert href is not None and href.endswith("results/cache-results.json")
+    response = page.request.get(page.url + href)
+    assert response.ok and response.json()["lab"] == "kv-cache"
 
 
 def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page: tuple[Page, list[str]]) -> None:

@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from site_hooks.templating import format_ms
-
 from conftest import RECORD, ToySite
+
+from site_hooks.templating import format_ms
 
 
 def article(built_site: tuple[Path, str]) -> str:
@@ -95,3 +95,18 @@ def test_second_build_reuses_the_test_report_when_nothing_changed(toy_site: ToyS
     assert "sources unchanged since the tests passed" in again.stderr
     toy_site.set_tests("import unittest\nclass T(unittest.TestCase):\n    def test_new(self):\n        pass\n")
     assert "running its tests" in toy_site.build().stderr
+
+
+def test_record_text_reaches_the_page_as_inert_escaped_text(toy_site: ToySite) -> None:
+    """Markdown never sees a view's HTML: a fence, an attribute list or an include stay literal text."""
+    hostile = "```python\nimport os\n``` {: #evil data-x=1 } --8<-- \"/etc/passwd\" *em*"
+    record = toy_site.write_fresh_record()
+    record["environment"]["cpu"]["model"] = hostile
+    toy_site.record_path.write_text(json.dumps(record))
+    toy_site.set_page("# Toy\n\n{{ lab:toy:environment }}\n")
+    finished = toy_site.build(LAB_BENCH="never")
+    assert finished.returncode == 0, finished.stderr
+    html = (toy_site.root / "site" / "index.html").read_text()
+    cell = re.search(r"<td>CPU</td><td>(.*?)</td>", html, re.S)
+    assert cell is not None and html_lib.unescape(cell.group(1)) == hostile
+    assert 'id="evil"' not in html and "data-x" not in html.replace("data-x=1", "") and "<em>em</em>" not in html

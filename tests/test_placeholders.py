@@ -7,7 +7,7 @@ import pytest
 from site_hooks.errors import SiteBuildError
 from site_hooks.placeholders import substitute
 
-LABS, VIEWS = {"kv-cache"}, {"medians", "chart"}
+VIEWS = {"kv-cache": {"medians", "chart"}}
 
 
 def render(lab: str, view: str) -> str:
@@ -16,14 +16,14 @@ def render(lab: str, view: str) -> str:
 
 def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
     text = "# Title\n\n{{ lab:kv-cache:medians }}\n\nprose {{ not a lab }}\n\n  {{lab:kv-cache:chart}}"
-    assert substitute(text, "docs/a.md", LABS, VIEWS, render) == (
+    assert substitute(text, "docs/a.md", VIEWS, render) == (
         "# Title\n\n<div>kv-cache/medians</div>\n\nprose {{ not a lab }}\n\n  <div>kv-cache/chart</div>")
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("x\n\n{{ lab:kv-cache:median }}\n", r"docs/a\.md:3: .* unknown view 'median'; views: chart, medians"),
+        ("x\n\n{{ lab:kv-cache:median }}\n", r"docs/a\.md:3: .* unknown view 'median'; views of lab kv-cache: chart, medians"),
         ("{{ lab:kv-cach:medians }}", r"docs/a\.md:1: .* unknown lab 'kv-cach'; known labs: kv-cache"),
         ("{{ lab:kv-cache }}", r"docs/a\.md:1: placeholder '\{\{ lab:kv-cache \}\}' is malformed"),
         ("{{ lab:kv-cache:Medians }}", r"is malformed"),
@@ -32,4 +32,4 @@ def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
 )
 def test_bad_placeholders_fail_with_page_and_line(text: str, message: str) -> None:
     with pytest.raises(SiteBuildError, match=message):
-        substitute(text, "docs/a.md", LABS, VIEWS, render)
+        substitute(text, "docs/a.md", VIEWS, render)

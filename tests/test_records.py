@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
 from labkit.manifest import Lab, discover_labs
-from labkit.records import RecordError, load_record
-from site_hooks.consistency import check_statistics
+from labkit.records import RecordError, atomic_write_json, load_record
+from site_hooks.consistency import check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, read_record
-
-from conftest import LAB, ROOT, SCHEMA, ToySite
 
 log = logging.getLogger("test")
 
@@ -26,8 +29,7 @@ def write(path: Path, record: dict[str, Any]) -> Path:
 
 
 def test_committed_record_is_valid_and_its_statistics_match_its_raw_durations() -> None:
-    record = load_record(ROOT / LAB.record, SCHEMA)
-    check_statistics(record, str(LAB.record))
+    assert read_record(LAB, ROOT) is not None
 
 
 def test_committed_record_was_measured_on_the_current_lab_sources() -> None:
@@ -36,7 +38,7 @@ def test_committed_record_was_measured_on_the_current_lab_sources() -> None:
 
 
 def test_missing_record_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(RecordError, match=rf"^{tmp_path}/none\.json: measurement record not found$"):
+    with pytest.raises(RecordError, match=rf"^{re.escape(str(tmp_path))}/none\.json: measurement record not found$"):
         load_record(tmp_path / "none.json", SCHEMA)
 
 
@@ -72,7 +74,7 @@ def test_schema_with_a_dangling_reference_is_a_clear_error(tmp_path: Path, recor
 def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
     record["lengths"][2]["modes"]["cached"]["median_ns"] += 1000
     with pytest.raises(RecordError, match=r"\$\.lengths\[2\]\.modes\.cached\.median_ns is \d+, but its raw durations give"):
-        check_statistics(record, "r.json")
+        check_sweep(record, "r.json")
 
 
 @pytest.mark.parametrize(
@@ -82,28 +84,89 @@ def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
         (lambda r: r["config"]["benchmark"].update(repeats=99), r"\$\.lengths\[0\]\.order has 7 repetitions, config says repeats = 99"),
         (lambda r: r["lengths"][1]["equivalence"]["cached"].update(max_abs_diff=3.5), r"\$\.lengths\[1\]\.equivalence\.cached\.max_abs_diff is 3\.5, beyond"),
         (lambda r: r["lengths"][0]["speedup"].update(full={"ratio_of_medians": 1.0, "median_of_paired_ratios": 1.0}), r"\$\.lengths\[0\]\.speedup covers \['cached', 'full'\], expected \['cached'\]"),
-        (lambda r: r["lengths"][2]["cache_bytes"].update(measured=1), r"\$\.lengths\[2\]\.cache_bytes is .* gives 16384"),
         (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes: durations per mode \[6, 7\]"),
     ],
 )
 def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str, Any], edit: Any, message: str) -> None:
     edit(record)
     with pytest.raises(RecordError, match=message):
-        check_statistics(record, "r.json")
+        check_sweep(record, "r.json")
 
 
 def test_committed_storage_record_is_valid_fresh_and_consistent() -> None:
-    from conftest import STORAGE_LAB
-
-    record = load_record(ROOT / STORAGE_LAB.record, ROOT / STORAGE_LAB.schema)
-    check_statistics(record, str(STORAGE_LAB.record))
+    record = read_record(STORAGE_LAB, ROOT)
+    assert record is not None
     assert not is_stale(record, STORAGE_LAB, ROOT), "results/storage-results.json is stale: run `make bench`"
+
+
+def edited_copy(tmp_path: Path, lab: Lab, text: str) -> Path:
+    """A site root holding the schemas and ``text`` as ``lab``'s record."""
+    shutil.copytree(ROOT / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*-results.json"))
+    (tmp_path / lab.record).write_text(text)
+    return tmp_path
+
+
+def refusal(tmp_path: Path, lab: Lab, text: str) -> str:
+    with pytest.raises(SiteBuildError) as refused:
+        read_record(lab, edited_copy(tmp_path, lab, text))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{lab.record.as_posix()}: ")
+    return message
+
+
+@pytest.mark.parametrize(
+    ("lab", "edit", "field"),
+    [
+        (LAB, lambda t: t.replace('"max_abs_diff": ', '"max_abs_diff": NaN, "x": ', 1), "is NaN"),
+        (LAB, lambda t: re.sub(r'"atol": [^,}]+', '"atol": Infinity', t, count=1), "$.tolerance.atol is Infinity"),
+        (LAB, lambda t: re.sub(r'"steps": \d+', '"steps": 1', t, count=1), "$.lengths[0].steps is 1"),
+        (LAB, lambda t: re.sub(r'"created_utc": "[^"]+"', '"created_utc": "2026-99-99T99:99:99Z"', t),
+         "$.created_utc is '2026-99-99T99:99:99Z', not a UTC time"),
+        (STORAGE_LAB, lambda t: re.sub(r'"shared_blocks": \d+', '"shared_blocks": 999', t),
+         "$.sharing.with.shared_blocks is 999, but"),
+        (STORAGE_LAB, lambda t: re.sub(r'"table_entries": \d+', '"table_entries": 7', t, count=1),
+         "$.paging.rows[0].table_entries is 7, but one table entry per block gives"),
+        (STORAGE_LAB, lambda t: (ROOT / LAB.record).read_text(),
+         "field $.lab: this record belongs to lab 'kv-cache', but this file is the record of lab 'kv-storage'"),
+        (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1), "$.lengths[0].cache_bytes is"),
+    ],
+    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes"],
+)
+def test_hand_edited_figure_is_refused_in_one_line_naming_file_and_field(
+    tmp_path: Path, lab: Lab, edit: Any, field: str
+) -> None:
+    text = edit((ROOT / lab.record).read_text())
+    assert field in refusal(tmp_path, lab, text)
+
+
+def test_nan_is_named_by_its_json_path(tmp_path: Path) -> None:
+    text = (ROOT / LAB.record).read_text()
+    text = re.sub(r'"max_abs_diff": [^,}]+', '"max_abs_diff": NaN', text, count=1)
+    assert re.search(r"field \$\.precision\.float32\.max_abs_diff is NaN", refusal(tmp_path, LAB, text))
+
+
+def test_sigterm_during_the_write_removes_the_temporary_file_and_keeps_the_old_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "record.json"
+    path.write_text('{"old": true}')
+
+    def dump_then_get_terminated(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("labkit.records.json.dump", dump_then_get_terminated)
+    from labkit.signals import Terminated
+
+    with pytest.raises(Terminated):
+        atomic_write_json(path, {"new": True})
+    assert path.read_text() == '{"old": true}'
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
 
 
 def test_hand_edited_speedup_is_refused(record: dict[str, Any]) -> None:
     record["lengths"][0]["speedup"]["cached"]["ratio_of_medians"] = 99.0
-    with pytest.raises(RecordError, match=r"speedup\.cached\.ratio_of_medians is 99\.0"):
-        check_statistics(record, "r.json")
+    with pytest.raises(RecordError, match=r"speedup\.cached\.ratio_of_medians is 99, but the raw durations give"):
+        check_sweep(record, "r.json")
 
 
 def test_record_for_other_sources_is_stale(record: dict[str, Any]) -> None:
@@ -129,7 +192,7 @@ def test_never_policy_fails_on_a_missing_or_stale_record(toy_site: ToySite) -> N
         fresh_record(lab, toy_site.root, BenchPolicy.NEVER, set(), log)
     toy_site.write_fresh_record()
     (toy_site.root / "labs/demo/toy/toy.py").write_text("VALUE = 2\n")
-    with pytest.raises(SiteBuildError, match=r"fingerprint mismatch\) and LAB_BENCH=never forbids measuring"):
+    with pytest.raises(SiteBuildError, match=r"fingerprint mismatch: labs/demo/toy/toy\.py changed\) and LAB_BENCH=never forbids measuring"):
         fresh_record(lab, toy_site.root, BenchPolicy.NEVER, set(), log)
 
 

@@ -13,7 +13,9 @@ from site_hooks import prose
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import Evidence
 from site_hooks.templating import format_ms
-from site_hooks.views import VIEWS, render_view
+from site_hooks.views import render_view, views_for
+
+from conftest import LAB, STORAGE_LAB
 
 HOSTILE = '<script>alert("x")</script> & --8<-- "/etc/passwd"'
 
@@ -26,10 +28,7 @@ def set_medians(record: dict[str, Any], medians: dict[int, tuple[int, int]]) -> 
             entry["modes"][mode].update(durations_ns=durations, min_ns=value, median_ns=value, max_ns=value)
 
 
-NEEDS_SECTION = {"memory": "kv-storage", "gqa": "kv-storage", "paging": "kv-storage", "sharing": "kv-storage",
-                 "cache-bytes": "kv-cache"}  # views that only one lab's record can feed
-CASES = [(lab, view) for lab in ("kv-cache", "kv-storage") for view in sorted(VIEWS)
-         if NEEDS_SECTION.get(view, lab) == lab]
+CASES = [(lab.name, view) for lab in (LAB, STORAGE_LAB) for view in sorted(views_for(lab))]
 
 
 @pytest.mark.parametrize(("lab", "view"), CASES)
@@ -144,12 +143,28 @@ def test_precision_sentence_calls_it_rounding_only_when_float64_shrinks_the_erro
     assert "points at a difference in the computation" in prose.precision_sentence(stuck)
 
 
-def test_provenance_names_what_differs_between_recording_and_build_machines(evidence: Evidence) -> None:
-    evidence.record["environment"]["cpu"]["model"] = "Some Other CPU"
-    evidence.tests["torch"] = "9.9.9"
-    html = render_view("provenance", evidence)
-    assert "They differ in: PyTorch and CPU." in html
-    assert "admonition warning" in html
+@pytest.mark.parametrize(
+    ("changes", "differs"),
+    [
+        ({}, None),
+        ({"cpu": "Some Other CPU"}, "CPU"),
+        ({"torch": "9.9.9", "cpu": "Some Other CPU"}, "PyTorch and CPU"),
+        ({"python": "3.99.0", "torch": "9.9.9", "cpu": "Some Other CPU", "logical_cores": 1024, "os": "Plan 9 4"},
+         "Python, PyTorch, CPU, Logical cores and OS"),
+    ],
+)
+def test_provenance_names_what_differs_between_recording_and_build_machines(
+    evidence: Evidence, changes: dict[str, Any], differs: str | None
+) -> None:
+    """Both machines are made up here: the verdict must not depend on the host running the test."""
+    build = evidence.build_machine | changes
+    html = render_view("provenance", dataclasses.replace(evidence, build_machine=build))
+    if differs is None:
+        assert "matches the recording machine in Python, PyTorch, CPU, Logical cores and OS" in html
+        assert "admonition info" in html
+    else:
+        assert f"They differ in: {differs}." in html
+        assert "admonition warning" in html
 
 
 def test_tests_view_counts_and_lists_each_test(evidence: Evidence) -> None:
@@ -164,9 +179,28 @@ def test_cache_bytes_come_from_the_config(evidence: Evidence) -> None:
     assert "<td>128</td><td>32,768</td><td>32,768</td>" in html
 
 
-def test_a_view_whose_section_is_missing_names_the_record_and_field(evidence: Evidence) -> None:
-    with pytest.raises(SiteBuildError, match=r"results/cache-results\.json: has no field 'memory'"):
-        render_view("memory", evidence)
+def test_a_sweep_view_on_a_record_without_a_sweep_names_the_record(evidence: Evidence) -> None:
+    del evidence.record["lengths"]
+    with pytest.raises(SiteBuildError, match=r"results/cache-results\.json: view 'medians' renders a timing sweep"):
+        render_view("medians", evidence)
+
+
+def test_the_measurement_section_states_warmup_and_repetitions_from_the_record(evidence: Evidence) -> None:
+    bench = evidence.record["config"]["benchmark"]
+    text = render_view("findings", evidence)
+    assert f"first ran {prose.plural(bench['warmup'], 'untimed warm-up run')}, then {bench['repeats']} timed" in text
+
+
+def test_cache_bytes_sentence_states_the_worked_example_of_128_positions(evidence: Evidence) -> None:
+    html = render_view("cache-bytes", evidence)
+    assert "At 128 positions, the worked example, that is 32,768 bytes" in html
+
+
+def test_raw_data_is_collapsed_with_its_run_count_and_links_the_record(evidence: Evidence) -> None:
+    html = render_view("raw", evidence)
+    runs = sum(len(e["order"]) * len(e["modes"]) for e in evidence.record["lengths"])
+    assert f"<summary>Every timed run: {runs:,} runs" in html
+    assert '<a href="../../results/cache-results.json" download>' in html
 
 
 def test_memory_view_reports_peak_and_retained_bytes_of_every_layout(storage_evidence: Evidence) -> None:

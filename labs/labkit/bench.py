@@ -2,29 +2,35 @@
 
 A benchmark builds its record in memory and hands it to ``write_record``,
 which validates it against the lab's schema and replaces the old record in
-one rename; any failure on the way leaves the old record byte-identical.
+one rename; any failure on the way, Ctrl-C and SIGTERM included, leaves the
+old record byte-identical. ``labkit.harness`` builds a whole timing sweep on these.
 """
 
 from __future__ import annotations
 
 import gc
-from datetime import datetime, timezone
 import shlex
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .environment import capture_environment
 from .fingerprint import source_fingerprint
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
+from .signals import EXIT_INTERRUPTED, Terminated, signal_name
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
 ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
                 "with the next mode and wraps around; every mode leads equally often when the repetitions "
                 "are a multiple of the modes, otherwise the earlier modes lead once more")
+SCHEMA_VERSION = 3  # results/record-common.schema.json: bump both together
 
 
 class EquivalenceError(RuntimeError):
@@ -58,23 +64,24 @@ def command_line(script: str, root: Path, argv: Sequence[str] | None) -> str:
     return shlex.join(["python", relative, *(sys.argv[1:] if argv is None else argv)])
 
 
-SCHEMA_VERSION = 2  # results/record-common.schema.json: bump both together
-
-
 def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None, output: Path) -> dict[str, Any]:
-    """The fields every record starts with: what, when, how it was run, on what, from which sources."""
+    """The fields every record starts with: what, when, how it was run, on what, from which sources.
+
+    ``script`` is the file a reader runs: the lab's benchmark.py launcher, named in its lab.toml.
+    """
     output = output.resolve()
     # "dirty" is about the code: records that benchmarks (this one included) rewrite do not count.
     records = {other.record.as_posix() for other in discover_labs(root)}
     if output.is_relative_to(root):
         records.add(output.relative_to(root).as_posix())
+    fingerprint = source_fingerprint(root, lab.fingerprint)
     return {
         "schema_version": SCHEMA_VERSION,
         "lab": lab.name,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "command": command_line(script, root, argv),
-        "environment": capture_environment(root, tuple(sorted(records))),
-        "fingerprint": source_fingerprint(root, lab.fingerprint),
+        "environment": capture_environment(root, tuple(sorted(records)), tuple(fingerprint["files"])),
+        "fingerprint": fingerprint,
     }
 
 
@@ -101,9 +108,9 @@ def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path
     except EquivalenceError as error:
         progress(f"equivalence check failed, no timing taken: {error}; {untouched}")
         return 2
-    except KeyboardInterrupt:
-        progress(f"interrupted; {untouched}")
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        progress(f"interrupted ({signal_name(stop)}); {untouched}")
+        return EXIT_INTERRUPTED[signal_name(stop)]
     except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
         progress(f"failed: {type(error).__name__}: {error}; {untouched}")
         return 1

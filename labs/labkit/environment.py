@@ -19,8 +19,9 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_state(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
-    """Commit, and whether tracked files differ from it (the given paths, the record itself, excepted)."""
+def git_state(root: Path, ignore: tuple[str, ...] = (), sources: tuple[str, ...] = ()) -> dict[str, object]:
+    """Commit, and whether the tree differs from it: a changed tracked file (the ``ignore``d records
+    excepted) or an untracked file among the measured ``sources`` (it is in the fingerprint, not the commit)."""
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, check=True
@@ -28,13 +29,16 @@ def git_state(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
 
     try:
         commit = git("rev-parse", "HEAD").strip()
-        changes = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        lines = git("status", "--porcelain", "--untracked-files=all").splitlines()
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": any(path not in ignore for path in changes)}
+    tracked = [line[3:] for line in lines if not line.startswith("??")]
+    untracked = [line[3:] for line in lines if line.startswith("??")]
+    dirty = any(path not in ignore for path in tracked) or any(path in sources for path in untracked)
+    return {"commit": commit, "dirty": dirty}
 
 
-def capture_environment(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, object]:
+def capture_environment(root: Path, ignore: tuple[str, ...] = (), sources: tuple[str, ...] = ()) -> dict[str, object]:
     """The environment block of a measurement record."""
     import torch  # here, not at the top: the site hook uses this module's torch-free helpers
 
@@ -52,5 +56,5 @@ def capture_environment(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, o
         },
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "machine": platform.machine()},
         "os": {"system": platform.system(), "release": platform.release(), "libc": "-".join(platform.libc_ver())},
-        "git": git_state(root, ignore),
+        "git": git_state(root, ignore, sources),
     }

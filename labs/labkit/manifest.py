@@ -24,6 +24,8 @@ class Lab:
     tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
     fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
+    views: str | None = None  # module in the lab folder with the lab's own VIEWS, check_record, headline
+    root: Path | None = None  # the repository root the relative paths start from
 
     def benchmark_arguments(self) -> list[str]:
         """The benchmark's script and arguments, with {record} filled in; run from the root."""
@@ -51,7 +53,18 @@ def load_lab(path: Path, root: Path) -> Lab:
         tests=(str(tests["start"]), str(tests["pattern"])),
         benchmark=tuple(str(part) for part in data["benchmark"]),
         fingerprint=tuple(str(glob) for glob in data["fingerprint"]),
+        views=str(data["views"]) if "views" in data else None,
+        root=root.resolve(),
     )
+
+
+def lab_for(source: str | Path) -> tuple[Lab, Path]:
+    """The lab a source file belongs to (the nearest lab.toml above it) and the repository root."""
+    for folder in Path(source).resolve().parents:
+        if (folder / MANIFEST_NAME).is_file():
+            root = folder.parents[2]  # labs/<area>/<lab>
+            return load_lab(folder / MANIFEST_NAME, root), root
+    raise ManifestError(f"{source}: no {MANIFEST_NAME} in any folder above it")
 
 
 def discover_labs(root: Path) -> list[Lab]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,14 +13,39 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
+from .signals import sigterm_unwinds
+
 
 class RecordError(ValueError):
     """A record that is missing, not JSON, or not valid against its schema."""
 
 
+def _mode_for(path: Path) -> int:
+    """The mode a plain write would give: the replaced file's, or what the umask leaves of 0666."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def temporary_files(path: Path) -> list[Path]:
+    """Temporary files an earlier write of ``path`` left behind (a SIGKILL mid-write leaves one)."""
+    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
+
+
 def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write to a temporary file beside ``path``, then rename: readers see the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write to a temporary file beside ``path``, then rename: readers see the old or the new file.
+    SIGTERM during the write unwinds through the cleanup below, so no temporary file is left."""
+    with sigterm_unwinds():
+        _write_then_rename(path, data)
+
+
+def _write_then_rename(path: Path, data: dict[str, Any]) -> None:
+    for leftover in temporary_files(path):
+        leftover.unlink(missing_ok=True)
+    mode = _mode_for(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -27,14 +53,35 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
             stream.write("\n")
             stream.flush()
             os.fsync(stream.fileno())
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
 
 
+class _NonFinite(float):
+    """Stands for a NaN or Infinity constant while the document is parsed, so its field can be named."""
+
+    def __new__(cls, text: str) -> _NonFinite:
+        number = super().__new__(cls, text)
+        number.text = text  # type: ignore[attr-defined]
+        return number
+
+
+def _find_non_finite(value: Any, path: str = "$") -> str | None:
+    if isinstance(value, _NonFinite):
+        return f"{path} is {value.text}"  # type: ignore[attr-defined]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _find_non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
+        if found:
+            return found
+    return None
+
+
 def load_json(path: Path, what: str, label: str | None = None) -> Any:
-    """Parse a JSON file; errors name it as ``label`` (default: the path)."""
+    """Parse a JSON file; errors name it as ``label`` (default: the path). NaN and Infinity are refused."""
     name = label or str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -42,10 +89,16 @@ def load_json(path: Path, what: str, label: str | None = None) -> Any:
         raise RecordError(f"{name}: {what} not found") from None
     except OSError as error:
         raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise RecordError(f"{name}: {what} is not UTF-8 text (byte {error.start})") from None
     try:
-        return json.loads(text)
+        data = json.loads(text, parse_constant=_NonFinite)
     except json.JSONDecodeError as error:
         raise RecordError(f"{name}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    found = _find_non_finite(data)
+    if found:
+        raise RecordError(f"{name}: field {found}: a {what} holds finite numbers only")
+    return data
 
 
 def schema_registry(folder: Path) -> Registry:
@@ -69,15 +122,25 @@ def validate_record(record: Any, schema: dict[str, Any], source: str, registry: 
         raise RecordError(f"{source}: field {error.json_path} is invalid: {message}")
 
 
-def load_record(path: Path, schema_path: Path, root: Path | None = None) -> dict[str, Any]:
+def check_lab(record: Any, expected: str, source: str) -> None:
+    """Before the schema: a record written for another lab is named as such, not as a missing field."""
+    lab = record.get("lab") if isinstance(record, dict) else None
+    if lab != expected:
+        belongs = f"this record belongs to lab {lab!r}" if isinstance(lab, str) else "it names no lab"
+        raise RecordError(f"{source}: field $.lab: {belongs}, but this file is the record of lab {expected!r}")
+
+
+def load_record(path: Path, schema_path: Path, root: Path | None = None, lab: str | None = None) -> dict[str, Any]:
     """Load and validate a record; every failure is one RecordError line naming the file and field.
 
-    With ``root``, files are named relative to it in messages.
+    With ``root``, files are named relative to it in messages; with ``lab``, the record must be that lab's.
     """
     def label(file: Path) -> str:
         return file.relative_to(root).as_posix() if root and file.is_relative_to(root) else str(file)
 
     schema = load_json(schema_path, "record schema", label(schema_path))
     record = load_json(path, "measurement record", label(path))
+    if lab is not None:
+        check_lab(record, lab, label(path))
     validate_record(record, schema, label(path), schema_registry(schema_path.parent))
     return record

@@ -1,9 +1,10 @@
 """Run every registered lab's benchmark, as its lab.toml states it: what `make bench` does.
 
-    labs/.venv/bin/python labs/labkit/run_benchmarks.py [lab-name ...]
+    labs/.venv/bin/python -m labkit.run_benchmarks [lab-name ...]
 
 Each benchmark writes its own record atomically; one failing does not stop
-the others, and the exit status is non-zero if any failed.
+the others, and the exit status is non-zero if any failed. Ctrl-C stops the
+running benchmark (which keeps its previous record) and the rest, in one line.
 """
 
 from __future__ import annotations
@@ -12,27 +13,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make labkit importable
-
-from labkit.manifest import discover_labs  # noqa: E402
+from labkit.manifest import discover_labs
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def say(message: str) -> None:
+    print(f"run_benchmarks: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
     labs = discover_labs(ROOT)
     unknown = set(argv) - {lab.name for lab in labs}
     if unknown:
-        print(f"run_benchmarks: unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}", file=sys.stderr)
+        say(f"unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}")
         return 2
     failed = []
     for lab in (lab for lab in labs if not argv or lab.name in argv):
         arguments = lab.benchmark_arguments()
-        print(f"run_benchmarks: {lab.name}: python {' '.join(arguments)}", file=sys.stderr, flush=True)
-        if subprocess.run([sys.executable, *arguments], cwd=ROOT).returncode != 0:
+        say(f"{lab.name}: python {' '.join(arguments)}")
+        try:
+            code = subprocess.run([sys.executable, *arguments], cwd=ROOT).returncode
+        except KeyboardInterrupt:  # the child got the same Ctrl-C and reports its own record's fate
+            say(f"interrupted during {lab.name}; the labs after it were not measured")
+            return 130
+        if code != 0:
             failed.append(lab.name)
     if failed:
-        print(f"run_benchmarks: failed: {', '.join(failed)}", file=sys.stderr)
+        say(f"failed: {', '.join(failed)}")
     return 1 if failed else 0
 
 

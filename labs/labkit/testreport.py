@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 import unittest
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,7 @@ def version_of(package: str) -> str | None:
 
 
 def run(start: Path, pattern: str) -> dict[str, Any]:
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     suite = unittest.defaultTestLoader.discover(str(start), pattern=pattern, top_level_dir=str(start))
     runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=RecordingResult)
     result = runner.run(suite)

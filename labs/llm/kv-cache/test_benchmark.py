@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 import unittest
+from pathlib import Path
 from unittest import mock
 
-import benchmark  # first: it makes labkit importable
 import labkit.testing
-from labkit.records import load_record
-
+from kv_cache import benchmark
 from kv_cache.broken import PositionResetBlock
+from labkit.records import load_record
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 
@@ -93,9 +101,98 @@ class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
         self.assert_untouched(log)
 
 
+class RecordFileBehavesLikeAPlainWrite(labkit.testing.ExistingRecordTest):
+
+    def test_a_new_record_gets_the_mode_the_umask_allows(self) -> None:
+        self.path.unlink()
+        previous = os.umask(0o022)
+        try:
+            code, log = run_quietly("--output", str(self.path))
+        finally:
+            os.umask(previous)
+        self.assertEqual(code, 0, log)
+        self.assertEqual(self.path.stat().st_mode & 0o777, 0o644)
+
+    def test_replacing_a_read_only_record_keeps_it_read_only(self) -> None:
+        self.path.chmod(0o444)
+        code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 0, log)
+        self.assertEqual(self.path.stat().st_mode & 0o777, 0o444)
+
+    def test_a_temporary_file_left_by_a_killed_run_is_removed_by_the_next_write(self) -> None:
+        leftover = self.path.with_name(f".{self.path.name}.abc123.tmp")
+        leftover.write_text("half a record")
+        code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 0, log)
+        self.assertFalse(leftover.exists())
+
+
+class BadArgumentsFailBeforeMeasuring(labkit.testing.ExistingRecordTest):
+
+    def assert_refused(self, argv: list[str], message: str) -> None:
+        stderr = io.StringIO()
+        with mock.patch.object(benchmark, "sections") as measure, self.assertRaises(SystemExit) as stop, \
+                contextlib.redirect_stderr(stderr):
+            benchmark.main(argv)
+        self.assertEqual(stop.exception.code, 2)
+        measure.assert_not_called()
+        self.assertEqual(self.path.read_bytes(), self.PREVIOUS)
+        self.assertIn(message, stderr.getvalue())
+
+    def test_output_that_is_a_folder_empty_or_in_a_missing_folder_is_refused(self) -> None:
+        folder = self.path.parent
+        for output, message in ((str(folder), "is a folder"), ("", "is empty"),
+                                (str(folder / "missing" / "r.json"), "does not exist")):
+            with self.subTest(output=output):
+                self.assert_refused(["--output", output], message)
+
+    def test_output_in_a_folder_that_cannot_be_written_is_refused(self) -> None:
+        if os.geteuid() == 0:  # root writes anywhere: fake the failing write instead
+            with mock.patch("labkit.harness.tempfile.NamedTemporaryFile", side_effect=OSError(30, "Read-only file system")):
+                self.assert_refused(["--output", str(self.path)], "Read-only")
+            return
+        self.path.parent.chmod(0o555)
+        self.addCleanup(self.path.parent.chmod, 0o755)
+        self.assert_refused(["--output", str(self.path)], "cannot write in")
+
+    def test_batch_beyond_the_bound_is_refused(self) -> None:
+        self.assert_refused(["--output", str(self.path), "--batch", str(benchmark.MAX_BATCH + 1)],
+                            f"--batch must lie in [1, {benchmark.MAX_BATCH}], got {benchmark.MAX_BATCH + 1}")
+
+
+class SigtermIsHandledLikeCtrlC(unittest.TestCase):
+    """The real launcher in a subprocess, stopped by SIGTERM while importing, measuring and writing."""
+
+    LAUNCHER = Path(benchmark.ROOT / benchmark.LAB.benchmark[0])
+    PREVIOUS = b'{"previous": "record"}\n'
+
+    def run_and_terminate(self, after_s: float) -> tuple[int, str, Path]:
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        path = Path(folder.name) / "record.json"
+        path.write_bytes(self.PREVIOUS)
+        process = subprocess.Popen([sys.executable, str(self.LAUNCHER), "--output", str(path),
+                                    "--lengths", "256", "--repeats", "500"],
+                                   stderr=subprocess.PIPE, text=True, cwd=benchmark.ROOT)
+        time.sleep(after_s)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        return process.returncode, stderr, path
+
+    def test_sigterm_at_any_moment_keeps_the_previous_record_and_leaves_no_temporary_file(self) -> None:
+        for after_s in (0.3, 4.0):  # while torch is imported; while measuring
+            with self.subTest(after_s=after_s):
+                code, stderr, path = self.run_and_terminate(after_s)
+                self.assertEqual(code, 143, stderr)
+                self.assertIn("interrupted (SIGTERM)", stderr)
+                self.assertNotIn("Traceback", stderr)
+                self.assertEqual(path.read_bytes(), self.PREVIOUS)
+                self.assertEqual([p.name for p in path.parent.iterdir()], ["record.json"])
+
+
 class CommittedRecord(unittest.TestCase):
     def test_committed_record_is_valid_against_the_schema(self) -> None:
-        record = load_record(benchmark.ROOT / benchmark.LAB.record, SCHEMA)
+        record = load_record(benchmark.ROOT / benchmark.LAB.record, SCHEMA, lab=benchmark.LAB.name)
         self.assertEqual(record["lab"], benchmark.LAB.name)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import unittest
 
 import torch
-from lab_fixtures import TINY, random_ids
 
 from kv_cache import DecoderBlock
+from kv_cache.testing import TINY, random_ids
 
 
 class PositionCapacity(unittest.TestCase):
@@ -48,8 +48,18 @@ class BadInputsAreRejected(unittest.TestCase):
             self.model([[1, 2]])
 
     def test_ids_that_are_not_integers(self) -> None:
-        with self.assertRaisesRegex(ValueError, r"integer token ids, got dtype torch.float32"):
+        with self.assertRaisesRegex(ValueError, r"int64 \(or int32\) token ids, got dtype torch.float32"):
             self.model(torch.zeros(2, 3))
+
+    def test_small_integer_ids_that_embedding_would_reject_are_named(self) -> None:
+        for dtype in (torch.int8, torch.int16, torch.uint8, torch.bool):
+            with self.subTest(dtype=dtype), self.assertRaisesRegex(ValueError, rf"got dtype {dtype}$"):
+                self.model(torch.zeros(2, 3, dtype=dtype))
+
+    def test_int32_ids_are_accepted(self) -> None:
+        with torch.inference_mode():
+            logits, _ = self.model(self.ids.int())
+        self.assertEqual(tuple(logits.shape), (2, 4, TINY.vocab_size))
 
     def test_token_ids_outside_the_vocabulary(self) -> None:
         with self.assertRaisesRegex(ValueError, r"\[0, 50\), got values from 0 to 50"):
@@ -83,6 +93,10 @@ class BadInputsAreRejected(unittest.TestCase):
         keys, _ = self.cache()
         with self.assertRaisesRegex(ValueError, r"\(keys, values\) tuple"):
             self.model(self.ids, [keys])
+
+    def test_cache_pair_that_holds_no_tensors(self) -> None:
+        with self.assertRaisesRegex(ValueError, r"two tensors \(keys, values\), got \(list, list\)"):
+            self.model(self.ids, ([0.0], [0.0]))
 
 
 if __name__ == "__main__":

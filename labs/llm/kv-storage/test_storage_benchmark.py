@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import unittest
-from pathlib import Path
 from unittest import mock
 
 import torch
-from storage_fixtures import TINY, random_ids
 
+import labkit.testing
 from kv_cache import DecoderBlock, cache_storage_bytes
 from kv_cache.broken import PositionResetBlock
-from kv_storage import PagedSequence, PreallocatedKVCache
+from kv_storage import PagedSequence, PreallocatedKVCache, benchmark
 from kv_storage.peak import profile_allocations
-# Loaded by path under its own name: the KV-cache lab has a benchmark.py too.
-_spec = importlib.util.spec_from_file_location("kv_storage_benchmark", Path(__file__).with_name("benchmark.py"))
-benchmark = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(benchmark)
-
-import labkit.testing  # noqa: E402  (importable once the benchmark has set the path)
+from kv_storage.testing import TINY, random_ids
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 

@@ -8,7 +8,10 @@ import unittest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from storage_fixtures import (
+
+from kv_cache import ATOL, RTOL, DecoderBlock
+from kv_storage import BlockPool, PagedSequence
+from kv_storage.testing import (
     STORES,
     TINY,
     assert_matches_full_pass,
@@ -17,9 +20,6 @@ from storage_fixtures import (
     random_ids,
     with_kv_heads,
 )
-
-from kv_cache import ATOL, RTOL, DecoderBlock
-from kv_storage import BlockPool, PagedSequence
 
 
 class EveryLayoutMatchesFullPrefix(unittest.TestCase):

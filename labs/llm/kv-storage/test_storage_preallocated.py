@@ -5,10 +5,10 @@ from __future__ import annotations
 import unittest
 
 import torch
-from storage_fixtures import TINY, random_ids
 
 from kv_cache import DecoderBlock
 from kv_storage import PreallocatedKVCache
+from kv_storage.testing import TINY, random_ids
 
 
 class PreallocatedCache(unittest.TestCase):

@@ -106,8 +106,8 @@ class DecoderBlock(nn.Module):
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise ValueError(f"ids must hold integer token ids, got dtype {ids.dtype}")
+        if ids.dtype not in (torch.int32, torch.int64):  # what nn.Embedding accepts
+            raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
         batch, length = ids.shape
         if batch < 1 or length < 1:
             raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
@@ -125,6 +125,9 @@ class DecoderBlock(nn.Module):
         if not isinstance(cache, tuple) or len(cache) != 2:
             raise ValueError("cache must be the (keys, values) tuple returned by forward")
         keys, values = cache
+        if not (isinstance(keys, Tensor) and isinstance(values, Tensor)):
+            raise ValueError(f"cache must hold two tensors (keys, values), got "
+                             f"({type(keys).__name__}, {type(values).__name__})")
         if keys.shape != values.shape:
             raise ValueError(
                 f"cache keys {tuple(keys.shape)} and values {tuple(values.shape)} differ in shape"

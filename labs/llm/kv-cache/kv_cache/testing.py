@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kv_cache import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, kv_cache_bytes
+from . import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, kv_cache_bytes
 
 # Default 4 heads x 8 features, fewer positions and tokens so every test runs in milliseconds.
 TINY = ModelConfig(vocab_size=50, max_positions=32, seed=1)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache  # first: makes kv_cache importable
 from kv_cache import ATOL, RTOL, DecoderBlock, KVStore, ModelConfig
+from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache
 
 TINY = ModelConfig(vocab_size=50, max_positions=48, seed=1)  # 4 query heads of width 8
 

@@ -1,0 +1,178 @@
+"""The one benchmark harness: what every lab's benchmark.py would otherwise repeat.
+
+- ``parser``/``parse``: the common arguments (--output, --repeats, --warmup, --threads, --seed, --quick),
+  bounds checked and the output path proven writable before anything is measured;
+- ``Progress``: a tqdm bar with elapsed time and an estimate on a terminal, plain progress lines otherwise;
+- ``time_rotated``/``timed_entry``: warmup, then repetitions whose mode order rotates;
+- ``compare``: the equivalence entry a record stores, refusing to time modes that disagree;
+- ``sweep_config``: the config block of a timing sweep; ``run``: header, atomic write, summary lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from . import bench
+from .manifest import Lab
+from .records import load_json
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+def output_path(text: str) -> Path:
+    """argparse type for --output: a file path in an existing, writable folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give the record's file path, e.g. results/record.json")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file path such as {path / 'record.json'}")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: folder {folder} does not exist (it is not created for you)")
+    try:  # a real write, not os.access: that says yes on a read-only file system mounted writable
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"{text}: cannot write in {folder}: {error.strerror}") from None
+    return path
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with the arguments every benchmark takes; the lab adds its own."""
+    result = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add = result.add_argument
+    add("--output", type=output_path, required=True, help="record to write (JSON), in an existing folder")
+    add("--repeats", type=int, default=7, help="timed repetitions per mode (default: %(default)s)")
+    add("--warmup", type=int, default=1, help="untimed runs per mode first (default: %(default)s)")
+    add("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
+    add("--seed", type=int, default=0, help="model weights and token ids (default: %(default)s)")
+    add("--quick", action="store_true", help="smoke test (see below)")
+    return result
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: dict[str, Any],
+          bounds: dict[str, tuple[int, int]]) -> argparse.Namespace:
+    """Parse, apply --quick's settings, and check every integer against its (low, high) bounds."""
+    parser.epilog = "--quick sets " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+    args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(quick)
+    limits = {"repeats": (1, 1000), "warmup": (0, 100), "threads": (1, 256), **bounds}
+    for name, (low, high) in limits.items():
+        value = getattr(args, name)
+        for item in value if isinstance(value, list) else [value]:
+            if not low <= item <= high:
+                parser.error(f"--{name.replace('_', '-')} must lie in [{low}, {high}], got {item}")
+    if hasattr(args, "lengths") and args.lengths != sorted(set(args.lengths)):
+        parser.error(f"--lengths must be strictly ascending, got {args.lengths}")
+    return args
+
+
+class Progress:
+    """Progress over ``total`` timed units: a bar on a terminal, one 'benchmark:' line per unit otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True, leave=False,
+                        bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed} elapsed, ~{remaining} left]",
+                        disable=not sys.stderr.isatty())
+
+    def step(self, message: str) -> None:
+        """One unit of the total is about to run."""
+        if self.bar.disable:
+            bench.progress(message)
+        else:
+            self.bar.set_description_str(message, refresh=False)
+            self.bar.update(1)
+
+    def note(self, message: str) -> None:
+        """A line that does not advance the bar."""
+        if self.bar.disable:
+            bench.progress(message)
+        else:
+            self.bar.write(f"benchmark: {message}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def time_rotated(modes: Sequence[str], run: Callable[[str], int], repeats: int, warmup: int,
+                 progress: Progress, label: str) -> tuple[list[list[str]], dict[str, list[int]]]:
+    """Warm every mode up, then time ``repeats`` rounds; round r starts with mode r mod len(modes)."""
+    for mode in modes:
+        for _ in range(warmup):
+            run(mode)
+    durations: dict[str, list[int]] = {mode: [] for mode in modes}
+    orders = []
+    for repetition in range(repeats):
+        order = bench.run_order(modes, repetition)
+        progress.step(f"{label}: repetition {repetition + 1}/{repeats}, {order[0]} first")
+        for mode in order:
+            durations[mode].append(run(mode))
+        orders.append(order)
+    return orders, durations
+
+
+def timed_entry(length: int, steps: int, equivalence: dict[str, Any], modes: Sequence[str],
+                run: Callable[[str], int], args: argparse.Namespace, progress: Progress,
+                label: str) -> dict[str, Any]:
+    """One length of a sweep: its equivalence (already proven) and every mode's timed repetitions."""
+    order, durations = time_rotated(modes, run, args.repeats, args.warmup, progress, label)
+    return {"length": length, "steps": steps, "equivalence": equivalence, "order": order,
+            "modes": {mode: {"durations_ns": durations[mode]} for mode in modes}}
+
+
+def compare(candidate: Tensor, reference: Tensor, atol: float, rtol: float, what: str) -> dict[str, Any]:
+    """The equivalence entry for ``candidate`` against ``reference`` logits (..., vocab); raises
+    EquivalenceError beyond atol + rtol x |reference|, so disagreeing modes are never timed."""
+    import torch  # here: labkit stays importable by the torch-free site build
+
+    difference = float((candidate - reference).abs().max())
+    if not torch.allclose(candidate, reference, atol=atol, rtol=rtol):
+        raise bench.EquivalenceError(f"{what} by up to {difference:.3g}, beyond atol={atol}, rtol={rtol}")
+    return {"max_abs_diff": difference, "max_abs_reference": float(reference.abs().max()),
+            "within_tolerance": True,
+            "argmax_agrees_every_step": bool((candidate.argmax(-1) == reference.argmax(-1)).all())}
+
+
+def sweep_config(args: argparse.Namespace, modes: Sequence[str], baseline: str, workload: str, timer: str,
+                 **extra: Any) -> dict[str, Any]:
+    """The benchmark block of a timing sweep's config: every setting the timings depend on."""
+    return {"seed": args.seed, "lengths": args.lengths, "repeats": args.repeats, "warmup": args.warmup,
+            "threads": args.threads, **extra, "modes": list(modes), "baseline": baseline,
+            "order_policy": bench.ORDER_POLICY, "workload": workload, "timer": timer}
+
+
+def sweep_summary(record: dict[str, Any]) -> list[str]:
+    """The closing lines of a sweep: per length, each mode's median per step and the speedups."""
+    lines = []
+    for entry in record["lengths"]:
+        per_step = ", ".join(f"{mode} {values['median_ns'] / entry['steps'] / 1e3:.1f} us"
+                             for mode, values in entry["modes"].items())
+        speedups = ", ".join(f"{record['config']['benchmark']['baseline']}/{mode} {s['ratio_of_medians']:.2f}x"
+                             for mode, s in entry["speedup"].items())
+        lines.append(f"length {entry['length']}: median per step {per_step}; {speedups}")
+    return lines
+
+
+def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | None,
+        body: Callable[[], dict[str, Any]], summary: Callable[[dict[str, Any]], list[str]]) -> int:
+    """Header + ``body()``'s sections, validated and written atomically; then the summary lines."""
+    script = root / lab.benchmark[0]  # the launcher a reader runs, as its lab.toml names it
+
+    def build() -> dict[str, Any]:
+        sections = body()
+        return {**bench.record_header(lab, root, str(script), argv, args.output), **sections}
+
+    code = bench.write_record(args.output, build, root / lab.schema)
+    if code == 0:
+        for line in summary(load_json(args.output, "measurement record")):
+            bench.progress(line)
+    return code

@@ -1,0 +1,47 @@
+"""SIGTERM unwinds like Ctrl-C: a stdlib-only module, so a launcher can install it before heavy imports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}  # the shell's 128 + signal number
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process happens to be, so it unwinds (and cleans up) as Ctrl-C does."""
+
+
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def signal_name(stop: BaseException) -> str:
+    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+
+
+def exit_quietly(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM while a benchmark imports or measures: nothing is on disk yet, so stop at once, in one line.
+
+    (Raising instead could be swallowed by library code that catches everything while it runs.)"""
+    print("benchmark: interrupted (SIGTERM); no record was written, a previous one is untouched",
+          file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED["SIGTERM"])
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block, SIGTERM raises Terminated, so cleanup code runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

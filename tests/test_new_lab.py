@@ -1,0 +1,115 @@
+"""Adding a lab touches only its own folder, its record's schema, its page and the nav: the README's
+"Add a lab" steps, done here for a throwaway lab whose record is not a timing sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, build_env
+
+LAB_TOML = '''name = "toy-lab"
+title = "A throwaway lab"
+record = "results/toy-results.json"
+schema = "results/toy-results.schema.json"
+tests = { start = "labs/demo/toy-lab", pattern = "test_*.py" }
+benchmark = ["labs/demo/toy-lab/benchmark.py", "--output", "{record}"]
+views = "toy_views"
+fingerprint = ["labs/demo/toy-lab/benchmark.py", "labs/demo/toy-lab/toy/*.py"]
+'''
+PACKAGE = '''def answer(seed: int) -> int:
+    return 40 + seed
+'''
+BENCHMARK_MODULE = '''"""Measures nothing but the answer."""
+from labkit import harness
+from labkit.manifest import lab_for
+
+from . import answer
+
+LAB, ROOT = lab_for(__file__)
+
+
+def main(argv=None) -> int:
+    args = harness.parse(harness.parser(__doc__), argv, {"repeats": 1}, {})
+    return harness.run(LAB, ROOT, args, argv, lambda: {"answer": answer(args.seed + 2)},
+                       lambda record: [f"the answer is {record['answer']}"])
+'''
+LAUNCHER = '''import sys
+
+from labkit.launch import launch
+
+sys.exit(launch("toy.benchmark"))
+'''
+TEST = '''import unittest
+
+from toy import answer
+
+
+class Answer(unittest.TestCase):
+    def test_the_answer_follows_from_the_seed(self) -> None:
+        self.assertEqual(answer(2), 42)
+'''
+VIEWS = '''from site_hooks.templating import lab_renderer
+
+render = lab_renderer(__file__)
+
+
+def check_record(record, source):
+    from labkit.records import RecordError
+    if record["answer"] != 42:
+        raise RecordError(f"{source}: field $.answer is {record['answer']}, not 42")
+
+
+def answer_view(evidence):
+    return render("answer.html.j2", answer=evidence.record["answer"])
+
+
+VIEWS = {"answer": answer_view}
+'''
+TEMPLATE = '<div class="lab-view toy-answer"><p>The answer is {{ answer }}.</p></div>\n'
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "toy-results.schema.json",
+    "type": "object", "allOf": [{"$ref": "record-common.schema.json#/$defs/header"}],
+    "required": ["answer"], "properties": {"answer": {"type": "integer"}},
+}
+PAGE = "# Toy\n\n{{ lab:toy-lab:answer }}\n\n{{ lab:toy-lab:environment }}\n\n{{ lab:toy-lab:provenance }}\n"
+
+
+def add_lab(root: Path) -> None:
+    """Steps 1-4 of the README's "Add a lab"."""
+    lab = root / "labs" / "demo" / "toy-lab"
+    (lab / "toy").mkdir(parents=True)
+    (lab / "templates").mkdir()
+    files = {
+        lab / "lab.toml": LAB_TOML, lab / "toy" / "__init__.py": PACKAGE, lab / "toy" / "benchmark.py": BENCHMARK_MODULE,
+        lab / "benchmark.py": LAUNCHER, lab / "test_toy_answer.py": TEST, lab / "toy_views.py": VIEWS,
+        lab / "templates" / "answer.html.j2": TEMPLATE,
+        root / "results" / "toy-results.schema.json": json.dumps(SCHEMA),
+        root / "docs" / "toy.md": PAGE,
+    }
+    for path, text in files.items():
+        path.write_text(text)
+
+
+def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_else_edited(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    shutil.copy(ROOT / "results" / "record-common.schema.json", tmp_path / "results")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(
+        f"site_name: toy\ntheme:\n  name: material\n  font: false\nnav:\n  - Toy: toy.md\n"
+        f"hooks:\n  - {ROOT / 'site_hooks' / 'hooks.py'}\n")
+    add_lab(tmp_path)
+    finished = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
+                              cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "lab toy-lab: benchmark: the answer is 42" in finished.stderr
+    record = json.loads((tmp_path / "results" / "toy-results.json").read_text())
+    assert record["lab"] == "toy-lab" and record["command"] == "python labs/demo/toy-lab/benchmark.py --output results/toy-results.json"
+    html = (tmp_path / "site" / "toy" / "index.html").read_text()
+    assert '<div class="lab-view toy-answer"><p>The answer is 42.</p></div>' in html
+    assert "lab-environment" in html and "lab-provenance" in html
+    assert (tmp_path / "site" / "results" / "toy-results.json").read_text() == json.dumps(record, indent=2) + "\n"
+    assert not (ROOT / "labs" / "demo").exists()
