@@ -8,15 +8,15 @@ module imports the standard library only, for the same reason.
 from __future__ import annotations
 
 import importlib
-import signal
 import sys
 
-from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly, signal_name
+from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
 
 
 def launch(module: str, argv: list[str] | None = None) -> int:
-    """Import ``module`` and return its ``main(argv)``; an interrupt outside the record write is one line."""
-    signal.signal(signal.SIGTERM, exit_quietly)
+    """Import ``module`` and return its ``main(argv)``; an interrupt at any moment is one line, and
+    during the record's write it unwinds through the write's cleanup (labkit.records)."""
+    exit_quietly_on_interrupt()
     try:
         main = importlib.import_module(module).main
         return int(main(argv))

@@ -16,6 +16,7 @@ from pathlib import Path
 from labkit.manifest import discover_labs
 
 ROOT = Path(__file__).resolve().parents[2]
+CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
 
 
 def say(message: str) -> None:
@@ -32,9 +33,14 @@ def main(argv: list[str]) -> int:
     for lab in (lab for lab in labs if not argv or lab.name in argv):
         arguments = lab.benchmark_arguments()
         say(f"{lab.name}: python {' '.join(arguments)}")
+        process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT)
         try:
-            code = subprocess.run([sys.executable, *arguments], cwd=ROOT).returncode
-        except KeyboardInterrupt:  # the child got the same Ctrl-C and reports its own record's fate
+            code = process.wait()
+        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it say what became of its record
+            try:
+                process.wait(timeout=CHILD_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
             say(f"interrupted during {lab.name}; the labs after it were not measured")
             return 130
         if code != 0:

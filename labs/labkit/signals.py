@@ -26,22 +26,32 @@ def signal_name(stop: BaseException) -> str:
 
 
 def exit_quietly(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM while a benchmark imports or measures: nothing is on disk yet, so stop at once, in one line.
-
-    (Raising instead could be swallowed by library code that catches everything while it runs.)"""
-    print("benchmark: interrupted (SIGTERM); no record was written, a previous one is untouched",
+    """Ctrl-C or SIGTERM while a benchmark imports or measures: nothing is on disk yet, so stop at once,
+    in one line. (Raising instead can be swallowed by library code that catches everything, as torch's
+    import does with KeyboardInterrupt.)"""
+    name = signal.Signals(signum).name
+    print(f"benchmark: interrupted ({name}); no record was written, a previous one is untouched",
           file=sys.stderr, flush=True)
-    os._exit(EXIT_INTERRUPTED["SIGTERM"])
+    os._exit(EXIT_INTERRUPTED[name])
+
+
+def exit_quietly_on_interrupt() -> None:
+    """What a benchmark launcher installs first: Ctrl-C and SIGTERM end it in one line, any moment."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, exit_quietly)
 
 
 @contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Within the block, SIGTERM raises Terminated, so cleanup code runs (main thread only)."""
+    """Within the block, Ctrl-C and SIGTERM raise, so cleanup code runs (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -166,7 +166,7 @@ class SigtermIsHandledLikeCtrlC(unittest.TestCase):
     LAUNCHER = Path(benchmark.ROOT / benchmark.LAB.benchmark[0])
     PREVIOUS = b'{"previous": "record"}\n'
 
-    def run_and_terminate(self, after_s: float) -> tuple[int, str, Path]:
+    def run_and_terminate(self, after_s: float, signum: int = signal.SIGTERM) -> tuple[int, str, Path]:
         folder = tempfile.TemporaryDirectory()
         self.addCleanup(folder.cleanup)
         path = Path(folder.name) / "record.json"
@@ -175,7 +175,7 @@ class SigtermIsHandledLikeCtrlC(unittest.TestCase):
                                     "--lengths", "256", "--repeats", "500"],
                                    stderr=subprocess.PIPE, text=True, cwd=benchmark.ROOT)
         time.sleep(after_s)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
         return process.returncode, stderr, path
 
@@ -188,6 +188,14 @@ class SigtermIsHandledLikeCtrlC(unittest.TestCase):
                 self.assertNotIn("Traceback", stderr)
                 self.assertEqual(path.read_bytes(), self.PREVIOUS)
                 self.assertEqual([p.name for p in path.parent.iterdir()], ["record.json"])
+
+
+    def test_ctrl_c_while_torch_is_imported_prints_one_line_and_no_traceback(self) -> None:
+        code, stderr, path = self.run_and_terminate(0.3, signal.SIGINT)
+        self.assertEqual(code, 130, stderr)
+        self.assertIn("interrupted (SIGINT)", stderr)
+        self.assertNotIn("Traceback", stderr)
+        self.assertEqual(path.read_bytes(), self.PREVIOUS)
 
 
 class CommittedRecord(unittest.TestCase):
