@@ -38,8 +38,10 @@ serve: venv
 	$(PY) -m mkdocs serve
 
 # Every registered lab's benchmark, as its lab.toml states it (see labs/labkit/run_benchmarks.py).
+# Writes this machine's records (results/machines/<lab>/<label>.json); REFERENCE=1 replaces the
+# committed reference records instead; MACHINE=<label> names this machine.
 bench: venv
-	$(PY) -m labkit.run_benchmarks
+	$(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) $(if $(MACHINE),--machine $(MACHINE))
 
 # The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it.
 lab-server: venv

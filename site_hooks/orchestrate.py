@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.fingerprint import changed_files, source_fingerprint
+from labkit.machines import LabelError, check_label, machine_records
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
 
@@ -48,6 +49,16 @@ class BenchPolicy(Enum):
 
 
 @dataclass(frozen=True)
+class MachineRecord:
+    """One machine's record of a lab, the reference or another, checked like the reference."""
+
+    path: str  # relative to the repository root
+    record: dict[str, Any]
+    reference: bool
+    changed: list[str]  # measured sources changed since it was made (empty: current)
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything a page may show about one lab, gathered once per build."""
 
@@ -57,6 +68,7 @@ class Evidence:
     measured_now: bool  # the benchmark ran during this build
     build_machine: dict[str, Any]  # the machine building the page, in the terms of machine.py
     record_url: str = ""  # the record's copy in the built site, relative to the page being rendered
+    machines: tuple[MachineRecord, ...] = ()  # the reference first, then every other machine's record
 
 
 def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
@@ -120,12 +132,13 @@ def run_lab_tests(lab: Lab, root: Path, cache_dir: Path, log: logging.Logger) ->
     return report
 
 
-def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
-    """The validated record, or None when there is none yet."""
-    path = root / lab.record
+def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str, Any] | None:
+    """The validated record (default: the reference), or None when there is none yet."""
+    relative = relative or lab.record
+    path = root / relative
     if not path.exists():
         return None
-    source = lab.record.as_posix()
+    source = relative.as_posix()
     try:
         record = load_record(path, root / lab.schema, root, lab=lab.name)
         check_header(record, source)
@@ -137,8 +150,31 @@ def read_record(lab: Lab, root: Path) -> dict[str, Any] | None:
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
     except (KeyError, IndexError, TypeError, ValueError) as error:  # valid by schema, unusable all the same
-        raise SiteBuildError(f"{lab.record.as_posix()}: inconsistent record: {type(error).__name__}: {error}") from None
+        raise SiteBuildError(f"{source}: inconsistent record: {type(error).__name__}: {error}") from None
     return record
+
+
+def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[MachineRecord]:
+    """Every other machine's record: valid, consistent, one per label, its staleness known (never measured
+    by the build: another machine's numbers can only come from that machine)."""
+    seen = {reference["machine"]: lab.record.as_posix()}
+    others = []
+    for path in machine_records(lab, root):
+        relative = path.relative_to(root)
+        try:
+            label = check_label(path.stem, relative.as_posix())
+        except LabelError as error:
+            raise SiteBuildError(str(error)) from None
+        record = read_record(lab, root, relative)
+        assert record is not None  # it was just listed
+        if record["machine"] != label:
+            raise SiteBuildError(f"{relative}: field $.machine is {record['machine']!r}, but the file is named "
+                                 f"for machine {label!r}")
+        if label in seen:
+            raise SiteBuildError(f"{relative}: machine label {label!r} is already claimed by {seen[label]}")
+        seen[label] = relative.as_posix()
+        others.append(MachineRecord(relative.as_posix(), record, False, stale_files(record, lab, lab.root or root)))
+    return others
 
 
 def stale_files(record: dict[str, Any], lab: Lab, root: Path) -> list[str]:
@@ -217,5 +253,6 @@ def gather_evidence(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str
     """Tests first (timings of failing code are worthless), then the record."""
     tests = run_lab_tests(lab, root, root / ".cache" / "site_hooks", log)
     record, measured_now = fresh_record(lab, root, policy, measured, log)
+    reference = MachineRecord(lab.record.as_posix(), record, True, [])
     return Evidence(lab=lab, record=record, tests=tests, measured_now=measured_now,
-                    build_machine=build_machine(tests))
+                    build_machine=build_machine(tests), machines=(reference, *other_machines(lab, root, record)))

@@ -16,6 +16,7 @@ from .chart import Series, line_chart
 from .errors import SiteBuildError
 from .labviews import lab_views
 from .machine import LABELS, recording_machine
+from .machines_view import machines_view
 from .orchestrate import Evidence
 from .templating import render
 
@@ -200,8 +201,9 @@ VIEWS: dict[str, View] = {
     "chart": chart_view,
     "step-chart": step_chart_view,
     "equivalence": equivalence_view,
+    "machines": machines_view,
 }
-ANY_RECORD = {"tests", "environment", "config", "provenance"}  # the others render a timing sweep
+ANY_RECORD = {"tests", "environment", "config", "provenance", "machines"}  # the others render a timing sweep
 
 
 def views_for(lab: Lab) -> dict[str, View]:

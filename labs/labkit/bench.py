@@ -22,6 +22,7 @@ from typing import Any
 
 from .environment import capture_environment
 from .fingerprint import source_fingerprint
+from .machines import derived_label
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .signals import EXIT_INTERRUPTED, Terminated, signal_name
@@ -64,10 +65,12 @@ def command_line(script: str, root: Path, argv: Sequence[str] | None) -> str:
     return shlex.join(["python", relative, *(sys.argv[1:] if argv is None else argv)])
 
 
-def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None, output: Path) -> dict[str, Any]:
-    """The fields every record starts with: what, when, how it was run, on what, from which sources.
+def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None, output: Path,
+                  machine: str | None = None) -> dict[str, Any]:
+    """The fields every record starts with: what, when, on which machine, how it was run, from which sources.
 
-    ``script`` is the file a reader runs: the lab's benchmark.py launcher, named in its lab.toml.
+    ``script`` is the file a reader runs: the lab's benchmark.py launcher, named in its lab.toml;
+    ``machine`` the record's machine label (default: derived from the CPU model, one thread).
     """
     output = output.resolve()
     # "dirty" is about the code: records that benchmarks (this one included) rewrite do not count.
@@ -78,6 +81,7 @@ def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None,
     return {
         "schema_version": SCHEMA_VERSION,
         "lab": lab.name,
+        "machine": machine or derived_label(),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "command": command_line(script, root, argv),
         "environment": capture_environment(root, tuple(sorted(records)), tuple(fingerprint["files"])),

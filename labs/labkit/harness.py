@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from . import bench
+from .machines import LabelError, check_label, derived_label
 from .manifest import Lab
 from .records import load_json
 
@@ -45,6 +46,14 @@ def output_path(text: str) -> Path:
     return path
 
 
+def machine_label(text: str) -> str:
+    """argparse type for --machine."""
+    try:
+        return check_label(text, "--machine")
+    except LabelError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """A parser with the arguments every benchmark takes; the lab adds its own."""
     result = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -55,6 +64,8 @@ def parser(doc: str) -> argparse.ArgumentParser:
     add("--threads", type=int, default=1, help="torch.set_num_threads (default: %(default)s)")
     add("--seed", type=int, default=0, help="model weights and token ids (default: %(default)s)")
     add("--quick", action="store_true", help="smoke test (see below)")
+    add("--machine", type=machine_label, default=None,
+        help="label of the machine in the record (default: derived from the CPU model and --threads)")
     return result
 
 
@@ -65,6 +76,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: di
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(quick)
+    if args.machine is None:
+        args.machine = derived_label(threads=args.threads)
     limits = {"repeats": (1, 1000), "warmup": (0, 100), "threads": (1, 256), **bounds}
     for name, (low, high) in limits.items():
         value = getattr(args, name)
@@ -169,7 +182,7 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
 
     def build() -> dict[str, Any]:
         sections = body()
-        return {**bench.record_header(lab, root, str(script), argv, args.output), **sections}
+        return {**bench.record_header(lab, root, str(script), argv, args.output, args.machine), **sections}
 
     code = bench.write_record(args.output, build, root / lab.schema)
     if code == 0:

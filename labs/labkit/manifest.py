@@ -27,9 +27,9 @@ class Lab:
     views: str | None = None  # module in the lab folder with the lab's own VIEWS, check_record, headline
     root: Path | None = None  # the repository root the relative paths start from
 
-    def benchmark_arguments(self) -> list[str]:
-        """The benchmark's script and arguments, with {record} filled in; run from the root."""
-        return [part.replace("{record}", self.record.as_posix()) for part in self.benchmark]
+    def benchmark_arguments(self, record: str | None = None) -> list[str]:
+        """The benchmark's script and arguments, with {record} filled in (default: the reference record)."""
+        return [part.replace("{record}", record or self.record.as_posix()) for part in self.benchmark]
 
 
 def load_lab(path: Path, root: Path) -> Lab:

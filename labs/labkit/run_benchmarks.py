@@ -1,19 +1,24 @@
 """Run every registered lab's benchmark, as its lab.toml states it: what `make bench` does.
 
-    labs/.venv/bin/python -m labkit.run_benchmarks [lab-name ...]
+    labs/.venv/bin/python -m labkit.run_benchmarks [--reference] [--machine LABEL] [lab-name ...]
 
-Each benchmark writes its own record atomically; one failing does not stop
-the others, and the exit status is non-zero if any failed. Ctrl-C stops the
-running benchmark (which keeps its previous record) and the rest, in one line.
+By default each benchmark writes this machine's record, results/machines/<lab>/<label>.json, and the
+committed reference record stays as it is; --reference (make bench REFERENCE=1) replaces the
+reference instead. The label is --machine (make bench MACHINE=...) or derived from the CPU model and
+thread count. Each benchmark writes its record atomically; one failing does not stop the others, and
+the exit status is non-zero if any failed. Ctrl-C stops the running benchmark (which keeps its
+previous record) and the rest, in one line.
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
-from labkit.manifest import discover_labs
+from labkit.machines import LabelError, check_label, derived_label, machine_record_path
+from labkit.manifest import Lab, discover_labs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
@@ -23,15 +28,35 @@ def say(message: str) -> None:
     print(f"run_benchmarks: {message}", file=sys.stderr, flush=True)
 
 
+def arguments_for(lab: Lab, reference: bool, label: str) -> list[str]:
+    """The lab.toml's command, writing the reference or this machine's record."""
+    if reference:
+        return [*lab.benchmark_arguments(), "--machine", label]
+    output = machine_record_path(lab, label)
+    (ROOT / output).parent.mkdir(parents=True, exist_ok=True)
+    return [*lab.benchmark_arguments(output.as_posix()), "--machine", label]
+
+
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("labs", nargs="*", help="lab names (default: every lab)")
+    parser.add_argument("--reference", action="store_true", help="replace each lab's reference record")
+    parser.add_argument("--machine", default="", help="machine label (default: derived from CPU and threads)")
+    args = parser.parse_args(argv)
+    try:
+        label = check_label(args.machine, "--machine") if args.machine else derived_label()
+    except LabelError as error:
+        say(str(error))
+        return 2
     labs = discover_labs(ROOT)
-    unknown = set(argv) - {lab.name for lab in labs}
+    unknown = set(args.labs) - {lab.name for lab in labs}
     if unknown:
         say(f"unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}")
         return 2
+    say(f"writing {'the reference records' if args.reference else f'the records of machine {label!r}'}")
     failed = []
-    for lab in (lab for lab in labs if not argv or lab.name in argv):
-        arguments = lab.benchmark_arguments()
+    for lab in (lab for lab in labs if not args.labs or lab.name in args.labs):
+        arguments = arguments_for(lab, args.reference, label)
         say(f"{lab.name}: python {' '.join(arguments)}")
         process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT)
         try:

@@ -1,0 +1,48 @@
+"""Records from several machines: one reference per lab, and any number of others named by a label.
+
+    results/cache-results.json                  the reference: the article's prose and tables
+    results/machines/kv-cache/<label>.json      one record per other machine, e.g. amd-epyc-1t.json
+
+``make bench`` writes this machine's record under its label and never touches the reference;
+``make bench REFERENCE=1`` replaces the reference. A label is given (``MACHINE=...``) or derived from
+the CPU model and the thread count the benchmarks run with.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .environment import cpu_model
+from .manifest import Lab
+
+MACHINES_DIR = Path("results") / "machines"
+LABEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+DEFAULT_THREADS = 1  # what every benchmark's --threads defaults to
+
+
+class LabelError(ValueError):
+    """A machine label that cannot name a file."""
+
+
+def check_label(label: str, where: str) -> str:
+    if not LABEL.match(label) or ".." in label:
+        raise LabelError(f"{where}: machine label {label!r} must be 1-64 characters of a-z, 0-9, '.', '_' "
+                         f"or '-', starting with a letter or digit (it names a file)")
+    return label
+
+
+def derived_label(cpu: str | None = None, threads: int = DEFAULT_THREADS) -> str:
+    """'AMD EPYC 7B13', 1 thread -> 'amd-epyc-7b13-1t'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", (cpu or cpu_model()).lower()).strip("-")[:56] or "cpu"
+    return f"{slug}-{threads}t"
+
+
+def machine_record_path(lab: Lab, label: str) -> Path:
+    """Where the record of machine ``label`` for ``lab`` lives, relative to the repository root."""
+    return MACHINES_DIR / lab.name / f"{check_label(label, 'MACHINE')}.json"
+
+
+def machine_records(lab: Lab, root: Path) -> list[Path]:
+    """Every other machine's record of ``lab``, by file name."""
+    return sorted((root / MACHINES_DIR / lab.name).glob("*.json"))

@@ -1,0 +1,63 @@
+"""The comparison of machines: every record of a lab side by side, by ratios measured within one run.
+
+Absolute times do not carry across machines; a ratio taken within one run (cached vs full, ours vs
+transformers, step vs floor) mostly does, so the lab's ``headline`` ratios are what is compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import prose
+from .labviews import lab_headline
+from .orchestrate import Evidence, MachineRecord
+from .templating import format_ratio, render
+
+
+def is_build_machine(record: dict[str, Any], build: dict[str, Any]) -> bool:
+    cpu = record["environment"]["cpu"]
+    return (cpu["model"], cpu["logical_cores"]) == (build["cpu"], build["logical_cores"])
+
+
+def row(machine: MachineRecord, evidence: Evidence, ratios: list[tuple[str, float]]) -> dict[str, Any]:
+    env = machine.record["environment"]
+    return {
+        "label": machine.record["machine"], "path": machine.path, "reference": machine.reference,
+        "here": is_build_machine(machine.record, evidence.build_machine),
+        "device": env.get("device") or env["cpu"]["model"], "threads": env["torch"]["threads"],
+        "torch": env["torch"]["version"], "created": machine.record["created_utc"].replace("T", " ").replace("Z", ""),
+        "fresh": "current sources" if not machine.changed else f"older sources ({', '.join(machine.changed)} changed)",
+        "ratios": [value for _, value in ratios],
+    }
+
+
+def agreement_sentences(labels: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """Per headline ratio: does it fall on the same side of 1 on every machine?"""
+    sentences = []
+    for index, label in enumerate(labels):
+        values = {r["label"]: r["ratios"][index] for r in rows}
+        above = [name for name, value in values.items() if value > 1]
+        span = f"{format_ratio(min(values.values()))} to {format_ratio(max(values.values()))}"
+        if len(values) == 1:
+            sentences.append(f"{label}: {format_ratio(next(iter(values.values())))} on the one machine recorded.")
+        elif len(above) == len(values) or not above:
+            side = "above" if above else "at or below"
+            sentences.append(f"{label}: {side} 1 on every machine ({span}), so that conclusion holds on all "
+                             f"{len(values)} machines.")
+        else:
+            below = [name for name in values if name not in above]
+            sentences.append(f"{label}: the machines differ ({span}): above 1 on {prose.join(above)}, "
+                             f"at or below 1 on {prose.join(below)}.")
+    return sentences
+
+
+def machines_view(evidence: Evidence) -> str:
+    headline = lab_headline(evidence.lab)
+    per_machine = [headline(m.record) if headline else [] for m in evidence.machines]
+    labels = [label for label, _ in per_machine[0]]
+    rows = [row(machine, evidence, ratios) for machine, ratios in zip(evidence.machines, per_machine)]
+    sentences = agreement_sentences(labels, rows) if labels else []
+    if len(rows) == 1:
+        sentences.insert(0, "Only the reference record exists so far: make bench on another machine adds that "
+                            "machine's record beside it.")
+    return render("machines.html.j2", rows=rows, labels=labels, sentences=sentences)
