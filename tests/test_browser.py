@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import OUTPUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

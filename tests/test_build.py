@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from conftest import RECORD, ToySite
-
 from site_hooks.templating import format_ms
+
+from conftest import RECORD, ToySite
 
 
 def article(built_site: tuple[Path, str]) -> str:

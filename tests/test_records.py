@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
 from labkit.manifest import Lab, discover_labs
 from labkit.records import RecordError, atomic_write_json, load_record
 from site_hooks.consistency import check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, read_record
+
+from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
 log = logging.getLogger("test")
 

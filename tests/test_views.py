@@ -57,7 +57,7 @@ def test_every_view_escapes_html_taken_from_the_record(
 def test_medians_table_shows_each_median_and_range_from_the_raw_repetitions(evidence: Evidence) -> None:
     html = render_view("medians", evidence)
     stats = statistics_frame(evidence.record["lengths"])
-    for (length, mode), row in stats.iterrows():
+    for (_length, mode), row in stats.iterrows():
         median, low, high = (format_ms(row[name]) for name in ("median_ns", "min_ns", "max_ns"))
         assert f"<td>{mode}</td><td>{median} <small>({low}–{high})</small></td>" in html
     assert html.count("<tr>") - 1 == 2 * len(evidence.record["lengths"])  # header + a row per length and mode

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import gc
 import shlex
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from .environment import capture_environment
