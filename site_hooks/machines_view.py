@@ -53,9 +53,10 @@ def agreement_sentences(labels: list[str], rows: list[dict[str, Any]]) -> list[s
 
 def machines_view(evidence: Evidence) -> str:
     headline = lab_headline(evidence.lab)
-    per_machine = [headline(m.record) if headline else [] for m in evidence.machines]
+    machines = evidence.machines or (MachineRecord(evidence.lab.record.as_posix(), evidence.record, True, []),)
+    per_machine = [headline(m.record) if headline else [] for m in machines]
     labels = [label for label, _ in per_machine[0]]
-    rows = [row(machine, evidence, ratios) for machine, ratios in zip(evidence.machines, per_machine)]
+    rows = [row(machine, evidence, ratios) for machine, ratios in zip(machines, per_machine)]
     sentences = agreement_sentences(labels, rows) if labels else []
     if len(rows) == 1:
         sentences.insert(0, "Only the reference record exists so far: make bench on another machine adds that "

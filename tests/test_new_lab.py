@@ -113,3 +113,26 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
     assert "lab-environment" in html and "lab-provenance" in html
     assert (tmp_path / "site" / "results" / "toy-results.json").read_text() == json.dumps(record, indent=2) + "\n"
     assert not (ROOT / "labs" / "demo").exists()
+
+
+def test_a_failing_view_is_one_line_and_its_traceback_shows_with_verbose(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    shutil.copy(ROOT / "results" / "record-common.schema.json", tmp_path / "results")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(
+        f"site_name: toy\ntheme:\n  name: material\n  font: false\nnav:\n  - Toy: toy.md\n"
+        f"hooks:\n  - {ROOT / 'site_hooks' / 'hooks.py'}\n")
+    add_lab(tmp_path)
+    views = tmp_path / "labs" / "demo" / "toy-lab" / "toy_views.py"
+    views.write_text(views.read_text().replace('evidence.record["answer"]', 'evidence.record["no-such-field"]'))
+
+    def build(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", *flags, "--site-dir", "site"],
+                              cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
+
+    quiet = build()
+    assert quiet.returncode != 0
+    assert "docs/toy.md: cannot render from the record: KeyError: 'no-such-field'" in quiet.stderr
+    assert "Traceback" not in quiet.stderr
+    verbose = build("-v")
+    assert "Traceback" in verbose.stderr and "toy_views.py" in verbose.stderr
