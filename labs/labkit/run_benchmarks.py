@@ -32,9 +32,7 @@ def arguments_for(lab: Lab, reference: bool, label: str) -> list[str]:
     """The lab.toml's command, writing the reference or this machine's record."""
     if reference:
         return [*lab.benchmark_arguments(), "--machine", label]
-    output = machine_record_path(lab, label)
-    (ROOT / output).parent.mkdir(parents=True, exist_ok=True)
-    return [*lab.benchmark_arguments(output.as_posix()), "--machine", label]
+    return [*lab.benchmark_arguments(machine_record_path(lab, label).as_posix()), "--machine", label]
 
 
 def main(argv: list[str]) -> int:
@@ -57,6 +55,8 @@ def main(argv: list[str]) -> int:
     failed = []
     for lab in (lab for lab in labs if not args.labs or lab.name in args.labs):
         arguments = arguments_for(lab, args.reference, label)
+        if not args.reference:  # the machines folder is this run's to create; a benchmark creates none
+            (ROOT / machine_record_path(lab, label)).parent.mkdir(parents=True, exist_ok=True)
         say(f"{lab.name}: python {' '.join(arguments)}")
         process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT)
         try:
