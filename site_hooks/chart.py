@@ -9,13 +9,16 @@ from .templating import render
 
 WIDTH, HEIGHT = 720, 400
 MARGIN = {"left": 78, "right": 24, "top": 44, "bottom": 64}
-# Distinguishable in light and dark schemes, and by shape and dash for colour-blind readers.
-STYLES = [
-    {"colour": "#d9480f", "marker": "circle", "dash": ""},
-    {"colour": "#1971c2", "marker": "square", "dash": "6 4"},
-    {"colour": "#2f9e44", "marker": "diamond", "dash": "2 3"},
-    {"colour": "#862e9c", "marker": "triangle", "dash": "10 3 2 3"},
-]
+# Distinguishable in light and dark schemes, and by shape and dash for colour-blind readers; series
+# beyond the palette's length reuse its colours with the next marker and dash, so any count can be drawn.
+COLOURS = ["#d9480f", "#1971c2", "#2f9e44", "#862e9c", "#e8590c", "#0c8599", "#5c940d", "#c2255c"]
+MARKERS = ["circle", "square", "diamond", "triangle"]
+DASHES = ["", "6 4", "2 3", "10 3 2 3", "1 2"]
+
+
+def style(index: int) -> dict[str, str]:
+    return {"colour": COLOURS[index % len(COLOURS)], "marker": MARKERS[index % len(MARKERS)],
+            "dash": DASHES[index % len(DASHES)]}
 
 
 @dataclass(frozen=True)
@@ -51,25 +54,32 @@ def tick_label(value: float) -> str:
 
 def line_chart(series: list[Series], title: str, x_label: str, y_label: str, description: str) -> str:
     """Log-log chart; x ticks at the measured x values, y ticks on a 1-2-5 grid."""
-    if not series or len(series) > len(STYLES):
-        raise ValueError(f"line_chart draws 1 to {len(STYLES)} series, got {len(series)}")
+    if not series:
+        raise ValueError("line_chart needs at least one series, got none")
     xs = sorted({x for s in series for x in s.x})
+    per_row = 4  # legend entries per row; more series wrap onto further rows above the plot
+    rows = -(-len(series) // per_row)
+    margin = MARGIN | {"top": MARGIN["top"] + 20 * (rows - 1)}
+    legend = [(margin["left"] + 16 + 150 * (i % per_row), MARGIN["top"] - 22 + 20 * (i // per_row))
+              for i in range(len(series))]
     y_low, y_high = enclosing_ticks(min(v for s in series for v in s.low) / 1.1,
                                     max(v for s in series for v in s.high) * 1.1)
     x_low, x_high = xs[0] / 1.15, xs[-1] * 1.15
-    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
-    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+    height = HEIGHT + margin["top"] - MARGIN["top"]
+    plot_w = WIDTH - margin["left"] - margin["right"]
+    plot_h = height - margin["top"] - margin["bottom"]
 
     def px(x: float) -> float:
-        return round(MARGIN["left"] + plot_w * math.log(x / x_low) / math.log(x_high / x_low), 1)
+        return round(margin["left"] + plot_w * math.log(x / x_low) / math.log(x_high / x_low), 1)
 
     def py(y: float) -> float:
-        return round(MARGIN["top"] + plot_h * (1 - math.log(y / y_low) / math.log(y_high / y_low)), 1)
+        return round(margin["top"] + plot_h * (1 - math.log(y / y_low) / math.log(y_high / y_low)), 1)
 
     drawn = [
         {
             "label": s.label,
-            "style": STYLES[i],
+            "style": style(i),
+            "legend": legend[i],
             "points": [(px(x), py(y)) for x, y in zip(s.x, s.y)],
             "whiskers": [(px(x), py(lo), py(hi)) for x, lo, hi in zip(s.x, s.low, s.high)],
         }
@@ -77,7 +87,7 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, des
     ]
     return render(
         "chart.svg.j2",
-        width=WIDTH, height=HEIGHT, margin=MARGIN, plot_w=plot_w, plot_h=plot_h,
+        width=WIDTH, height=height, margin=margin, plot_w=plot_w, plot_h=plot_h,
         title=title, x_label=x_label, y_label=y_label, description=description,
         x_ticks=[(px(x), tick_label(x)) for x in xs],
         y_ticks=[(py(y), tick_label(y)) for y in log_ticks(y_low, y_high)],
@@ -93,8 +103,8 @@ class BarGroup:
 
 def bar_chart(groups: list[BarGroup], series: list[str], title: str, x_label: str, description: str) -> str:
     """Horizontal grouped bars on a linear axis starting at zero."""
-    if not groups or not series or len(series) > len(STYLES):
-        raise ValueError(f"bar_chart needs groups and 1 to {len(STYLES)} series, got {len(groups)} and {len(series)}")
+    if not groups or not series:
+        raise ValueError(f"bar_chart needs groups and series, got {len(groups)} and {len(series)}")
     bar, gap = 18, 14
     left, right, top = 110, 40, 44
     height = top + len(groups) * (len(series) * bar + gap) + 56
@@ -109,13 +119,13 @@ def bar_chart(groups: list[BarGroup], series: list[str], title: str, x_label: st
     rows = []
     y = top
     for group in groups:
-        bars = [{"y": y + i * bar, "width": round(px(v) - left, 1), "value": v, "style": STYLES[i]}
+        bars = [{"y": y + i * bar, "width": round(px(v) - left, 1), "value": v, "style": style(i)}
                 for i, v in enumerate(group.values)]
         rows.append({"label": group.label, "centre": y + len(series) * bar / 2, "bars": bars})
         y += len(series) * bar + gap
     ticks = [(px(step * i), tick_label(step * i)) for i in range(int(round(axis_max / step)) + 1)]
     return render("bars.svg.j2", width=WIDTH, height=height, left=left, top=top, plot_w=plot_w, bottom=y,
-                  bar=bar, rows=rows, ticks=ticks, series=[(s, STYLES[i]) for i, s in enumerate(series)],
+                  bar=bar, rows=rows, ticks=ticks, series=[(s, style(i)) for i, s in enumerate(series)],
                   title=title, x_label=x_label, description=description)
 
 

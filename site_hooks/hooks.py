@@ -74,7 +74,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         return substitute(markdown, source, views, render)
     except SiteBuildError as error:
         raise PluginError(str(error)) from None
-    except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, TemplateError) as error:
+    except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, AttributeError, TemplateError) as error:
         # a record the schema and the consistency checks let through, but a view still cannot use
         log.debug(f"{source}: the view failed here:", exc_info=True)
         raise PluginError(f"{source}: cannot render from the record: {type(error).__name__}: {error} "

@@ -19,7 +19,8 @@ def is_build_machine(record: dict[str, Any], build: dict[str, Any]) -> bool:
     return (cpu["model"], cpu["logical_cores"]) == (build["cpu"], build["logical_cores"])
 
 
-def row(machine: MachineRecord, evidence: Evidence, ratios: list[tuple[str, float]]) -> dict[str, Any]:
+def row(machine: MachineRecord, evidence: Evidence, ratios: list[tuple[str, float]],
+        labels: list[str]) -> dict[str, Any]:
     env = machine.record["environment"]
     return {
         "label": machine.record["machine"], "path": machine.path, "reference": machine.reference,
@@ -27,7 +28,7 @@ def row(machine: MachineRecord, evidence: Evidence, ratios: list[tuple[str, floa
         "device": env.get("device") or env["cpu"]["model"], "threads": env["torch"]["threads"],
         "torch": env["torch"]["version"], "created": machine.record["created_utc"].replace("T", " ").replace("Z", ""),
         "fresh": "current sources" if not machine.changed else f"older sources ({', '.join(machine.changed)} changed)",
-        "ratios": [value for _, value in ratios],
+        "ratios": [dict(ratios).get(label) for label in labels],  # None: this record did not measure it
     }
 
 
@@ -35,11 +36,12 @@ def agreement_sentences(labels: list[str], rows: list[dict[str, Any]]) -> list[s
     """Per headline ratio: does it fall on the same side of 1 on every machine?"""
     sentences = []
     for index, label in enumerate(labels):
-        values = {r["label"]: r["ratios"][index] for r in rows}
+        values = {r["label"]: r["ratios"][index] for r in rows if r["ratios"][index] is not None}
         above = [name for name, value in values.items() if value > 1]
         span = f"{format_ratio(min(values.values()))} to {format_ratio(max(values.values()))}"
         if len(values) == 1:
-            sentences.append(f"{label}: {format_ratio(next(iter(values.values())))} on the one machine recorded.")
+            name, value = next(iter(values.items()))
+            sentences.append(f"{label}: {format_ratio(value)}, measured on {name} only.")
         elif len(above) == len(values) or not above:
             side = "above" if above else "at or below"
             sentences.append(f"{label}: {side} 1 on every machine ({span}), so that conclusion holds on all "
@@ -55,8 +57,9 @@ def machines_view(evidence: Evidence) -> str:
     headline = lab_headline(evidence.lab)
     machines = evidence.machines or (MachineRecord(evidence.lab.record.as_posix(), evidence.record, True, []),)
     per_machine = [headline(m.record) if headline else [] for m in machines]
-    labels = [label for label, _ in per_machine[0]]
-    rows = [row(machine, evidence, ratios) for machine, ratios in zip(machines, per_machine)]
+    # Columns by label, so a record that measured other lengths gets columns of its own, not the reference's.
+    labels = list(dict.fromkeys(label for ratios in per_machine for label, _ in ratios))
+    rows = [row(machine, evidence, ratios, labels) for machine, ratios in zip(machines, per_machine)]
     sentences = agreement_sentences(labels, rows) if labels else []
     if len(rows) == 1:
         sentences.insert(0, "Only the reference record exists so far: make bench on another machine adds that "

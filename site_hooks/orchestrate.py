@@ -149,7 +149,9 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
             check(record, source)
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
-    except (KeyError, IndexError, TypeError, ValueError) as error:  # valid by schema, unusable all the same
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
+        # valid by schema, unusable all the same (or the lab's check_record is wrong: -v shows where)
+        logging.getLogger("mkdocs.plugins.site_hooks").debug(f"{source}: the check failed here:", exc_info=True)
         raise SiteBuildError(f"{source}: inconsistent record: {type(error).__name__}: {error}") from None
     return record
 
@@ -157,7 +159,6 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
 def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[MachineRecord]:
     """Every other machine's record: valid, consistent, one per label, its staleness known (never measured
     by the build: another machine's numbers can only come from that machine)."""
-    seen = {reference["machine"]: lab.record.as_posix()}
     others = []
     for path in machine_records(lab, root):
         relative = path.relative_to(root)
@@ -167,12 +168,9 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
             raise SiteBuildError(str(error)) from None
         record = read_record(lab, root, relative)
         assert record is not None  # it was just listed
-        if record["machine"] != label:
-            raise SiteBuildError(f"{relative}: field $.machine is {record['machine']!r}, but the file is named "
-                                 f"for machine {label!r}")
-        if label in seen:
-            raise SiteBuildError(f"{relative}: machine label {label!r} is already claimed by {seen[label]}")
-        seen[label] = relative.as_posix()
+        if record["machine"] != label:  # one label, one file: a record may not claim another's label
+            raise SiteBuildError(f"{relative}: field $.machine claims machine {record['machine']!r}, but the file "
+                                 f"is named for machine {label!r}")
         others.append(MachineRecord(relative.as_posix(), record, False, stale_files(record, lab, lab.root or root)))
     return others
 
@@ -234,7 +232,7 @@ def fresh_record(lab: Lab, root: Path, policy: BenchPolicy, measured: set[str],
         why = "does not exist" if state == "missing" else (
             f"was measured on different lab sources (fingerprint mismatch: {', '.join(changed)} changed)")
         raise SiteBuildError(f"{lab.record}: record {why} and LAB_BENCH=never forbids measuring; "
-                             f"run `make bench` or build with LAB_BENCH=auto")
+                             f"run `make bench REFERENCE=1` or build with LAB_BENCH=auto")
     if not wanted:
         log.info(f"lab {lab.name}: record {lab.record} is {state}; reusing it")
         return record, False  # type: ignore[return-value]  # fresh implies present

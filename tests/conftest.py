@@ -27,7 +27,10 @@ OUTPUT = ROOT / "test-output"
 
 
 def build_env(**extra: str) -> dict[str, str]:
-    return os.environ | {"NO_MKDOCS_2_WARNING": "1", "PYTHONDONTWRITEBYTECODE": "1"} | extra
+    """The caller's environment without the variables that steer a build (a LAB_BENCH exported in the
+    shell must not decide what a test measures), plus ``extra``."""
+    inherited = {k: v for k, v in os.environ.items() if k != "LAB_BENCH"}
+    return inherited | {"NO_MKDOCS_2_WARNING": "1", "PYTHONDONTWRITEBYTECODE": "1"} | extra
 
 
 @pytest.fixture

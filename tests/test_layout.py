@@ -20,17 +20,25 @@ def importable_names(folder: Path) -> list[str]:
     return names
 
 
-def test_no_two_labs_define_the_same_top_level_module_name() -> None:
-    names = Counter(name for lab in discover_labs(ROOT) for name in importable_names(ROOT / lab.folder))
+def duplicated_names(root: Path) -> list[str]:
+    names = Counter(name for lab in discover_labs(root) for name in importable_names(root / lab.folder))
     names.update(p.stem for p in (ROOT / "tests").glob("test_*.py"))
     names.update(["labkit", "site_hooks", "conftest"])
-    assert [name for name, count in names.items() if count > 1] == []
+    return [name for name, count in names.items() if count > 1]
 
 
-def test_a_lab_root_holds_only_tests_and_its_launcher_besides_packages() -> None:
-    for lab in discover_labs(ROOT):
-        loose = [p.name for p in (ROOT / lab.folder).glob("*.py") if p.name != LAUNCHER and not p.name.startswith("test_")]
-        assert loose == [], f"{lab.folder}: put {loose} in the lab's package (test files import it from there)"
+def loose_modules(root: Path) -> list[str]:
+    """Modules at a lab root that are neither tests, the launcher, nor the views module its lab.toml names."""
+    return [f"{lab.folder}/{p.name}" for lab in discover_labs(root) for p in (root / lab.folder).glob("*.py")
+            if p.name != LAUNCHER and not p.name.startswith("test_") and p.stem != lab.views]
+
+
+def test_no_two_labs_define_the_same_top_level_module_name() -> None:
+    assert duplicated_names(ROOT) == []
+
+
+def test_a_lab_root_holds_only_tests_its_launcher_and_views_besides_packages() -> None:
+    assert loose_modules(ROOT) == [], "put these in the lab's package (test files import it from there)"
 
 
 def test_every_lab_package_is_declared_for_installation() -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, build_env
+from test_layout import duplicated_names, loose_modules
 
 LAB_TOML = '''name = "toy-lab"
 title = "A throwaway lab"
@@ -113,6 +114,7 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
     assert "lab-environment" in html and "lab-provenance" in html
     assert (tmp_path / "site" / "results" / "toy-results.json").read_text() == json.dumps(record, indent=2) + "\n"
     assert not (ROOT / "labs" / "demo").exists()
+    assert duplicated_names(tmp_path) == [] and loose_modules(tmp_path) == []  # the repository's layout rules hold
 
 
 def test_a_failing_view_is_one_line_and_its_traceback_shows_with_verbose(tmp_path: Path) -> None:

@@ -241,3 +241,14 @@ def test_measured_now_changes_the_provenance_sentence(evidence: Evidence) -> Non
     now = dataclasses.replace(evidence, measured_now=True)
     assert "The benchmark ran during this build" in render_view("provenance", now)
     assert "come from the committed record" in render_view("provenance", evidence)
+
+
+def test_line_chart_draws_any_number_of_series_with_a_wrapped_legend() -> None:
+    from site_hooks.chart import Series, line_chart
+
+    series = [Series(label=f"mode-{i}", x=[1, 2, 4], y=[i + 1, i + 2, i + 3], low=[i + 1, i + 1, i + 2],
+                     high=[i + 2, i + 3, i + 4]) for i in range(9)]
+    svg = line_chart(series, title="t", x_label="x", y_label="y", description="d")
+    assert svg.count("<polyline") == 9 and all(f">mode-{i}</text>" in svg for i in range(9))
+    legends = re.findall(r'<g transform="translate\(([\d.]+) ([\d.-]+)\)">', svg)
+    assert len(set(legends)) == 9  # no two legend entries drawn on top of each other

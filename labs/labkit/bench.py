@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from .fingerprint import source_fingerprint
 from .machines import derived_label
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
-from .signals import EXIT_INTERRUPTED, Terminated, signal_name
+from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
 from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
 ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
@@ -115,5 +116,7 @@ def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path
     except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
         progress(f"failed: {type(error).__name__}: {error}; {untouched}")
         return 1
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):  # run through the launcher
+        exit_quietly_on_interrupt(f"{output} had already been written and is complete")
     progress(f"wrote {output}")
     return 0

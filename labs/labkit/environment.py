@@ -34,8 +34,13 @@ def git_state(root: Path, ignore: tuple[str, ...] = (), sources: tuple[str, ...]
         return {"commit": None, "dirty": None}
     tracked = [line[3:] for line in lines if not line.startswith("??")]
     untracked = [line[3:] for line in lines if line.startswith("??")]
-    dirty = any(path not in ignore for path in tracked) or any(path in sources for path in untracked)
+    dirty = any(path not in ignore and not is_record(path) for path in tracked) or any(path in sources for path in untracked)
     return {"commit": commit, "dirty": dirty}
+
+
+def is_record(path: str) -> bool:
+    """A measurement record (any machine's), which benchmarks rewrite: never what makes the code dirty."""
+    return path.startswith("results/") and path.endswith(".json") and not path.endswith(".schema.json")
 
 
 def capture_environment(root: Path, ignore: tuple[str, ...] = (), sources: tuple[str, ...] = ()) -> dict[str, object]:

@@ -35,6 +35,9 @@ def output_path(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file path such as {path / 'record.json'}")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a regular file (a link, device or pipe); "
+                                         f"the record replaces its file, so give a plain file path")
     folder = path.resolve().parent
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: folder {folder} does not exist (it is not created for you)")
@@ -76,8 +79,14 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: di
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(quick)
-    if args.machine is None:
-        args.machine = derived_label(threads=args.threads)
+    if args.machine is None:  # a record under results/machines/<lab>/ is named for its machine
+        in_machines = args.output.resolve().parent.parent.name == "machines"
+        try:
+            args.machine = check_label(args.output.stem, "--output") if in_machines else derived_label(threads=args.threads)
+        except LabelError as error:
+            parser.error(str(error))
+    elif args.output.resolve().parent.parent.name == "machines" and args.output.stem != args.machine:
+        parser.error(f"--output {args.output} is the record of machine {args.output.stem!r}, not of --machine {args.machine!r}")
     limits = {"repeats": (1, 1000), "warmup": (0, 100), "threads": (1, 256), **bounds}
     for name, (low, high) in limits.items():
         value = getattr(args, name)
@@ -140,6 +149,35 @@ def timed_entry(length: int, steps: int, equivalence: dict[str, Any], modes: Seq
     order, durations = time_rotated(modes, run, args.repeats, args.warmup, progress, label)
     return {"length": length, "steps": steps, "equivalence": equivalence, "order": order,
             "modes": {mode: {"durations_ns": durations[mode]} for mode in modes}}
+
+
+def seed_and_threads(args: argparse.Namespace) -> None:
+    """The process-wide settings every timing depends on, from the common arguments."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+
+
+def token_ids(vocab_size: int, batch: int, length: int, seed: int) -> Tensor:
+    """Seeded ids (batch, length), drawn once per length so every mode consumes exactly the same sequence."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
+    return torch.randint(0, vocab_size, (batch, length), generator=generator)
+
+
+def sweep(args: argparse.Namespace, measure: Callable[[int, Progress, str], dict[str, Any]], baseline: str,
+          noun: str = "length") -> list[dict[str, Any]]:
+    """Every length of --lengths through ``measure(length, progress, label)``, then the statistics."""
+    progress = Progress(total=len(args.lengths) * args.repeats)
+    try:
+        lengths = [measure(length, progress, f"[{number}/{len(args.lengths)}] {noun} {length}")
+                   for number, length in enumerate(args.lengths, start=1)]
+    finally:
+        progress.close()
+    bench.add_statistics(lengths, baseline)
+    return lengths
 
 
 def compare(candidate: Tensor, reference: Tensor, atol: float, rtol: float, what: str) -> dict[str, Any]:

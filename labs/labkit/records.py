@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tempfile
@@ -64,9 +65,15 @@ class _NonFinite(float):
     """Stands for a NaN or Infinity constant while the document is parsed, so its field can be named."""
 
     def __new__(cls, text: str) -> _NonFinite:
-        number = super().__new__(cls, text)
+        number = super().__new__(cls, text if text in ("NaN", "Infinity", "-Infinity") else "inf")
         number.text = text  # type: ignore[attr-defined]
         return number
+
+
+def _float_or_non_finite(text: str) -> float:
+    """1e999 parses to inf without passing through parse_constant: catch it here, keeping its text."""
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
 
 
 def _find_non_finite(value: Any, path: str = "$") -> str | None:
@@ -92,7 +99,7 @@ def load_json(path: Path, what: str, label: str | None = None) -> Any:
     except UnicodeDecodeError as error:
         raise RecordError(f"{name}: {what} is not UTF-8 text (byte {error.start})") from None
     try:
-        data = json.loads(text, parse_constant=_NonFinite)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_float_or_non_finite)
     except json.JSONDecodeError as error:
         raise RecordError(f"{name}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
     found = _find_non_finite(data)

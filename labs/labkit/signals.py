@@ -25,20 +25,25 @@ def signal_name(stop: BaseException) -> str:
     return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
 
 
-def exit_quietly(signum: int, frame: FrameType | None) -> None:
+BEFORE_WRITE = "no record was written, a previous one is untouched"
+
+
+def exit_quietly(signum: int, frame: FrameType | None, state: str = BEFORE_WRITE) -> None:
     """Ctrl-C or SIGTERM while a benchmark imports or measures: nothing is on disk yet, so stop at once,
     in one line. (Raising instead can be swallowed by library code that catches everything, as torch's
     import does with KeyboardInterrupt.)"""
     name = signal.Signals(signum).name
-    print(f"benchmark: interrupted ({name}); no record was written, a previous one is untouched",
-          file=sys.stderr, flush=True)
+    print(f"benchmark: interrupted ({name}); {state}", file=sys.stderr, flush=True)
     os._exit(EXIT_INTERRUPTED[name])
 
 
-def exit_quietly_on_interrupt() -> None:
-    """What a benchmark launcher installs first: Ctrl-C and SIGTERM end it in one line, any moment."""
+def exit_quietly_on_interrupt(state: str = BEFORE_WRITE) -> None:
+    """What a benchmark launcher installs first: Ctrl-C and SIGTERM end it in one line, any moment;
+    after the record is written, the line says so (``state``)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, exit_quietly)
+        signal.signal(signum, lambda number, frame: exit_quietly(number, frame, state))
 
 
 @contextmanager

@@ -47,12 +47,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return harness.parse(parser, argv, QUICK, {"lengths": (1, capacity), "batch": (1, MAX_BATCH)})
 
 
-def teacher_forced_ids(config: ModelConfig, batch: int, length: int, seed: int) -> torch.Tensor:
-    """Drawn once per length, so both modes decode exactly the same sequence."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
-    return torch.randint(0, config.vocab_size, (batch, length), generator=generator)
-
-
 def time_loop(mode: str, model: DecoderBlock, ids: torch.Tensor) -> int:
     """Nanoseconds for one whole teacher-forced decode loop."""
     return bench.time_ns(lambda: MODES[mode](model, ids))
@@ -73,7 +67,7 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, p
                    label: str) -> dict[str, Any]:
     """Equivalence first, then warmup, then repetitions in rotating order."""
     config = model.config
-    ids = teacher_forced_ids(config, args.batch, length, args.seed)
+    ids = harness.token_ids(config.vocab_size, args.batch, length, args.seed)
     progress.note(f"{label}: checking cached against full logits at every step")
     equivalence = check_equivalence(model, ids)
     with torch.inference_mode():
@@ -90,7 +84,7 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, p
 def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) -> dict[str, Any]:
     """Same ids in float32 and float64: if the differences are rounding, float64 shrinks them."""
     bench.progress(f"precision check at length {length} in float32 and float64")
-    ids = teacher_forced_ids(config, args.batch, length, args.seed)
+    ids = harness.token_ids(config.vocab_size, args.batch, length, args.seed)
     result: dict[str, Any] = {"length": length}
     for dtype in (torch.float32, torch.float64):
         comparison = compare_paths(DecoderBlock(dataclasses.replace(config, dtype=dtype)), ids)
@@ -102,17 +96,11 @@ def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) 
 
 
 def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[str, Any]:
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
+    harness.seed_and_threads(args)
     config = ModelConfig(seed=args.seed)
     model = model_class(config)
-    progress = harness.Progress(total=len(args.lengths) * args.repeats)
-    try:
-        lengths = [measure_length(model, length, args, progress, f"[{number}/{len(args.lengths)}] length {length}")
-                   for number, length in enumerate(args.lengths, start=1)]
-    finally:
-        progress.close()
-    bench.add_statistics(lengths, BASELINE)
+    lengths = harness.sweep(args, lambda length, progress, label: measure_length(model, length, args, progress, label),
+                            BASELINE)
     workload = "teacher-forced decode loop: one forward call per position, last-position logits kept"
     return {
         "config": {

@@ -72,8 +72,7 @@ def model_config(args: argparse.Namespace, kv_heads: int | None = None) -> Model
 
 
 def token_ids(config: ModelConfig, length: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
-    return torch.randint(0, config.vocab_size, (1, length), generator=generator)
+    return harness.token_ids(config.vocab_size, 1, length, seed)  # the storage lab decodes one request
 
 
 def new_store(mode: str, config: ModelConfig, capacity: int, block_size: int) -> Store:
@@ -246,18 +245,12 @@ def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
+    harness.seed_and_threads(args)
     config = model_config(args)
     model = DecoderBlock(config)
-    progress = harness.Progress(total=len(args.lengths) * args.repeats)
     with torch.inference_mode():
-        try:
-            lengths = [measure_length(model, prefix, args, progress, f"[{i}/{len(args.lengths)}] prefix {prefix}")
-                       for i, prefix in enumerate(args.lengths, start=1)]
-        finally:
-            progress.close()
-        bench.add_statistics(lengths, BASELINE)
+        lengths = harness.sweep(args, lambda prefix, progress, label: measure_length(model, prefix, args, progress, label),
+                                BASELINE, noun="prefix")
         memory = memory_profile(model, args)
         bench.progress("grouped-query heads, paging and sharing")
         gqa, paging, shared = gqa_bytes(args), paging_table(config, args), sharing(model, args)
