@@ -23,6 +23,26 @@ def check_header(record: dict[str, Any], source: str) -> None:
         raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, not a UTC time: {error}") from None
 
 
+BYTES_PER_ELEMENT = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def check_config(record: dict[str, Any], source: str) -> None:
+    """Derived model settings follow from the others, and the threads in force are the ones configured."""
+    config = record.get("config", {})
+    model, bench = config.get("model", {}), config.get("benchmark", {})
+    if {"width", "heads", "head_dim"} <= model.keys() and model["head_dim"] * model["heads"] != model["width"]:
+        raise RecordError(f"{source}: field $.config.model.head_dim is {model['head_dim']}, but width "
+                          f"{model['width']} / heads {model['heads']} gives {model['width'] / model['heads']:g}")
+    if {"dtype", "bytes_per_element"} <= model.keys() and \
+            BYTES_PER_ELEMENT.get(model["dtype"]) != model["bytes_per_element"]:
+        raise RecordError(f"{source}: field $.config.model.bytes_per_element is {model['bytes_per_element']}, but "
+                          f"dtype {model['dtype']!r} has {BYTES_PER_ELEMENT.get(model['dtype'], 'unknown')}")
+    threads = record["environment"]["torch"]["threads"]
+    if "threads" in bench and bench["threads"] != threads:
+        raise RecordError(f"{source}: field $.environment.torch.threads is {threads}, but "
+                          f"$.config.benchmark.threads is {bench['threads']}")
+
+
 def check_sweep(record: dict[str, Any], source: str) -> None:
     """Raise RecordError naming the first field of a timing sweep that the rest of the record contradicts."""
     bench = record["config"]["benchmark"]

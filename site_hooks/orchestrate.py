@@ -31,7 +31,7 @@ from labkit.machines import LabelError, check_label, machine_records
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
 
-from .consistency import check_header, check_sweep
+from .consistency import check_config, check_header, check_sweep
 from .errors import SiteBuildError
 from .labviews import lab_check
 from .machine import build_machine
@@ -142,6 +142,7 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
     try:
         record = load_record(path, root / lab.schema, root, lab=lab.name)
         check_header(record, source)
+        check_config(record, source)
         if "lengths" in record:  # a timing sweep
             check_sweep(record, source)
         check = lab_check(lab)

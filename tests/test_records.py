@@ -35,7 +35,7 @@ def test_committed_record_is_valid_and_its_statistics_match_its_raw_durations() 
 
 def test_committed_record_was_measured_on_the_current_lab_sources() -> None:
     record = load_record(ROOT / LAB.record, SCHEMA)
-    assert not is_stale(record, LAB, ROOT), "results/cache-results.json is stale: run `make bench` and commit it"
+    assert not is_stale(record, LAB, ROOT), "results/cache-results.json is stale: run `make bench REFERENCE=1` and commit it"
 
 
 def test_missing_record_names_the_file(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str,
 def test_committed_storage_record_is_valid_fresh_and_consistent() -> None:
     record = read_record(STORAGE_LAB, ROOT)
     assert record is not None
-    assert not is_stale(record, STORAGE_LAB, ROOT), "results/storage-results.json is stale: run `make bench`"
+    assert not is_stale(record, STORAGE_LAB, ROOT), "results/storage-results.json is stale: run `make bench REFERENCE=1`"
 
 
 def edited_copy(tmp_path: Path, lab: Lab, text: str) -> Path:
@@ -130,8 +130,18 @@ def refusal(tmp_path: Path, lab: Lab, text: str) -> str:
         (STORAGE_LAB, lambda t: (ROOT / LAB.record).read_text(),
          "field $.lab: this record belongs to lab 'kv-cache', but this file is the record of lab 'kv-storage'"),
         (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1), "$.lengths[0].cache_bytes is"),
+        (LAB, lambda t: re.sub(r'"atol": [^,}]+', '"atol": 1e999', t, count=1), "$.tolerance.atol is 1e999"),
+        (LAB, lambda t: re.sub(r'"head_dim": \d+', '"head_dim": 16', t, count=1), "$.config.model.head_dim is 16"),
+        (LAB, lambda t: re.sub(r'"dtype": "float32"', '"dtype": "float32X"', t, count=1),
+         "$.config.model.bytes_per_element is 4, but dtype 'float32X'"),
+        (LAB, lambda t: re.sub(r'"threads": 1,', '"threads": 2,', t, count=1), "$.environment.torch.threads is 2"),
+        (STORAGE_LAB, lambda t: re.sub(r'"paged_bytes": (\d+)', lambda m: f'"paged_bytes": {int(m[1]) + 1}', t, count=1),
+         "$.gqa[0].paged_bytes is"),
+        (STORAGE_LAB, lambda t: re.sub(r'"retained_bytes": (\d+)', lambda m: f'"retained_bytes": {int(m[1]) + 1}', t, count=1),
+         "$.memory.variants.concat.retained_bytes is"),
     ],
-    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes"],
+    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "overflow",
+         "head-dim", "dtype", "threads", "gqa-paged", "retained"],
 )
 def test_hand_edited_figure_is_refused_in_one_line_naming_file_and_field(
     tmp_path: Path, lab: Lab, edit: Any, field: str

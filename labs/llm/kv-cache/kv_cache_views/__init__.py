@@ -25,6 +25,10 @@ def cache_bytes(model: dict[str, Any], batch: int, length: int) -> int:
 def check_record(record: dict[str, Any], source: str) -> None:
     """Every loop decodes one position per step, and the stored bytes follow from the config."""
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
+    last = record["lengths"][-1]["length"]
+    if record["precision"]["length"] != last:
+        raise RecordError(f"{source}: field $.precision.length is {record['precision']['length']}, but the "
+                          f"precision check runs at the longest length, {last}")
     for index, entry in enumerate(record["lengths"]):
         where = f"{source}: field $.lengths[{index}]"
         if entry["steps"] != entry["length"]:

@@ -29,6 +29,20 @@ class Checker:
         if stored != computed:
             self.refuse(field, f"is {stored}, but {how} gives {computed}")
 
+    def settings(self) -> None:
+        """One request at a time, one block size everywhere, a position table as long as the longest use."""
+        bench, record = self.record["config"]["benchmark"], self.record
+        self.expect("config.benchmark.batch", bench["batch"], 1, "the storage lab (one request at a time)")
+        for field, stored in (("memory.block_size", record["memory"]["block_size"]),
+                              ("sharing.block_size", record["sharing"]["block_size"])):
+            self.expect(field, stored, bench["block_size"], "config.benchmark.block_size")
+        longest = max(bench["lengths"][-1] + bench["window"], record["memory"]["length"],
+                      record["sharing"]["prompt"] + record["sharing"]["tokens"])
+        self.expect("config.model.max_positions", self.model["max_positions"], longest,
+                    "the longest prefix + window, memory loop or shared prompt + tokens")
+        self.expect("paging.length_range", record["paging"]["length_range"], [1, self.model["max_positions"]],
+                    "[1, config.model.max_positions]")
+
     def steps(self) -> None:
         window = self.record["config"]["benchmark"]["window"]
         for index, entry in enumerate(self.record["lengths"]):
@@ -38,19 +52,32 @@ class Checker:
         memory = self.record["memory"]
         expected = cache_bytes(self.model, self.model["kv_heads"], memory["length"])
         self.expect("memory.formula_bytes", memory["formula_bytes"], expected, "the config")
+        retained = self.retained(self.model["kv_heads"], memory["length"], memory["block_size"])
         for mode, values in memory["variants"].items():
-            if not expected <= values["retained_bytes"] <= values["peak_bytes"]:
-                self.refuse(f"memory.variants.{mode}", f"has retained {values['retained_bytes']} and peak "
-                            f"{values['peak_bytes']}: a cache of {expected} bytes needs formula <= retained <= peak")
+            self.expect(f"memory.variants.{mode}.retained_bytes", values["retained_bytes"], retained[mode],
+                        f"{mode} storage of {memory['length']} positions")
+            if values["peak_bytes"] < values["retained_bytes"]:
+                self.refuse(f"memory.variants.{mode}.peak_bytes", f"is {values['peak_bytes']}, below the "
+                            f"{values['retained_bytes']} bytes retained at the end")
+
+    def retained(self, kv_heads: int, length: int, block_size: int) -> dict[str, int]:
+        """Bytes each layout holds after a loop of ``length`` positions: exact, capacity, whole blocks."""
+        exact = cache_bytes(self.model, kv_heads, length)
+        return {"concat": exact, "prealloc": exact,
+                "paged": blocks(length, block_size) * cache_bytes(self.model, kv_heads, block_size)}
 
     def gqa(self) -> None:
         tolerance = self.record["tolerance"]
+        block_size = self.record["config"]["benchmark"]["block_size"]
         for index, row in enumerate(self.record["gqa"]):
-            expected = cache_bytes(self.model, row["kv_heads"], row["length"])
-            if (row["formula_bytes"], row["concat_bytes"], row["prealloc_bytes"]) != (expected,) * 3 \
-                    or row["paged_bytes"] < expected:
-                self.refuse(f"gqa[{index}]", f"bytes disagree with 2 x {row['kv_heads']} x {row['length']} x D "
-                            f"x bytes = {expected}")
+            where = f"gqa[{index}]"
+            self.expect(f"{where}.heads", row["heads"], self.model["heads"], "config.model.heads")
+            self.expect(f"{where}.steps_compared", row["steps_compared"], min(row["length"], 64),
+                        "the first min(length, 64) positions")
+            self.expect(f"{where}.formula_bytes", row["formula_bytes"],
+                        cache_bytes(self.model, row["kv_heads"], row["length"]), "2 x Hkv x T x D x bytes")
+            for mode, value in self.retained(row["kv_heads"], row["length"], block_size).items():
+                self.expect(f"{where}.{mode}_bytes", row[f"{mode}_bytes"], value, f"{mode} storage")
             if row["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * row["max_abs_reference"]:
                 self.refuse(f"gqa[{index}].max_abs_diff", f"is {row['max_abs_diff']:g}, beyond the tolerance")
 
@@ -103,5 +130,5 @@ class Checker:
 def check_record(record: dict[str, Any], source: str) -> None:
     """Raise RecordError naming the first field the rest of the record contradicts."""
     checker = Checker(record, source)
-    for check in (checker.steps, checker.memory, checker.gqa, checker.paging, checker.sharing):
+    for check in (checker.settings, checker.steps, checker.memory, checker.gqa, checker.paging, checker.sharing):
         check()
