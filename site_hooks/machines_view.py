@@ -60,8 +60,9 @@ def machines_view(evidence: Evidence) -> str:
     # Columns by label, so a record that measured other lengths gets columns of its own, not the reference's.
     labels = list(dict.fromkeys(label for ratios in per_machine for label, _ in ratios))
     rows = [row(machine, evidence, ratios, labels) for machine, ratios in zip(machines, per_machine)]
-    sentences = agreement_sentences(labels, rows) if labels else []
-    if len(rows) == 1:
-        sentences.insert(0, "Only the reference record exists so far: make bench on another machine adds that "
-                            "machine's record beside it.")
+    if len(rows) == 1:  # nothing to compare yet: the table holds the ratios
+        sentences = ["Only the reference record exists so far: make bench on another machine adds that "
+                     "machine's record beside it, and these sentences then say which ratios agree."]
+    else:
+        sentences = agreement_sentences(labels, rows) if labels else []
     return render("machines.html.j2", rows=rows, labels=labels, sentences=sentences)
