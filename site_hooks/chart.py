@@ -21,6 +21,12 @@ def style(index: int) -> dict[str, str]:
             "dash": DASHES[index % len(DASHES)]}
 
 
+def series_style(series: Series, index: int) -> dict[str, str]:
+    if series.colour_of is None:
+        return style(index)
+    return style(series.colour_of) | {"dash": "6 4" if series.dashed else ""}
+
+
 @dataclass(frozen=True)
 class Series:
     label: str
@@ -28,6 +34,8 @@ class Series:
     y: list[float]  # median
     low: list[float]  # min: drawn as a whisker with high
     high: list[float]
+    colour_of: int | None = None  # draw in series i's colour and marker (pairs such as a time and its floor)
+    dashed: bool = False  # a dashed line in that colour: the paired series' second line
 
 
 def log_ticks(low: float, high: float) -> list[float]:
@@ -57,10 +65,11 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, des
     if not series:
         raise ValueError("line_chart needs at least one series, got none")
     xs = sorted({x for s in series for x in s.x})
-    per_row = 4  # legend entries per row; more series wrap onto further rows above the plot
+    entry_w = max(150, 50 + 7 * max(len(s.label) for s in series))  # a legend entry: line sample + label
+    per_row = max(1, (WIDTH - MARGIN["left"] - MARGIN["right"]) // entry_w)  # more wrap onto further rows
     rows = -(-len(series) // per_row)
     margin = MARGIN | {"top": MARGIN["top"] + 20 * (rows - 1)}
-    legend = [(margin["left"] + 16 + 150 * (i % per_row), MARGIN["top"] - 22 + 20 * (i // per_row))
+    legend = [(margin["left"] + 16 + entry_w * (i % per_row), MARGIN["top"] - 22 + 20 * (i // per_row))
               for i in range(len(series))]
     y_low, y_high = enclosing_ticks(min(v for s in series for v in s.low) / 1.1,
                                     max(v for s in series for v in s.high) * 1.1)
@@ -78,7 +87,7 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, des
     drawn = [
         {
             "label": s.label,
-            "style": style(i),
+            "style": series_style(s, i),
             "legend": legend[i],
             "points": [(px(x), py(y)) for x, y in zip(s.x, s.y)],
             "whiskers": [(px(x), py(lo), py(hi)) for x, lo, hi in zip(s.x, s.low, s.high)],

@@ -1,0 +1,352 @@
+"""Decode steps of a GPT-2-size model against the memory floor and against transformers, in one process.
+
+    labs/.venv/bin/python labs/llm/decode-bandwidth/benchmark.py --output results/decode-results.json
+
+First, every mode proves on a real prefix that it gives the full-sequence
+logits (float32). Then the machine's sustained read bandwidth and matmul
+throughput are measured at each thread count used, and the time of one
+decode step is taken per mode over batch x context, with the modes' order
+rotating between repetitions. Then a profile of one step per model, and a
+client's greedy generation with each. Written atomically at the end; a
+failed run keeps the old record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from decode_bandwidth.bandwidth import (
+    kv_crossover,
+    last_level_cache_bytes,
+    matmul_throughput,
+    read_bandwidth,
+    step_bytes,
+    stream_buffer_bytes,
+)
+from decode_bandwidth.config import PRESETS, preset
+from decode_bandwidth.equivalence import ATOL, RTOL, check_modes
+from decode_bandwidth.hf import hf_model
+from decode_bandwidth.layout import measure_layouts
+from decode_bandwidth.model import Decoder
+from decode_bandwidth.profile import profile_step
+from decode_bandwidth.workloads import MODES, client_run, step_runners
+from labkit import bench, harness
+from labkit.manifest import lab_for
+from labkit.summary import as_number
+
+LAB, ROOT = lab_for(__file__)
+BASELINE = "hf-dynamic"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TARGETS = {"best_over_hf_dynamic": 0.85, "step_over_floor": 1.6}  # issue 9: fp32, headline threads, batch 1
+QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
+         "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
+         "client_runs": 1, "bandwidth_passes": 10, "profile_steps": 1}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = harness.parser(__doc__)
+    parser.print_usage = lambda file=None: None  # type: ignore[method-assign]  # an error is one line; --help has the rest
+    parser.set_defaults(repeats=7, warmup=1)
+    add = parser.add_argument
+    add("--preset", default="gpt2-small", help=f"model: {', '.join(sorted(PRESETS))} (default: %(default)s)")
+    add("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    add("--dtype", default="float32", help=f"headline grid dtype: {', '.join(DTYPES)} (default: %(default)s)")
+    add("--batches", type=int, nargs="+", default=[1, 4, 16], help="batch sizes (default: %(default)s)")
+    add("--contexts", type=int, nargs="+", default=[128, 512, 1024],
+        help="positions a step attends over, the new token included (default: %(default)s)")
+    add("--variant-threads", type=int, default=2, help="second thread count, timed at --variant-batches; "
+        "0 for none (default: %(default)s)")
+    add("--variant-dtype", default="bfloat16", help="second dtype, timed at --variant-batches; none for none "
+        "(default: %(default)s)")
+    add("--variant-batches", type=int, nargs="+", default=[1], help="batches of the variants (default: [1])")
+    add("--equivalence-prefix", type=int, default=120, help="real prefix prefilled before the check (default: 120)")
+    add("--equivalence-steps", type=int, default=8, help="decode steps checked after it (default: 8)")
+    add("--prompt", type=int, default=128, help="client workload: prompt tokens (default: 128)")
+    add("--new-tokens", type=int, default=64, help="client workload: tokens generated (default: 64)")
+    add("--client-runs", type=int, default=3, help="client workload: runs per model (default: 3)")
+    add("--bandwidth-passes", type=int, default=20, help="read-bandwidth passes, half before the timed steps and half "
+        "after, best kept; at least 10 (default: 20)")
+    add("--profile-steps", type=int, default=5, help="decode steps profiled, median kept (default: 5)")
+    bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
+              "variant_batches": (1, 256), "equivalence_prefix": (1, 1 << 20), "equivalence_steps": (1, 1024),
+              "prompt": (1, 1 << 20), "new_tokens": (1, 4096), "client_runs": (1, 100),
+              "bandwidth_passes": (10, 1000), "profile_steps": (1, 100)}
+    args = harness.parse(parser, argv, QUICK, bounds)
+    check_inputs(parser, args)
+    return args
+
+
+def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Everything that would fail later, refused now in one line, before any model is built."""
+    if args.preset not in PRESETS:
+        parser.error(f"--preset {args.preset!r} is unknown; choose one of {', '.join(sorted(PRESETS))}")
+    positions = PRESETS[args.preset].max_positions
+    for name, needed in (("contexts", max(args.contexts)),
+                         ("equivalence-prefix + --equivalence-steps", args.equivalence_prefix + args.equivalence_steps),
+                         ("prompt + --new-tokens", args.prompt + args.new_tokens)):
+        if needed > positions:
+            parser.error(f"--{name} needs {needed} positions, beyond the {positions} of preset {args.preset}")
+    for name in ("batches", "contexts", "variant_batches"):
+        values = getattr(args, name)
+        if values != sorted(set(values)):
+            parser.error(f"--{name.replace('_', '-')} must be strictly ascending, got {values}")
+    if args.device not in ("cpu", "cuda"):
+        parser.error(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available to this PyTorch build")
+    if args.variant_dtype == "none":
+        args.variant_dtype = None
+    for name, dtype in (("dtype", args.dtype), ("variant-dtype", args.variant_dtype)):
+        if dtype is None:
+            continue
+        if dtype not in DTYPES:
+            parser.error(f"--{name} {dtype!r} is not one of {', '.join(DTYPES)}")
+        try:  # a multiply and a softmax in that dtype: the step's kinds of kernels
+            probe = torch.ones(4, 4, dtype=DTYPES[dtype], device=args.device)
+            (probe @ probe).softmax(-1)
+        except (RuntimeError, TypeError) as error:
+            parser.error(f"--{name} {dtype} cannot run on {args.device}: {str(error).splitlines()[0]}")
+    if args.variant_dtype == args.dtype:
+        args.variant_dtype = None  # the headline grid already covers it
+    if args.variant_threads in (0, args.threads):
+        args.variant_threads = None
+
+
+def grid(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
+    """(dtype, threads, batch, context) of every timed group: the headline grid, then the variants."""
+    groups = [(args.dtype, args.threads, b, c) for b in args.batches for c in args.contexts]
+    if args.variant_threads:
+        groups += [(args.dtype, args.variant_threads, b, c) for b in args.variant_batches for c in args.contexts]
+    if args.variant_dtype:
+        groups += [(args.variant_dtype, args.threads, b, c) for b in args.variant_batches for c in args.contexts]
+    return groups
+
+
+def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
+                     passes: int) -> dict[str, Any]:
+    llc, source = last_level_cache_bytes()
+    buffer = stream_buffer_bytes(llc)
+    bandwidth, arithmetic = {}, {}
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes")
+        bandwidth[str(threads)] = read_bandwidth(buffer, passes, args.device)
+        for dtype in dtypes:
+            arithmetic[f"{dtype}/{threads}"] = matmul_throughput(DTYPES[dtype], 3, args.device)
+    torch.set_num_threads(args.threads)
+    return {"last_level_cache_bytes": llc, "last_level_cache_source": source, "buffer_bytes": buffer,
+            "kernel": "torch.sum over a float32 buffer (reads every byte once)",
+            "bandwidth": bandwidth, "matmul": arithmetic}
+
+
+def merge_hardware(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Half the passes ran before the timed steps and half after: the best of all of them counts, so one busy
+    moment on a shared machine cannot set the floor for the whole run."""
+    merged = {**before, "bandwidth": {}, "matmul": {}}
+    for key, first in before["bandwidth"].items():
+        durations = first["durations_ns"] + after["bandwidth"][key]["durations_ns"]
+        merged["bandwidth"][key] = {"buffer_bytes": first["buffer_bytes"], "passes": len(durations),
+                                    "durations_ns": durations, "best_ns": min(durations),
+                                    "bytes_per_s": first["buffer_bytes"] / min(durations) * 1e9}
+    for key, first in before["matmul"].items():
+        durations = first["durations_ns"] + after["matmul"][key]["durations_ns"]
+        merged["matmul"][key] = {"size": first["size"], "flops": first["flops"], "passes": len(durations),
+                                 "durations_ns": durations, "best_ns": min(durations),
+                                 "flops_per_s": first["flops"] / min(durations) * 1e9}
+    return merged
+
+
+def time_group(runners: dict[str, Any], args: argparse.Namespace, progress: harness.Progress,
+               label: str) -> tuple[list[list[str]], dict[str, list[int]]]:
+    """One group's rotated repetitions; its caches are freed when this returns, before the next group's exist."""
+    with torch.inference_mode():
+        return harness.time_rotated(MODES, lambda mode: bench.time_ns(runners[mode]), args.repeats, args.warmup,
+                                    progress, label)
+
+
+def time_groups(args: argparse.Namespace, models: dict[str, tuple[Decoder, Any]],
+                progress: harness.Progress) -> list[dict[str, Any]]:
+    """Every (dtype, threads, batch, context) group: rotated repetitions of one step per mode."""
+    groups = []
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    for dtype, threads, batch, context in grid(args):
+        torch.set_num_threads(threads)
+        model, reference = models[dtype]
+        label = f"{dtype} {threads}t batch {batch} context {context}"
+        order, durations = time_group(step_runners(model, reference, batch, context, generator), args, progress, label)
+        groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
+                       "durations": durations, "config": model.config})
+        progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+                                                      for m, d in durations.items()))
+    torch.set_num_threads(args.threads)
+    return groups
+
+
+def with_floors(timed: list[dict[str, Any]], hardware: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The record's groups and cells: each timed group with its bytes and floors, each mode's cell with its ratio."""
+    groups, cells = [], []
+    for entry in timed:
+        dtype, threads, batch, context = entry["dtype"], entry["threads"], entry["batch"], entry["context"]
+        needed = step_bytes(entry["config"], batch, context)
+        floor = needed.total / hardware["bandwidth"][str(threads)]["bytes_per_s"] * 1e9
+        compute = needed.flops / hardware["matmul"][f"{dtype}/{threads}"]["flops_per_s"] * 1e9
+        groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": entry["order"],
+                       "bytes": needed.as_record(), "floor_ns_per_step": floor, "compute_floor_ns_per_step": compute})
+        for mode in MODES:
+            values = entry["durations"][mode]
+            median = as_number(statistics.median(values))
+            cells.append({"mode": mode, "batch": batch, "context": context, "dtype": dtype, "threads": threads,
+                          "durations_ns": values, "min_ns_per_step": min(values), "median_ns_per_step": median,
+                          "max_ns_per_step": max(values), "floor_ns_per_step": floor,
+                          "step_over_floor": median / floor})
+    return groups, cells
+
+
+def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(args.seed + 2)
+    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=generator).to(model.device)
+    runs: dict[str, list[list[int]]] = {"ours": [], "transformers": []}
+    tokens = {}
+    with torch.inference_mode():
+        for run in range(args.client_runs):
+            for mode in bench.run_order(list(runs), run):
+                bench.progress(f"client: {mode} generate, run {run + 1}/{args.client_runs}")
+                stamps, chosen = client_run(mode, model, reference, prompt, args.new_tokens)
+                runs[mode].append(stamps)
+                tokens[mode] = chosen.cpu().tolist()
+    return {"batch": 1, "prompt": args.prompt, "new_tokens": args.new_tokens, "greedy": True,
+            "same_tokens": tokens["ours"] == tokens["transformers"],
+            "modes": {mode: {"token_times_ns": stamps, **client_summary(stamps, args.new_tokens)}
+                      for mode, stamps in runs.items()}}
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), so the site can recompute it."""
+    ordered = sorted(values)
+    position = share * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def client_summary(runs: list[list[int]], new_tokens: int) -> dict[str, float]:
+    """TTFT (median over runs), inter-token latency percentiles (pooled), tokens/s (median run)."""
+    gaps = [later - earlier for stamps in runs for earlier, later in zip(stamps, stamps[1:])]
+    totals = [stamps[-1] for stamps in runs]
+    return {"ttft_ns": percentile([stamps[0] for stamps in runs], 0.5),
+            "itl_p50_ns": percentile(gaps, 0.5) if gaps else 0.0,
+            "itl_p90_ns": percentile(gaps, 0.9) if gaps else 0.0,
+            "itl_p99_ns": percentile(gaps, 0.99) if gaps else 0.0,
+            "tokens_per_s": new_tokens / percentile(totals, 0.5) * 1e9}
+
+
+def sections(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter_ns()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    base = preset(args.preset, seed=args.seed)
+    dtypes = [args.dtype] + ([args.variant_dtype] if args.variant_dtype else [])
+    threads = [args.threads] + ([args.variant_threads] if args.variant_threads else [])
+
+    bench.progress(f"building {args.preset} (float32) and transformers' GPT-2 with the same weights")
+    model32 = Decoder(base, device)
+    reference32 = hf_model(model32)
+    bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
+                   f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
+    equivalence = check_modes(model32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
+
+    half = args.bandwidth_passes // 2
+    before = measure_hardware(args, threads, dtypes, half)
+    bench.progress("layout: each matrix kind at batch 1, (in, out) addmm against (out, in) F.linear")
+    with torch.inference_mode():
+        layout = measure_layouts(model32, 5)
+
+    models: dict[str, tuple[Decoder, Any]] = {}
+    for dtype in dtypes:
+        if dtype == "float32":
+            models[dtype] = (model32, reference32)
+        else:
+            bench.progress(f"building the {dtype} copies of both models (the same weights, rounded)")
+            model = Decoder(base.with_dtype(DTYPES[dtype]), device)
+            models[dtype] = (model, hf_model(model))
+    progress = harness.Progress(len(grid(args)) * args.repeats)
+    try:
+        timed = time_groups(args, models, progress)
+    finally:
+        progress.close()
+    hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
+    groups, cells = with_floors(timed, hardware)
+
+    model, reference = models[args.dtype]
+    longest = args.contexts[-1]
+    bytes_per_s = hardware["bandwidth"][str(args.threads)]["bytes_per_s"]
+    profiles = {}
+    with torch.inference_mode():
+        runners = step_runners(model, reference, 1, longest, torch.Generator().manual_seed(args.seed + 3))
+        for mode in ("ours-prealloc", "hf-dynamic"):
+            bench.progress(f"profile: {args.profile_steps} {mode} step(s), batch 1, context {longest}")
+            profiles[mode] = profile_step(runners[mode], model.config, 1, longest, args.profile_steps, bytes_per_s,
+                                          device.type)
+        del runners
+    client = client_section(args, model, reference)
+
+    config = model.config
+    return {
+        "config": {
+            "model": {**base.as_record(), "preset": args.preset},
+            "benchmark": {
+                "device": str(device), "dtype": args.dtype, "threads": args.threads, "seed": args.seed,
+                "batches": args.batches, "contexts": args.contexts, "variant_threads": args.variant_threads,
+                "variant_dtype": args.variant_dtype, "variant_batches": args.variant_batches,
+                "repeats": args.repeats, "warmup": args.warmup, "modes": MODES, "baseline": BASELINE,
+                "order_policy": bench.ORDER_POLICY, "targets": TARGETS,
+                "cache_contents": "random keys and values of the exact shape, T - 1 positions per layer; "
+                                  "the step adds the T-th; equivalence is proven on real prefixes before timing",
+                "timer": "time.perf_counter_ns around one decode step under torch.inference_mode, garbage "
+                         "collector paused; the cache is rewound to T - 1 positions after each step, untimed",
+            },
+        },
+        "tolerance": {"atol": ATOL, "rtol": RTOL},
+        "equivalence": equivalence,
+        "hardware": hardware,
+        "layout": layout,
+        "kv_crossover": {"batch_x_context": kv_crossover(config),
+                         "weight_bytes": step_bytes(config, 1, 1).weights,
+                         "kv_bytes_per_position": step_bytes(config, 1, 1).kv_read},
+        "groups": groups,
+        "cells": cells,
+        "profile": {"batch": 1, "context": longest, "dtype": args.dtype, "threads": args.threads, "modes": profiles},
+        "client": client,
+        "wall_time_s": (time.perf_counter_ns() - started) / 1e9,
+    }
+
+
+def summary(record: dict[str, Any]) -> list[str]:
+    lines = []
+    bench_config = record["config"]["benchmark"]
+    for context in bench_config["contexts"]:
+        cells = {c["mode"]: c for c in record["cells"] if c["batch"] == 1 and c["context"] == context
+                 and c["dtype"] == bench_config["dtype"] and c["threads"] == bench_config["threads"]}
+        if not cells:
+            continue
+        best = min((cells[m] for m in ("ours-concat", "ours-prealloc")), key=lambda c: c["median_ns_per_step"])
+        hf = cells[BASELINE]
+        lines.append(f"batch 1, context {context}: {best['mode']} {best['median_ns_per_step'] / 1e6:.1f} ms, "
+                     f"{BASELINE} {hf['median_ns_per_step'] / 1e6:.1f} ms "
+                     f"({best['median_ns_per_step'] / hf['median_ns_per_step']:.2f}x), "
+                     f"floor {best['floor_ns_per_step'] / 1e6:.1f} ms ({best['step_over_floor']:.2f}x)")
+    lines.append(f"whole run {record['wall_time_s']:.0f} s")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, validate against the schema, then replace the record in one rename."""
+    args = parse_args(argv)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary)

@@ -1,0 +1,70 @@
+"""The measurement behind the weight layout: each matrix kind at batch 1, stored (in, out) or (out, in).
+
+(in, out) is multiplied as ``addmm(bias, x, W)``, the layout of transformers'
+Conv1D; (out, in) as ``F.linear(x, W, bias)``, nn.Linear's layout and that of
+transformers' tied output head. The model stores each kind in the layout
+named in ``DecoderLayer.LAYOUT``; the record keeps both timings beside it. Each pass runs every
+layer's matrix of a kind once, so the weights stream from memory as they do
+in a step instead of sitting in cache.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .model import Decoder, DecoderLayer
+
+
+def _best_ns(work: Any, passes: int, device: torch.device) -> int:
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    work()
+    best = None
+    for _ in range(passes):
+        synchronize()
+        start = time.perf_counter_ns()
+        work()
+        synchronize()
+        elapsed = time.perf_counter_ns() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return int(best)
+
+
+def measure_layouts(model: Decoder, passes: int) -> dict[str, Any]:
+    """Per kind: ns per matrix in each layout (best pass), the bytes of one matrix, and the layout the model uses."""
+    config = model.config
+    x = torch.randn(1, config.width, dtype=config.dtype, device=model.device)
+    h = torch.randn(1, config.hidden, dtype=config.dtype, device=model.device)
+    # Each matrix as a logical (in, out) view, whatever its storage; both layouts are made from it.
+    kinds: dict[str, tuple[Tensor, list[tuple[Tensor, Tensor | None]]]] = {
+        "qkv": (x, [(layer.qkv_weight, layer.qkv_bias) for layer in model.layers]),
+        "attention out": (x, [(layer.out_weight, layer.out_bias) for layer in model.layers]),
+        "mlp fc": (x, [(layer.fc_weight, layer.fc_bias) for layer in model.layers]),
+        "mlp proj": (h, [(layer.proj_weight.t(), layer.proj_bias) for layer in model.layers]),
+        "output head": (x, [(model.tied_head, None)]),
+    }
+    rows = []
+    for kind, (inputs, matrices) in kinds.items():
+        in_out_copies = [(weight.contiguous(), bias) for weight, bias in matrices]  # (in, out)
+        out_in_copies = [(weight.t().contiguous(), bias) for weight, bias in matrices]  # (out, in)
+
+        def in_out(inputs: Tensor = inputs, matrices: list = in_out_copies) -> None:
+            for weight, bias in matrices:
+                torch.mm(inputs, weight) if bias is None else torch.addmm(bias, inputs, weight)
+
+        def out_in(inputs: Tensor = inputs, matrices: list = out_in_copies) -> None:
+            for weight, bias in matrices:
+                F.linear(inputs, weight, bias)
+
+        weight = matrices[0][0]
+        rows.append({"kind": kind, "shape_in_out": list(weight.shape), "matrices": len(matrices),
+                     "bytes_per_matrix": weight.numel() * weight.element_size(),
+                     "stored": DecoderLayer.LAYOUT[kind],
+                     "in_out_ns": _best_ns(in_out, passes, model.device) / len(matrices),
+                     "out_in_ns": _best_ns(out_in, passes, model.device) / len(matrices)})
+        del in_out_copies, out_in_copies
+    return {"batch": 1, "passes": passes, "dtype": str(config.dtype).removeprefix("torch."), "rows": rows}

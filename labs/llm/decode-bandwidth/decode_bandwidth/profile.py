@@ -1,0 +1,79 @@
+"""Where a decode step's time goes: torch.profiler self time per kind of operation, beside the bytes it reads.
+
+Matrix multiplies are told apart by the weight's (in, out) shape, which the
+configuration fixes; transformers' Conv1D layers and its tied head produce
+the same shapes, so one classification serves both models.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+from torch.profiler import ProfilerActivity, profile
+
+from .config import DecoderConfig
+
+KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
+         "other"]
+
+
+def matrix_kinds(config: DecoderConfig) -> dict[tuple[int, int], str]:
+    width, kv_width, hidden = config.width, config.kv_width, config.hidden
+    return {(width, width + 2 * kv_width): "qkv", (width, width): "attention out", (width, hidden): "mlp fc",
+            (hidden, width): "mlp proj", (width, config.vocab_size): "output head"}
+
+
+def kind_bytes(config: DecoderConfig, batch: int, context: int) -> dict[str, int]:
+    """The bytes each kind must read per step (weights with their biases; attention reads the KV cache)."""
+    size, layers = config.bytes_per_element, config.layers
+    bytes_per_kind = {kind: layers * (rows * cols + cols) * size for (rows, cols), kind in matrix_kinds(config).items()}
+    bytes_per_kind["output head"] = config.vocab_size * config.width * size  # no bias, read once
+    per_position = 2 * layers * batch * config.kv_heads * config.head_dim * size
+    bytes_per_kind["attention"] = per_position * context
+    bytes_per_kind["cache writes and copies"] = per_position  # the new token's keys and values
+    bytes_per_kind["other"] = (layers * 4 + 2) * config.width * size + (batch + 1) * config.width * size
+    return bytes_per_kind
+
+
+def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], str]) -> str:
+    matrices = [shape for shape in shapes if len(shape) == 2]  # addmm: (bias, x, W, beta, alpha); mm: (x, W)
+    if name in ("aten::addmm", "aten::mm") and matrices:
+        return kinds.get((matrices[-1][0], matrices[-1][1]), "other")
+    if "scaled_dot_product" in name or name in ("aten::bmm", "aten::baddbmm", "aten::_softmax"):
+        return "attention"
+    if name in ("aten::copy_", "aten::cat", "aten::index_copy_", "aten::clone"):
+        return "cache writes and copies"
+    return "other"
+
+
+def profile_step(step: Callable[[], None], config: DecoderConfig, batch: int, context: int, steps: int,
+                 bytes_per_s: float, device_type: str = "cpu") -> dict[str, object]:
+    """Profile ``steps`` single steps; per kind the median over them of its self time, beside its bytes and floor.
+
+    Each step gets its own profile, and the median per kind keeps one step disturbed by something else
+    on the machine from moving the table.
+    """
+    kinds = matrix_kinds(config)
+    # On a GPU the kernels' own time is what matters, not the host time spent launching them.
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    field = "self_device_time_total" if device_type == "cuda" else "self_cpu_time_total"
+    step()  # warm: first calls pay one-time costs the steady state does not
+    per_step: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for _ in range(steps):
+        with profile(activities=activities, record_shapes=True) as prof:
+            step()
+        self_ns = dict.fromkeys(KINDS, 0.0)
+        for event in prof.key_averages(group_by_input_shape=True):
+            kind = classify(event.key, [list(s) for s in event.input_shapes], kinds)
+            self_ns[kind] += getattr(event, field) * 1e3  # microseconds -> ns
+        for kind in KINDS:
+            per_step[kind].append(self_ns[kind])
+    needed = kind_bytes(config, batch, context)
+    rows = []
+    for kind in KINDS:
+        floor = needed[kind] / bytes_per_s * 1e9
+        ns = statistics.median(per_step[kind])
+        rows.append({"kind": kind, "ns_per_step": ns, "bytes": needed[kind], "floor_ns": floor,
+                     "ratio_to_floor": ns / floor})
+    return {"steps": steps, "total_ns_per_step": sum(row["ns_per_step"] for row in rows), "rows": rows}

@@ -1,0 +1,31 @@
+"""Fixtures for this lab's tests: seeded tiny models whose every parameter matters."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .config import DecoderConfig, preset
+from .model import Decoder
+
+TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}  # float32, two layers of width 32: cached vs full, ours vs transformers
+
+
+def tiny_model(seed: int = 0, **overrides: object) -> Decoder:
+    """The tiny preset with biases and norm parameters moved off GPT-2's zeros and ones.
+
+    GPT-2's init leaves every bias at 0 and every norm at (1, 0), so a model that dropped or swapped
+    them would still agree; noise on them makes the parity tests see every parameter.
+    """
+    model = Decoder(preset("tiny", seed=seed, **overrides))
+    generator = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def token_ids(config: DecoderConfig, batch: int, length: int, seed: int = 0) -> Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, config.vocab_size, (batch, length), generator=generator)

@@ -1,0 +1,195 @@
+"""The benchmark's record: complete, self-consistent, refused when tampered with, safe on bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import math
+import unittest
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+
+import decode_bandwidth_views
+import labkit.testing
+from decode_bandwidth import Decoder, benchmark
+from decode_bandwidth.benchmark import client_summary, percentile
+from decode_bandwidth_views import figures
+from labkit.manifest import load_lab
+from labkit.records import RecordError
+from site_hooks.orchestrate import Evidence
+
+SCHEMA = benchmark.ROOT / benchmark.LAB.schema
+MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]
+
+
+class PositionResetDecoder(Decoder):
+    def positions(self, offset: int, length: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(length, device=device)
+
+
+class QuickRun(labkit.testing.QuickBenchmarkRun):
+    main = staticmethod(benchmark.main)
+    schema = SCHEMA
+
+    def evidence(self, record: dict[str, Any]) -> Evidence:
+        lab = load_lab(Path(__file__).with_name("lab.toml"), benchmark.ROOT)
+        return Evidence(lab=lab, record=record, tests={}, measured_now=False, build_machine={})
+
+    def assert_refused(self, field: str, tamper: Any) -> None:
+        record = copy.deepcopy(self.record)
+        tamper(record)
+        with self.assertRaises(RecordError) as caught:
+            decode_bandwidth_views.check_record(record, "record.json")
+        self.assertIn(field, str(caught.exception))
+
+    def test_every_cell_of_the_grid_holds_the_fields_a_reader_needs(self) -> None:
+        record = self.record
+        bench = record["config"]["benchmark"]
+        groups = figures.grid(bench)
+        self.assertEqual(len(record["cells"]), 4 * len(groups))
+        for cell in record["cells"]:
+            for field in ("mode", "batch", "context", "dtype", "threads", "median_ns_per_step", "floor_ns_per_step"):
+                self.assertIn(field, cell)
+            self.assertEqual(len(cell["durations_ns"]), bench["repeats"])
+        self.assertIn(("bfloat16", 1, 1, bench["contexts"][0]), groups)
+        self.assertIn(("float32", 2, 1, bench["contexts"][0]), groups)
+
+    def test_the_record_says_the_timed_caches_hold_random_contents(self) -> None:
+        self.assertIn("random keys and values", self.record["config"]["benchmark"]["cache_contents"])
+
+    def test_every_mode_matched_one_full_pass_before_timing(self) -> None:
+        modes = self.record["equivalence"]["modes"]
+        self.assertEqual(sorted(modes), sorted(["hf-full", *MODES]))
+        self.assertTrue(all(entry["within_tolerance"] for entry in modes.values()))
+
+    def test_the_record_passes_its_own_consistency_check(self) -> None:
+        decode_bandwidth_views.check_record(self.record, "record.json")
+
+    def test_check_record_refuses_a_median_its_durations_do_not_give(self) -> None:
+        self.assert_refused("cells[3].median_ns_per_step",
+                            lambda r: r["cells"][3].update(median_ns_per_step=r["cells"][3]["median_ns_per_step"] / 2))
+
+    def test_check_record_refuses_a_floor_the_bandwidth_does_not_give(self) -> None:
+        def tamper(record: dict[str, Any]) -> None:
+            for entry in record["hardware"]["bandwidth"].values():
+                entry["bytes_per_s"] *= 2
+        self.assert_refused("hardware.bandwidth", tamper)
+
+    def test_check_record_refuses_bytes_the_config_does_not_give(self) -> None:
+        self.assert_refused("groups[0].bytes", lambda r: r["groups"][0]["bytes"].update(kv_read=1))
+
+    def test_check_record_refuses_a_missing_cell_and_a_changed_latency(self) -> None:
+        self.assert_refused("cells", lambda r: r["cells"].pop())
+        self.assert_refused("client.modes.ours.ttft_ns", lambda r: r["client"]["modes"]["ours"].update(ttft_ns=1.0))
+
+    def test_every_view_renders_and_shows_the_recorded_figures(self) -> None:
+        record = self.record
+        evidence = self.evidence(record)
+        pages = {name: view(evidence) for name, view in decode_bandwidth_views.VIEWS.items()}
+        self.assertIn("<svg", pages["roofline"])
+        first = record["cells"][0]
+        self.assertIn(f"{first['median_ns_per_step'] / 1e6:.3f}", pages["comparison"])
+        ours = record["client"]["modes"]["ours"]
+        self.assertIn(f"{ours['tokens_per_s']:.1f}", pages["client"])
+        self.assertIn(f"{record['kv_crossover']['batch_x_context']:,.0f}", pages["floor"])
+
+    def test_target_verdicts_follow_the_medians_in_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        bench = record["config"]["benchmark"]
+        for cell in record["cells"]:
+            if (cell["dtype"], cell["threads"], cell["batch"]) == (bench["dtype"], bench["threads"], 1):
+                scale = 1.0 if cell["mode"].startswith("ours") else 2.0  # ours at its floor, transformers at twice it
+                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * scale
+                cell["step_over_floor"] = scale
+        html = decode_bandwidth_views.VIEWS["targets"](self.evidence(record))
+        contexts = len(bench["contexts"])
+        self.assertIn(f"at {contexts} of {contexts} contexts, and stayed within", html)
+        self.assertNotIn("Missed", html)
+        for cell in record["cells"]:
+            if cell["mode"].startswith("ours") and cell["batch"] == 1:
+                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * 3
+                cell["step_over_floor"] = 3.0
+        html = decode_bandwidth_views.VIEWS["targets"](self.evidence(record))
+        self.assertIn("Missed", html)
+        self.assertIn("What limits them", html)
+
+    def test_views_escape_text_from_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        record["config"]["benchmark"]["cache_contents"] = "<script>alert(1)</script>"
+        html = decode_bandwidth_views.VIEWS["comparison"](self.evidence(record))
+        self.assertNotIn("<script>", html)
+        self.assertIn("&lt;script&gt;", html)
+
+    def test_headline_ratios_are_finite_and_recomputed_from_the_cells(self) -> None:
+        record = self.record
+        ratios = decode_bandwidth_views.headline(record)
+        self.assertTrue(2 <= len(ratios) <= 5)
+        self.assertTrue(all(math.isfinite(value) and value > 0 for _, value in ratios))
+        cells = figures.cell_table(record)
+        long = record["config"]["benchmark"]["contexts"][-1]
+        best = min(cells[("float32", 1, 1, long, m)]["median_ns_per_step"] for m in ("ours-concat", "ours-prealloc"))
+        self.assertAlmostEqual(ratios[0][1], best / cells[("float32", 1, 1, long, "hf-dynamic")]["median_ns_per_step"])
+
+    def test_client_figures_follow_the_site_copy_of_the_summary(self) -> None:
+        runs = [[100, 250, 330, 600], [90, 200, 260, 500]]
+        self.assertEqual(client_summary(runs, 4), figures.client_summary(runs, 4))
+        self.assertEqual(percentile([1, 2, 3, 4], 0.5), 2.5)
+
+
+# Small settings spelled out (not --quick, whose preset would override the one under test): if a check
+# ever failed to refuse, the run would still be short.
+SMALL = ["--preset", "tiny", "--batches", "1", "--contexts", "16", "--variant-threads", "0", "--variant-dtype", "none",
+         "--repeats", "1", "--equivalence-prefix", "4", "--equivalence-steps", "1", "--prompt", "4",
+         "--new-tokens", "2", "--client-runs", "1", "--profile-steps", "1"]
+
+
+class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
+    def refused(self, *argv: str) -> str:
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as caught:
+            benchmark.main(["--output", str(self.path), *SMALL, *argv])
+        self.assertEqual(caught.exception.code, 2)
+        self.assertEqual(self.path.read_bytes(), self.PREVIOUS)
+        lines = stderr.getvalue().strip().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        return lines[0]
+
+    def test_bad_input_fails_in_one_line_naming_the_value_before_any_measurement(self) -> None:
+        cases = {
+            ("--preset", "gpt5"): "'gpt5' is unknown",
+            ("--preset", "gpt2-small", "--contexts", "128", "1025"): "1025 positions, beyond the 1024",
+            ("--batches", "0"): "got 0",
+            ("--threads", "0"): "got 0",
+            ("--device", "tpu"): "'tpu'",
+            ("--dtype", "int8"): "'int8' is not one of",
+        }
+        for argv, fragment in cases.items():
+            with self.subTest(argv=argv):
+                line = self.refused(*argv)
+                self.assertIn("error:", line)
+                self.assertIn(fragment, line)
+
+    def test_an_unavailable_cuda_device_is_refused_before_any_measurement(self) -> None:
+        with mock.patch.object(torch.cuda, "is_available", return_value=False):
+            self.assertIn("no CUDA device", self.refused("--device", "cuda"))
+
+    def test_a_dtype_the_device_cannot_run_is_refused(self) -> None:
+        with mock.patch.object(torch.Tensor, "softmax", side_effect=RuntimeError("not implemented for 'BFloat16'")):
+            self.assertIn("cannot run on cpu", self.refused("--dtype", "bfloat16"))
+
+    def test_a_decoder_that_disagrees_with_transformers_stops_the_run_and_writes_nothing(self) -> None:
+        stderr = io.StringIO()
+        with mock.patch.object(benchmark, "Decoder", PositionResetDecoder), contextlib.redirect_stderr(stderr):
+            code = benchmark.main(["--quick", "--output", str(self.path)])
+        self.assertEqual(code, 2)
+        self.assertIn("differs from one full pass", stderr.getvalue())
+        self.assertNotIn("repetition", stderr.getvalue())
+        self.assert_untouched(stderr.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()

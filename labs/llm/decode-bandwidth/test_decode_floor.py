@@ -1,0 +1,117 @@
+"""The floor's byte accounting matches the model's own tensors; the bandwidth measurement is STREAM-shaped."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import unittest
+from pathlib import Path
+
+import torch
+
+import decode_bandwidth_views.figures as figures
+from decode_bandwidth import PreallocatedCache, preset
+from decode_bandwidth.bandwidth import (
+    MIN_STREAM_BYTES,
+    kv_crossover,
+    last_level_cache_bytes,
+    read_bandwidth,
+    step_bytes,
+    stream_buffer_bytes,
+    weight_bytes,
+)
+from decode_bandwidth.model import DecoderLayer
+from decode_bandwidth.profile import kind_bytes
+from decode_bandwidth.testing import tiny_model, token_ids
+
+
+class ByteAccounting(unittest.TestCase):
+    def test_weight_bytes_are_every_parameter_but_the_position_table(self) -> None:
+        for overrides in ({}, {"kv_heads": 2}, {"dtype": torch.bfloat16}):
+            model = tiny_model(**overrides)
+            every = sum(p.numel() * p.element_size() for p in model.parameters())
+            positions = model.position.numel() * model.position.element_size()  # looked up one row at a time
+            self.assertEqual(weight_bytes(model.config), every - positions, overrides)
+
+    def test_the_head_is_counted_once_because_it_is_the_token_embedding(self) -> None:
+        model = tiny_model()
+        names = [name for name, _ in model.named_parameters()]
+        self.assertIn("tied_head", names)
+        self.assertFalse(any("token" in name or "embed" in name for name in names))
+
+    def test_kv_bytes_read_are_the_bytes_of_the_cache_the_step_attends_over(self) -> None:
+        model = tiny_model(kv_heads=2)
+        ids = token_ids(model.config, batch=3, length=9)
+        cache = PreallocatedCache(model.config, 3, 9)
+        with torch.inference_mode():
+            model(ids[:, :8], cache)
+            _, concat = model(ids)  # every layer's keys and values over the 9 attended positions
+        attended = sum(t.numel() * t.element_size() for pair in concat for t in pair)
+        needed = step_bytes(model.config, batch=3, context=9)
+        self.assertEqual(needed.kv_read, attended)
+        self.assertEqual(needed.kv_written, attended // 9)  # one position, every layer
+        self.assertEqual(needed.embedding_rows, 4 * model.config.width * 4)  # 3 token rows + 1 position row
+
+    def test_profile_kinds_add_up_to_the_step_bytes(self) -> None:
+        config = preset("tiny")
+        needed = kind_bytes(config, batch=2, context=20)
+        self.assertEqual(sum(needed.values()), step_bytes(config, 2, 20).total)
+
+    def test_kv_reads_overtake_weight_reads_past_the_crossover(self) -> None:
+        config = preset("gpt2-small")
+        crossover = kv_crossover(config)  # 494,613,504 / 73,728 = 6,708.6 positions
+        self.assertAlmostEqual(crossover, 494_613_504 / 73_728)
+        below, above = step_bytes(config, 16, math.floor(crossover / 16)), step_bytes(config, 16, math.ceil(crossover / 16))
+        self.assertLess(below.kv_read, below.weights)
+        self.assertGreater(above.kv_read, above.weights)
+
+    def test_contexts_beyond_the_position_table_are_refused(self) -> None:
+        with self.assertRaises(ValueError) as caught:
+            step_bytes(preset("tiny"), 1, 65)
+        self.assertIn("got 1 and 65", str(caught.exception))
+
+
+class SiteCopies(unittest.TestCase):
+    """The site build cannot import torch, so decode_bandwidth_views keeps plain copies: they must agree."""
+
+    def test_the_views_byte_formulas_equal_the_benchmarks(self) -> None:
+        for config in (preset("gpt2-small"), preset("tiny", kv_heads=2), preset("tiny", dtype=torch.bfloat16)):
+            record = config.as_record()
+            for batch, context in ((1, 1), (4, 17), (16, 64)):
+                expected = step_bytes(config, batch, context).as_record()
+                self.assertEqual(figures.step_bytes(record, record["dtype"], batch, context), expected)
+                self.assertEqual(figures.kind_bytes(record, record["dtype"], batch, context),
+                                 kind_bytes(config, batch, context))
+        record = preset("gpt2-small").as_record()
+        self.assertEqual(figures.kv_crossover(record), kv_crossover(preset("gpt2-small")))
+
+    def test_the_views_know_the_layout_the_decoder_stores(self) -> None:
+        self.assertEqual(figures.LAYOUT, DecoderLayer.LAYOUT)
+
+
+class Bandwidth(unittest.TestCase):
+    def test_the_buffer_is_at_least_four_times_the_cache_and_never_under_256_mib(self) -> None:
+        self.assertEqual(stream_buffer_bytes(None), MIN_STREAM_BYTES)
+        self.assertEqual(stream_buffer_bytes(32 * 2**20), 256 * 2**20)
+        self.assertEqual(stream_buffer_bytes(128 * 2**20), 512 * 2**20)
+
+    def test_the_last_level_cache_is_the_highest_level_sysfs_lists(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            for index, (level, size) in enumerate(((1, "32K"), (2, "1024K"), (3, "32768K"))):
+                entry = Path(folder) / f"index{index}"
+                entry.mkdir()
+                (entry / "level").write_text(f"{level}\n")
+                (entry / "size").write_text(f"{size}\n")
+            size, source = last_level_cache_bytes(Path(folder))
+        self.assertEqual(size, 32 * 2**20)
+        self.assertIn("level 3", source)
+
+    def test_bandwidth_is_the_buffer_over_the_best_pass(self) -> None:
+        measured = read_bandwidth(2**20, passes=10)
+        self.assertEqual(len(measured["durations_ns"]), 10)
+        self.assertEqual(measured["best_ns"], min(measured["durations_ns"]))
+        self.assertAlmostEqual(measured["bytes_per_s"], 2**20 / measured["best_ns"] * 1e9)
+
+
+if __name__ == "__main__":
+    unittest.main()
