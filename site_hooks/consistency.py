@@ -8,7 +8,7 @@ equivalence within its tolerance. What is specific to a lab's record is checked 
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from labkit.records import RecordError
@@ -18,9 +18,11 @@ from labkit.summary import STATISTICS, speedup_frame, statistics_frame
 def check_header(record: dict[str, Any], source: str) -> None:
     """The timestamp must be a real time, not only digits in the right places."""
     try:
-        datetime.strptime(record["created_utc"], "%Y-%m-%dT%H:%M:%SZ")
+        created = datetime.strptime(record["created_utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError as error:
         raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, not a UTC time: {error}") from None
+    if created > datetime.now(UTC) + timedelta(days=1):  # a day of clock skew between machines is tolerated
+        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, in the future")
 
 
 BYTES_PER_ELEMENT = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}

@@ -27,7 +27,7 @@ from mkdocs.utils import get_relative_url
 
 from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import Evidence, bench_policy, gather_evidence
+from site_hooks.orchestrate import Evidence, bench_policy, check_machine_folders, gather_evidence
 from site_hooks.placeholders import substitute
 from site_hooks.views import render_view, views_for
 
@@ -52,7 +52,9 @@ def on_pre_build(config: MkDocsConfig) -> None:
     _evidence.clear()
     try:
         policy = bench_policy(os.environ)
-        for lab in discover_labs(root):
+        labs = discover_labs(root)
+        check_machine_folders(root, labs)
+        for lab in labs:
             _evidence[lab.name] = gather_evidence(lab, root, policy, _measured, log)
     except (SiteBuildError, ManifestError) as error:
         raise PluginError(str(error)) from None

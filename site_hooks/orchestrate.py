@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.fingerprint import changed_files, source_fingerprint
-from labkit.machines import LabelError, check_label, machine_records
+from labkit.machines import MACHINES_DIR, LabelError, check_label, machine_records
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
 
@@ -155,6 +155,15 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
         logging.getLogger("mkdocs.plugins.site_hooks").debug(f"{source}: the check failed here:", exc_info=True)
         raise SiteBuildError(f"{source}: inconsistent record: {type(error).__name__}: {error}") from None
     return record
+
+
+def check_machine_folders(root: Path, labs: list[Lab]) -> None:
+    """A folder of machine records must be named for a lab: a typo would hide its records silently."""
+    names = {lab.name for lab in labs}
+    for folder in sorted(p for p in (root / MACHINES_DIR).glob("*") if p.is_dir()):
+        if folder.name not in names:
+            raise SiteBuildError(f"{folder.relative_to(root)}: holds machine records of no lab; "
+                                 f"lab names: {', '.join(sorted(names))}")
 
 
 def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[MachineRecord]:

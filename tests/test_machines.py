@@ -95,3 +95,12 @@ def test_a_bad_machine_record_fails_in_one_line_naming_the_file(
         other_machines(LAB, root, reference)
     assert message in str(refused.value) and "\n" not in str(refused.value)
     assert STORAGE_LAB.name == "kv-storage"
+
+
+def test_a_machines_folder_named_for_no_lab_fails_the_build_naming_it(tmp_path: Path) -> None:
+    from labkit.manifest import discover_labs
+    from site_hooks.orchestrate import check_machine_folders
+
+    (tmp_path / "results" / "machines" / "kv-cahce").mkdir(parents=True)
+    with pytest.raises(SiteBuildError, match=r"^results/machines/kv-cahce: holds machine records of no lab"):
+        check_machine_folders(tmp_path, discover_labs(ROOT))

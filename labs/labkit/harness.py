@@ -77,8 +77,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: di
     """Parse, apply --quick's settings, and check every integer against its (low, high) bounds."""
     parser.epilog = "--quick sets " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
     args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(quick)
+    if args.quick:  # what the command line set itself stays as given
+        vars(args).update({key: value for key, value in quick.items() if getattr(args, key) == parser.get_default(key)})
     if args.machine is None:  # a record under results/machines/<lab>/ is named for its machine
         in_machines = args.output.resolve().parent.parent.name == "machines"
         try:

@@ -45,7 +45,7 @@ QUICK = {"lengths": [8, 16], "repeats": 4, "warmup": 1, "window": 4, "memory_len
          "paging_requests": 8, "share_requests": 3, "share_prompt": 20, "share_tokens": 5}
 GQA_KV_HEADS = (4, 2, 1)
 PAGING_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-LIMIT = 4096  # longest prefix, window, loop or prompt the options accept: minutes of CPU, not hours
+LIMIT = 4096  # longest prefix, window, loop or prompt the options accept (the position table grows to fit)
 
 Store = tuple[torch.Tensor, torch.Tensor] | PreallocatedKVCache | PagedSequence | None
 
