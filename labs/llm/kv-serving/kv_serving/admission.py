@@ -1,0 +1,72 @@
+"""Two admission policies behind one option: a limit on running requests, or a budget of KV bytes.
+
+Both reserve a request's blocks when it is admitted: every position it can
+ever hold, ``len(prompt) + max_tokens - 1`` (the last generated token is
+returned, never fed back, so it has no keys or values). The count policy
+decides by how many requests run; the byte policy by whether the reserved
+blocks still fit the budget. Under the count policy, memory is still
+finite: a request admitted by count whose blocks the pool cannot supply
+fails for memory. That failure is what over-commitment looks like here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .pool import LayeredPool
+
+
+def kv_positions(prompt_tokens: int, max_tokens: int) -> int:
+    """Positions whose keys and values a request ever stores."""
+    return prompt_tokens + max_tokens - 1
+
+
+@dataclass(frozen=True)
+class MaxRunning:
+    """At most ``max_running`` requests decode at once, whatever their lengths."""
+
+    max_running: int
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be at least 1, got {self.max_running}")
+
+    name = "max_running"
+
+    def budget_blocks(self, pool: LayeredPool) -> int:
+        return pool.num_blocks  # no budget of its own: the pool is the only limit
+
+    def admits(self, running: int, reserved_blocks: int, needed_blocks: int, pool: LayeredPool) -> bool:
+        return running < self.max_running
+
+    def describe(self) -> dict[str, int | str]:
+        return {"policy": self.name, "max_running": self.max_running}
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """Admit while the blocks reserved by running requests, plus this one's, fit ``kv_budget_bytes``."""
+
+    kv_budget_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.kv_budget_bytes < 1:
+            raise ValueError(f"kv_budget_bytes must be at least 1, got {self.kv_budget_bytes}")
+
+    name = "kv_budget_bytes"
+
+    def budget_blocks(self, pool: LayeredPool) -> int:
+        blocks = self.kv_budget_bytes // pool.block_bytes
+        if not 1 <= blocks <= pool.num_blocks:
+            raise ValueError(f"kv_budget_bytes={self.kv_budget_bytes} is {blocks} blocks of {pool.block_bytes} "
+                             f"bytes; it must be 1 to the pool's {pool.num_blocks} blocks")
+        return blocks
+
+    def admits(self, running: int, reserved_blocks: int, needed_blocks: int, pool: LayeredPool) -> bool:
+        return reserved_blocks + needed_blocks <= self.budget_blocks(pool)
+
+    def describe(self) -> dict[str, int | str]:
+        return {"policy": self.name, "kv_budget_bytes": self.kv_budget_bytes}
+
+
+AdmissionPolicy = MaxRunning | KVBudget

@@ -1,0 +1,313 @@
+"""Serving measurements: admission by count vs by KV bytes, cancellation on vs off, latency vs arrival rate.
+
+    labs/.venv/bin/python labs/llm/kv-serving/benchmark.py --output results/serving-results.json
+
+Before any load, the serving model proves that batched paged decoding gives
+each request the tokens and logits it gets alone (the equivalence gate),
+and one decode step is timed at several batch sizes. Every experiment then
+starts the lab server as its own process on 127.0.0.1 and drives it with
+the load generator, which speaks only the OpenAI completions protocol.
+Targets are reported in the record, never asserted. Written atomically at
+the end; a failed run keeps the old record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+import torch
+
+from kv_cache import ATOL, RTOL
+from labkit import bench, harness
+from labkit.manifest import lab_for
+
+from .engine import SERVING_LAYERS, SERVING_MODEL
+from .launch import server_processes, server_threads
+from .loadgen import RunResult, run_load
+from .model import ServingModel
+from .pool import LayeredPool, block_bytes, blocks_for
+from .workload import WorkloadSpec, make_workload
+
+LAB, ROOT = lab_for(__file__)
+
+DEFAULTS = {"repeats": 15, "requests": 60, "admission_rate": 8.0, "cancel_requests": 40, "cancel_rate": 8.0,
+            "rates": [3.0, 6.0, 12.0, 24.0, 48.0], "rate_requests": 60, "num_blocks": 112, "sweep_blocks": 256,
+            "block_size": 16, "prompt_max": 256, "output_max": 192, "step_batches": [1, 2, 4, 8, 16, 32]}
+QUICK = {"repeats": 3, "requests": 12, "admission_rate": 40.0, "cancel_requests": 10, "cancel_rate": 40.0,
+         "rates": [20.0, 80.0], "rate_requests": 10, "num_blocks": 40, "sweep_blocks": 60, "prompt_max": 48, "output_max": 24,
+         "step_batches": [1, 4]}
+METRICS_INTERVAL_S = 0.05
+TARGET_SPEEDUP = 3.0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = harness.parser(__doc__)
+    add = parser.add_argument
+    add("--requests", type=int, default=DEFAULTS["requests"], help="requests of the admission workload (default: %(default)s)")
+    add("--admission-rate", type=float, default=DEFAULTS["admission_rate"], help="their arrivals per second (default: %(default)s)")
+    add("--cancel-requests", type=int, default=DEFAULTS["cancel_requests"], help="requests of the cancellation workload (default: %(default)s)")
+    add("--cancel-rate", type=float, default=DEFAULTS["cancel_rate"], help="their arrivals per second (default: %(default)s)")
+    add("--rates", type=float, nargs="+", default=DEFAULTS["rates"], help="arrival rates of the sweep (default: %(default)s)")
+    add("--rate-requests", type=int, default=DEFAULTS["rate_requests"], help="requests per rate (default: %(default)s)")
+    add("--num-blocks", type=int, default=DEFAULTS["num_blocks"], help="KV blocks in every server's pool (default: %(default)s)")
+    add("--sweep-blocks", type=int, default=DEFAULTS["sweep_blocks"], help="KV blocks of the rate sweep's and the serial server's pool (default: %(default)s)")
+    add("--block-size", type=int, default=DEFAULTS["block_size"], help="positions per block (default: %(default)s)")
+    add("--prompt-max", type=int, default=DEFAULTS["prompt_max"], help="longest prompt, tokens (default: %(default)s)")
+    add("--output-max", type=int, default=DEFAULTS["output_max"], help="largest max_tokens (default: %(default)s)")
+    add("--step-batches", type=int, nargs="+", default=DEFAULTS["step_batches"], help="batch sizes of the step timing (default: %(default)s)")
+    parser.set_defaults(repeats=DEFAULTS["repeats"])
+    positions = SERVING_MODEL.max_positions
+    args = harness.parse(parser, argv, QUICK, {
+        "requests": (1, 2000), "cancel_requests": (1, 2000), "rate_requests": (1, 2000), "num_blocks": (1, 1 << 16), "sweep_blocks": (1, 1 << 16),
+        "block_size": (1, positions), "prompt_max": (8, positions), "output_max": (8, positions),
+        "step_batches": (1, 256)})
+    if args.prompt_max + args.output_max > positions:
+        parser.error(f"--prompt-max {args.prompt_max} + --output-max {args.output_max} exceeds the model's "
+                     f"{positions} positions")
+    if min(args.admission_rate, args.cancel_rate, *args.rates) <= 0:
+        parser.error(f"arrival rates must be positive, got {args.admission_rate}, {args.cancel_rate}, {args.rates}")
+    longest = blocks_for(args.prompt_max + args.output_max - 1, args.block_size)
+    for name in ("num_blocks", "sweep_blocks"):
+        if getattr(args, name) < longest:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} cannot hold the longest request the "
+                         f"workload allows ({longest} blocks of {args.block_size})")
+    return args
+
+
+def spec(args: argparse.Namespace, requests: int, rate: float, seed_offset: int, leave: float = 0.0) -> WorkloadSpec:
+    return WorkloadSpec(requests, rate, args.seed + seed_offset, SERVING_MODEL.vocab_size, (8, args.prompt_max),
+                        (8, args.output_max), leave)
+
+
+# ---- in-process: the equivalence gate and the cost of one step ---------------------------------------------
+def equivalence(model: ServingModel, args: argparse.Namespace) -> dict[str, Any]:
+    """Greedy decoding of prompts of different lengths, batched together vs each alone."""
+    generator = torch.Generator().manual_seed(args.seed)
+    lengths, steps = [5, 40, 17, 1, 100], 12
+    prompts = [torch.randint(0, SERVING_MODEL.vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+    def run(batch: list[list[int]]) -> tuple[list[list[int]], list[torch.Tensor]]:
+        pool = LayeredPool(SERVING_MODEL, SERVING_LAYERS, 64, args.block_size)
+        tables = [pool.allocate(blocks_for(len(p) + steps, args.block_size)) for p in batch]
+        logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
+        tokens = [[int(row[0].argmax())] for row in logits]
+        positions = [len(p) for p in batch]
+        for _ in range(steps):
+            step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
+            for b in range(len(batch)):
+                logits[b].append(step[b])
+                tokens[b].append(int(step[b].argmax()))
+            positions = [p + 1 for p in positions]
+        return tokens, [torch.stack(row) for row in logits]
+
+    together, together_logits = run(prompts)
+    worst, largest = 0.0, 0.0
+    for b, prompt in enumerate(prompts):
+        alone, alone_logits = run([prompt])
+        worst = max(worst, float((together_logits[b] - alone_logits[0]).abs().max()))
+        largest = max(largest, float(alone_logits[0].abs().max()))
+        if alone[0] != together[b] or not torch.allclose(together_logits[b], alone_logits[0], atol=ATOL, rtol=RTOL):
+            raise bench.EquivalenceError(f"request {b} (prompt {len(prompt)}) batched differs from alone by up to "
+                                         f"{worst:.3g}, beyond atol={ATOL}, rtol={RTOL}, or its tokens differ")
+    return {"prompt_lengths": lengths, "steps": steps, "max_abs_diff": worst, "max_abs_reference": largest,
+            "within_tolerance": True, "tokens_identical": True}
+
+
+def step_times(model: ServingModel, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One decode step at each batch size, rows at different positions (128 on average)."""
+    rows = []
+    for batch in args.step_batches:
+        pool = LayeredPool(SERVING_MODEL, SERVING_LAYERS, batch * blocks_for(256, args.block_size), args.block_size)
+        tables = [pool.allocate(blocks_for(256, args.block_size)) for _ in range(batch)]
+        positions = [64 + (b * 37) % 128 for b in range(batch)]
+        tokens = [b % SERVING_MODEL.vocab_size for b in range(batch)]
+        def step(pool: LayeredPool = pool, tokens: list[int] = tokens, positions: list[int] = positions,
+                 tables: list[list[int]] = tables) -> None:
+            model.decode(pool, tokens, positions, tables)
+
+        step()  # warm-up
+        durations = [bench.time_ns(step) for _ in range(args.repeats)]
+        median = statistics.median(durations)
+        rows.append({"batch": batch, "durations_ns": durations, "median_ns": median, "min_ns": min(durations),
+                     "max_ns": max(durations), "tokens_per_s": batch / (median / 1e9)})
+    return rows
+
+
+# ---- against a server process --------------------------------------------------------------------------------
+def request_rows(run: RunResult) -> list[dict[str, Any]]:
+    return [{"index": r.index, "prompt_tokens": r.prompt_tokens, "max_tokens": r.max_tokens, "outcome": r.outcome,
+             "status": r.status, "tokens": r.tokens, "sent_s": r.sent_s, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s,
+             "error": r.error} for r in run.requests]
+
+
+def final_metrics(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The server's counters once it has nothing left to do (requests of departed clients included)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = httpx.get(f"{url}/metrics", timeout=5.0).json()
+        if (metrics["num_running"] == 0 and metrics["num_waiting"] == 0) or time.monotonic() > deadline:
+            return metrics
+        time.sleep(0.05)
+
+
+def measure(url: str, workload_spec: WorkloadSpec) -> dict[str, Any]:
+    """One load run; the server's counters as this run's differences (peaks: since the server started)."""
+    before = final_metrics(url)
+    run = asyncio.run(run_load(url, make_workload(workload_spec), metrics_interval_s=METRICS_INTERVAL_S))
+    after = final_metrics(url)
+    server = {key: after[key] - before[key] if key in COUNTERS else after[key] for key in SERVER_FIELDS}
+    return {"summary": run.summary(), "requests": request_rows(run), "occupancy": run.occupancy, "server": server}
+
+
+def workload_record(workload: WorkloadSpec) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(workload).items()}
+
+
+COUNTERS = ("decode_steps", "decode_rows", "prefills", "tokens_generated", "submitted", "completed", "cancelled",
+            "failed_for_memory", "refused_too_large", "refused_queue_full", "tokens_after_disconnect",
+            "block_seconds_after_disconnect")
+SERVER_FIELDS = ("num_blocks", "budget_blocks", "num_used_blocks", "peak_used_blocks", "peak_running",
+                 "decode_steps", "decode_rows", "prefills", "tokens_generated", "submitted", "completed",
+                 "cancelled", "failed_for_memory", "refused_too_large", "refused_queue_full",
+                 "tokens_after_disconnect", "block_seconds_after_disconnect")
+
+
+def admission_policies(args: argparse.Namespace) -> tuple[WorkloadSpec, dict[str, Any], list[tuple[str, str, list[str]]]]:
+    """The workload, its sizes in blocks, and the three policies: by bytes, by a safe count, by a mean count."""
+    workload = spec(args, args.requests, args.admission_rate, 1)
+    size = args.block_size
+    need = [blocks_for(len(i.prompt) + i.max_tokens - 1, size) for i in make_workload(workload)]
+    longest = blocks_for(workload.longest_positions, size)  # the longest request the workload allows
+    mean = statistics.mean(need)
+    budget = args.num_blocks * block_bytes(SERVING_MODEL, SERVING_LAYERS, size)
+    safe, average = max(1, args.num_blocks // longest), max(1, round(args.num_blocks / mean))
+    sizes = {"workload": workload_record(workload), "pool_blocks": args.num_blocks, "kv_budget_bytes": budget,
+             "longest_request_blocks": longest, "mean_request_blocks": mean, "request_blocks": need}
+    policies = [
+        ("kv_budget_bytes", f"by KV bytes: {budget:,} bytes = {args.num_blocks} blocks", ["--kv-budget-bytes", str(budget)]),
+        ("count_safe", f"by count: {safe} running (safe for the longest request)", ["--max-running", str(safe)]),
+        ("count_average", f"by count: {average} running (sized for the mean request)", ["--max-running", str(average)]),
+    ]
+    return workload, sizes, policies
+
+
+def admission(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    workload, sizes, policies = admission_policies(args)
+    results = []
+    for name, label, options in policies:
+        bench.progress(f"admission {label}: {args.requests} requests at {args.admission_rate}/s")
+        results.append({"name": name, "label": label, "options": options, **measure(urls[name], workload)})
+    return {**sizes, "policies": results}
+
+
+def cancellation(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    workload = spec(args, args.cancel_requests, args.cancel_rate, 2, leave=1.0)
+    results = []
+    for honor in (True, False):
+        bench.progress(f"cancellation {'honoured' if honor else 'ignored'}: every client leaves partway")
+        results.append({"honor_disconnect": honor, **measure(urls["honor" if honor else "ignore"], workload)})
+    return {"workload": workload_record(workload), "modes": results}
+
+
+def rates(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    points = []
+    for rate in args.rates:
+        bench.progress(f"arrival rate {rate}/s: {args.rate_requests} requests, byte budget")
+        points.append({"rate": rate, **measure(urls["rates"], spec(args, args.rate_requests, rate, 3))})
+    saturated = spec(args, args.rate_requests, max(args.rates), 3)
+    bench.progress(f"serial: the same {args.rate_requests} requests at {saturated.rate}/s, one at a time")
+    serial = {"rate": saturated.rate, **measure(urls["serial"], saturated)}
+    best = max(points, key=lambda p: p["summary"]["throughput_tokens_per_s"])
+    speedup = best["summary"]["throughput_tokens_per_s"] / serial["summary"]["throughput_tokens_per_s"]
+    for point in [*points, serial]:
+        point.pop("occupancy")  # the timelines that matter are the admission and cancellation ones
+    return {"requests": args.rate_requests, "points": points, "serial": serial, "best_rate": best["rate"],
+            "speedup_over_serial": speedup}
+
+
+def server_arguments(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Every server the experiments use, each fresh, so its counters describe one experiment."""
+    common = ["--block-size", str(args.block_size), "--max-waiting", "1024", "--threads", str(args.threads)]
+    pool = ["--num-blocks", str(args.num_blocks), *common]
+    # The sweep measures batching, not memory: a larger pool, so concurrency is bound by arrivals, not blocks.
+    sweep = ["--num-blocks", str(args.sweep_blocks), *common]
+    _, _, policies = admission_policies(args)
+    return {**{name: [*pool, *options] for name, _, options in policies},
+            "honor": pool, "ignore": [*pool, "--ignore-disconnects"], "rates": sweep,
+            "serial": [*sweep, "--max-running", "1"]}
+
+
+def targets(record: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, computed from the measurements (reported, not asserted)."""
+    by_bytes = next(p for p in record["admission"]["policies"] if p["name"] == "kv_budget_bytes")
+    leaked = [m["server"]["num_used_blocks"] for m in record["cancellation"]["modes"]]
+    speedup = record["rates"]["speedup_over_serial"]
+    return {
+        "bytes_peak_within_budget": by_bytes["server"]["peak_used_blocks"] <= by_bytes["server"]["budget_blocks"],
+        "bytes_failed_for_memory": by_bytes["server"]["failed_for_memory"],
+        "blocks_leaked_after_cancellation": max(leaked),
+        "speedup_over_serial": speedup,
+        "speedup_target": TARGET_SPEEDUP,
+        "speedup_met": speedup >= TARGET_SPEEDUP,
+    }
+
+
+def sections(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    model = ServingModel(SERVING_MODEL, SERVING_LAYERS)
+    bench.progress("equivalence: batched paged decode vs each request alone")
+    record: dict[str, Any] = {"tolerance": {"atol": ATOL, "rtol": RTOL}, "equivalence": equivalence(model, args)}
+    bench.progress(f"decode step time at batch sizes {args.step_batches}")
+    record["step_times"] = step_times(model, args)
+    size = args.block_size
+    record["config"] = {
+        "model": SERVING_MODEL.as_record(),
+        "benchmark": {"layers": SERVING_LAYERS, "block_size": size, "num_blocks": args.num_blocks,
+                      "sweep_blocks": args.sweep_blocks,
+                      "block_bytes": block_bytes(SERVING_MODEL, SERVING_LAYERS, size),
+                      "kv_bytes_per_token": block_bytes(SERVING_MODEL, SERVING_LAYERS, 1),
+                      "pool_bytes": args.num_blocks * block_bytes(SERVING_MODEL, SERVING_LAYERS, size),
+                      "seed": args.seed, "quick": args.quick, "threads": args.threads, "repeats": args.repeats,
+                      "metrics_interval_s": METRICS_INTERVAL_S,
+                      "servers": "threads of the benchmark process" if args.quick else "separate processes",
+                      "prompt_tokens": [8, args.prompt_max], "output_tokens": [8, args.output_max],
+                      "rates": args.rates, "sampling": "greedy (argmax); every request runs to max_tokens"},
+    }
+    servers = server_arguments(args)
+    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
+    launch = server_threads if args.quick else server_processes
+    with launch(list(servers.values())) as addresses:
+        urls = dict(zip(servers, addresses))
+        record["admission"] = admission(args, urls)
+        record["cancellation"] = cancellation(args, urls)
+        record["rates"] = rates(args, urls)
+    record["targets"] = targets(record)
+    record["wall_time_s"] = time.perf_counter() - started
+    return record
+
+
+def summary(record: dict[str, Any]) -> list[str]:
+    t = record["targets"]
+    lines = [f"{p['label']}: {p['summary']['completed']} completed, {p['summary']['failed']} failed, peak "
+             f"{p['server']['peak_used_blocks']} of {p['server']['num_blocks']} blocks"
+             for p in record["admission"]["policies"]]
+    honoured, ignored = (m["server"] for m in record["cancellation"]["modes"])
+    lines.append(f"tokens decoded after clients left: {honoured['tokens_after_disconnect']} honoured, "
+                 f"{ignored['tokens_after_disconnect']} ignored; blocks leaked: {t['blocks_leaked_after_cancellation']}")
+    lines.append(f"batched throughput {t['speedup_over_serial']:.2f}x serial (target {t['speedup_target']:g}x); "
+                 f"wall time {record['wall_time_s']:.0f} s")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, validate against the schema, then replace the record in one rename."""
+    args = parse_args(argv)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary)

@@ -1,0 +1,71 @@
+"""What a server instance serves: the model, its block pool and the admission policy, from one config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kv_cache import ModelConfig
+
+from .admission import AdmissionPolicy, KVBudget, MaxRunning
+from .model import ServingModel
+from .pool import LayeredPool, block_bytes
+from .scheduler import Scheduler
+
+# Four layers of width 768 (12 query heads, 2 key/value heads). On a CPU, batching pays when a step's cost is
+# mostly reading the weights, which a batch shares; with a much smaller model, per-step Python and HTTP overhead
+# dominate and there is little for a batch to share. At this size one request's decode step costs several
+# milliseconds on one core, and the whole benchmark still fits in a few minutes on a 2-core machine. A
+# 512-entry vocabulary keeps the output head from dominating.
+SERVING_MODEL = ModelConfig(vocab_size=512, width=768, heads=12, kv_heads=2, max_positions=512)
+SERVING_LAYERS = 4
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: ModelConfig = SERVING_MODEL
+    layers: int = SERVING_LAYERS
+    block_size: int = 16
+    num_blocks: int = 256
+    policy: AdmissionPolicy = field(default_factory=lambda: KVBudget(256 * block_bytes(SERVING_MODEL,
+                                                                                      SERVING_LAYERS, 16)))
+    max_waiting: int = 256
+    honor_disconnect: bool = True
+    model_name: str = "kv-serving-random"
+    threads: int = 1  # torch intra-op threads of the decode worker
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, KVBudget):
+            size = block_bytes(self.model, self.layers, self.block_size)
+            blocks = self.policy.kv_budget_bytes // size
+            if not 1 <= blocks <= self.num_blocks:
+                raise ValueError(f"kv_budget_bytes={self.policy.kv_budget_bytes} is {blocks} blocks of {size} "
+                                 f"bytes; it must be 1 to the pool's {self.num_blocks} blocks")
+
+    @property
+    def block_bytes(self) -> int:
+        return block_bytes(self.model, self.layers, self.block_size)
+
+    def build(self) -> Scheduler:
+        """A fresh model, pool and scheduler (not started)."""
+        torch.set_num_threads(self.threads)
+        pool = LayeredPool(self.model, self.layers, self.num_blocks, self.block_size)
+        return Scheduler(ServingModel(self.model, self.layers), pool, self.policy, self.max_waiting,
+                         self.honor_disconnect)
+
+    def as_record(self) -> dict[str, object]:
+        return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,
+                "num_blocks": self.num_blocks, "block_bytes": self.block_bytes,
+                "admission": self.policy.describe(), "max_waiting": self.max_waiting,
+                "honor_disconnect": self.honor_disconnect, "threads": self.threads}
+
+
+def policy_from(max_running: int | None, kv_budget_bytes: int | None) -> AdmissionPolicy:
+    if (max_running is None) == (kv_budget_bytes is None):
+        raise ValueError(f"choose exactly one admission policy: max_running={max_running}, "
+                         f"kv_budget_bytes={kv_budget_bytes}")
+    return MaxRunning(max_running) if max_running is not None else KVBudget(kv_budget_bytes)
+
+
+__all__ = ["EngineConfig", "SERVING_LAYERS", "SERVING_MODEL", "policy_from"]

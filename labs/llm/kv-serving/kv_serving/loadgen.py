@@ -1,0 +1,190 @@
+"""A client-side load generator that speaks only the OpenAI completions protocol.
+
+    python -m kv_serving.loadgen --base-url http://127.0.0.1:8000 --requests 40 --rate 8
+
+It knows nothing of this lab's server beyond ``POST /v1/completions`` with
+``stream: true`` (and, when the server offers it, the JSON of ``GET
+/metrics``), so the same seeded workload can be pointed at any compatible
+server. Everything is measured from the client side: time to first token,
+the gaps between tokens, end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from .workload import WorkItem, WorkloadSpec, make_workload
+
+OUTCOMES = ("completed", "refused", "failed", "left")
+
+
+@dataclass
+class RequestResult:
+    index: int
+    prompt_tokens: int
+    max_tokens: int
+    outcome: str = "failed"  # completed | refused (4xx, 503) | failed | left (the client disconnected)
+    status: int | None = None
+    tokens: int = 0
+    sent_s: float = 0.0  # seconds after the run started
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)  # gaps between consecutive tokens
+    e2e_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    requests: list[RequestResult]
+    duration_s: float  # first send to last response end
+    occupancy: list[dict[str, float]]  # /metrics samples: t_s, used and budget blocks, running, waiting
+
+    def summary(self) -> dict[str, Any]:
+        """Counts, throughput and latency percentiles of one run (seconds)."""
+        counts = {outcome: sum(r.outcome == outcome for r in self.requests) for outcome in OUTCOMES}
+        done = [r for r in self.requests if r.outcome == "completed"]
+        tokens = sum(r.tokens for r in self.requests)
+        return {
+            "requests": len(self.requests),
+            **counts,
+            "output_tokens": tokens,
+            "duration_s": self.duration_s,
+            "throughput_tokens_per_s": tokens / self.duration_s if self.duration_s > 0 else 0.0,
+            "ttft_s": percentiles([r.ttft_s for r in done if r.ttft_s is not None]),
+            "itl_s": percentiles([gap for r in done for gap in r.itl_s]),
+            "e2e_s": percentiles([r.e2e_s for r in done if r.e2e_s is not None]),
+        }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
+            "mean": sum(values) / len(values), "count": len(values)}
+
+
+async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: str, start: float) -> RequestResult:
+    """One streamed completion, sent at its arrival time; the client leaves early if the item says so."""
+    result = RequestResult(item.index, len(item.prompt), item.max_tokens)
+    await asyncio.sleep(max(0.0, start + item.arrival_s - time.perf_counter()))
+    sent = time.perf_counter()
+    result.sent_s = sent - start
+    last = sent
+    body = {"model": model, "prompt": item.prompt, "max_tokens": item.max_tokens, "stream": True}
+    try:
+        async with client.stream("POST", f"{base_url}/v1/completions", json=body) as response:
+            result.status = response.status_code
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                result.outcome = "refused" if response.status_code in (400, 413, 422, 429, 503) else "failed"
+                result.error = text[:300]
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    if result.outcome != "failed" or result.error is None:
+                        result.outcome = "completed"
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    result.outcome, result.error = "failed", str(event["error"].get("message"))[:300]
+                    continue
+                choice = event["choices"][0]
+                count = len(choice["token_ids"]) if "token_ids" in choice else int(bool(choice.get("text")))
+                if count == 0:
+                    continue
+                now = time.perf_counter()
+                if result.tokens == 0:
+                    result.ttft_s = now - sent
+                else:
+                    result.itl_s.append(now - last)
+                last = now
+                result.tokens += count
+                if item.leave_after_tokens is not None and result.tokens >= item.leave_after_tokens:
+                    result.outcome = "left"
+                    break  # leaving the block closes the connection mid-stream: a disconnect
+            if result.error is not None:
+                result.outcome = "failed"
+    except httpx.HTTPError as error:
+        result.outcome, result.error = "failed", f"{type(error).__name__}: {error}"[:300]
+    result.e2e_s = time.perf_counter() - sent
+    return result
+
+
+async def sample_metrics(client: httpx.AsyncClient, base_url: str, start: float, interval_s: float,
+                         samples: list[dict[str, float]]) -> None:
+    """Poll /metrics until cancelled; a server without this lab's JSON metrics simply yields no samples."""
+    while True:
+        try:
+            reply = await client.get(f"{base_url}/metrics")
+            data = reply.json()
+            samples.append({"t_s": time.perf_counter() - start, "used_blocks": data["num_used_blocks"],
+                            "budget_blocks": data["budget_blocks"], "running": data["num_running"],
+                            "waiting": data["num_waiting"]})
+        except (httpx.HTTPError, ValueError, KeyError):
+            return
+        await asyncio.sleep(interval_s)
+
+
+async def run_load(base_url: str, workload: list[WorkItem], model: str = "kv-serving-random",
+                   metrics_interval_s: float = 0.05, timeout_s: float = 120.0) -> RunResult:
+    """Send every item at its arrival time; bounded by ``timeout_s`` per request."""
+    limits = httpx.Limits(max_connections=len(workload) + 2, max_keepalive_connections=len(workload) + 2)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        samples: list[dict[str, float]] = []
+        start = time.perf_counter()
+        poller = asyncio.create_task(sample_metrics(client, base_url, start, metrics_interval_s, samples))
+        try:
+            results = await asyncio.gather(*(send(client, base_url, item, model, start) for item in workload))
+        finally:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+        ends = [r.sent_s + r.e2e_s for r in results if r.e2e_s is not None]
+        first = min(r.sent_s for r in results)
+        return RunResult(list(results), max(ends, default=first) - first, samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Seeded OpenAI-completions load against a base URL.")
+    add = parser.add_argument
+    add("--base-url", default="http://127.0.0.1:8000")
+    add("--requests", type=int, default=40)
+    add("--rate", type=float, default=8.0, help="mean arrivals per second (Poisson)")
+    add("--seed", type=int, default=0)
+    add("--vocab-size", type=int, default=512, help="token ids are drawn below this")
+    add("--model", default="kv-serving-random")
+    add("--details", action="store_true", help="print every request's result too")
+    args = parser.parse_args(argv)
+    try:
+        spec = WorkloadSpec(args.requests, args.rate, args.seed, args.vocab_size)
+    except ValueError as error:
+        parser.error(str(error))
+    run = asyncio.run(run_load(args.base_url, make_workload(spec), args.model))
+    report: dict[str, Any] = {"summary": run.summary()}
+    if args.details:
+        report["requests"] = [asdict(r) for r in run.requests]
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

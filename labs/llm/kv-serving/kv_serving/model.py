@@ -1,0 +1,128 @@
+"""A small stack of the first lab's decoder blocks, decoding many requests of different lengths at once.
+
+Layer ``i`` is ``kv_cache.DecoderBlock`` seeded ``seed + i`` (its weights,
+not a copy of its code); the token and position tables come from layer 0
+and the final norm and output head from the last layer, so a one-layer
+stack is exactly the first lab's model. Three paths share those weights:
+
+* ``reference_logits``: the full prefix, no cache at all (the oracle);
+* ``prefill``: one new request's prompt, keys and values written into its blocks;
+* ``decode``: one new token for each of B requests, each at its own position,
+  attending over its own blocks gathered through its block table, padded to
+  the longest and masked so no request sees another's padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kv_cache import DecoderBlock, ModelConfig, causal_attention
+
+from .pool import LayeredPool, blocks_for
+
+
+class ServingModel:
+    def __init__(self, config: ModelConfig, layers: int) -> None:
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, got {layers}")
+        self.config, self.layers = config, layers
+        self.blocks = [DecoderBlock(replace(config, seed=config.seed + i)) for i in range(layers)]
+
+    def _embed(self, ids: Tensor, positions: Tensor) -> Tensor:
+        first = self.blocks[0]
+        return first.token(ids) + first.position(positions)  # (B, T, C)
+
+    def _head(self, x: Tensor) -> Tensor:
+        last = self.blocks[-1]
+        return last.head(last.norm_final(x))  # (B, T, vocab)
+
+    @staticmethod
+    def _project(block: DecoderBlock, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # the block's own fused projection and head split: q (B, H, T, D), k and v (B, Hkv, T, D)
+        return block._split_heads(block.qkv(block.norm_attention(x)))
+
+    @staticmethod
+    def _finish(block: DecoderBlock, x: Tensor, attended: Tensor) -> Tensor:
+        batch, length, width = x.shape
+        x = x + block.out(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + block.ffn(block.norm_ffn(x))
+
+    def check_ids(self, ids: list[int]) -> None:
+        vocab = self.config.vocab_size
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise ValueError(f"token ids must lie in [0, {vocab}), got {bad[:5]}")
+
+    @torch.inference_mode()
+    def reference_logits(self, ids: list[int]) -> Tensor:
+        """Last-position logits (vocab,) of the whole prefix, recomputed without any cache."""
+        self.check_ids(ids)
+        tokens = torch.tensor([ids])
+        x = self._embed(tokens, torch.arange(len(ids)))
+        for block in self.blocks:
+            q, k, v = self._project(block, x)
+            x = self._finish(block, x, causal_attention(q, k, v, 0))
+        return self._head(x)[0, -1]
+
+    @torch.inference_mode()
+    def prefill(self, pool: LayeredPool, ids: list[int], table: list[int]) -> Tensor:
+        """Write the prompt's keys and values into ``table``'s blocks; last-position logits (vocab,)."""
+        self.check_ids(ids)
+        length = len(ids)
+        if blocks_for(length, pool.block_size) > len(table):
+            raise ValueError(f"a prompt of {length} positions needs {blocks_for(length, pool.block_size)} "
+                             f"blocks of {pool.block_size}, the table has {len(table)}")
+        positions = torch.arange(length)
+        blocks = torch.tensor(table)[positions // pool.block_size]
+        slots = positions % pool.block_size
+        x = self._embed(torch.tensor([ids]), positions)  # (1, T, C)
+        for layer, block in enumerate(self.blocks):
+            q, k, v = self._project(block, x)
+            pool.layer_keys(layer)[blocks, :, slots] = k[0].transpose(0, 1)  # (T, Hkv, D) into their slots
+            pool.layer_values(layer)[blocks, :, slots] = v[0].transpose(0, 1)
+            # a fresh request attends over its own new keys: nothing to gather yet
+            x = self._finish(block, x, causal_attention(q, k, v, 0))
+        return self._head(x)[0, -1]
+
+    # --8<-- [start:decode]
+    @torch.inference_mode()
+    def decode(self, pool: LayeredPool, tokens: list[int], positions: list[int],
+               tables: list[list[int]]) -> Tensor:
+        """One step for B requests: token b sits at position b, keys in tables[b]; logits (B, vocab)."""
+        if not len(tokens) == len(positions) == len(tables) > 0:
+            raise ValueError(f"need one token, position and table per request, got "
+                             f"{len(tokens)}, {len(positions)} and {len(tables)}")
+        self.check_ids(tokens)
+        size = pool.block_size
+        position = torch.tensor(positions)  # (B,)
+        needed = [blocks_for(p + 1, size) for p in positions]  # blocks that hold positions 0..p
+        for b, (count, table) in enumerate(zip(needed, tables)):
+            if count > len(table):
+                raise ValueError(f"request {b} at position {positions[b]} needs {count} blocks, has {len(table)}")
+        width = max(needed)
+        # (B, width): each request's block table, padded with its own first block; the mask hides padding
+        index = torch.tensor([table[:count] + [table[0]] * (width - count) for table, count in zip(tables, needed)])
+        write_block = index[torch.arange(len(tokens)), position // size]  # (B,)
+        write_slot = position % size
+        visible = torch.arange(width * size)[None, :] <= position[:, None]  # (B, K): keys 0..p of each row
+        mask = visible[:, None, None, :]  # (B, 1, 1, K), broadcast over heads and the one query
+        x = self._embed(torch.tensor(tokens)[:, None], position[:, None])  # (B, 1, C)
+        batch, kv_heads, dim = len(tokens), self.config.kv_heads, self.config.head_dim
+        for layer, block in enumerate(self.blocks):
+            q, k, v = self._project(block, x)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
+            keys, values = pool.layer_keys(layer), pool.layer_values(layer)
+            keys[write_block, :, write_slot] = k[:, :, 0]  # (B, Hkv, D): each row into its own slot
+            values[write_block, :, write_slot] = v[:, :, 0]
+
+            def gather(storage: Tensor) -> Tensor:  # (B, width, Hkv, S, D) -> (B, Hkv, width x S, D)
+                return storage[index].transpose(1, 2).reshape(batch, kv_heads, width * size, dim)
+
+            attended = F.scaled_dot_product_attention(q, gather(keys), gather(values), attn_mask=mask,
+                                                      enable_gqa=kv_heads != self.config.heads)
+            x = self._finish(block, x, attended)
+        return self._head(x)[:, -1]
+    # --8<-- [end:decode]

@@ -1,0 +1,66 @@
+"""One completion request as the scheduler sees it, and the events it streams to its client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .admission import kv_positions
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"  # produced max_tokens tokens
+    CANCELLED = "cancelled"  # its client left and the server stopped it
+    FAILED = "failed"  # admitted by count, but the pool could not supply its blocks (or shutdown)
+
+
+@dataclass(frozen=True)
+class Token:
+    token_id: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str  # "length": every request runs to max_tokens (random weights have no end-of-text token)
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = Token | Finished | Failed
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    status: Status = Status.WAITING
+    table: list[int] = field(default_factory=list)  # logical block i -> pool block, reserved at admission
+    output: list[int] = field(default_factory=list)
+    arrival_s: float = field(default_factory=time.monotonic)
+    client_gone: bool = False  # the client disconnected (whether or not the server honours it)
+    gone_s: float | None = None  # monotonic time the client left
+    cancel_iteration: int | None = None  # scheduler iteration during which the client left
+    decode_steps: int = 0
+    decode_steps_after_gone: int = 0
+
+    @property
+    def kv_positions(self) -> int:
+        return kv_positions(len(self.prompt), self.max_tokens)
+
+    @property
+    def length(self) -> int:
+        """Positions stored so far: the prompt and every generated token fed back."""
+        return len(self.prompt) + max(len(self.output) - 1, 0)
+
+    @property
+    def done(self) -> bool:
+        return self.status in (Status.FINISHED, Status.CANCELLED, Status.FAILED)

@@ -1,0 +1,270 @@
+"""Continuous batching in one asyncio loop: admit what fits, one batched decode step, stream, retire.
+
+Names follow vLLM's scheduler where they fit: a ``waiting`` queue (first
+come, first served), a ``running`` list, ``num_free_blocks``. Each
+iteration of ``run``:
+
+1. retires requests whose clients left (when disconnects are honoured) and
+   drops them from the waiting queue, returning their blocks;
+2. admits from the head of ``waiting`` while the policy allows, reserving
+   each request's blocks for every position it will ever hold, and prefills
+   each admitted prompt on its own (its first token is streamed at once);
+3. runs one decode step for every running request together, whatever their
+   lengths (``ServingModel.decode``), and streams each new token;
+4. retires finished requests, returning their blocks to the pool.
+
+Model work runs on one worker thread so the event loop keeps serving HTTP
+while a step computes; every piece of scheduler state is touched only by
+the event loop, between steps. Block bookkeeping therefore never races a
+step: a request cancelled mid-step keeps its blocks until that step returns
+and then loses them, so it stops within one iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kv_storage import PoolExhausted
+
+from .admission import AdmissionPolicy, kv_positions
+from .model import ServingModel
+from .pool import LayeredPool, blocks_for
+from .request import Failed, Finished, Request, Status, Token
+
+
+class RequestRefused(ValueError):
+    """Refused before it was queued; ``status`` is the HTTP status a server should answer with."""
+
+    def __init__(self, message: str, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass
+class Counters:
+    iterations: int = 0
+    submitted: int = 0
+    decode_steps: int = 0
+    decode_rows: int = 0  # requests summed over decode steps: decode_rows / decode_steps = mean batch
+    prefills: int = 0
+    tokens_generated: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed_for_memory: int = 0
+    refused_too_large: int = 0
+    refused_queue_full: int = 0
+    peak_used_blocks: int = 0
+    peak_running: int = 0
+    tokens_after_disconnect: int = 0  # decoded for clients that had already left
+    block_seconds_after_disconnect: float = 0.0  # blocks held x seconds, after their client left
+
+
+class Scheduler:
+    def __init__(self, model: ServingModel, pool: LayeredPool, policy: AdmissionPolicy,
+                 max_waiting: int = 256, honor_disconnect: bool = True) -> None:
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
+        self.model, self.pool, self.policy = model, pool, policy
+        self.budget_blocks = policy.budget_blocks(pool)  # validates a byte budget against the pool
+        self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.counters = Counters()
+        self._ids = itertools.count()
+        self._wake = asyncio.Event()
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- requests in -------------------------------------------------------------------------------
+    def submit(self, prompt: list[int], max_tokens: int) -> Request:
+        """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full)."""
+        config, size = self.model.config, self.pool.block_size
+        if not prompt or max_tokens < 1:
+            raise RequestRefused(f"need a non-empty prompt and max_tokens >= 1, got {len(prompt)} prompt "
+                                 f"tokens and max_tokens={max_tokens}", 400, "invalid_request")
+        if len(prompt) + max_tokens > config.max_positions:
+            raise RequestRefused(f"{len(prompt)} prompt tokens + max_tokens {max_tokens} = "
+                                 f"{len(prompt) + max_tokens} positions, beyond the model's "
+                                 f"{config.max_positions}", 400, "context_length_exceeded")
+        try:
+            self.model.check_ids(prompt)
+        except ValueError as error:
+            raise RequestRefused(f"prompt: {error}", 400, "invalid_token") from None
+        needed = blocks_for(kv_positions(len(prompt), max_tokens), size)
+        if needed > self.budget_blocks:
+            self.counters.refused_too_large += 1
+            raise RequestRefused(
+                f"{len(prompt)} prompt tokens + max_tokens {max_tokens} need "
+                f"{kv_positions(len(prompt), max_tokens)} cached positions = {needed} blocks of {size} "
+                f"({needed * self.pool.block_bytes} bytes); the KV budget is {self.budget_blocks} blocks "
+                f"({self.budget_blocks * self.pool.block_bytes} bytes)", 400, "kv_budget_exceeded")
+        if len(self.waiting) >= self.max_waiting:
+            self.counters.refused_queue_full += 1
+            raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
+                                 f"retry later", 503, "queue_full")
+        request = Request(f"cmpl-{next(self._ids)}", list(prompt), max_tokens)
+        self.counters.submitted += 1
+        self.waiting.append(request)
+        self._wake.set()
+        return request
+
+    def disconnect(self, request: Request) -> None:
+        """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
+        if request.done or request.client_gone:
+            return
+        request.client_gone, request.gone_s = True, time.monotonic()
+        request.cancel_iteration = self.counters.iterations
+        self._wake.set()
+
+    def _cancelled(self, request: Request) -> bool:
+        return self.honor_disconnect and request.client_gone
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        if self._task is not None:
+            raise RuntimeError("the scheduler is already running")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="scheduler")
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the loop, fail whatever is still queued or running, return every block."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._executor is not None:  # a step still on the worker thread finishes before blocks go back
+            await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        for request in [*self.waiting, *self.running]:
+            self._retire(request, Status.FAILED, Failed("the server is shutting down"))
+        self.waiting.clear()
+        self._task = self._executor = None
+
+    # --8<-- [start:loop]
+    async def run(self) -> None:
+        while True:
+            if not self.waiting and not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+            self.counters.iterations += 1
+            self._retire_cancelled()
+            for request in self._admit():
+                await self._prefill(request)
+            self._retire_cancelled()
+            if self.running:
+                await self._decode_step()
+            self._retire_cancelled()
+            await asyncio.sleep(0)  # let the HTTP side run even when steps return at once
+    # --8<-- [end:loop]
+
+    # --8<-- [start:admit]
+    def _admit(self) -> list[Request]:
+        admitted = []
+        while self.waiting:
+            request = self.waiting[0]
+            needed = blocks_for(request.kv_positions, self.pool.block_size)
+            if not self.policy.admits(len(self.running), self.pool.num_used_blocks, needed, self.pool):
+                break  # first come, first served: nobody overtakes the head of the queue
+            self.waiting.popleft()
+            try:
+                request.table = self.pool.allocate(needed)
+            except PoolExhausted as error:  # admitted by count, but the memory is not there
+                self.counters.failed_for_memory += 1
+                self._retire(request, Status.FAILED, Failed(
+                    f"out of KV memory: admitted as request {len(self.running) + 1} of "
+                    f"{self.policy.describe()}, but {error}"))
+                continue
+            request.status = Status.RUNNING
+            self.running.append(request)
+            admitted.append(request)
+        self.counters.peak_used_blocks = max(self.counters.peak_used_blocks, self.pool.num_used_blocks)
+        self.counters.peak_running = max(self.counters.peak_running, len(self.running))
+        return admitted
+    # --8<-- [end:admit]
+
+    async def _prefill(self, request: Request) -> None:
+        if request.done:
+            return
+        loop = asyncio.get_running_loop()
+        logits = await loop.run_in_executor(self._executor, self.model.prefill, self.pool, request.prompt,
+                                            request.table)
+        self.counters.prefills += 1
+        self._emit(request, int(logits.argmax()))
+
+    async def _decode_step(self) -> None:
+        batch = list(self.running)
+        tokens = [r.output[-1] for r in batch]
+        positions = [r.length for r in batch]  # the fed-back token's position: positions continue per request
+        tables = [r.table for r in batch]
+        loop = asyncio.get_running_loop()
+        logits = await loop.run_in_executor(self._executor, self.model.decode, self.pool, tokens, positions,
+                                            tables)
+        self.counters.decode_steps += 1
+        self.counters.decode_rows += len(batch)
+        for request, token in zip(batch, logits.argmax(-1).tolist()):
+            request.decode_steps += 1
+            if request.client_gone:
+                request.decode_steps_after_gone += 1
+            if not request.done:
+                self._emit(request, token)
+
+    def _emit(self, request: Request, token: int) -> None:
+        if self._cancelled(request):
+            return  # computed before the cancellation was seen: dropped, the request retires next
+        request.output.append(token)
+        self.counters.tokens_generated += 1
+        if request.client_gone:
+            self.counters.tokens_after_disconnect += 1
+        request.events.put_nowait(Token(token))
+        if len(request.output) == request.max_tokens:
+            self.counters.completed += 1
+            self._retire(request, Status.FINISHED, Finished("length"))
+
+    def _retire_cancelled(self) -> None:
+        for request in [r for r in (*self.waiting, *self.running) if self._cancelled(r)]:
+            self.counters.cancelled += 1
+            self._retire(request, Status.CANCELLED, Failed("cancelled: the client disconnected"))
+
+    def _retire(self, request: Request, status: Status, event: Finished | Failed) -> None:
+        if request.gone_s is not None and request.table:
+            held = time.monotonic() - request.gone_s
+            self.counters.block_seconds_after_disconnect += len(request.table) * held
+        if request in self.running:
+            self.running.remove(request)
+        if request in self.waiting:
+            self.waiting.remove(request)
+        self.pool.release(request.table)
+        request.table = []
+        request.status = status
+        request.events.put_nowait(event)
+
+    # ---- observation -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def metrics(self) -> dict[str, Any]:
+        """What /metrics serves: pool occupancy, queues and counters, all plain JSON values."""
+        pool = self.pool
+        return {
+            "time_s": time.monotonic(),
+            "num_blocks": pool.num_blocks,
+            "budget_blocks": self.budget_blocks,
+            "block_size": pool.block_size,
+            "block_bytes": pool.block_bytes,
+            "num_used_blocks": pool.num_used_blocks,
+            "num_free_blocks": pool.num_free_blocks,
+            "num_running": len(self.running),
+            "num_waiting": len(self.waiting),
+            "admission": self.policy.describe(),
+            "honor_disconnect": self.honor_disconnect,
+            **vars(self.counters),
+        }

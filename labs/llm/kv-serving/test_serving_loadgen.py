@@ -1,0 +1,65 @@
+"""A bounded end-to-end load test: the load generator against the lab server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import unittest
+
+from kv_serving.loadgen import percentile, run_load
+from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
+from kv_serving.workload import WorkloadSpec, make_workload
+
+
+def spec(**changes: object) -> WorkloadSpec:
+    return WorkloadSpec(**{"requests": 14, "rate": 60.0, "seed": 4, "vocab_size": TINY_MODEL.vocab_size,
+                           "prompt_tokens": (1, 40), "output_tokens": (2, 30), **changes})
+
+
+class WorkloadTest(unittest.TestCase):
+    def test_same_seed_same_workload_and_lengths_vary_widely(self) -> None:
+        a, b = make_workload(spec(requests=200)), make_workload(spec(requests=200))
+        self.assertEqual(a, b)
+        self.assertNotEqual(a, make_workload(spec(requests=200, seed=5)))
+        prompts = [len(item.prompt) for item in a]
+        self.assertGreaterEqual(max(prompts) / min(prompts), 10)
+        arrivals = [item.arrival_s for item in a]
+        self.assertEqual(arrivals, sorted(arrivals))
+        mean_gap = arrivals[-1] / len(arrivals)
+        self.assertAlmostEqual(mean_gap, 1 / 60, delta=0.5 / 60)  # Poisson at the stated rate
+
+    def test_percentile_interpolates_between_ranks(self) -> None:
+        self.assertEqual(percentile([4.0, 1.0, 3.0, 2.0], 50), 2.5)
+        self.assertEqual(percentile([1.0, 2.0], 100), 2.0)
+
+
+class LoadTest(QuietLoopTestCase):
+    async def test_every_request_completes_with_its_tokens_and_client_side_latencies(self) -> None:
+        workload = make_workload(spec())
+        async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
+            run = await run_load(url, workload, metrics_interval_s=0.01, timeout_s=20)
+        summary = run.summary()
+        self.assertEqual((summary["completed"], summary["refused"], summary["failed"]), (14, 0, 0))
+        for item, result in zip(workload, run.requests):
+            self.assertEqual(result.tokens, item.max_tokens)
+            self.assertEqual(len(result.itl_s), item.max_tokens - 1)
+            self.assertLessEqual(result.ttft_s, result.e2e_s)
+        self.assertEqual(summary["output_tokens"], sum(item.max_tokens for item in workload))
+        self.assertGreater(len(run.occupancy), 0)
+        self.assertLessEqual(max(s["used_blocks"] for s in run.occupancy), 64)
+
+    async def test_clients_that_leave_are_counted_apart_and_their_blocks_return(self) -> None:
+        workload = make_workload(spec(leave_fraction=1.0))
+        async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, app):
+            run = await run_load(url, workload, metrics_interval_s=0.01, timeout_s=20)
+            scheduler = app.state.scheduler
+            for _ in range(200):
+                if not scheduler.running:
+                    break
+                await asyncio.sleep(0.01)
+            self.assertEqual(scheduler.pool.num_used_blocks, 0)
+        self.assertEqual(run.summary()["left"], sum(item.leave_after_tokens is not None for item in workload))
+        self.assertGreater(run.summary()["left"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

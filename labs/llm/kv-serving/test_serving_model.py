@@ -1,0 +1,110 @@
+"""Batched paged decoding gives each request what it would get alone."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+
+from kv_cache import ATOL, RTOL, DecoderBlock, kv_cache_bytes
+from kv_serving import LayeredPool, ServingModel, block_bytes, blocks_for
+from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
+
+
+def prompts(lengths: tuple[int, ...], seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, TINY_MODEL.vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+
+def poisoned_pool(blocks: int = 40) -> LayeredPool:
+    """A pool whose never-written slots hold huge values: any unmasked padding would show in the logits."""
+    pool = LayeredPool(TINY_MODEL, TINY_LAYERS, blocks, TINY_BLOCK)
+    pool.blocks.keys.fill_(1e4)
+    pool.blocks.values.fill_(-1e4)
+    return pool
+
+
+def generate(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,
+             ) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Greedy decoding of every prompt together: (tokens per request, logits per request (steps+1, vocab))."""
+    tables = [pool.allocate(blocks_for(len(p) + steps, pool.block_size)) for p in batch]
+    logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
+    tokens = [[int(row[0].argmax())] for row in logits]
+    positions = [len(p) for p in batch]
+    for _ in range(steps):
+        step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
+        for b in range(len(batch)):
+            logits[b].append(step[b])
+            tokens[b].append(int(step[b].argmax()))
+        positions = [p + 1 for p in positions]
+    for table in tables:
+        pool.release(table)
+    return tokens, [torch.stack(row) for row in logits]
+
+
+class BatchedDecodeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.model = ServingModel(TINY_MODEL, TINY_LAYERS)
+
+    def test_one_layer_stack_is_the_first_labs_decoder_block(self) -> None:
+        model = ServingModel(TINY_MODEL, 1)
+        ids = prompts((11,))[0]
+        expected = DecoderBlock(TINY_MODEL)(torch.tensor([ids]))[0][0, -1]
+        torch.testing.assert_close(model.reference_logits(ids), expected, atol=0, rtol=0)
+
+    def test_paged_prefill_and_decode_match_full_prefix_recompute_at_every_step(self) -> None:
+        prompt = prompts((9,))[0]
+        tokens, logits = generate(self.model, poisoned_pool(), [prompt], steps=12)
+        for step in range(13):
+            expected = self.model.reference_logits(prompt + tokens[0][:step])
+            torch.testing.assert_close(logits[0][step], expected, atol=ATOL, rtol=RTOL)
+
+    def test_tokens_and_logits_alone_equal_batched_with_requests_of_other_lengths(self) -> None:
+        batch = prompts((3, 17, 1, 30, 8), seed=1)  # lengths cross block boundaries differently
+        together, together_logits = generate(self.model, poisoned_pool(), batch, steps=10)
+        for b, prompt in enumerate(batch):
+            alone, alone_logits = generate(self.model, poisoned_pool(), [prompt], steps=10)
+            self.assertEqual(together[b], alone[0], f"request {b} (prompt {len(prompt)})")
+            torch.testing.assert_close(together_logits[b], alone_logits[0], atol=ATOL, rtol=RTOL)
+
+    def test_requests_in_scattered_blocks_still_read_only_their_own_keys(self) -> None:
+        pool = poisoned_pool()
+        pool.allocate(7)  # another tenant holds the first blocks: these requests get later, scattered ones
+        batch = prompts((5, 13), seed=2)
+        scattered, logits = generate(self.model, pool, batch, steps=6)
+        fresh, fresh_logits = generate(self.model, poisoned_pool(), batch, steps=6)
+        self.assertEqual(scattered, fresh)
+        for a, b in zip(logits, fresh_logits):
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL)
+
+    def test_decode_refuses_a_table_too_short_for_the_position(self) -> None:
+        pool = poisoned_pool()
+        with self.assertRaisesRegex(ValueError, "needs 2 blocks, has 1"):
+            self.model.decode(pool, [1], [TINY_BLOCK], [pool.allocate(1)])
+
+
+class PoolTest(unittest.TestCase):
+    def test_block_bytes_is_the_cache_formula_summed_over_layers(self) -> None:
+        pool = LayeredPool(TINY_MODEL, TINY_LAYERS, 8, TINY_BLOCK)
+        per_layer = kv_cache_bytes(1, TINY_MODEL.kv_heads, TINY_BLOCK, TINY_MODEL.head_dim,
+                                   TINY_MODEL.bytes_per_element)
+        self.assertEqual(pool.block_bytes, TINY_LAYERS * per_layer)
+        self.assertEqual(block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK), pool.block_bytes)
+        self.assertEqual(pool.blocks.keys.numel() * 4 * 2, 8 * pool.block_bytes)  # storage holds exactly that
+
+    def test_layers_are_disjoint_views_of_one_storage(self) -> None:
+        pool = LayeredPool(TINY_MODEL, TINY_LAYERS, 4, TINY_BLOCK)
+        pool.layer_keys(1)[2] = 7.0
+        self.assertEqual(float(pool.layer_keys(0).abs().sum()), 0.0)
+        self.assertEqual(float(pool.blocks.keys[2].sum()), 7.0 * pool.layer_keys(1)[2].numel())
+
+    def test_an_allocation_that_does_not_fit_takes_nothing(self) -> None:
+        pool = LayeredPool(TINY_MODEL, TINY_LAYERS, 4, TINY_BLOCK)
+        pool.allocate(3)
+        with self.assertRaisesRegex(ValueError, "2 blocks needed, 1 of 4 are free"):
+            pool.allocate(2)
+        self.assertEqual(pool.num_free_blocks, 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,171 @@
+"""Scheduler invariants: budget never exceeded, no block leaked, cancellation within one iteration."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import unittest
+
+from kv_serving.admission import KVBudget, MaxRunning
+from kv_serving.request import Failed, Finished, Request, Status, Token
+from kv_serving.scheduler import RequestRefused, Scheduler
+from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, tiny_engine
+
+
+async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
+    tokens = []
+    while True:
+        event = await request.events.get()
+        if isinstance(event, Token):
+            tokens.append(event.token_id)
+        else:
+            return tokens, event
+
+
+def greedy_alone(scheduler: Scheduler, prompt: list[int], max_tokens: int) -> list[int]:
+    """What the model generates for this prompt with no cache and no neighbours."""
+    ids = list(prompt)
+    for _ in range(max_tokens):
+        ids.append(int(scheduler.model.reference_logits(ids).argmax()))
+    return ids[len(prompt):]
+
+
+def random_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(TINY_MODEL.vocab_size) for _ in range(rng.randint(1, 30))], rng.randint(1, 20))
+            for _ in range(count)]
+
+
+class SchedulerTest(QuietLoopTestCase):
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        self.schedulers: list[Scheduler] = []
+
+    async def asyncTearDown(self) -> None:
+        for scheduler in self.schedulers:
+            await scheduler.stop()
+
+    def start(self, **changes: object) -> Scheduler:
+        scheduler = tiny_engine(**changes).build()
+        scheduler.start()
+        self.schedulers.append(scheduler)
+        return scheduler
+
+    def assert_idle_with_every_block_free(self, scheduler: Scheduler) -> None:
+        pool = scheduler.pool
+        self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
+        self.assertEqual(pool.num_used_blocks, 0)
+        self.assertEqual(sorted(pool.blocks.free), list(range(pool.num_blocks)))  # each block exactly once
+        self.assertEqual(set(pool.blocks.refcount), {0})
+
+    async def test_continuous_batching_gives_every_request_its_alone_tokens(self) -> None:
+        scheduler = self.start(num_blocks=24)
+        work = random_requests(10, seed=0)
+        requests = []
+        for prompt, max_tokens in work:  # arrivals spread over iterations, so batches change as they run
+            requests.append(scheduler.submit(prompt, max_tokens))
+            await asyncio.sleep(0.002)
+        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        for (prompt, max_tokens), (tokens, end) in zip(work, outcomes):
+            self.assertEqual(end, Finished("length"))
+            self.assertEqual(tokens, greedy_alone(scheduler, prompt, max_tokens))
+        self.assertGreater(scheduler.counters.decode_rows, scheduler.counters.decode_steps)  # some batching
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_byte_budget_is_never_exceeded_and_no_request_fails_for_memory(self) -> None:
+        num_blocks = 40
+        budget_blocks = 12
+        scheduler = self.start(num_blocks=num_blocks, policy=KVBudget(budget_blocks * tiny_engine().block_bytes))
+        peaks = []
+
+        async def watch() -> None:
+            while True:
+                peaks.append(scheduler.pool.num_used_blocks)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        requests = [scheduler.submit(p, m) for p, m in random_requests(25, seed=1)]
+        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        watcher.cancel()
+        self.assertTrue(all(isinstance(end, Finished) for _, end in outcomes))
+        self.assertLessEqual(max(peaks), budget_blocks)
+        self.assertLessEqual(scheduler.counters.peak_used_blocks, budget_blocks)
+        self.assertEqual(scheduler.counters.failed_for_memory, 0)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_count_limit_sized_for_average_requests_overcommits_and_fails_some(self) -> None:
+        scheduler = self.start(num_blocks=10, policy=MaxRunning(6))
+        requests = [scheduler.submit([1] * 20, 12) for _ in range(6)]  # 31 positions = 8 blocks of 4 each
+        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        failures = [end for _, end in outcomes if isinstance(end, Failed)]
+        self.assertEqual(len(failures), 5)  # only one request's 8 blocks fit a 10-block pool
+        self.assertIn("8 blocks needed, 2 of 10 are free", failures[0].message)
+        self.assertEqual(scheduler.counters.failed_for_memory, 5)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_a_request_that_can_never_fit_is_refused_at_once_with_the_numbers(self) -> None:
+        scheduler = self.start(num_blocks=40, policy=KVBudget(5 * tiny_engine().block_bytes))
+        with self.assertRaises(RequestRefused) as refused:
+            scheduler.submit([1] * 20, 10)  # 29 positions = 8 blocks > 5
+        self.assertEqual(refused.exception.status, 400)
+        self.assertIn("29 cached positions = 8 blocks of 4", str(refused.exception))
+        self.assertIn("KV budget is 5 blocks", str(refused.exception))
+        self.assertEqual(list(scheduler.waiting), [])
+
+    async def test_a_full_waiting_queue_refuses_with_503(self) -> None:
+        scheduler = tiny_engine(num_blocks=8, max_waiting=2).build()  # not started: nothing leaves the queue
+        self.schedulers.append(scheduler)
+        scheduler.submit([1], 1)
+        scheduler.submit([2], 1)
+        with self.assertRaises(RequestRefused) as refused:
+            scheduler.submit([3], 1)
+        self.assertEqual(refused.exception.status, 503)
+        self.assertIn("2 of 2", str(refused.exception))
+
+    async def test_a_cancelled_request_stops_within_one_iteration_and_returns_its_blocks(self) -> None:
+        scheduler = self.start(num_blocks=40)
+        long = scheduler.submit([5] * 10, 60)
+        other = scheduler.submit([6] * 3, 40)
+        async with asyncio.timeout(5):
+            while len(long.output) < 5:
+                await long.events.get()
+        scheduler.disconnect(long)
+        tokens, end = await asyncio.wait_for(drain(long), 5)
+        self.assertEqual(long.status, Status.CANCELLED)
+        self.assertIsInstance(end, Failed)
+        self.assertLessEqual(long.decode_steps_after_gone, 1)  # at most the step already under way
+        self.assertLess(len(long.output), 60)
+        _, other_end = await asyncio.wait_for(drain(other), 10)
+        self.assertEqual(other_end, Finished("length"))
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_a_server_ignoring_disconnects_decodes_for_nobody_until_max_tokens(self) -> None:
+        scheduler = self.start(num_blocks=40, honor_disconnect=False)
+        request = scheduler.submit([5] * 10, 30)
+        async with asyncio.timeout(5):
+            while len(request.output) < 3:
+                await request.events.get()
+        scheduler.disconnect(request)
+        tokens, end = await asyncio.wait_for(drain(request), 10)
+        self.assertEqual(end, Finished("length"))
+        self.assertEqual(len(request.output), 30)
+        self.assertGreaterEqual(scheduler.counters.tokens_after_disconnect, 30 - 3 - 1)
+        self.assertGreater(scheduler.counters.block_seconds_after_disconnect, 0)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_waiting_requests_cancelled_before_admission_never_take_blocks(self) -> None:
+        scheduler = self.start(num_blocks=8, policy=KVBudget(8 * tiny_engine().block_bytes))
+        first = scheduler.submit([1] * 20, 12)  # 8 blocks: the whole budget
+        queued = [scheduler.submit([2] * 4, 4) for _ in range(3)]
+        for request in queued:
+            scheduler.disconnect(request)
+        await asyncio.wait_for(drain(first), 10)
+        for request in queued:
+            _, end = await asyncio.wait_for(drain(request), 5)
+            self.assertIsInstance(end, Failed)
+            self.assertEqual(request.output, [])
+        self.assert_idle_with_every_block_free(scheduler)
+
+
+if __name__ == "__main__":
+    unittest.main()
