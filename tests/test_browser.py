@@ -110,3 +110,27 @@ def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page:
     page.screenshot(path=str(OUTPUT / "kv-cache-article.png"), full_page=True)
     assert (OUTPUT / "kv-cache-article.png").stat().st_size > 10_000
     assert problems == []
+
+
+@pytest.mark.parametrize("page_path", ["llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/"])
+def test_every_lab_page_renders_its_views_without_errors(server: str, page_path: str) -> None:
+    """Each lab page in a real browser: every rendered view has a size, no console error, a screenshot kept."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(f"{server}/{page_path}")
+        page.wait_for_load_state("networkidle")
+        views = page.locator(".lab-view")
+        assert views.count() >= 5
+        for index in range(views.count()):
+            box = views.nth(index).bounding_box()
+            assert box is not None and box["height"] > 10 and box["width"] > 200, (page_path, index, box)
+        for chart in page.locator(".lab-chart svg").all():
+            assert (chart.bounding_box() or {"width": 0})["width"] > 400, page_path  # charts use the column
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / f"{page_path.strip('/').replace('/', '-')}.png"), full_page=True)
+        browser.close()
+    assert problems == []
