@@ -24,7 +24,7 @@ if not Path(CHROMIUM).exists():
         raise RuntimeError(f"REQUIRE_BROWSER=1 but no chromium at {CHROMIUM}: apt-get install chromium")
     pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +43,30 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def browser_page(server: str) -> Iterator[tuple[Page, list[str]]]:
+def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1366, "height": 900})
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
-        page.goto(server + "/")
-        page.get_by_role("link", name="The KV cache").first.click()
-        page.wait_for_load_state("networkidle")
-        yield page, problems
-        browser.close()
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+def open_page(browser: Browser, url: str) -> tuple[Page, list[str]]:
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    page.goto(url)
+    return page, problems
+
+
+@pytest.fixture(scope="module")
+def browser_page(browser: Browser, server: str) -> Iterator[tuple[Page, list[str]]]:
+    page, problems = open_page(browser, server + "/")
+    page.get_by_role("link", name="The KV cache").first.click()
+    page.wait_for_load_state("networkidle")
+    yield page, problems
+    page.close()
 
 
 def test_landing_page_links_to_the_article(browser_page: tuple[Page, list[str]]) -> None:
@@ -113,24 +124,18 @@ def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page:
 
 
 @pytest.mark.parametrize("page_path", ["llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/"])
-def test_every_lab_page_renders_its_views_without_errors(server: str, page_path: str) -> None:
+def test_every_lab_page_renders_its_views_without_errors(browser: Browser, server: str, page_path: str) -> None:
     """Each lab page in a real browser: every rendered view has a size, no console error, a screenshot kept."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1366, "height": 900})
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        page.goto(f"{server}/{page_path}")
-        page.wait_for_load_state("networkidle")
-        views = page.locator(".lab-view")
-        assert views.count() >= 5
-        for index in range(views.count()):
-            box = views.nth(index).bounding_box()
-            assert box is not None and box["height"] > 10 and box["width"] > 200, (page_path, index, box)
-        for chart in page.locator(".lab-chart svg").all():
-            assert (chart.bounding_box() or {"width": 0})["width"] > 400, page_path  # charts use the column
-        OUTPUT.mkdir(exist_ok=True)
-        page.screenshot(path=str(OUTPUT / f"{page_path.strip('/').replace('/', '-')}.png"), full_page=True)
-        browser.close()
+    page, problems = open_page(browser, f"{server}/{page_path}")
+    page.wait_for_load_state("networkidle")
+    views = page.locator(".lab-view")
+    assert views.count() >= 5
+    for index in range(views.count()):
+        box = views.nth(index).bounding_box()
+        assert box is not None and box["height"] > 10 and box["width"] > 200, (page_path, index, box)
+    for chart in page.locator(".lab-chart svg").all():
+        assert (chart.bounding_box() or {"width": 0})["width"] > 400, page_path  # charts use the column
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / f"{page_path.strip('/').replace('/', '-')}.png"), full_page=True)
+    page.close()
     assert problems == []
