@@ -91,6 +91,14 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     return html
 
 
+def on_serve(server: Any, config: MkDocsConfig, builder: Any) -> Any:
+    """`mkdocs serve` reloads when any lab's folder changes, whatever area it is in."""
+    root = _site_root(config)
+    for lab in discover_labs(root):
+        server.watch(str(root / lab.folder))
+    return server
+
+
 def on_post_build(config: MkDocsConfig, **kwargs: Any) -> None:
     """Copy each record into the site, so a page can link the JSON it was built from; log the sources."""
     folder = Path(config.site_dir) / RECORDS_DIR
