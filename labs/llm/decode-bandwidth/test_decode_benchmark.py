@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import io
@@ -15,9 +16,12 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import Decoder, benchmark
+from decode_bandwidth import Decoder, PreallocatedCache, benchmark, workloads
 from decode_bandwidth.benchmark import client_summary, percentile
+from decode_bandwidth.hf import hf_model
+from decode_bandwidth.testing import tiny_model
 from decode_bandwidth_views import figures
+from labkit import harness
 from labkit.manifest import load_lab
 from labkit.records import RecordError
 from site_hooks.orchestrate import Evidence
@@ -86,6 +90,98 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assert_refused("cells", lambda r: r["cells"].pop())
         self.assert_refused("client.modes.ours.ttft_ns", lambda r: r["client"]["modes"]["ours"].update(ttft_ns=1.0))
 
+    def test_check_record_refuses_a_mode_outside_the_tolerance(self) -> None:
+        self.assert_refused("equivalence.modes.hf-static.within_tolerance",
+                            lambda r: r["equivalence"]["modes"]["hf-static"].update(within_tolerance=False))
+
+    def test_check_record_refuses_targets_and_a_tolerance_the_code_does_not_set(self) -> None:
+        self.assert_refused("config.benchmark.targets",
+                            lambda r: r["config"]["benchmark"]["targets"].update(step_over_floor=2.5))
+        self.assert_refused("tolerance", lambda r: r["tolerance"].update(atol=1e-2))
+
+    def test_check_record_refuses_too_few_bandwidth_passes_and_a_best_that_is_not_the_fastest(self) -> None:
+        def few(record: dict[str, Any]) -> None:
+            entry = record["hardware"]["bandwidth"]["1"]
+            entry["durations_ns"] = entry["durations_ns"][:9]
+            entry["passes"] = 9
+            entry["best_ns"] = min(entry["durations_ns"])
+            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
+        self.assert_refused("hardware.bandwidth.1.passes", few)
+
+        def slow_best(record: dict[str, Any]) -> None:
+            entry = record["hardware"]["bandwidth"]["1"]
+            entry["best_ns"] = max(entry["durations_ns"])
+            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
+        self.assert_refused("hardware.bandwidth.1.best_ns", slow_best)
+
+    def test_check_record_refuses_a_layout_measured_in_a_dtype_the_run_did_not_time(self) -> None:
+        def tamper(record: dict[str, Any]) -> None:
+            layout = record["layout_other_dtypes"].pop("bfloat16")
+            record["layout_other_dtypes"]["float16"] = {**layout, "dtype": "float16"}
+        self.assert_refused("layout_other_dtypes.float16", tamper)
+
+    def test_the_equivalence_sentence_follows_the_records_flags(self) -> None:
+        html = decode_bandwidth_views.VIEWS["decode-equivalence"](self.evidence(self.record))
+        self.assertIn("5 of 5 modes", html)
+        self.assertIn("agreed with the reference at every position for all 5", html)
+        record = copy.deepcopy(self.record)
+        record["equivalence"]["modes"]["hf-static"]["argmax_agrees_every_step"] = False
+        html = decode_bandwidth_views.VIEWS["decode-equivalence"](self.evidence(record))
+        self.assertIn("for 4 of 5; hf-static chose another token", html)
+        self.assertNotIn("for all 5", html)
+
+    def test_the_wall_time_verdict_follows_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        for seconds, verdict in ((120.4, "took 120 s: within the 5-minute"), (301.0, "took 301 s: beyond the 5-minute")):
+            record["wall_time_s"] = seconds
+            self.assertIn(verdict, decode_bandwidth_views.VIEWS["targets"](self.evidence(record)))
+
+    def test_the_floor_view_sizes_the_activations_from_the_config(self) -> None:
+        record = self.record
+        model, bench = record["config"]["model"], record["config"]["benchmark"]
+        batch = max(bench["batches"])
+        logits = batch * model["vocab_size"] * figures.BYTES_PER_ELEMENT[bench["dtype"]]
+        html = decode_bandwidth_views.VIEWS["floor"](self.evidence(record))
+        self.assertIn(f"{logits:,} bytes", html)
+        self.assertIn("Activations are not counted", html)
+
+    def test_the_profile_view_compares_each_total_with_its_timed_median(self) -> None:
+        record = copy.deepcopy(self.record)
+        profile = record["profile"]
+        key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
+        cells = figures.cell_table(record)
+        for mode, scale in (("ours-prealloc", 1.5), ("hf-dynamic", 0.5)):
+            profile["modes"][mode]["total_ns_per_step"] = cells[(*key, mode)]["median_ns_per_step"] * scale
+        html = decode_bandwidth_views.VIEWS["profile"](self.evidence(record))
+        self.assertIn("(1.50×) more than its timed median", html)
+        self.assertIn("shares of a profiled step", html)
+        self.assertIn("less than its timed median", html)
+
+    def test_the_bfloat16_sentences_follow_the_lead_and_the_layout_measurement(self) -> None:
+        record = copy.deepcopy(self.record)
+        bench = record["config"]["benchmark"]
+        for cell in record["cells"]:
+            if cell["threads"] == bench["threads"] and cell["batch"] == 1 and cell["mode"] != "hf-dynamic":
+                hf = figures.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
+                scale = 0.7 if cell["dtype"] == "float32" else 0.9  # ours loses part of its lead in bfloat16
+                cell["median_ns_per_step"] = hf["median_ns_per_step"] * scale
+        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        contexts = len(bench["contexts"])
+        self.assertIn("0.70× hf-dynamic&#39;s step in float32 and 0.90× in bfloat16", html)
+        self.assertIn(f"shrinks in bfloat16 at every one of the {contexts} cells", html)
+        self.assertIn("taken in both dtypes", html)
+        del record["layout_other_dtypes"]
+        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        self.assertIn("ran in float32 only", html)
+
+    def test_the_two_thread_sentence_states_the_measured_bandwidth_gain(self) -> None:
+        record = self.record
+        bandwidth = record["hardware"]["bandwidth"]
+        gain = bandwidth["2"]["bytes_per_s"] / bandwidth["1"]["bytes_per_s"]
+        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        self.assertIn(f"{bandwidth['2']['bytes_per_s'] / 1e9:.1f} GB/s against", html)
+        self.assertIn(f"{'+' if gain >= 1 else '−'}{abs(gain - 1) * 100:.0f}%", html)
+
     def test_every_view_renders_and_shows_the_recorded_figures(self) -> None:
         record = self.record
         evidence = self.evidence(record)
@@ -138,6 +234,56 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         runs = [[100, 250, 330, 600], [90, 200, 260, 500]]
         self.assertEqual(client_summary(runs, 4), figures.client_summary(runs, 4))
         self.assertEqual(percentile([1, 2, 3, 4], 0.5), 2.5)
+
+
+class TheClockTimesOnlyTheStep(unittest.TestCase):
+    def test_each_modes_step_leaves_the_rewind_to_its_reset(self) -> None:
+        model = tiny_model()
+        reference = hf_model(model)
+        context = 12
+        real_hf, real_ours = workloads.rewind, PreallocatedCache.rewind
+        with mock.patch.object(workloads, "rewind", side_effect=real_hf) as hf_rewind, \
+                mock.patch.object(PreallocatedCache, "rewind", autospec=True, side_effect=real_ours) as ours_rewind, \
+                torch.inference_mode():
+            runners = workloads.step_runners(model, reference, 1, context, torch.Generator().manual_seed(0))
+            for mode, (step, reset) in runners.items():
+                with self.subTest(mode=mode):
+                    hf_rewind.reset_mock()
+                    ours_rewind.reset_mock()
+                    step()
+                    self.assertEqual((hf_rewind.call_count, ours_rewind.call_count), (0, 0))
+                    reset()
+                    calls = hf_rewind.call_args_list + ours_rewind.call_args_list
+                    self.assertEqual(len(calls), 0 if mode == "ours-concat" else 1)
+                    self.assertTrue(all(call.args[-1] == context - 1 for call in calls))
+
+    def test_time_group_runs_every_reset_after_the_clock_stops(self) -> None:
+        events: list[str] = []
+        runners = {mode: (lambda m=mode: events.append(f"step {m}"), lambda m=mode: events.append(f"reset {m}"))
+                   for mode in MODES}
+
+        def clock(work: Any) -> int:
+            events.append("start")
+            work()
+            events.append("stop")
+            return 1
+
+        args = argparse.Namespace(repeats=2, warmup=1)
+        with mock.patch.object(benchmark.bench, "time_ns", side_effect=clock), \
+                contextlib.redirect_stderr(io.StringIO()):
+            progress = harness.Progress(2)
+            try:
+                benchmark.time_group(runners, args, progress, "test")
+            finally:
+                progress.close()
+        inside = False
+        for event in events:
+            inside = {"start": True, "stop": False}.get(event, inside)
+            if event.startswith("reset"):
+                self.assertFalse(inside, events)
+        self.assertEqual(events.count("start"), 4 * 3)
+        self.assertEqual(sum(e.startswith("reset") for e in events), 4 * 3)
+        self.assertIn("untimed", benchmark.TIMER)
 
 
 # Small settings spelled out (not --quick, whose preset would override the one under test): if a check

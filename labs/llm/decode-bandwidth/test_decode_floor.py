@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 
 import decode_bandwidth_views.figures as figures
-from decode_bandwidth import PreallocatedCache, preset
+from decode_bandwidth import PreallocatedCache, benchmark, equivalence, preset, profile
 from decode_bandwidth.bandwidth import (
+    MIN_BANDWIDTH_PASSES,
     MIN_STREAM_BYTES,
     kv_crossover,
     last_level_cache_bytes,
@@ -87,6 +88,13 @@ class SiteCopies(unittest.TestCase):
 
     def test_the_views_know_the_layout_the_decoder_stores(self) -> None:
         self.assertEqual(figures.LAYOUT, DecoderLayer.LAYOUT)
+
+    def test_the_views_hold_the_benchmarks_targets_tolerance_and_pass_minimum(self) -> None:
+        self.assertEqual(figures.TARGETS, benchmark.TARGETS)
+        self.assertEqual(figures.WALL_TIME_TARGET_S, benchmark.WALL_TIME_TARGET_S)
+        self.assertEqual((figures.ATOL, figures.RTOL), (equivalence.ATOL, equivalence.RTOL))
+        self.assertEqual(figures.MIN_BANDWIDTH_PASSES, MIN_BANDWIDTH_PASSES)
+        self.assertEqual(figures.KINDS, profile.KINDS)
 
 
 class Bandwidth(unittest.TestCase):

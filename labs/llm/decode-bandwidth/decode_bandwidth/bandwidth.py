@@ -11,8 +11,10 @@ Bytes per step, from the configuration alone:
   reads T keys and T values per layer, head and sequence, and the step
   writes the new token's key and value.
 
-Activations are left out: at batch 16 they are a few hundred kilobytes, a
-rounding error next to the weights, and they stay in cache.
+Activations are left out. The largest is the logits, batch x vocabulary x
+bytes written once per step; the page computes its size and its share of the
+weight bytes from the record's config. The others are vectors of the model's
+width or its MLP's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from .config import DecoderConfig
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
+MIN_BANDWIDTH_PASSES = 10  # issue 9: the floor is the best of at least ten passes
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 
 

@@ -47,22 +47,25 @@ def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], st
     return "other"
 
 
-def profile_step(step: Callable[[], None], config: DecoderConfig, batch: int, context: int, steps: int,
-                 bytes_per_s: float, device_type: str = "cpu") -> dict[str, object]:
+def profile_step(step: Callable[[], None], reset: Callable[[], None], config: DecoderConfig, batch: int,
+                 context: int, steps: int, bytes_per_s: float, device_type: str = "cpu") -> dict[str, object]:
     """Profile ``steps`` single steps; per kind the median over them of its self time, beside its bytes and floor.
 
     Each step gets its own profile, and the median per kind keeps one step disturbed by something else
-    on the machine from moving the table.
+    on the machine from moving the table. ``reset`` (the cache rewind) runs outside the profile, as it
+    runs outside the clock in the timed cells.
     """
     kinds = matrix_kinds(config)
     # On a GPU the kernels' own time is what matters, not the host time spent launching them.
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     field = "self_device_time_total" if device_type == "cuda" else "self_cpu_time_total"
     step()  # warm: first calls pay one-time costs the steady state does not
+    reset()
     per_step: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for _ in range(steps):
         with profile(activities=activities, record_shapes=True) as prof:
             step()
+        reset()
         self_ns = dict.fromkeys(KINDS, 0.0)
         for event in prof.key_averages(group_by_input_shape=True):
             kind = classify(event.key, [list(s) for s in event.input_shapes], kinds)

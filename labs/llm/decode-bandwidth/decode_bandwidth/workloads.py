@@ -3,9 +3,10 @@
 A step at context T attends over T positions: T - 1 cached ones and the new
 token. Caches for the step timings hold random keys and values of the exact
 shape (a real prefill of 1,024 tokens at batch 16 costs minutes on a CPU);
-equivalence on real prefixes is proven separately, before any timing. After
-each timed step the cache is rewound to T - 1, so every repetition does the
-same work.
+equivalence on real prefixes is proven separately, before any timing. Each
+mode is a pair: the step, which the clock times, and a reset run after the
+clock stops, which rewinds the cache to T - 1 and drops the step's outputs, so
+every repetition does the same work and none pays for undoing the last one.
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
+Runner = tuple[Callable[[], None], Callable[[], None]]  # (the timed step, the untimed reset after it)
+
+
 def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context: int,
-                 generator: torch.Generator) -> dict[str, Callable[[], None]]:
-    """Per mode, one decode step at ``context`` over the same random cache contents, rewound after each call."""
+                 generator: torch.Generator) -> dict[str, Runner]:
+    """Per mode, one decode step at ``context`` over the same random cache contents, and the reset that
+    rewinds its cache and frees what the step returned (run outside the clock)."""
     config, device = model.config, model.device
     cached = context - 1
     layers = random_concat_cache(config, batch, cached, generator, device)  # (B, Hkv, T - 1, D) per layer
@@ -46,24 +51,37 @@ def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context
     static = hf_filled_cache(reference, layers, static=True, capacity=context)
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)
     sync = synchronizer(device)
+    # The step's outputs (logits, and concatenation's new cache) live here until the reset, so freeing
+    # them is outside the clock for every mode alike.
+    held: list[object] = []
 
     def ours_concat() -> None:
-        model(token, layers, check_values=False)  # returns a new, longer list; ``layers`` is untouched
+        held.append(model(token, layers, check_values=False))  # a new, longer list; ``layers`` is untouched
         sync()
 
     def ours_prealloc() -> None:
-        model(token, prealloc, check_values=False)
+        held.append(model(token, prealloc, check_values=False))
         sync()
-        prealloc.rewind(cached)
 
-    def hf(cache: object) -> Callable[[], None]:
+    def ours_reset(cache: PreallocatedCache | None) -> Callable[[], None]:
+        def reset() -> None:
+            held.clear()
+            if cache is not None:
+                cache.rewind(cached)
+        return reset
+
+    def hf(cache: object) -> Runner:
         def run() -> None:
-            reference(token, past_key_values=cache, use_cache=True)
+            held.append(reference(token, past_key_values=cache, use_cache=True))
             sync()
-            rewind(cache, cached)
-        return run
 
-    return {"ours-concat": ours_concat, "ours-prealloc": ours_prealloc,
+        def reset() -> None:
+            held.clear()
+            rewind(cache, cached)
+            sync()
+        return run, reset
+
+    return {"ours-concat": (ours_concat, ours_reset(None)), "ours-prealloc": (ours_prealloc, ours_reset(prealloc)),
             "hf-dynamic": hf(dynamic), "hf-static": hf(static)}
 
 

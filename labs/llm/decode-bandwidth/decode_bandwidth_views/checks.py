@@ -8,9 +8,13 @@ from typing import Any
 from labkit.records import RecordError
 
 from .figures import (
+    ATOL,
     BYTES_PER_ELEMENT,
     KINDS,
     LAYOUT,
+    MIN_BANDWIDTH_PASSES,
+    RTOL,
+    TARGETS,
     client_summary,
     grid,
     kind_bytes,
@@ -43,6 +47,8 @@ def check_record(record: dict[str, Any], source: str) -> None:
         refuse("config.model.dtype", f"is {model['dtype']}: the model is built in float32 and cast per dtype")
     if max(bench["contexts"]) > model["max_positions"]:
         refuse("config.benchmark.contexts", f"reach {max(bench['contexts'])}, beyond {model['max_positions']} positions")
+    if bench["targets"] != TARGETS:
+        refuse("config.benchmark.targets", f"are {bench['targets']}, the benchmark's code sets {TARGETS}")
     in_force = record["environment"]["torch"]["threads"]
     if in_force != bench["threads"]:
         refuse("environment.torch.threads", f"is {in_force}, but the headline grid ran at --threads {bench['threads']}")
@@ -51,8 +57,9 @@ def check_record(record: dict[str, Any], source: str) -> None:
     check_groups(record, refuse)
     check_layout(record, refuse)
     crossover = record["kv_crossover"]
-    expected = {"batch_x_context": kv_crossover(model), "weight_bytes": step_bytes(model, "float32", 1, 1)["weights"],
-                "kv_bytes_per_position": step_bytes(model, "float32", 1, 1)["kv_read"]}
+    one = step_bytes(model, bench["dtype"], 1, 1)  # the benchmark sizes these in the headline dtype
+    expected = {"batch_x_context": kv_crossover(model), "weight_bytes": one["weights"],
+                "kv_bytes_per_position": one["kv_read"]}
     if any(not _close(crossover[name], value) for name, value in expected.items()):
         refuse("kv_crossover", f"is {crossover}, the model config gives {expected}")
     check_profile(record, refuse)
@@ -61,7 +68,14 @@ def check_record(record: dict[str, Any], source: str) -> None:
 
 def check_equivalence(record: dict[str, Any], refuse: Any) -> None:
     tolerance = record["tolerance"]
+    expected = {"atol": ATOL, "rtol": RTOL}
+    if {name: tolerance.get(name) for name in expected} != expected:
+        refuse("tolerance", f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the benchmark's "
+               f"equivalence check uses atol {ATOL}, rtol {RTOL}")
     for mode, entry in record["equivalence"]["modes"].items():
+        if entry["within_tolerance"] is not True:
+            refuse(f"equivalence.modes.{mode}.within_tolerance", f"is {entry['within_tolerance']}: the benchmark "
+                   "stops before timing when a mode disagrees, so a timed record cannot hold a miss")
         bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
         if entry["max_abs_diff"] > bound:
             refuse(f"equivalence.modes.{mode}.max_abs_diff", f"is {entry['max_abs_diff']:g}, beyond atol + rtol x "
@@ -74,11 +88,15 @@ def check_hardware(machine: dict[str, Any], refuse: Any) -> None:
         refuse("hardware.buffer_bytes", f"is {machine['buffer_bytes']}, under 4 x the last-level cache ({llc})")
     for threads, entry in machine["bandwidth"].items():
         where = f"hardware.bandwidth.{threads}"
+        if entry["passes"] < MIN_BANDWIDTH_PASSES:
+            refuse(f"{where}.passes", f"is {entry['passes']}, under the {MIN_BANDWIDTH_PASSES} passes the floor needs")
         if entry["buffer_bytes"] != machine["buffer_bytes"] or entry["passes"] != len(entry["durations_ns"]):
             refuse(where, f"reads {entry['buffer_bytes']} bytes in {len(entry['durations_ns'])} passes, "
                    f"not the {machine['buffer_bytes']} bytes in {entry['passes']} passes it states")
-        if entry["best_ns"] != min(entry["durations_ns"]) or not _close(
-                entry["bytes_per_s"], entry["buffer_bytes"] / entry["best_ns"] * 1e9):
+        if entry["best_ns"] != min(entry["durations_ns"]):
+            refuse(f"{where}.best_ns", f"is {entry['best_ns']}, but the fastest of its passes took "
+                   f"{min(entry['durations_ns'])} ns")
+        if not _close(entry["bytes_per_s"], entry["buffer_bytes"] / entry["best_ns"] * 1e9):
             refuse(f"{where}.bytes_per_s", f"is {entry['bytes_per_s']:g}, but the best of its passes gives "
                    f"{entry['buffer_bytes'] / min(entry['durations_ns']) * 1e9:g}")
     for key, entry in machine["matmul"].items():
@@ -138,7 +156,19 @@ def check_cell(cell: dict[str, Any], where: str, floor: float, repeats: int, ref
 
 
 def check_layout(record: dict[str, Any], refuse: Any) -> None:
-    model, layout = record["config"]["model"], record["layout"]
+    check_one_layout(record["config"]["model"], record["layout"], "layout", refuse)
+    if record["layout"]["dtype"] != "float32":
+        refuse("layout.dtype", f"is {record['layout']['dtype']}; the stored layout is measured on the float32 model")
+    bench = record["config"]["benchmark"]
+    timed = {bench["dtype"], bench["variant_dtype"]} - {None, "float32"}
+    for dtype, layout in record.get("layout_other_dtypes", {}).items():
+        if dtype not in timed or layout["dtype"] != dtype:
+            refuse(f"layout_other_dtypes.{dtype}", f"holds a {layout['dtype']} measurement; the run timed "
+                   f"{sorted(timed) or 'no dtype'} besides float32")
+        check_one_layout(record["config"]["model"], layout, f"layout_other_dtypes.{dtype}", refuse)
+
+
+def check_one_layout(model: dict[str, Any], layout: dict[str, Any], field: str, refuse: Any) -> None:
     width, layers = model["width"], model["layers"]
     kv_width, hidden = model["kv_heads"] * model["head_dim"], model["ffn_multiplier"] * width
     expected = {"qkv": ([width, width + 2 * kv_width], layers), "attention out": ([width, width], layers),
@@ -146,13 +176,13 @@ def check_layout(record: dict[str, Any], refuse: Any) -> None:
                 "output head": ([width, model["vocab_size"]], 1)}
     size = BYTES_PER_ELEMENT[layout["dtype"]]
     if [row["kind"] for row in layout["rows"]] != list(expected):
-        refuse("layout.rows", f"list {[row['kind'] for row in layout['rows']]}, expected {list(expected)}")
+        refuse(f"{field}.rows", f"list {[row['kind'] for row in layout['rows']]}, expected {list(expected)}")
     for index, row in enumerate(layout["rows"]):
         shape, count = expected[row["kind"]]
         if row["stored"] != LAYOUT[row["kind"]]:
-            refuse(f"layout.rows[{index}].stored", f"is {row['stored']}, the decoder stores {row['kind']} {LAYOUT[row['kind']]}")
+            refuse(f"{field}.rows[{index}].stored", f"is {row['stored']}, the decoder stores {row['kind']} {LAYOUT[row['kind']]}")
         if row["shape_in_out"] != shape or row["matrices"] != count or row["bytes_per_matrix"] != shape[0] * shape[1] * size:
-            refuse(f"layout.rows[{index}]", f"describes {row['matrices']} matrices of {row['shape_in_out']}, "
+            refuse(f"{field}.rows[{index}]", f"describes {row['matrices']} matrices of {row['shape_in_out']}, "
                    f"{row['bytes_per_matrix']} bytes each; the config gives {count} of {shape}")
 
 

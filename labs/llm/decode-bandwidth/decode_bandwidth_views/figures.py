@@ -13,8 +13,17 @@ BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 OURS = ("ours-concat", "ours-prealloc")
 # How the decoder stores each matrix (decode_bandwidth.model.DecoderLayer.LAYOUT; a test holds them equal).
 LAYOUT = {"qkv": "in_out", "attention out": "in_out", "mlp fc": "in_out", "mlp proj": "out_in", "output head": "in_out"}
+# The benchmark's constants, copied so the site build needs no torch (test_decode_floor holds them equal):
+# decode_bandwidth.benchmark.TARGETS and WALL_TIME_TARGET_S, decode_bandwidth.equivalence.ATOL and RTOL,
+# decode_bandwidth.bandwidth.MIN_BANDWIDTH_PASSES.
+TARGETS = {"best_over_hf_dynamic": 0.85, "step_over_floor": 1.6}
+WALL_TIME_TARGET_S = 300
+ATOL = 1e-4
+RTOL = 1e-4
+MIN_BANDWIDTH_PASSES = 10
 KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
          "other"]
+MATRICES = tuple(KINDS[:5])  # the kinds that multiply by a weight matrix
 
 
 def dims(model: dict[str, Any]) -> tuple[int, int, int, int]:

@@ -10,25 +10,14 @@ from site_hooks.chart import Series, line_chart
 from site_hooks.orchestrate import Evidence
 from site_hooks.templating import format_ms, format_ratio, lab_renderer
 
-from .figures import best_ours, cell_table
+from .figures import BYTES_PER_ELEMENT, MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table
+from .text import gbs, join, threads_text
+from .variants import variants_view
 
 render = lab_renderer(__file__)
 MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]
 CHARTED = ["ours-prealloc", "ours-concat", "hf-dynamic"]  # with the floor: the chart's four lines
 LABELS = {"in_out": "(in, out)", "out_in": "(out, in)"}
-MATRICES = ("qkv", "attention out", "mlp fc", "mlp proj", "output head")
-
-
-def threads_text(count: int) -> str:
-    return f"{count} thread" + ("" if count == 1 else "s")
-
-
-def join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def gbs(value: float) -> str:
-    return f"{value / 1e9:.1f} GB/s"
 
 
 def headline_key(record: dict[str, Any]) -> tuple[str, int]:
@@ -65,7 +54,28 @@ def floor_view(evidence: Evidence) -> str:
     crossing += (f"In this grid that happens at {join(over)}." if over else
                  "No cell of this grid reaches it; the weights dominate every step.")
     return render("floor.html.j2", paragraphs=paragraphs, rows=rows, crossing=crossing, dtype=dtype,
+                  activations=activations_sentence(record, groups),
                   threads=threads_text(threads), device=bench["device"], model=model)
+
+
+def activations_sentence(record: dict[str, Any], groups: list[dict[str, Any]]) -> str:
+    """What the floor leaves out, sized from the config at the grid's largest batch and context."""
+    model = record["config"]["model"]
+    batch, context = max(g["batch"] for g in groups), max(g["context"] for g in groups)
+    size = BYTES_PER_ELEMENT[groups[0]["dtype"]]
+    hidden = model["ffn_multiplier"] * model["width"]
+    sizes = {  # name: (factors, bytes)
+        "the logits": (f"{batch} × {model['vocab_size']:,} × {size}", batch * model["vocab_size"] * size),
+        f"one layer's attention scores at context {context}, where a kernel materialises them":
+            (f"{batch} × {model['heads']} × {context:,} × {size}", batch * model["heads"] * context * size),
+        "one layer's MLP hidden vector": (f"{batch} × {hidden:,} × {size}", batch * hidden * size),
+    }
+    ordered = sorted(sizes.items(), key=lambda item: -item[1][1])
+    weights = groups[0]["bytes"]["weights"]
+    (name, (factors, largest)), rest = ordered[0], ordered[1:]
+    return (f"Activations are not counted. At batch {batch} the largest is {name}, {factors} = {largest:,} bytes, "
+            f"{largest / weights:.1%} of the {weights:,} weight bytes; then "
+            + join([f"{other} ({value:,} bytes)" for other, (_, value) in rest]) + ".")
 
 
 def roofline_view(evidence: Evidence) -> str:
@@ -176,41 +186,13 @@ def targets_view(evidence: Evidence) -> str:
                f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {sum(r['met_hf'] for r in rows)} of "
                f"{len(rows)} contexts, and stayed within {targets['step_over_floor']:g}× the measured memory floor at "
                f"{sum(r['met_floor'] for r in rows)} of {len(rows)}.")
+    wall = record["wall_time_s"]
+    sentences.append(
+        f"The whole benchmark, from building the models to the end of the client workload (starting Python and "
+        f"importing torch and transformers come on top), took {wall:.0f} s: "
+        f"{'within' if wall <= WALL_TIME_TARGET_S else 'beyond'} the {WALL_TIME_TARGET_S / 60:g}-minute "
+        f"({WALL_TIME_TARGET_S} s) target.")
     return render("targets.html.j2", rows=rows, summary=summary, sentences=sentences, targets=targets)
-
-
-def variants_view(evidence: Evidence) -> str:
-    record = evidence.record
-    bench = record["config"]["benchmark"]
-    dtype, threads = headline_key(record)
-    cells = cell_table(record)
-    variants = [(bench["dtype"], bench["variant_threads"], f"{bench['variant_threads']} threads")] \
-        if bench["variant_threads"] else []
-    variants += [(bench["variant_dtype"], threads, bench["variant_dtype"])] if bench["variant_dtype"] else []
-    rows, sentences = [], []
-    for variant_dtype, variant_threads, label in variants:
-        ratios = []
-        for batch in bench["variant_batches"]:
-            for context in bench["contexts"]:
-                for mode in ("ours-prealloc", "hf-dynamic"):
-                    base = cells[(dtype, threads, batch, context, mode)]
-                    other = cells[(variant_dtype, variant_threads, batch, context, mode)]
-                    ratio = other["median_ns_per_step"] / base["median_ns_per_step"]
-                    ratios.append(ratio)
-                    rows.append({"label": label, "batch": batch, "context": context, "mode": mode,
-                                 "base": base["median_ns_per_step"], "variant": other["median_ns_per_step"],
-                                 "ratio": ratio, "floor": other["floor_ns_per_step"],
-                                 "over_floor": other["step_over_floor"]})
-        faster = sum(r < 1 for r in ratios)
-        sentences.append(f"{label}: faster than {dtype} at {threads_text(threads)} in {faster} of {len(ratios)} cells, "
-                         f"with step-time ratios from {format_ratio(min(ratios))} to {format_ratio(max(ratios))} "
-                         f"(below 1× is faster).")
-    if bench["variant_dtype"]:
-        half = [r for r in rows if r["label"] == bench["variant_dtype"]]
-        sentences.append(f"{bench['variant_dtype']} moves half the bytes of float32, so its floor is half as high; "
-                         f"its steps came out at {format_ratio(min(r['over_floor'] for r in half))} to "
-                         f"{format_ratio(max(r['over_floor'] for r in half))} their floor.")
-    return render("variants.html.j2", rows=rows, sentences=sentences, dtype=dtype, threads=threads_text(threads))
 
 
 def profile_view(evidence: Evidence) -> str:
@@ -225,19 +207,44 @@ def profile_view(evidence: Evidence) -> str:
     sentences = [
         f"Of the weight matrices, {worst['kind']} is farthest from its own floor ({format_ratio(worst['ratio_to_floor'])}) "
         f"and {best['kind']} closest ({format_ratio(best['ratio_to_floor'])}); the most time above a floor is spent in "
-        f"{excess['kind']} ({format_ms(excess['ns_per_step'] - excess['floor_ns'])} ms per step).",
+        f"{excess['kind']} ({format_ms(excess['ns_per_step'] - excess['floor_ns'])} ms per step)."
+        + streaming_sentence(record["layout"], worst["kind"]),
     ]
     cells = cell_table(record)
     key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
     for mode, entry in (("ours-prealloc", ours), ("hf-dynamic", theirs)):
-        timed = cells[(*key, mode)]["median_ns_per_step"] if (*key, mode) in cells else None
-        if timed is not None:
-            side = "above" if entry["total_ns_per_step"] > timed else "below"
-            sentences.append(f"Profiled, one {mode} step adds up to {format_ms(entry['total_ns_per_step'])} ms of "
-                             f"operator self time, {side} its timed median of {format_ms(timed)} ms: the profiler "
-                             f"adds its own overhead, and time between operators (Python) is not in the table.")
+        if (*key, mode) not in cells:
+            continue
+        timed, total = cells[(*key, mode)]["median_ns_per_step"], entry["total_ns_per_step"]
+        if total > timed:
+            sentences.append(
+                f"Profiled, one {mode} step's operator self times add up to {format_ms(total)} ms, "
+                f"{format_ms(total - timed)} ms ({format_ratio(total / timed)}) more than its timed median of "
+                f"{format_ms(timed)} ms: the profiled steps ran slower than the timed ones (the profiler adds its "
+                f"own overhead to every operator), so the rows are shares of a profiled step, not timings of an "
+                f"unprofiled one.")
+        else:
+            sentences.append(
+                f"Profiled, one {mode} step's operator self times add up to {format_ms(total)} ms, "
+                f"{format_ms(timed - total)} ms less than its timed median of {format_ms(timed)} ms: the time "
+                f"between operators (Python, dispatch) is in the timed step but in no row.")
     return render("profile.html.j2", rows=rows, profile=profile, sentences=sentences,
                   threads=threads_text(profile["threads"]))
+
+
+def streaming_sentence(layout: dict[str, Any], kind: str) -> str:
+    """What the separate layout measurement says about one matrix kind, without claiming a cause it cannot show."""
+    rates = {row["kind"]: row["bytes_per_matrix"] / row[f"{row['stored']}_ns"] * 1e9 for row in layout["rows"]}
+    sizes = {row["kind"]: row["bytes_per_matrix"] for row in layout["rows"]}
+    others = [rate for other, rate in rates.items() if other != kind]
+    if rates[kind] >= min(others):
+        return ""
+    smallest = sizes[kind] == min(sizes.values())
+    return (f" In the separate layout measurement {kind} also streamed slowest of the five, {gbs(rates[kind])} per "
+            f"matrix in its stored layout against {gbs(min(others)).removesuffix(' GB/s')}–{gbs(max(others))} for "
+            f"the others" + (f", and it is the smallest matrix ({sizes[kind]:,} bytes)" if smallest else "")
+            + "; the record does not separate a fixed cost per multiply from the streaming itself, so it shows "
+              "this without establishing why.")
 
 
 def client_view(evidence: Evidence) -> str:
@@ -279,7 +286,21 @@ def layout_view(evidence: Evidence) -> str:
 
 def equivalence_view(evidence: Evidence) -> str:
     record = evidence.record
-    return render("decode_equivalence.html.j2", equivalence=record["equivalence"], tolerance=record["tolerance"])
+    modes, tolerance = record["equivalence"]["modes"], record["tolerance"]
+    within = [mode for mode, entry in modes.items() if entry["within_tolerance"]]
+    worst = max(modes.values(), key=lambda entry: entry["max_abs_diff"])
+    bound = tolerance["atol"] + tolerance["rtol"] * worst["max_abs_reference"]
+    agree = [mode for mode, entry in modes.items() if entry["argmax_agrees_every_step"]]
+    sentences = [
+        f"{len(within)} of {len(modes)} modes (hf-full included) were within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g} before "
+        f"any timing began; the largest difference, {worst['max_abs_diff']:.2e}, is "
+        f"{worst['max_abs_diff'] / bound:.1%} of the bound atol + rtol × max |reference logit| = {bound:.2e}.",
+        f"The greedy token agreed with the reference at every position for all {len(modes)}." if len(agree) == len(modes)
+        else f"The greedy token agreed at every position for {len(agree)} of {len(modes)}; "
+             + join([mode for mode in modes if mode not in agree])
+             + " chose another token somewhere, as logits within the tolerance can at a near-tie.",
+    ]
+    return render("decode_equivalence.html.j2", equivalence=record["equivalence"], sentences=sentences)
 
 
 VIEWS = {"floor": floor_view, "roofline": roofline_view, "comparison": comparison_view, "targets": targets_view,
