@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
 import signal
 import subprocess
 import sys
 import time
 import unittest
+from collections.abc import Callable
+from typing import Any
 from unittest import mock
 
 import httpx
@@ -36,11 +39,126 @@ class QuickRun(QuickBenchmarkRun):
         self.assertTrue(record["targets"]["bytes_peak_within_budget"])
         self.assertEqual(len(kv_serving_views.headline(record)), 3)
 
-    def test_ignoring_disconnects_decodes_for_departed_clients_and_honouring_them_does_not(self) -> None:
+    def test_ignoring_disconnects_decodes_for_departed_clients_and_honouring_them_drops_at_most_a_row_each(self) -> None:
         honoured, ignored = (m["server"] for m in self.record["cancellation"]["modes"])
         self.assertEqual(honoured["tokens_after_disconnect"], 0)
-        self.assertGreater(ignored["tokens_after_disconnect"], 0)
+        self.assertLessEqual(honoured["rows_dropped"], honoured["cancelled"])
+        self.assertEqual(honoured["rows_dropped"], honoured["decode_rows"] + honoured["prefills"]
+                         - honoured["tokens_generated"])
+        self.assertGreater(ignored["decode_rows_after_disconnect"], honoured["decode_rows_after_disconnect"])
+        self.assertEqual(ignored["tokens_after_disconnect"],
+                         ignored["decode_rows_after_disconnect"] + ignored["prefills_after_disconnect"])
         self.assertEqual(ignored["completed"], ignored["submitted"])  # ran every departed request to the end
+
+    def test_every_rate_runs_on_its_own_server_and_keeps_its_occupancy_timeline(self) -> None:
+        rates = self.record["rates"]
+        for run in [*rates["points"], rates["serial"]]:
+            self.assertEqual(run["server"]["submitted"], run["summary"]["requests"])  # nothing from other runs
+            self.assertGreater(len(run["occupancy"]), 0)
+            self.assertLessEqual(max(s["used_blocks"] for s in run["occupancy"]), run["server"]["peak_used_blocks"])
+        self.assertEqual(self.record["targets"]["wall_time_met"],
+                         self.record["wall_time_s"] <= self.record["targets"]["wall_time_limit_s"])
+
+    # ---- check_record refuses each kind of hand edit the record contradicts ----
+    def assert_refused(self, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+        record = copy.deepcopy(self.record)
+        change(record)
+        with self.assertRaisesRegex(RecordError, re.escape(path)):
+            kv_serving_views.check_record(record, "edited")
+
+    def test_check_record_refuses_failed_for_memory_that_the_failed_request_rows_contradict(self) -> None:
+        self.assert_refused("$.admission.policies[0].server.failed_for_memory",
+                            lambda r: r["admission"]["policies"][0]["server"].update(failed_for_memory=2))
+
+    def test_check_record_refuses_a_peak_below_what_the_occupancy_samples_saw(self) -> None:
+        def lower(record: dict[str, Any]) -> None:
+            run = record["rates"]["points"][0]
+            run["server"]["peak_used_blocks"] = max(s["used_blocks"] for s in run["occupancy"]) - 1
+        self.assert_refused("$.rates.points[0].server.peak_used_blocks", lower)
+
+    def test_check_record_refuses_tokens_generated_that_the_clients_tokens_contradict(self) -> None:
+        def inflate(record: dict[str, Any]) -> None:  # identity kept: rows_dropped edited along
+            server = record["admission"]["policies"][0]["server"]
+            server.update(tokens_generated=server["tokens_generated"] - 3, rows_dropped=server["rows_dropped"] + 3)
+        self.assert_refused("$.admission.policies[0].server.tokens_generated", inflate)
+
+    def test_check_record_refuses_a_dropped_row_count_the_row_arithmetic_contradicts(self) -> None:
+        self.assert_refused("$.cancellation.modes[0].server.rows_dropped",
+                            lambda r: r["cancellation"]["modes"][0]["server"].update(rows_dropped=0))
+
+    def test_check_record_refuses_tokens_after_disconnect_the_departed_rows_contradict(self) -> None:
+        self.assert_refused("$.cancellation.modes[1].server.tokens_after_disconnect",
+                            lambda r: r["cancellation"]["modes"][1]["server"].update(tokens_after_disconnect=0))
+
+    def test_check_record_refuses_an_honoured_server_dropping_more_rows_than_it_cancelled(self) -> None:
+        def fewer(record: dict[str, Any]) -> None:
+            server = record["cancellation"]["modes"][0]["server"]
+            server["cancelled"] = server["rows_dropped"] - 1
+        self.assert_refused("$.cancellation.modes[0].server.rows_dropped", fewer)
+
+    def test_check_record_refuses_decode_rows_and_mean_batch_the_clients_tokens_contradict(self) -> None:
+        def inflate(record: dict[str, Any]) -> None:
+            server = record["rates"]["points"][0]["server"]
+            server["decode_rows"] += 5
+            server["mean_batch"] = server["decode_rows"] / server["decode_steps"]
+        self.assert_refused("$.rates.points[0].server.decode_rows", inflate)
+
+    def test_check_record_refuses_a_mean_batch_that_is_not_rows_over_steps(self) -> None:
+        self.assert_refused("$.rates.points[1].server.mean_batch",
+                            lambda r: r["rates"]["points"][1]["server"].update(mean_batch=32.0))
+
+    def test_check_record_refuses_a_pool_size_the_servers_did_not_report(self) -> None:
+        def grow(record: dict[str, Any]) -> None:
+            config = record["config"]["benchmark"]
+            config.update(num_blocks=config["num_blocks"] * 2, pool_bytes=config["pool_bytes"] * 2)
+            record["admission"]["pool_blocks"] = config["num_blocks"]
+        self.assert_refused("$.admission.policies[0].server.num_blocks", grow)
+        self.assert_refused("$.rates.points[0].server.num_blocks",
+                            lambda r: r["config"]["benchmark"].update(sweep_blocks=r["config"]["benchmark"]["sweep_blocks"] + 1))
+
+    def test_check_record_refuses_a_serial_server_that_ran_two_requests_at_once(self) -> None:
+        self.assert_refused("$.rates.serial.server.peak_running",
+                            lambda r: r["rates"]["serial"]["server"].update(peak_running=2))
+
+    def test_check_record_refuses_a_failed_equivalence_gate(self) -> None:
+        for flag in ("tokens_identical", "within_tolerance"):
+            with self.subTest(flag=flag):
+                self.assert_refused(f"$.equivalence.{flag}", lambda r, f=flag: r["equivalence"].update({f: False}))
+
+    def test_check_record_refuses_inter_token_percentiles_out_of_order_or_beyond_the_requests_spans(self) -> None:
+        def disorder(record: dict[str, Any]) -> None:
+            itl = record["rates"]["points"][0]["summary"]["itl_s"]
+            itl["p90"] = itl["p50"] / 2
+        self.assert_refused("$.rates.points[0].summary.itl_s.p90", disorder)
+
+        def stretch(record: dict[str, Any]) -> None:
+            itl = record["rates"]["points"][0]["summary"]["itl_s"]
+            itl["mean"] *= 1000
+        self.assert_refused("$.rates.points[0].summary.itl_s.mean", stretch)
+
+    def test_check_record_refuses_a_wall_time_verdict_the_wall_time_contradicts(self) -> None:
+        self.assert_refused("$.targets.wall_time_met",
+                            lambda r: r["targets"].update(wall_time_met=not r["targets"]["wall_time_met"]))
+        self.assert_refused("$.targets.wall_time_s", lambda r: r["targets"].update(wall_time_s=1.0))
+
+    def test_pool_and_targets_views_word_their_verdicts_from_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        record["equivalence"].update(tokens_identical=False, within_tolerance=False)
+        record["targets"].update(wall_time_s=301.0, wall_time_met=False)
+        evidence = Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
+        pool = kv_serving_views.VIEWS["pool"](evidence)
+        self.assertIn("the tokens differed", pool)
+        self.assertIn("beyond atol", pool)
+        self.assertIn("not met (301 s)", kv_serving_views.VIEWS["targets"](evidence))
+
+    def test_rates_view_names_the_rates_at_which_the_pool_was_full(self) -> None:
+        record = copy.deepcopy(self.record)
+        pool = record["config"]["benchmark"]["sweep_blocks"]
+        last = record["rates"]["points"][-1]
+        last["server"]["peak_used_blocks"] = pool
+        evidence = Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
+        html = kv_serving_views.VIEWS["rates"](evidence)
+        self.assertIn(f"At {last['rate']:g} arrivals per second every one of the {pool} blocks was reserved", html)
 
     def test_check_record_names_a_figure_that_contradicts_the_data(self) -> None:
         for path, change in [

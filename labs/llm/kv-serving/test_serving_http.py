@@ -12,7 +12,7 @@ import httpx
 
 from kv_serving.admission import KVBudget
 from kv_serving.scheduler import Scheduler
-from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
+from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine
 
 TIMEOUT_S = 20
 
@@ -72,21 +72,32 @@ class ServerTest(QuietLoopTestCase):
         async with serve_in_loop(tiny_engine(num_blocks=80)) as (url, app), \
                 httpx.AsyncClient(timeout=TIMEOUT_S) as client:
             scheduler: Scheduler = app.state.scheduler
-            streams = [asyncio.create_task(stream_tokens(client, url, {"prompt": [i + 1] * 7, "max_tokens": 85}))
-                       for i in range(3)]
-            async with asyncio.timeout(TIMEOUT_S):
-                while len(scheduler.running) < 3:  # 23 blocks each: all three fit the 80-block pool
-                    await asyncio.sleep(0.001)
-            running_at_reply = []
-            for raw, reason in bad:
-                reply = await client.post(f"{url}/v1/completions", content=raw,
-                                          headers={"content-type": "application/json"})
-                running_at_reply.append(len(scheduler.running))
-                with self.subTest(body=raw):
-                    self.assertEqual(reply.status_code, 400)
-                    self.assertIn(reason, reply.json()["error"]["message"])
-            results = await asyncio.wait_for(asyncio.gather(*streams), TIMEOUT_S)
-        self.assertEqual(running_at_reply[0], 3, "the first refusal came while all three streams decoded")
+            # Decode steps pass only when the test says so: the three streams cannot finish (each needs 84 steps)
+            # before every refusal is in, however fast or slow this host is; one step passes between refusals.
+            with StepGate(scheduler.model) as gate:
+                streams = [asyncio.create_task(stream_tokens(client, url, {"prompt": [i + 1] * 7, "max_tokens": 85}))
+                           for i in range(3)]
+                async with asyncio.timeout(TIMEOUT_S):
+                    while scheduler.counters.submitted < 3:
+                        await asyncio.sleep(0.001)
+                    if len(scheduler.running) < 3:  # some were admitted before the others arrived: one step more
+                        while not gate.holding:
+                            await asyncio.sleep(0.001)
+                        gate.step()
+                    while len(scheduler.running) < 3:  # 23 blocks each: all three fit the 80-block pool
+                        await asyncio.sleep(0.001)
+                running_at_reply = []
+                for raw, reason in bad:
+                    reply = await client.post(f"{url}/v1/completions", content=raw,
+                                              headers={"content-type": "application/json"})
+                    running_at_reply.append(len(scheduler.running))
+                    gate.step()
+                    with self.subTest(body=raw):
+                        self.assertEqual(reply.status_code, 400)
+                        self.assertIn(reason, reply.json()["error"]["message"])
+                gate.open()
+                results = await asyncio.wait_for(asyncio.gather(*streams), TIMEOUT_S)
+        self.assertEqual(running_at_reply, [3] * len(bad), "every refusal came while all three streams decoded")
         for tokens, lines in results:
             self.assertEqual((len(tokens), lines[-1]), (85, "[DONE]"))
 
@@ -144,6 +155,11 @@ class ServerTest(QuietLoopTestCase):
             self.assertEqual(sorted(pool.blocks.free), list(range(pool.num_blocks)))
             self.assertGreater(metrics["cancelled"], 5)
             self.assertEqual(metrics["cancelled"] + metrics["completed"], metrics["submitted"])
+            # every computed row was streamed or dropped, and only cancelled requests lost a row, one at most each
+            self.assertEqual(metrics["decode_rows"] + metrics["prefills"] - metrics["tokens_generated"],
+                             metrics["rows_dropped"])
+            self.assertLessEqual(metrics["rows_dropped"], metrics["cancelled"])
+            self.assertEqual(metrics["tokens_after_disconnect"], 0)
             await asyncio.sleep(0.1)  # closed connections' tasks end
             self.assertEqual(asyncio.all_tasks(), before)  # every per-request task has ended
         self.assertTrue(any(received < max_tokens for max_tokens, received in results))
@@ -151,15 +167,29 @@ class ServerTest(QuietLoopTestCase):
     async def test_a_plain_request_whose_client_gives_up_is_cancelled(self) -> None:
         async with serve_in_loop(tiny_engine(num_blocks=48)) as (url, app):
             scheduler: Scheduler = app.state.scheduler
-            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
-                with self.assertRaises(TimeoutError):
-                    await asyncio.wait_for(client.post(f"{url}/v1/completions",
-                                                       json={"prompt": [1] * 8, "max_tokens": 80}), 0.05)
-            for _ in range(200):
-                if scheduler.counters.cancelled:
-                    break
-                await asyncio.sleep(0.01)
-            self.assertEqual(scheduler.counters.cancelled, 1)
+            # Its first decode step is held at the gate until the server has seen the client go: the request
+            # cannot finish first, whatever the host's speed.
+            with StepGate(scheduler.model) as gate:
+                async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                    post = asyncio.create_task(client.post(f"{url}/v1/completions",
+                                                           json={"prompt": [1] * 8, "max_tokens": 80}))
+                    async with asyncio.timeout(TIMEOUT_S):
+                        while not (scheduler.running and gate.holding):  # prefilled, first decode step held
+                            await asyncio.sleep(0.002)
+                    request = scheduler.running[0]
+                    post.cancel()
+                    await asyncio.gather(post, return_exceptions=True)
+                async with asyncio.timeout(TIMEOUT_S):  # the client and its connection are closed now
+                    while not request.client_gone:
+                        await asyncio.sleep(0.002)
+                gate.open()
+                async with asyncio.timeout(TIMEOUT_S):
+                    while not scheduler.counters.cancelled:
+                        await asyncio.sleep(0.002)
+            counters = scheduler.counters
+            self.assertEqual((counters.cancelled, counters.completed), (1, 0))
+            self.assertEqual(len(request.output), 1)  # the prefill's token; the held step's row was dropped
+            self.assertEqual((counters.decode_rows_after_disconnect, counters.rows_dropped), (1, 1))
             self.assertEqual(scheduler.pool.num_used_blocks, 0)
 
     async def test_health_and_metrics_describe_the_pool_and_queues(self) -> None:

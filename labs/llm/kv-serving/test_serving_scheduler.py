@@ -8,8 +8,8 @@ import unittest
 
 from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.request import Failed, Finished, Request, Status, Token
-from kv_serving.scheduler import RequestRefused, Scheduler
-from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, tiny_engine
+from kv_serving.scheduler import Counters, RequestRefused, Scheduler
+from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
 
 
 async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
@@ -50,6 +50,22 @@ class SchedulerTest(QuietLoopTestCase):
         scheduler.start()
         self.schedulers.append(scheduler)
         return scheduler
+
+    def assert_every_row_accounted_for(self, counters: Counters) -> None:
+        """Each computed row (a prefill's or one request's in a decode step) was streamed or dropped; rows for
+        departed clients were dropped (honoured) or streamed to nobody (ignored)."""
+        self.assertEqual(counters.decode_rows + counters.prefills - counters.tokens_generated, counters.rows_dropped)
+        self.assertEqual(counters.decode_rows_after_disconnect + counters.prefills_after_disconnect,
+                         counters.tokens_after_disconnect + counters.rows_dropped)
+
+    async def gate_after_prefill(self, scheduler: Scheduler, requests: list[Request]) -> StepGate:
+        """Hold the first decode step of requests submitted together, once every one has its first token."""
+        gate = StepGate(scheduler.model)
+        async with asyncio.timeout(10):
+            while not (gate.holding and len(scheduler.running) == len(requests)):
+                await asyncio.sleep(0.001)
+        self.assertTrue(all(len(r.output) == 1 for r in requests))
+        return gate
 
     def assert_idle_with_every_block_free(self, scheduler: Scheduler) -> None:
         pool = scheduler.pool
@@ -151,6 +167,38 @@ class SchedulerTest(QuietLoopTestCase):
         self.assertEqual(len(request.output), 30)
         self.assertGreaterEqual(scheduler.counters.tokens_after_disconnect, 30 - 3 - 1)
         self.assertGreater(scheduler.counters.block_seconds_after_disconnect, 0)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_honoured_disconnects_cost_exactly_the_rows_of_the_step_under_way_and_are_counted(self) -> None:
+        scheduler = self.start(num_blocks=40)
+        requests = [scheduler.submit([5] * 10, 30), scheduler.submit([6] * 3, 30), scheduler.submit([7] * 6, 30)]
+        with await self.gate_after_prefill(scheduler, requests) as gate:
+            scheduler.disconnect(requests[0])  # both leave while one decode step is held mid-flight
+            scheduler.disconnect(requests[1])
+            gate.open()
+            outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+        counters = scheduler.counters
+        self.assertEqual([r.status for r in requests], [Status.CANCELLED, Status.CANCELLED, Status.FINISHED])
+        self.assertEqual(len(outcomes[2][0]), 30)
+        self.assertEqual([r.decode_steps_after_gone for r in requests], [1, 1, 0])
+        self.assertEqual((counters.cancelled, counters.decode_rows_after_disconnect, counters.rows_dropped,
+                          counters.decode_steps_with_departed, counters.tokens_after_disconnect), (2, 2, 2, 1, 0))
+        self.assert_every_row_accounted_for(counters)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_ignored_disconnects_decode_and_stream_every_remaining_row_for_nobody_and_are_counted(self) -> None:
+        scheduler = self.start(num_blocks=40, honor_disconnect=False)
+        requests = [scheduler.submit([5] * 10, 30), scheduler.submit([6] * 3, 12)]
+        with await self.gate_after_prefill(scheduler, requests) as gate:
+            scheduler.disconnect(requests[0])
+            gate.open()
+            await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+        counters = scheduler.counters
+        self.assertEqual([len(r.output) for r in requests], [30, 12])
+        self.assertEqual((counters.cancelled, counters.rows_dropped), (0, 0))
+        self.assertEqual((counters.decode_rows_after_disconnect, counters.tokens_after_disconnect,
+                          counters.decode_steps_with_departed), (29, 29, 29))  # every step after the prefill
+        self.assert_every_row_accounted_for(counters)
         self.assert_idle_with_every_block_free(scheduler)
 
     async def test_waiting_requests_cancelled_before_admission_never_take_blocks(self) -> None:

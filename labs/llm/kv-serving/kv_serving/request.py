@@ -47,7 +47,7 @@ class Request:
     output: list[int] = field(default_factory=list)
     arrival_s: float = field(default_factory=time.monotonic)
     client_gone: bool = False  # the client disconnected (whether or not the server honours it)
-    gone_s: float | None = None  # monotonic time the client left
+    gone_s: float | None = None  # monotonic time the server noticed the client had left (not the client's own)
     cancel_iteration: int | None = None  # scheduler iteration during which the client left
     decode_steps: int = 0
     decode_steps_after_gone: int = 0

@@ -61,8 +61,19 @@ class Counters:
     refused_queue_full: int = 0
     peak_used_blocks: int = 0
     peak_running: int = 0
-    tokens_after_disconnect: int = 0  # decoded for clients that had already left
-    block_seconds_after_disconnect: float = 0.0  # blocks held x seconds, after their client left
+    # Work for departed clients. A row (a prefill's or a decode step's token for one request) counts as "after
+    # disconnect" when the server had noticed the disconnect by the time the row's step returned. Honoured, such a
+    # row is dropped (at most one per cancelled request: the step already under way); ignored, it is streamed into
+    # a connection nobody reads. Identities: decode_rows + prefills - tokens_generated == rows_dropped, and
+    # decode_rows_after_disconnect + prefills_after_disconnect == tokens_after_disconnect + rows_dropped.
+    decode_rows_after_disconnect: int = 0  # the sum of every request's decode_steps_after_gone
+    prefills_after_disconnect: int = 0
+    decode_steps_with_departed: int = 0  # decode steps that computed at least one row for a departed client
+    rows_dropped: int = 0  # computed, then thrown away because the request was cancelled meanwhile
+    tokens_after_disconnect: int = 0  # tokens streamed for clients that had already left (ignored disconnects)
+    block_seconds_after_disconnect: float = 0.0  # blocks held x seconds, from when the server noticed the leave
+    decode_seconds: float = 0.0  # time the worker spent in decode steps
+    prefill_seconds: float = 0.0  # time the worker spent in prefills: no running request advances meanwhile
 
 
 class Scheduler:
@@ -191,12 +202,16 @@ class Scheduler:
     # --8<-- [end:admit]
 
     async def _prefill(self, request: Request) -> None:
-        if request.done:
+        if request.done or self._cancelled(request):  # left while an earlier prompt of this batch was prefilled
             return
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         logits = await loop.run_in_executor(self._executor, self.model.prefill, self.pool, request.prompt,
                                             request.table)
+        self.counters.prefill_seconds += time.perf_counter() - started
         self.counters.prefills += 1
+        if request.client_gone:
+            self.counters.prefills_after_disconnect += 1
         self._emit(request, int(logits.argmax()))
 
     async def _decode_step(self) -> None:
@@ -205,20 +220,27 @@ class Scheduler:
         positions = [r.length for r in batch]  # the fed-back token's position: positions continue per request
         tables = [r.table for r in batch]
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         logits = await loop.run_in_executor(self._executor, self.model.decode, self.pool, tokens, positions,
                                             tables)
+        self.counters.decode_seconds += time.perf_counter() - started
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(batch)
+        departed = 0
         for request, token in zip(batch, logits.argmax(-1).tolist()):
             request.decode_steps += 1
-            if request.client_gone:
+            if request.client_gone:  # computed for nobody: dropped if honoured, streamed into the void if not
                 request.decode_steps_after_gone += 1
+                departed += 1
             if not request.done:
                 self._emit(request, token)
+        self.counters.decode_rows_after_disconnect += departed
+        self.counters.decode_steps_with_departed += departed > 0
 
     def _emit(self, request: Request, token: int) -> None:
         if self._cancelled(request):
-            return  # computed before the cancellation was seen: dropped, the request retires next
+            self.counters.rows_dropped += 1  # computed before the cancellation was seen; the request retires next
+            return
         request.output.append(token)
         self.counters.tokens_generated += 1
         if request.client_gone:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import unittest
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from kv_cache import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .engine import EngineConfig
+from .model import ServingModel
 from .pool import block_bytes
 from .server import HOST, create_app
 
@@ -61,3 +63,46 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
 
     async def asyncSetUp(self) -> None:
         asyncio.get_running_loop().set_debug(False)
+
+
+class StepGate:
+    """Holds a model's decode steps until the test lets them run, so how far a request gets before the test acts
+    depends on the test, never on the host's speed. Prefills pass freely. Every wait is bounded by ``timeout_s``:
+    a gate the test forgets to open slows the test down, it never hangs it.
+    """
+
+    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
+        self.model, self.timeout_s = model, timeout_s
+        self._decode = model.decode
+        self._permits = threading.Semaphore(0)
+        self._open = threading.Event()
+        self._held = threading.Event()  # a step is waiting at the gate
+        model.decode = self._gated  # type: ignore[method-assign]  # the scheduler looks the method up per step
+
+    def _gated(self, *args: object) -> object:
+        if not self._open.is_set():
+            self._held.set()
+            self._permits.acquire(timeout=self.timeout_s)
+            self._held.clear()
+        return self._decode(*args)
+
+    @property
+    def holding(self) -> bool:
+        """A decode step is waiting at the gate right now."""
+        return self._held.is_set()
+
+    def step(self, count: int = 1) -> None:
+        """Let ``count`` more decode steps through."""
+        self._permits.release(count)
+
+    def open(self) -> None:
+        """Let every step through from now on."""
+        self._open.set()
+        self._permits.release(1)
+
+    def __enter__(self) -> StepGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.open()
+        self.model.decode = self._decode  # type: ignore[method-assign]
