@@ -95,14 +95,19 @@ def add_lab(root: Path) -> None:
         path.write_text(text)
 
 
-def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_else_edited(tmp_path: Path) -> None:
-    (tmp_path / "results").mkdir()
-    shutil.copy(ROOT / "results" / "record-common.schema.json", tmp_path / "results")
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "mkdocs.yml").write_text(
+def site_with_new_lab(root: Path) -> None:
+    """A site of its own (its mkdocs.yml uses this repository's hook), with the throwaway lab added."""
+    (root / "results").mkdir()
+    shutil.copy(ROOT / "results" / "record-common.schema.json", root / "results")
+    (root / "docs").mkdir()
+    (root / "mkdocs.yml").write_text(
         f"site_name: toy\ntheme:\n  name: material\n  font: false\nnav:\n  - Toy: toy.md\n"
         f"hooks:\n  - {ROOT / 'site_hooks' / 'hooks.py'}\n")
-    add_lab(tmp_path)
+    add_lab(root)
+
+
+def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_else_edited(tmp_path: Path) -> None:
+    site_with_new_lab(tmp_path)
     measured = subprocess.run([sys.executable, "labs/demo/toy-lab/benchmark.py", "--output", "results/toy-results.json"],
                               cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
     assert measured.returncode == 0 and "benchmark: the answer is 42" in measured.stderr, measured.stderr
@@ -122,13 +127,7 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
 
 
 def test_a_failing_view_is_one_line_and_its_traceback_shows_with_verbose(tmp_path: Path) -> None:
-    (tmp_path / "results").mkdir()
-    shutil.copy(ROOT / "results" / "record-common.schema.json", tmp_path / "results")
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "mkdocs.yml").write_text(
-        f"site_name: toy\ntheme:\n  name: material\n  font: false\nnav:\n  - Toy: toy.md\n"
-        f"hooks:\n  - {ROOT / 'site_hooks' / 'hooks.py'}\n")
-    add_lab(tmp_path)
+    site_with_new_lab(tmp_path)
     views = tmp_path / "labs" / "demo" / "toy-lab" / "toy_views.py"
     views.write_text(views.read_text().replace('evidence.record["answer"]', 'evidence.record["no-such-field"]'))
 

@@ -7,7 +7,8 @@ import unittest
 import torch
 
 from kv_cache import ATOL, RTOL, DecoderBlock, kv_cache_bytes
-from kv_serving import LayeredPool, ServingModel, block_bytes, blocks_for
+from kv_serving import LayeredPool, ServingModel, block_bytes
+from kv_serving.model import greedy_together
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 
 
@@ -24,24 +25,6 @@ def poisoned_pool(blocks: int = 40) -> LayeredPool:
     return pool
 
 
-def generate(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,
-             ) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Greedy decoding of every prompt together: (tokens per request, logits per request (steps+1, vocab))."""
-    tables = [pool.allocate(blocks_for(len(p) + steps, pool.block_size)) for p in batch]
-    logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
-    tokens = [[int(row[0].argmax())] for row in logits]
-    positions = [len(p) for p in batch]
-    for _ in range(steps):
-        step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
-        for b in range(len(batch)):
-            logits[b].append(step[b])
-            tokens[b].append(int(step[b].argmax()))
-        positions = [p + 1 for p in positions]
-    for table in tables:
-        pool.release(table)
-    return tokens, [torch.stack(row) for row in logits]
-
-
 class BatchedDecodeTest(unittest.TestCase):
     def setUp(self) -> None:
         self.model = ServingModel(TINY_MODEL, TINY_LAYERS)
@@ -54,16 +37,16 @@ class BatchedDecodeTest(unittest.TestCase):
 
     def test_paged_prefill_and_decode_match_full_prefix_recompute_at_every_step(self) -> None:
         prompt = prompts((9,))[0]
-        tokens, logits = generate(self.model, poisoned_pool(), [prompt], steps=12)
+        tokens, logits = greedy_together(self.model, poisoned_pool(), [prompt], steps=12)
         for step in range(13):
             expected = self.model.reference_logits(prompt + tokens[0][:step])
             torch.testing.assert_close(logits[0][step], expected, atol=ATOL, rtol=RTOL)
 
     def test_tokens_and_logits_alone_equal_batched_with_requests_of_other_lengths(self) -> None:
         batch = prompts((3, 17, 1, 30, 8), seed=1)  # lengths cross block boundaries differently
-        together, together_logits = generate(self.model, poisoned_pool(), batch, steps=10)
+        together, together_logits = greedy_together(self.model, poisoned_pool(), batch, steps=10)
         for b, prompt in enumerate(batch):
-            alone, alone_logits = generate(self.model, poisoned_pool(), [prompt], steps=10)
+            alone, alone_logits = greedy_together(self.model, poisoned_pool(), [prompt], steps=10)
             self.assertEqual(together[b], alone[0], f"request {b} (prompt {len(prompt)})")
             torch.testing.assert_close(together_logits[b], alone_logits[0], atol=ATOL, rtol=RTOL)
 
@@ -71,8 +54,8 @@ class BatchedDecodeTest(unittest.TestCase):
         pool = poisoned_pool()
         pool.allocate(7)  # another tenant holds the first blocks: these requests get later, scattered ones
         batch = prompts((5, 13), seed=2)
-        scattered, logits = generate(self.model, pool, batch, steps=6)
-        fresh, fresh_logits = generate(self.model, poisoned_pool(), batch, steps=6)
+        scattered, logits = greedy_together(self.model, pool, batch, steps=6)
+        fresh, fresh_logits = greedy_together(self.model, poisoned_pool(), batch, steps=6)
         self.assertEqual(scattered, fresh)
         for a, b in zip(logits, fresh_logits):
             torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL)

@@ -31,7 +31,7 @@ from labkit.manifest import lab_for
 from .engine import SERVING_LAYERS, SERVING_MODEL
 from .launch import server_processes, server_threads
 from .loadgen import RunResult, run_load
-from .model import ServingModel
+from .model import ServingModel, greedy_together
 from .pool import LayeredPool, block_bytes, blocks_for
 from .workload import WorkloadSpec, make_workload
 
@@ -97,18 +97,7 @@ def equivalence(model: ServingModel, args: argparse.Namespace) -> dict[str, Any]
     prompts = [torch.randint(0, SERVING_MODEL.vocab_size, (n,), generator=generator).tolist() for n in lengths]
 
     def run(batch: list[list[int]]) -> tuple[list[list[int]], list[torch.Tensor]]:
-        pool = LayeredPool(SERVING_MODEL, SERVING_LAYERS, 64, args.block_size)
-        tables = [pool.allocate(blocks_for(len(p) + steps, args.block_size)) for p in batch]
-        logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
-        tokens = [[int(row[0].argmax())] for row in logits]
-        positions = [len(p) for p in batch]
-        for _ in range(steps):
-            step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
-            for b in range(len(batch)):
-                logits[b].append(step[b])
-                tokens[b].append(int(step[b].argmax()))
-            positions = [p + 1 for p in positions]
-        return tokens, [torch.stack(row) for row in logits]
+        return greedy_together(model, LayeredPool(SERVING_MODEL, SERVING_LAYERS, 64, args.block_size), batch, steps)
 
     together, together_logits = run(prompts)
     worst, largest = 0.0, 0.0

@@ -126,3 +126,23 @@ class ServingModel:
             x = self._finish(block, x, attended)
         return self._head(x)[:, -1]
     # --8<-- [end:decode]
+
+
+def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,
+                    ) -> tuple[list[list[int]], list[Tensor]]:
+    """Greedy decoding of every prompt together, then their blocks released: (tokens per request, logits per
+    request (steps + 1, vocab)). Run with one prompt, it is that request alone: the equivalence the scheduler
+    relies on compares the two."""
+    tables = [pool.allocate(blocks_for(len(p) + steps, pool.block_size)) for p in batch]
+    logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
+    tokens = [[int(row[0].argmax())] for row in logits]
+    positions = [len(p) for p in batch]
+    for _ in range(steps):
+        step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
+        for b in range(len(batch)):
+            logits[b].append(step[b])
+            tokens[b].append(int(step[b].argmax()))
+        positions = [p + 1 for p in positions]
+    for table in tables:
+        pool.release(table)
+    return tokens, [torch.stack(row) for row in logits]
