@@ -17,10 +17,10 @@ import torch
 import decode_bandwidth_views
 import labkit.testing
 from decode_bandwidth import Decoder, PreallocatedCache, benchmark, workloads
-from decode_bandwidth.benchmark import client_summary, percentile
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.testing import tiny_model
 from decode_bandwidth_views import figures
+from decode_bandwidth_views.figures import percentile
 from labkit import harness
 from labkit.manifest import load_lab
 from labkit.records import RecordError
@@ -232,8 +232,12 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
 
     def test_client_figures_follow_the_site_copy_of_the_summary(self) -> None:
         runs = [[100, 250, 330, 600], [90, 200, 260, 500]]
-        self.assertEqual(client_summary(runs, 4), figures.client_summary(runs, 4))
+        self.assertIs(benchmark.client_summary, figures.client_summary)  # the site recomputes with the same code
         self.assertEqual(percentile([1, 2, 3, 4], 0.5), 2.5)
+        summary = figures.client_summary(runs, 4)
+        self.assertEqual(summary["ttft_ns"], 95.0)  # median of the first stamps
+        self.assertEqual(summary["itl_p50_ns"], 130.0)  # gaps 150, 80, 270, 110, 60, 240 pooled
+        self.assertAlmostEqual(summary["tokens_per_s"], 4 / 550 * 1e9)  # median run ends at 550 ns
 
 
 class TheClockTimesOnlyTheStep(unittest.TestCase):

@@ -14,7 +14,6 @@ failed run keeps the old record.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from decode_bandwidth.layout import measure_layouts
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.profile import profile_step
 from decode_bandwidth.workloads import MODES, client_run, step_runners
+from decode_bandwidth_views.figures import client_summary  # the one copy, which the site also recomputes with
 from labkit import bench, harness
 from labkit.manifest import lab_for
 from labkit.summary import as_number
@@ -239,26 +239,6 @@ def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> 
             "same_tokens": tokens["ours"] == tokens["transformers"],
             "modes": {mode: {"token_times_ns": stamps, **client_summary(stamps, args.new_tokens)}
                       for mode, stamps in runs.items()}}
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), so the site can recompute it."""
-    ordered = sorted(values)
-    position = share * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def client_summary(runs: list[list[int]], new_tokens: int) -> dict[str, float]:
-    """TTFT (median over runs), inter-token latency percentiles (pooled), tokens/s (median run)."""
-    gaps = [later - earlier for stamps in runs for earlier, later in zip(stamps, stamps[1:])]
-    totals = [stamps[-1] for stamps in runs]
-    return {"ttft_ns": percentile([stamps[0] for stamps in runs], 0.5),
-            "itl_p50_ns": percentile(gaps, 0.5) if gaps else 0.0,
-            "itl_p90_ns": percentile(gaps, 0.9) if gaps else 0.0,
-            "itl_p99_ns": percentile(gaps, 0.99) if gaps else 0.0,
-            "tokens_per_s": new_tokens / percentile(totals, 0.5) * 1e9}
 
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
