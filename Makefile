@@ -39,9 +39,11 @@ serve: venv
 
 # Every registered lab's benchmark, as its lab.toml states it (see labs/labkit/run_benchmarks.py).
 # Writes this machine's records (results/machines/<lab>/<label>.json); REFERENCE=1 replaces the
-# committed reference records instead; MACHINE=<label> names this machine.
+# committed reference records instead; MACHINE=<label> names this machine; LAB=<name> runs one lab's
+# benchmark only (LAB="a b" several); QUICK=1 runs each with --quick, a smoke test marked in its record.
 bench: venv
-	$(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) $(if $(MACHINE),--machine $(MACHINE))
+	$(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) \
+		$(if $(MACHINE),--machine '$(MACHINE)') $(if $(filter 1 yes true,$(QUICK)),--quick) $(LAB)
 
 # The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it.
 lab-server: venv

@@ -11,7 +11,7 @@ WIDTH, HEIGHT = 720, 400
 MARGIN = {"left": 78, "right": 24, "top": 44, "bottom": 64}
 # Distinguishable in light and dark schemes, and by shape and dash for colour-blind readers; series
 # beyond the palette's length reuse its colours with the next marker and dash, so any count can be drawn.
-COLOURS = ["#d9480f", "#1971c2", "#2f9e44", "#862e9c", "#e8590c", "#0c8599", "#5c940d", "#c2255c"]
+COLOURS = ["#d9480f", "#1971c2", "#2f9e44", "#862e9c", "#0c8599", "#c2255c", "#5c940d", "#f08c00"]
 MARKERS = ["circle", "square", "diamond", "triangle"]
 DASHES = ["", "6 4", "2 3", "10 3 2 3", "1 2"]
 

@@ -1,8 +1,9 @@
 """A record's numbers must agree with each other. A hand-edited figure is refused.
 
-Shared checks: the header's timestamp is a real UTC time; a record that declares a timing sweep (it has
-``lengths``) has statistics that follow from its raw durations, lengths that match its config, and
-equivalence within its tolerance. What is specific to a lab's record is checked by the lab's own
+Shared checks: the header's timestamp is a real UTC time and its machine label names a file; a record
+that declares a timing sweep (it has ``lengths``) has strictly ascending lengths that match its config
+and fit the model's positions, the run order its policy states, statistics that follow from its raw
+durations, and equivalence within its tolerance. What is specific to a lab's record is checked by the lab's own
 ``check_record`` (see labviews.py)."""
 
 from __future__ import annotations
@@ -11,18 +12,32 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from labkit.bench import run_order
+from labkit.machines import LabelError, check_label
 from labkit.records import RecordError
 from labkit.summary import STATISTICS, speedup_frame, statistics_frame
 
+# No record of this project can predate it: records need PyTorch 2 (2023) and schema version 3. An
+# earlier date is a clock that was never set (1970) or a hand edit, not a measurement.
+EARLIEST_RECORD = datetime(2020, 1, 1, tzinfo=UTC)
+
 
 def check_header(record: dict[str, Any], source: str) -> None:
-    """The timestamp must be a real time, not only digits in the right places."""
+    """The timestamp must be a real time, not only digits in the right places, and the machine label must
+    name a file (the schema's pattern is checked again here, as labkit checks a label)."""
+    try:
+        check_label(record["machine"], f"{source}: field $.machine")
+    except LabelError as error:
+        raise RecordError(str(error)) from None
     try:
         created = datetime.strptime(record["created_utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError as error:
         raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, not a UTC time: {error}") from None
     if created > datetime.now(UTC) + timedelta(days=1):  # a day of clock skew between machines is tolerated
         raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, in the future")
+    if created < EARLIEST_RECORD:
+        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, before "
+                          f"{EARLIEST_RECORD:%Y-%m-%d}, earlier than any record of this project")
 
 
 BYTES_PER_ELEMENT = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -53,9 +68,16 @@ def check_sweep(record: dict[str, Any], source: str) -> None:
         raise RecordError(f"{source}: field $.config.benchmark.baseline {baseline!r} is not one of {modes}")
     lengths = record["lengths"]
     measured = [entry["length"] for entry in lengths]
+    if measured != sorted(set(measured)):  # every check, sentence and view takes the last as the longest
+        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, not strictly ascending "
+                          f"(each length once, shortest first)")
     if measured != bench["lengths"]:
         raise RecordError(f"{source}: field $.lengths holds lengths {measured}, "
                           f"but $.config.benchmark.lengths says {bench['lengths']}")
+    model = record["config"].get("model", {})
+    if "max_positions" in model and model["max_positions"] < measured[-1]:
+        raise RecordError(f"{source}: field $.config.model.max_positions is {model['max_positions']}, but the "
+                          f"sweep decoded {measured[-1]} positions at its longest length")
     for index, entry in enumerate(lengths):
         check_entry(entry, f"{source}: field $.lengths[{index}]", record, modes, baseline)
     check_stored_statistics(lengths, source, modes, baseline)
@@ -68,6 +90,11 @@ def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes
         raise RecordError(f"{where} does not hold exactly the modes {modes}")
     if len(entry["order"]) != repeats:
         raise RecordError(f"{where}.order has {len(entry['order'])} repetitions, config says repeats = {repeats}")
+    if record["config"]["benchmark"].get("order_policy", "").startswith("rotate:"):  # labkit.bench.ORDER_POLICY
+        for repetition, order in enumerate(entry["order"]):
+            if order != run_order(modes, repetition):
+                raise RecordError(f"{where}.order[{repetition}] is {order}, but the record's rotating order "
+                                  f"policy runs {run_order(modes, repetition)} in repetition {repetition + 1}")
     counts = sorted({len(entry["modes"][m]["durations_ns"]) for m in modes})
     if counts != [repeats]:
         raise RecordError(f"{where}.modes: durations per mode {counts}, config says repeats = {repeats}")

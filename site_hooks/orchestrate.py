@@ -167,8 +167,8 @@ def check_machine_folders(root: Path, labs: list[Lab]) -> None:
 
 
 def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[MachineRecord]:
-    """Every other machine's record: valid, consistent, one per label, its staleness known (never measured
-    by the build: another machine's numbers can only come from that machine)."""
+    """Every other machine's record: valid, consistent, one per label (the reference's included), its
+    staleness known (never measured by the build: another machine's numbers can only come from that machine)."""
     others = []
     for path in machine_records(lab, root):
         relative = path.relative_to(root)
@@ -176,6 +176,9 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
             label = check_label(path.stem, relative.as_posix())
         except LabelError as error:
             raise SiteBuildError(str(error)) from None
+        if label == reference["machine"]:  # it would sit beside the reference as a second, equal machine
+            raise SiteBuildError(f"{relative}: machine label {label!r} is the reference record's ({lab.record}); "
+                                 f"a machine record needs a label of its own (rename the file and its $.machine)")
         record = read_record(lab, root, relative)
         assert record is not None  # it was just listed
         if record["machine"] != label:  # one label, one file: a record may not claim another's label

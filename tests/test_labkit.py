@@ -1,14 +1,27 @@
-"""labkit pieces the site and every benchmark rely on: source state, make bench's interrupt, pruning."""
+"""labkit pieces the site and every benchmark rely on: source state, make bench's signals and labels,
+the launcher's exit, machine labels."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import signal
 import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from labkit import run_benchmarks
+from labkit import harness, run_benchmarks
 from labkit.environment import git_state
+from labkit.machines import LabelError, check_label
+
+from conftest import build_env
+
+DEADLINE_S = 60  # no test here waits longer for a process; each normally takes well under a second
 
 
 def git(folder: Path, *args: str) -> None:
@@ -28,20 +41,190 @@ def test_an_untracked_measured_source_makes_the_tree_dirty(tmp_path: Path) -> No
     assert git_state(tmp_path, sources=("lab.py",))["dirty"] is True
 
 
-def test_ctrl_c_during_make_bench_is_one_line_and_exit_130(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+# A stand-in for a lab's benchmark: says it is ready, then either sleeps (until a signal ends it in one
+# line, as labkit.launch does) or kills itself with the signal named by --die; only a run left alone
+# writes its record, its own command line, to --output.
+FAKE_BENCHMARK = textwrap.dedent('''
+    import json, os, signal, sys, time
+    output = sys.argv[sys.argv.index("--output") + 1]
+    if "--die" in sys.argv:  # no handler: the return code is minus the signal number
+        os.kill(os.getpid(), getattr(signal, sys.argv[sys.argv.index("--die") + 1]))
+    def stop(signum, frame):
+        print(f"child: stopped ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    print("child: ready", file=sys.stderr, flush=True)
+    time.sleep(float(sys.argv[sys.argv.index("--sleep") + 1]) if "--sleep" in sys.argv else 0)
+    with open(output, "w") as stream:
+        json.dump(sys.argv[1:], stream)
+''')
+
+
+def fake_root(root: Path, *labs: tuple[str, list[str]], reference_machine: str = "ref-box-1t") -> Path:
+    """A repository holding fake labs (name, extra benchmark arguments), each with a reference record."""
+    (root / "results").mkdir(parents=True)
+    (root / "child.py").write_text(FAKE_BENCHMARK)
+    for name, extra in labs:
+        folder = root / "labs" / "demo" / name
+        folder.mkdir(parents=True)
+        benchmark = json.dumps(["child.py", "--output", "{record}", *extra])
+        (folder / "lab.toml").write_text(
+            f'name = "{name}"\ntitle = "{name}"\nrecord = "results/{name}.json"\nschema = "results/x.schema.json"\n'
+            f'tests = {{ start = "labs/demo/{name}", pattern = "test_*.py" }}\nbenchmark = {benchmark}\n'
+            f'fingerprint = ["child.py"]\n')
+        (root / "results" / f"{name}.json").write_text(json.dumps({"lab": name, "machine": reference_machine}))
+    return root
+
+
+def in_process(monkeypatch: pytest.MonkeyPatch, root: Path, argv: list[str]) -> int:
+    """run_benchmarks.main on ``root``; the signal handlers it installs must be gone afterwards."""
+    monkeypatch.setattr(run_benchmarks, "ROOT", root)
+    before = [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)]
+    code = run_benchmarks.main(argv)
+    assert [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)] == before
+    return code
+
+
+RUN_ON_ROOT = "import sys; from pathlib import Path; from labkit import run_benchmarks as r; " \
+              "r.ROOT = Path(sys.argv[1]); sys.exit(r.main(sys.argv[2:]))"
+
+
+def start(root: Path, *argv: str) -> subprocess.Popen[str]:
+    """make bench on ``root`` in a process group of its own (a signal to the group spares pytest)."""
+    process = subprocess.Popen([sys.executable, "-c", RUN_ON_ROOT, str(root), *argv], stderr=subprocess.PIPE,
+                               text=True, env=build_env(), process_group=0)
+    deadline = threading.Timer(DEADLINE_S, process.kill)
+    deadline.daemon = True
+    deadline.start()
+    return process
+
+
+def read_until(process: subprocess.Popen[str], text: str) -> list[str]:
+    assert process.stderr is not None
+    lines = []
+    while not lines or text not in lines[-1]:
+        line = process.stderr.readline()
+        assert line, f"stderr ended before {text!r}: {lines}"
+        lines.append(line.rstrip())
+    return lines
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, list[str]]:
+    _, rest = process.communicate(timeout=DEADLINE_S)
+    return process.returncode, rest.splitlines()
+
+
+def test_sigterm_right_after_a_benchmark_is_announced_stops_it_before_it_writes(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "30"]), ("second-lab", []))
+    process = start(root, "--machine", "box")
+    read_until(process, "first-lab: python")  # printed just before the benchmark starts
+    process.send_signal(signal.SIGTERM)
+    code, lines = finish(process)
+    assert code == 143 and lines[-1] == "run_benchmarks: terminated during first-lab; the labs after it were not measured"
+    assert not (root / "results" / "machines").exists()  # neither record written, no empty folder left
+    assert "Traceback" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("target", ["pid", "group"])
+def test_ctrl_c_to_make_bench_reaches_the_benchmark_once_and_stops_the_run(tmp_path: Path, target: str) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "30"]), ("second-lab", []))
+    process = start(root, "--machine", "box")
+    read_until(process, "child: ready")
+    if target == "pid":  # kill -INT <pid>: the benchmark hears of it only through make bench
+        process.send_signal(signal.SIGINT)
+    else:  # Ctrl-C at a terminal: the whole foreground process group
+        os.killpg(process.pid, signal.SIGINT)
+    code, lines = finish(process)
+    assert code == 130
+    assert lines == ["child: stopped (SIGINT)",
+                     "run_benchmarks: interrupted during first-lab; the labs after it were not measured"]
+    assert not (root / "results" / "machines").exists()
+
+
+@pytest.mark.parametrize(("name", "code", "word"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_benchmark_killed_by_a_signal_stops_the_run_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, code: int,
+    word: str,
 ) -> None:
-    class InterruptedChild:
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            self.waits = 0
+    root = fake_root(tmp_path, ("first-lab", ["--die", name]), ("second-lab", []))
+    assert in_process(monkeypatch, root, ["--machine", "box"]) == code  # the child returned -2 or -15
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"run_benchmarks: {word} during first-lab; the labs after it were not measured")
+    assert not (root / "results" / "machines").exists()  # the second lab never ran
 
-        def wait(self, timeout: float | None = None) -> int:
-            self.waits += 1
-            if self.waits == 1:
-                raise KeyboardInterrupt  # Ctrl-C reaches make bench while the child runs
-            return 130
 
-    monkeypatch.setattr(run_benchmarks.subprocess, "Popen", InterruptedChild)
-    assert run_benchmarks.main(["kv-cache"]) == 130
+def test_ctrl_c_while_make_bench_imports_is_one_line_without_a_traceback(tmp_path: Path) -> None:
+    # The interrupt lands exactly while labkit.manifest is being imported, whatever the machine's speed.
+    script = textwrap.dedent('''
+        import os, runpy, signal, sys
+        class InterruptDuringImport:
+            def find_spec(self, name, path=None, target=None):
+                if name == "labkit.manifest":
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+        sys.meta_path.insert(0, InterruptDuringImport())
+        sys.argv = ["run_benchmarks", "--help"]
+        runpy.run_module("labkit.run_benchmarks", run_name="__main__", alter_sys=True)
+    ''')
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=build_env(),
+                              cwd=tmp_path, timeout=DEADLINE_S)
+    assert finished.returncode == 130, finished.stderr
+    assert finished.stderr == "run_benchmarks: interrupted (SIGINT); no benchmark was running\n"
+
+
+def test_make_bench_refuses_the_reference_records_label_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fake_root(tmp_path, ("first-lab", []), reference_machine="ref-box-1t")
+    monkeypatch.setattr(run_benchmarks, "derived_label", lambda: "ref-box-1t")  # what make bench derives there
+    for argv in ([], ["--machine", "ref-box-1t"]):
+        assert in_process(monkeypatch, root, argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(
+            "run_benchmarks: machine label 'ref-box-1t' is the label of the reference record results/first-lab.json")
+        assert "MACHINE=<label>" in err and "REFERENCE=1" in err
+    assert not (root / "results" / "machines").exists()
+    assert in_process(monkeypatch, root, ["--reference"]) == 0  # replacing the reference is what REFERENCE=1 is for
+
+
+def test_make_bench_of_one_lab_quick_under_a_label_writes_that_machines_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fake_root(tmp_path, ("first-lab", []), ("second-lab", []))
+    assert in_process(monkeypatch, root, ["--machine", "mybox", "--quick", "second-lab"]) == 0
+    written = json.loads((root / "results" / "machines" / "second-lab" / "mybox.json").read_text())
+    assert written == ["--output", "results/machines/second-lab/mybox.json", "--machine", "mybox", "--quick"]
+    assert not (root / "results" / "machines" / "first-lab").exists()
+    capsys.readouterr()
+    assert in_process(monkeypatch, root, ["--reference", "--quick"]) == 2
+    assert "never replaces a reference record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["", "abc\n", "Box", "a..b"])
+def test_a_machine_label_that_cannot_name_a_file_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    with pytest.raises(LabelError):
+        check_label(label, "--machine")
+    with pytest.raises(argparse.ArgumentTypeError):
+        harness.machine_label(label)  # a benchmark's own --machine
+    root = fake_root(tmp_path, ("first-lab", []))
+    assert in_process(monkeypatch, root, ["--machine", label]) == 2  # never the derived label instead
     err = capsys.readouterr().err
-    assert "interrupted during kv-cache" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and f"--machine: machine label {label!r} must be" in err
+
+
+def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_land_in(tmp_path: Path) -> None:
+    # An exit handler that signals the process stands for a signal arriving during shutdown: the launcher
+    # must never get there, and must still deliver what main printed.
+    (tmp_path / "fake_benchmark.py").write_text(textwrap.dedent('''
+        import atexit, os, signal
+        def main(argv):
+            atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))
+            print("benchmark: wrote the record")
+            return 0
+    '''))
+    finished = subprocess.run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], capture_output=True,
+                              text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)), timeout=DEADLINE_S)
+    assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")

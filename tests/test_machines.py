@@ -16,6 +16,7 @@ from kv_cache import benchmark
 from labkit import run_benchmarks
 from labkit.machines import derived_label
 from site_hooks.errors import SiteBuildError
+from site_hooks.machines_view import agreement_sentences
 from site_hooks.orchestrate import Evidence, MachineRecord, other_machines
 from site_hooks.views import render_view
 
@@ -49,12 +50,13 @@ def test_a_second_machine_renders_beside_the_reference_which_stays_byte_identica
     html = render_view("machines", evidence_from(root, evidence))
     reference_label = json.loads(reference_bytes)["machine"]
     assert f"<code>{reference_label}</code> <small>(reference)</small>" in html
-    assert "<code>second-box</code>" in html
+    assert "<code>second-box</code> <small>(quick run)</small>" in html  # a smoke test, not a peer
     assert html.count("<tr>") == 3  # header, reference, second machine
     quick = json.loads((root / "results/machines/kv-cache/second-box.json").read_text())
+    assert quick["config"]["benchmark"]["quick"] is True
     for entry in quick["lengths"]:  # --quick measured other lengths: their ratios get columns of their own
         assert f"<th>full / cached at {entry['length']} tokens</th>" in html
-    assert "measured on second-box only" in html
+    assert "measured on second-box (quick run) only" in html and "A quick run (the benchmark&#39;s --quick" in html
     assert (root / LAB.record).read_bytes() == reference_bytes
 
 
@@ -80,8 +82,10 @@ def place(root: Path, name: str, record: dict[str, Any]) -> None:
         ("Bad Label!.json", lambda r: None, "results/machines/kv-cache/Bad Label!.json: machine label 'Bad Label!' must be"),
         ("other-box.json", lambda r: r.update(lab="kv-storage"), "this record belongs to lab 'kv-storage'"),
         ("other-box.json", lambda r: r.update(schema_version=2), "field $.schema_version is invalid"),
+        ("{reference}.json", lambda r: None, "is the reference record's (results/cache-results.json); a machine "
+                                             "record needs a label of its own"),
     ],
-    ids=["claims-another-label", "bad-characters", "wrong-lab", "wrong-schema"],
+    ids=["claims-another-label", "bad-characters", "wrong-lab", "wrong-schema", "the-reference-label"],
 )
 def test_a_bad_machine_record_fails_in_one_line_naming_the_file(
     site_copy: tuple[Path, bytes], name: str, edit: Any, message: str
@@ -104,3 +108,10 @@ def test_a_machines_folder_named_for_no_lab_fails_the_build_naming_it(tmp_path: 
     (tmp_path / "results" / "machines" / "kv-cahce").mkdir(parents=True)
     with pytest.raises(SiteBuildError, match=r"^results/machines/kv-cahce: holds machine records of no lab"):
         check_machine_folders(tmp_path, discover_labs(ROOT))
+
+
+def test_two_machines_under_one_label_both_count_in_the_agreement() -> None:
+    """The build refuses such records; the sentences must not silently drop one even so."""
+    rows = [{"label": "box", "quick": False, "ratios": [2.0]}, {"label": "box", "quick": False, "ratios": [0.5]}]
+    (sentence,) = agreement_sentences(["full / cached"], rows)
+    assert sentence.startswith("full / cached: the machines differ (0.50× to 2.00×): above 1 on box, at or below 1 on box")

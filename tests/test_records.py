@@ -15,7 +15,7 @@ import pytest
 
 from labkit.manifest import Lab, discover_labs
 from labkit.records import RecordError, atomic_write_json, load_record
-from site_hooks.consistency import check_sweep
+from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, read_record
 
@@ -115,6 +115,23 @@ def refusal(tmp_path: Path, lab: Lab, text: str) -> str:
     return message
 
 
+def reversed_sweep(text: str) -> str:
+    """The sweep longest first, consistently so: its config, its entries and its precision check at 16."""
+    record = json.loads(text)
+    record["lengths"].reverse()
+    record["config"]["benchmark"]["lengths"].reverse()
+    record["precision"]["length"] = record["lengths"][-1]["length"]
+    return json.dumps(record)
+
+
+def swapped_order(text: str) -> str:
+    """The second repetition at the first length claims the listed order, which the rotation gives the first."""
+    record = json.loads(text)
+    entry = record["lengths"][0]
+    entry["order"][1] = list(entry["order"][0])
+    return json.dumps(record)
+
+
 @pytest.mark.parametrize(
     ("lab", "edit", "field"),
     [
@@ -139,9 +156,24 @@ def refusal(tmp_path: Path, lab: Lab, text: str) -> str:
          "$.gqa[0].paged_bytes is"),
         (STORAGE_LAB, lambda t: re.sub(r'"retained_bytes": (\d+)', lambda m: f'"retained_bytes": {int(m[1]) + 1}', t, count=1),
          "$.memory.variants.concat.retained_bytes is"),
+        (LAB, reversed_sweep, "field $.lengths holds lengths [512, 256, 128, 64, 32, 16], not strictly ascending"),
+        (LAB, lambda t: re.sub(r'"length": 32,', '"length": 16,', t, count=1),
+         "field $.lengths holds lengths [16, 16, 64, 128, 256, 512], not strictly ascending"),
+        (LAB, swapped_order, "field $.lengths[0].order[1] is ['full', 'cached'], but the record's rotating order "
+                             "policy runs ['cached', 'full'] in repetition 2"),
+        (LAB, lambda t: re.sub(r'"max_positions": \d+', '"max_positions": 256', t, count=1),
+         "field $.config.model.max_positions is 256, but the sweep decoded 512 positions"),
+        (LAB, lambda t: t.replace('"lab": "kv-cache",', '"lab": "kv-cache", "lab": "kv-cache",', 1),
+         "measurement record holds key 'lab' twice in one object"),
+        (LAB, lambda t: re.sub(r'"created_utc": "[^"]+"', '"created_utc": "1970-01-01T00:00:00Z"', t),
+         "field $.created_utc is '1970-01-01T00:00:00Z', before 2020-01-01"),
+        (LAB, lambda t: re.sub(r'"created_utc": "[^"]+"', '"created_utc": "2999-01-01T00:00:00Z"', t),
+         "field $.created_utc is '2999-01-01T00:00:00Z', in the future"),
+        (LAB, lambda t: re.sub(r'"machine": "[^"]+"', r'"machine": "abc\\n"', t, count=1), "field $.machine is invalid"),
     ],
     ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "overflow",
-         "head-dim", "dtype", "threads", "gqa-paged", "retained"],
+         "head-dim", "dtype", "threads", "gqa-paged", "retained", "descending-lengths", "repeated-length",
+         "order-against-policy", "max-positions", "duplicate-key", "before-2020", "future", "label-newline"],
 )
 def test_hand_edited_figure_is_refused_in_one_line_naming_file_and_field(
     tmp_path: Path, lab: Lab, edit: Any, field: str
@@ -209,18 +241,18 @@ def test_never_policy_fails_on_a_missing_or_stale_record(toy_site: ToySite) -> N
 
 def test_auto_policy_measures_a_stale_record_and_reuses_a_fresh_one(toy_site: ToySite) -> None:
     lab = lab_of(toy_site)
-    toy_site.write_fresh_record(created_utc="2000-01-01T00:00:00Z")
+    toy_site.write_fresh_record(created_utc="2021-01-01T00:00:00Z")
     record, measured = fresh_record(lab, toy_site.root, BenchPolicy.AUTO, set(), log)
-    assert (measured, record["created_utc"]) == (False, "2000-01-01T00:00:00Z")
+    assert (measured, record["created_utc"]) == (False, "2021-01-01T00:00:00Z")
     (toy_site.root / "labs/demo/toy/toy.py").write_text("VALUE = 2\n")
     record, measured = fresh_record(lab, toy_site.root, BenchPolicy.AUTO, set(), log)
-    assert measured and record["created_utc"] != "2000-01-01T00:00:00Z"
+    assert measured and record["created_utc"] != "2021-01-01T00:00:00Z"
     assert not is_stale(record, lab, toy_site.root)
 
 
 def test_always_policy_measures_once_per_process(toy_site: ToySite) -> None:
     lab, measured_labs = lab_of(toy_site), set()
-    toy_site.write_fresh_record(created_utc="2000-01-01T00:00:00Z")
+    toy_site.write_fresh_record(created_utc="2021-01-01T00:00:00Z")
     assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is True
     assert fresh_record(lab, toy_site.root, BenchPolicy.ALWAYS, measured_labs, log)[1] is False
 
@@ -243,3 +275,9 @@ def test_corrupt_record_is_not_overwritten_by_a_measurement(toy_site: ToySite) -
     with pytest.raises(SiteBuildError, match=r"toy\.json: measurement record is not valid JSON"):
         read_record(lab_of(toy_site), toy_site.root)
     assert toy_site.record_path.read_text() == "{ not json"
+
+
+def test_a_machine_label_the_schema_might_let_through_is_refused_by_the_header_check(record: dict[str, Any]) -> None:
+    record["machine"] = "abc\n"
+    with pytest.raises(RecordError, match=r"^r\.json: field \$\.machine: machine label 'abc\\n' must be"):
+        check_header(record, "r.json")

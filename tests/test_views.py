@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -252,3 +254,33 @@ def test_line_chart_draws_any_number_of_series_with_a_wrapped_legend() -> None:
     assert svg.count("<polyline") == 9 and all(f">mode-{i}</text>" in svg for i in range(9))
     legends = re.findall(r'<g transform="translate\(([\d.]+) ([\d.-]+)\)">', svg)
     assert len(set(legends)) == 9  # no two legend entries drawn on top of each other
+
+
+def test_an_edited_views_package_is_reloaded_and_an_unchanged_one_is_not(tmp_path: Path) -> None:
+    """`mkdocs serve` rebuilds in one process: an edit to any file of a lab's views package must show."""
+    from labkit.manifest import load_lab
+    from site_hooks import labviews
+
+    folder = tmp_path / "labs" / "demo" / "reload-lab"
+    package = folder / "reload_probe_views"
+    package.mkdir(parents=True)
+    (folder / "lab.toml").write_text(
+        'name = "reload-lab"\ntitle = "t"\nrecord = "r.json"\nschema = "s.json"\n'
+        'tests = { start = "x", pattern = "test_*.py" }\nbenchmark = ["b.py"]\nfingerprint = ["b.py"]\n'
+        'views = "reload_probe_views"\n')
+    (package / "__init__.py").write_text("from .parts import VIEWS\n")
+    parts = package / "parts.py"
+    parts.write_text('VIEWS = {"probe": lambda evidence: "first"}\n')
+    lab = load_lab(folder / "lab.toml", tmp_path)
+    try:
+        first = labviews.lab_module(lab)
+        assert labviews.lab_views(lab)["probe"](None) == "first"
+        assert labviews.lab_module(lab) is first  # nothing changed: the loaded module is reused
+        parts.write_text('VIEWS = {"probe": lambda evidence: "second edition"}\n')  # a submodule, not __init__
+        stamp = parts.stat().st_mtime_ns + 5_000_000_000  # a later mtime, however coarse the file system's clock
+        os.utime(parts, ns=(stamp, stamp))
+        assert labviews.lab_views(lab)["probe"](None) == "second edition"
+        assert labviews.lab_module(lab) is not first
+    finally:
+        labviews.forget("reload_probe_views")
+        labviews._stamps.pop("reload_probe_views", None)

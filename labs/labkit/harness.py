@@ -198,7 +198,8 @@ def sweep_config(args: argparse.Namespace, modes: Sequence[str], baseline: str, 
     """The benchmark block of a timing sweep's config: every setting the timings depend on."""
     return {"seed": args.seed, "lengths": args.lengths, "repeats": args.repeats, "warmup": args.warmup,
             "threads": args.threads, **extra, "modes": list(modes), "baseline": baseline,
-            "order_policy": bench.ORDER_POLICY, "workload": workload, "timer": timer}
+            "order_policy": bench.ORDER_POLICY, "workload": workload, "timer": timer,
+            "quick": bool(args.quick)}  # a smoke test's record must not read as a machine's measurement
 
 
 def sweep_summary(record: dict[str, Any]) -> list[str]:

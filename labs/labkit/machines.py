@@ -10,6 +10,7 @@ the CPU model and the thread count the benchmarks run with.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from .environment import cpu_model
 from .manifest import Lab
 
 MACHINES_DIR = Path("results") / "machines"
-LABEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # whole label (fullmatch): "$" would let "abc\n" through
 DEFAULT_THREADS = 1  # what every benchmark's --threads defaults to
 
 
@@ -26,7 +27,7 @@ class LabelError(ValueError):
 
 
 def check_label(label: str, where: str) -> str:
-    if not LABEL.match(label) or ".." in label:
+    if not LABEL.fullmatch(label) or ".." in label:
         raise LabelError(f"{where}: machine label {label!r} must be 1-64 characters of a-z, 0-9, '.', '_' "
                          f"or '-', starting with a letter or digit (it names a file)")
     return label
@@ -41,6 +42,16 @@ def derived_label(cpu: str | None = None, threads: int = DEFAULT_THREADS) -> str
 def machine_record_path(lab: Lab, label: str) -> Path:
     """Where the record of machine ``label`` for ``lab`` lives, relative to the repository root."""
     return MACHINES_DIR / lab.name / f"{check_label(label, 'MACHINE')}.json"
+
+
+def reference_label(lab: Lab, root: Path) -> str | None:
+    """The machine label of the lab's reference record; None when there is none to read (a record that
+    cannot be read is the build's to report, not a label clash)."""
+    try:
+        label = json.loads((root / lab.record).read_text(encoding="utf-8")).get("machine")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return label if isinstance(label, str) else None
 
 
 def machine_records(lab: Lab, root: Path) -> list[Path]:

@@ -87,8 +87,22 @@ def _find_non_finite(value: Any, path: str = "$") -> str | None:
     return None
 
 
+class _DuplicateKey(ValueError):
+    """A key that appears twice in one JSON object: json keeps the last silently, hiding the first."""
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def load_json(path: Path, what: str, label: str | None = None) -> Any:
-    """Parse a JSON file; errors name it as ``label`` (default: the path). NaN and Infinity are refused."""
+    """Parse a JSON file; errors name it as ``label`` (default: the path). NaN, Infinity and a key
+    repeated within one object are refused."""
     name = label or str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -99,9 +113,13 @@ def load_json(path: Path, what: str, label: str | None = None) -> Any:
     except UnicodeDecodeError as error:
         raise RecordError(f"{name}: {what} is not UTF-8 text (byte {error.start})") from None
     try:
-        data = json.loads(text, parse_constant=_NonFinite, parse_float=_float_or_non_finite)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_float_or_non_finite,
+                          object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as error:
         raise RecordError(f"{name}: {what} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    except _DuplicateKey as key:
+        raise RecordError(f"{name}: {what} holds key {key.args[0]!r} twice in one object; "
+                          f"which value counts would be JSON's silent choice") from None
     found = _find_non_finite(data)
     if found:
         raise RecordError(f"{name}: field {found}: a {what} holds finite numbers only")

@@ -1,79 +1,179 @@
 """Run every registered lab's benchmark, as its lab.toml states it: what `make bench` does.
 
-    labs/.venv/bin/python -m labkit.run_benchmarks [--reference] [--machine LABEL] [lab-name ...]
+    labs/.venv/bin/python -m labkit.run_benchmarks [--reference] [--machine LABEL] [--quick] [lab-name ...]
 
 By default each benchmark writes this machine's record, results/machines/<lab>/<label>.json, and the
 committed reference record stays as it is; --reference (make bench REFERENCE=1) replaces the
 reference instead. The label is --machine (make bench MACHINE=...) or derived from the CPU model and
-thread count. Each benchmark writes its record atomically; one failing does not stop the others, and
-the exit status is non-zero if any failed. Ctrl-C stops the running benchmark (which keeps its
-previous record) and the rest, in one line.
+thread count; a label equal to the reference record's is refused before anything is measured. --quick
+(make bench QUICK=1) passes --quick to each benchmark: a smoke test, marked as such in its record.
+Each benchmark writes its record atomically; one failing does not stop the others, and the exit status
+is non-zero if any failed. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
+the running benchmark (which keeps its previous record) and stops the rest, in one line.
 """
+
+# ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
 
 from __future__ import annotations
 
-import argparse
+import os
 import signal
-import subprocess
 import sys
+from types import FrameType
+
+
+def _stop_outside_main(signum: int, frame: FrameType | None) -> None:
+    """While the imports load and after main returns: no benchmark is running, so stop at once."""
+    name = signal.Signals(signum).name
+    print(f"run_benchmarks: interrupted ({name}); no benchmark was running", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":  # before the imports below: an interrupt while they load is one line, not runpy's traceback
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, _stop_outside_main)
+
+import argparse
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from labkit.machines import LabelError, check_label, derived_label, machine_record_path
-from labkit.manifest import Lab, discover_labs
+from labkit.machines import LabelError, check_label, derived_label, machine_record_path, reference_label
+from labkit.manifest import Lab, ManifestError, discover_labs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
+POLL_S = 0.05  # how soon a signal to make bench is forwarded to the running benchmark
+STOPPED = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
+STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 
 def say(message: str) -> None:
     print(f"run_benchmarks: {message}", file=sys.stderr, flush=True)
 
 
-def arguments_for(lab: Lab, reference: bool, label: str) -> list[str]:
+def arguments_for(lab: Lab, reference: bool, label: str, quick: bool = False) -> list[str]:
     """The lab.toml's command, writing the reference or this machine's record."""
-    if reference:
-        return [*lab.benchmark_arguments(), "--machine", label]
-    return [*lab.benchmark_arguments(machine_record_path(lab, label).as_posix()), "--machine", label]
+    record = None if reference else machine_record_path(lab, label).as_posix()
+    return [*lab.benchmark_arguments(record), "--machine", label, *(["--quick"] if quick else [])]
+
+
+class Stop:
+    """The first SIGINT or SIGTERM of the run. The handler only notes it; the loop forwards it to the
+    running benchmark, exactly once (a handler that sent it too could race the loop into sending twice)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.at = 0.0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[Stop]:
+    """Within the block, SIGINT and SIGTERM are noted in the Stop; the previous handlers come back after."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, stop)
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_one(arguments: list[str], stop: Stop) -> int:
+    """The benchmark's exit status. It runs in a process group of its own, so a Ctrl-C at the terminal
+    reaches it once, forwarded from here, not twice; one that outlives CHILD_GRACE_S after that is killed."""
+    process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, process_group=0)
+    forwarded = False
+    while True:
+        try:
+            return process.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if stop.signum is not None and not forwarded:
+            process.send_signal(stop.signum)
+            forwarded = True
+        elif forwarded and time.monotonic() - stop.at > CHILD_GRACE_S:
+            process.kill()
+
+
+def refuse_reference_label(labs: list[Lab], label: str) -> str | None:
+    """Why ``label`` cannot name this machine's records (it is a reference record's), or None."""
+    for lab in labs:
+        if reference_label(lab, ROOT) == label:
+            return (f"machine label {label!r} is the label of the reference record {lab.record}; this machine's "
+                    f"record would sit beside it as a second reference: pass MACHINE=<label> (--machine) to "
+                    f"name this machine, or REFERENCE=1 (--reference) to replace the reference")
+    return None
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("labs", nargs="*", help="lab names (default: every lab)")
     parser.add_argument("--reference", action="store_true", help="replace each lab's reference record")
-    parser.add_argument("--machine", default="", help="machine label (default: derived from CPU and threads)")
-    args = parser.parse_args(argv)
-    try:
-        label = check_label(args.machine, "--machine") if args.machine else derived_label()
-    except LabelError as error:
-        say(str(error))
-        return 2
-    labs = discover_labs(ROOT)
-    unknown = set(args.labs) - {lab.name for lab in labs}
-    if unknown:
-        say(f"unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}")
-        return 2
-    say(f"writing {'the reference records' if args.reference else f'the records of machine {label!r}'}")
-    failed = []
-    for lab in (lab for lab in labs if not args.labs or lab.name in args.labs):
-        arguments = arguments_for(lab, args.reference, label)
-        if not args.reference:  # the machines folder is this run's to create; a benchmark creates none
-            (ROOT / machine_record_path(lab, label)).parent.mkdir(parents=True, exist_ok=True)
-        say(f"{lab.name}: python {' '.join(arguments)}")
-        process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT)
-        # SIGTERM to make bench reaches the benchmark too, which keeps its record and says so.
-        signal.signal(signal.SIGTERM, lambda signum, frame, child=process: child.terminate())
+    parser.add_argument("--machine", default=None, help="machine label (default: derived from CPU and threads)")
+    parser.add_argument("--quick", action="store_true", help="each benchmark's --quick: a smoke test")
+    with stop_on_signals() as stop:
+        args = parser.parse_args(argv)
         try:
-            code = process.wait()
-        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it say what became of its record
-            try:
-                process.wait(timeout=CHILD_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            say(f"interrupted during {lab.name}; the labs after it were not measured")
-            return 130
-        if code == 143:
-            say(f"terminated during {lab.name}; the labs after it were not measured")
-            return 143
+            label = derived_label() if args.machine is None else check_label(args.machine, "--machine")
+        except LabelError as error:
+            say(str(error))
+            return 2
+        if args.reference and args.quick:
+            say("--quick (QUICK=1) is a smoke test and never replaces a reference record: drop one of the two")
+            return 2
+        try:
+            labs = discover_labs(ROOT)
+        except ManifestError as error:
+            say(str(error))
+            return 2
+        unknown = set(args.labs) - {lab.name for lab in labs}
+        if unknown:
+            say(f"unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}")
+            return 2
+        chosen = [lab for lab in labs if not args.labs or lab.name in args.labs]
+        refusal = None if args.reference else refuse_reference_label(chosen, label)
+        if refusal:
+            say(refusal)
+            return 2
+        say(f"writing {'the reference records' if args.reference else f'the records of machine {label!r}'}"
+            + (" (quick runs)" if args.quick else ""))
+        return run_all(chosen, args.reference, label, args.quick, stop)
+
+
+def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Stop) -> int:
+    failed = []
+    for lab in labs:
+        if stop.signum is not None:
+            say(f"{STOP_WORDS[stop.signum]} before {lab.name}; it and the labs after it were not measured")
+            return 128 + stop.signum
+        arguments = arguments_for(lab, reference, label, quick)
+        # The machines folders are this run's to create (a benchmark creates none), and to remove again
+        # when no record came of it: results/machines/<lab>, then results/machines.
+        folder = ROOT / machine_record_path(lab, label).parent
+        created = [] if reference else [f for f in (folder, folder.parent) if not f.exists()]
+        if created:
+            folder.mkdir(parents=True)
+        say(f"{lab.name}: python {' '.join(arguments)}")
+        code = run_one(arguments, stop)
+        for empty in (f for f in created if code != 0 and not any(f.iterdir())):
+            empty.rmdir()
+        signum = stop.signum if stop.signum is not None else STOPPED.get(code)
+        if signum is not None:  # the benchmark's own line said what became of its record
+            say(f"{STOP_WORDS[signum]} during {lab.name}; the labs after it were not measured")
+            return 128 + signum
         if code != 0:
             failed.append(lab.name)
     if failed:
@@ -82,4 +182,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status)  # no interpreter shutdown after the last line, for a signal to land in
