@@ -5,16 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
+import subprocess
+import sys
+import time
 import unittest
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 from kv_serving.admission import KVBudget
+from kv_serving.launch import free_ports
+from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine
 
 TIMEOUT_S = 20
+JSON = {"content-type": "application/json"}
 
 
 async def stream_tokens(client: httpx.AsyncClient, url: str, body: dict[str, Any],
@@ -28,7 +36,8 @@ async def stream_tokens(client: httpx.AsyncClient, url: str, body: dict[str, Any
                 continue
             lines.append(line[6:])
             if line[6:] != "[DONE]":
-                tokens.extend(json.loads(line[6:]).get("choices", [{}])[0].get("token_ids", []))
+                for choice in json.loads(line[6:]).get("choices", []):  # none in an error or a usage chunk
+                    tokens.extend(choice["token_ids"])
             if leave_after is not None and len(tokens) >= leave_after:
                 break
     return tokens, lines
@@ -45,6 +54,10 @@ class ServerTest(QuietLoopTestCase):
         self.assertEqual(json.loads(lines[-2])["choices"][0]["finish_reason"], "length")
         self.assertEqual(len(streamed), 9)
         self.assertEqual(plain["choices"][0]["token_ids"], streamed)
+        chunks = [json.loads(line) for line in lines[:-1]]
+        self.assertEqual(len({(c["id"], c["created"]) for c in chunks}), 1)  # one id and one created per request
+        self.assertRegex(chunks[0]["id"], r"^cmpl-[0-9a-f]{32}$")  # a uuid4: unique across launches too
+        self.assertNotEqual(plain["id"], chunks[0]["id"])
         self.assertEqual(plain["object"], "text_completion")
         self.assertEqual(plain["usage"], {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14})
         ids = [3, 1, 4, 1, 5]
@@ -54,20 +67,31 @@ class ServerTest(QuietLoopTestCase):
 
     async def test_bad_requests_get_400_with_the_reason_while_other_streams_keep_going(self) -> None:
         vocab, positions = TINY_MODEL.vocab_size, TINY_MODEL.max_positions
-        bad = [
-            (b'{"prompt": [1, 2', "not valid JSON"),
-            (b'[1, 2]', "must be a JSON object"),
-            (b'{"max_tokens": 3}', "missing field prompt"),
-            (b'{"prompt": [1, "two"]}', "list of integer token ids"),
-            (b'{"prompt": [1, 2.5]}', "list of integer token ids"),
-            (b'{"prompt": [true]}', "list of integer token ids"),
-            (b'{"prompt": []}', "non-empty"),
-            (json.dumps({"prompt": [1, vocab]}).encode(), f"[0, {vocab})"),
-            (b'{"prompt": [1], "max_tokens": 0}', "max_tokens must be an integer >= 1, got 0"),
+        bad = [  # (body, what the message says, the error's param)
+            (b'{"prompt": [1, 2', "not valid JSON", None),
+            (b'[1, 2]', "must be a JSON object", None),
+            (b'{"max_tokens": 3}', "missing field prompt", "prompt"),
+            (b'{"prompt": [1, "two"]}', 'prompt[1] must be an integer token id, got "two"', "prompt"),
+            (json.dumps({"prompt": [1] * 40 + [1.5]}).encode(), "prompt[40] must be an integer token id, got 1.5",
+             "prompt"),
+            (b'{"prompt": [true]}', "prompt[0] must be an integer token id, got true", "prompt"),
+            (b'{"prompt": []}', "non-empty", "prompt"),
+            (json.dumps({"prompt": [1] * 30 + [vocab]}).encode(), f"prompt[30] = {vocab} is not a token id", "prompt"),
+            (json.dumps({"prompt": [1, -1]}).encode(), f"prompt[1] = -1 is not a token id: ids must lie in [0, {vocab})",
+             "prompt"),
+            (b'{"prompt": [1], "max_tokens": 0}', "max_tokens must be an integer >= 1, got 0", "max_tokens"),
             (json.dumps({"prompt": [1] * 10, "max_tokens": positions}).encode(),
-             f"= {positions + 10} positions, beyond the model's {positions}"),
-            (b'{"prompt": [1], "temperature": 0.7, "n": 2}', "unsupported field(s) n, temperature"),
-            (b'{"prompt": [1], "stream": "yes"}', "stream must be true or false"),
+             f"= {positions + 10} positions, beyond the model's {positions}", "max_tokens"),
+            (b'{"prompt": [1], "top_p": 0.9, "best_of": 2}', "unsupported field(s) best_of, top_p", "best_of"),
+            (b'{"prompt": [1], "temperature": 0.7}', "temperature must be 0 (this server decodes greedily), got 0.7",
+             "temperature"),
+            (b'{"prompt": [1], "n": 2}', "n must be 1", "n"),
+            (b'{"prompt": [1], "stream": "yes"}', "stream must be true or false", "stream"),
+            (b'{"prompt": [1], "stream_options": {"include_usage": true}}', "only allowed with stream: true",
+             "stream_options"),
+            (b'{"prompt": [' + b"9" * 5000 + b']}', "an integer of 5000 digits", None),
+            (b'{"prompt": [1], "max_tokens": ' + b"9" * 5000 + b'}', "an integer of 5000 digits", None),
+            (b'{"prompt": ' + b"[" * 3000 + b"]" * 3000 + b'}', "nests arrays or objects too deeply", None),
         ]
         async with serve_in_loop(tiny_engine(num_blocks=80)) as (url, app), \
                 httpx.AsyncClient(timeout=TIMEOUT_S) as client:
@@ -87,19 +111,113 @@ class ServerTest(QuietLoopTestCase):
                     while len(scheduler.running) < 3:  # 23 blocks each: all three fit the 80-block pool
                         await asyncio.sleep(0.001)
                 running_at_reply = []
-                for raw, reason in bad:
+                for raw, reason, param in bad:
                     reply = await client.post(f"{url}/v1/completions", content=raw,
                                               headers={"content-type": "application/json"})
                     running_at_reply.append(len(scheduler.running))
                     gate.step()
-                    with self.subTest(body=raw):
+                    with self.subTest(body=raw[:80]):
                         self.assertEqual(reply.status_code, 400)
-                        self.assertIn(reason, reply.json()["error"]["message"])
+                        error = reply.json()["error"]
+                        self.assertIn(reason, error["message"])
+                        self.assertEqual((error["type"], error["param"]), ("invalid_request_error", param))
                 gate.open()
                 results = await asyncio.wait_for(asyncio.gather(*streams), TIMEOUT_S)
         self.assertEqual(running_at_reply, [3] * len(bad), "every refusal came while all three streams decoded")
         for tokens, lines in results:
             self.assertEqual((len(tokens), lines[-1]), (85, "[DONE]"))
+
+    async def test_greedy_n_and_temperature_are_accepted_and_include_usage_adds_a_last_usage_chunk(self) -> None:
+        async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            body = {"prompt": [2, 7], "max_tokens": 3, "n": 1, "temperature": 0,
+                    "stream_options": {"include_usage": True}}
+            tokens, lines = await stream_tokens(client, url, body)
+        chunks = [json.loads(line) for line in lines[:-1]]
+        self.assertEqual((len(tokens), lines[-1]), (3, "[DONE]"))
+        self.assertTrue(all(c["usage"] is None for c in chunks[:-1]))  # as OpenAI: null on every other chunk
+        self.assertEqual(chunks[-1]["choices"], [])
+        self.assertEqual(chunks[-1]["usage"], {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+        self.assertEqual(chunks[-2]["choices"][0]["finish_reason"], "length")
+
+    async def test_wrong_media_type_oversized_bodies_and_unknown_routes_get_openai_error_objects(self) -> None:
+        limit = max_body_bytes(TINY_MODEL.max_positions)
+
+        async def in_parts() -> AsyncIterator[bytes]:  # no Content-Length: the server counts while it reads
+            yield b'{"prompt": [' + b"1," * limit
+            yield b"1]}"
+
+        async with serve_in_loop(tiny_engine()) as (url, app), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            completions = f"{url}/v1/completions"
+            replies = {
+                "text/plain": await client.post(completions, content=b'{"prompt": [1]}',
+                                                 headers={"content-type": "text/plain"}),
+                "no content-type": await client.post(completions, content=b'{"prompt": [1]}'),
+                "declared too large": await client.post(completions, content=b" " * (limit + 1), headers=JSON),
+                "read too large": await client.post(completions, content=in_parts(), headers=JSON),
+                "unknown route": await client.get(f"{url}/v1/nothing"),
+                "wrong method": await client.get(completions),
+            }
+            after = await client.post(completions, json={"prompt": [1], "max_tokens": 2})  # the refusals left no mess
+            app.state.scheduler.submit = None  # a bug in the server: calling it raises TypeError
+            with self.assertLogs("uvicorn.error", "ERROR"):  # uvicorn still logs the traceback of a 500
+                replies["server bug"] = await client.post(completions, json={"prompt": [1]})
+        expected = {
+            "text/plain": (415, "content-type must be application/json, got text/plain"),
+            "no content-type": (415, "content-type must be application/json, got none"),
+            "declared too large": (413, f"the request body is {limit + 1} bytes; this server reads at most {limit} "
+                                        f"bytes (32 per position for the model's {TINY_MODEL.max_positions} positions"),
+            "read too large": (413, f"the request body is more than {limit} bytes"),
+            "unknown route": (404, "Not Found: GET /v1/nothing"),
+            "wrong method": (405, "Method Not Allowed: GET /v1/completions"),
+            "server bug": (500, "internal error: TypeError"),
+        }
+        for name, (status, message) in expected.items():
+            with self.subTest(name):
+                self.assertEqual(replies[name].status_code, status)
+                error = replies[name].json()["error"]
+                self.assertEqual(set(error), {"message", "type", "param", "code"})
+                self.assertIn(message, error["message"])
+                self.assertIsNone(error["param"])
+        self.assertEqual(replies["server bug"].json()["error"]["type"], "server_error")
+        self.assertEqual(after.status_code, 200)
+
+    async def test_a_failing_decode_step_fails_its_requests_with_the_error_and_the_server_goes_on(self) -> None:
+        async with serve_in_loop(tiny_engine()) as (url, app), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            scheduler: Scheduler = app.state.scheduler
+            decode = scheduler.model.decode
+
+            def failing_decode(*args: object) -> object:
+                raise RuntimeError("simulated decode failure")
+
+            scheduler.model.decode = failing_decode  # type: ignore[method-assign]
+            body = {"prompt": [1, 2, 3], "max_tokens": 10}
+            with self.assertLogs("kv_serving.scheduler", "ERROR") as logs:
+                (tokens, lines), plain = await asyncio.wait_for(asyncio.gather(
+                    stream_tokens(client, url, body), client.post(f"{url}/v1/completions", json=body)), TIMEOUT_S)
+            self.assertIn("RuntimeError: simulated decode failure", logs.output[0])
+            failed = (scheduler.counters.failed_for_error, scheduler.pool.num_used_blocks)
+            healthy = await client.get(f"{url}/health")
+            scheduler.model.decode = decode  # type: ignore[method-assign]
+            after = await client.post(f"{url}/v1/completions", json=body)
+            # if the loop itself ends, /health says so and new requests are refused rather than left hanging
+            assert scheduler._task is not None
+            scheduler._task.cancel()
+            async with asyncio.timeout(TIMEOUT_S):
+                while (dead := await client.get(f"{url}/health")).status_code == 200:
+                    await asyncio.sleep(0.005)
+            refused = await client.post(f"{url}/v1/completions", json=body)
+        message = "internal error in the decode step: RuntimeError: simulated decode failure"
+        self.assertEqual(len(tokens), 1)  # the prefill's token; the first decode step failed
+        self.assertEqual(lines[-1], "[DONE]")
+        self.assertEqual(json.loads(lines[-2])["error"]["message"], message)
+        self.assertEqual((plain.status_code, plain.json()["error"]["message"]), (500, message))
+        self.assertEqual(plain.json()["error"]["code"], "internal_error")
+        self.assertEqual(failed, (2, 0))  # both failed, every block back in the pool
+        self.assertEqual((healthy.status_code, healthy.json()), (200, {"status": "ok"}))
+        self.assertEqual(len(after.json()["choices"][0]["token_ids"]), 10)
+        self.assertEqual(dead.status_code, 503)
+        self.assertEqual(dead.json(), {"status": "unavailable", "reason": "the scheduler loop has stopped"})
+        self.assertEqual((refused.status_code, refused.json()["error"]["code"]), (503, "scheduler_stopped"))
 
     async def test_never_fitting_request_gets_400_with_numbers_and_a_full_queue_503(self) -> None:
         config = tiny_engine(num_blocks=16, policy=KVBudget(4 * tiny_engine().block_bytes), max_waiting=1)
@@ -125,26 +243,28 @@ class ServerTest(QuietLoopTestCase):
 
     async def test_cancelling_many_streams_at_random_moments_leaves_no_block_and_no_task(self) -> None:
         rng = random.Random(7)
+        plans = []  # drawn before any client runs: what each client does never depends on the order they wake in
+        for _ in range(40):
+            delay, max_tokens = rng.uniform(0, 0.3), rng.randint(5, 40)
+            leave = rng.choice([None, 0, 1, rng.randint(1, max_tokens)])
+            prompt = [rng.randrange(TINY_MODEL.vocab_size) for _ in range(rng.randint(1, 30))]
+            plans.append((delay, {"prompt": prompt, "max_tokens": max_tokens}, leave, rng.uniform(0, 0.05)))
         async with serve_in_loop(tiny_engine(num_blocks=48)) as (url, app):
             scheduler: Scheduler = app.state.scheduler
             before = asyncio.all_tasks()  # this test, the server, its lifespan and the scheduler loop
             async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
-                async def one(i: int) -> tuple[int, int]:
-                    await asyncio.sleep(rng.uniform(0, 0.3))
-                    max_tokens = rng.randint(5, 40)
-                    leave = rng.choice([None, 0, 1, rng.randint(1, max_tokens)])
-                    body = {"prompt": [rng.randrange(TINY_MODEL.vocab_size) for _ in range(rng.randint(1, 30))],
-                            "max_tokens": max_tokens}
+                async def one(delay: float, body: dict[str, Any], leave: int | None, patience: float) -> int:
+                    await asyncio.sleep(delay)
                     if leave == 0:  # leave before the first token, after a random delay
                         try:
-                            await asyncio.wait_for(stream_tokens(client, url, body), rng.uniform(0, 0.05))
+                            await asyncio.wait_for(stream_tokens(client, url, body), patience)
                         except TimeoutError:
                             pass
-                        return max_tokens, -1
+                        return -1
                     tokens, _ = await stream_tokens(client, url, body, leave)
-                    return max_tokens, len(tokens)
+                    return len(tokens)
 
-                results = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(40))), TIMEOUT_S)
+                received = await asyncio.wait_for(asyncio.gather(*(one(*plan) for plan in plans)), TIMEOUT_S)
             for _ in range(200):  # the last cancellations retire within an iteration or two
                 if not scheduler.running and not scheduler.waiting:
                     break
@@ -160,9 +280,14 @@ class ServerTest(QuietLoopTestCase):
                              metrics["rows_dropped"])
             self.assertLessEqual(metrics["rows_dropped"], metrics["cancelled"])
             self.assertEqual(metrics["tokens_after_disconnect"], 0)
-            await asyncio.sleep(0.1)  # closed connections' tasks end
-            self.assertEqual(asyncio.all_tasks(), before)  # every per-request task has ended
-        self.assertTrue(any(received < max_tokens for max_tokens, received in results))
+            async with asyncio.timeout(TIMEOUT_S):  # closed connections' tasks end
+                while asyncio.all_tasks() != before:
+                    await asyncio.sleep(0.01)
+        # the clients that left partway got exactly the tokens they waited for, and there were several of them
+        partway = [(count, plan[2]) for count, plan in zip(received, plans)
+                   if plan[2] is not None and 0 < plan[2] < plan[1]["max_tokens"]]
+        self.assertGreater(len(partway), 5)
+        self.assertEqual([count for count, _ in partway], [leave for _, leave in partway])
 
     async def test_a_plain_request_whose_client_gives_up_is_cancelled(self) -> None:
         async with serve_in_loop(tiny_engine(num_blocks=48)) as (url, app):
@@ -199,6 +324,76 @@ class ServerTest(QuietLoopTestCase):
         self.assertEqual((metrics["num_blocks"], metrics["num_free_blocks"], metrics["num_used_blocks"]), (20, 20, 0))
         self.assertEqual((metrics["num_running"], metrics["num_waiting"]), (0, 0))
         self.assertEqual(metrics["admission"]["policy"], "kv_budget_bytes")
+
+
+# The real server command, except that every decode step lasts at least 10 ms: a request of 300 tokens then runs
+# for 3 s or more however fast the host is, so the test's signal always finds it unfinished.
+SLOW_SERVER = """
+import sys, time
+from kv_serving import model, server
+decode = model.ServingModel.decode
+def slow_decode(*args):
+    time.sleep(0.01)
+    return decode(*args)
+model.ServingModel.decode = slow_decode
+sys.exit(server.main(sys.argv[1:]))
+"""
+
+
+class ShutdownTest(QuietLoopTestCase):
+    async def stop_while_serving(self, port: int, sig: signal.Signals) -> dict[str, Any]:
+        """Start the server, run two streams and queue a plain request, signal it; what each client saw."""
+        url = f"http://127.0.0.1:{port}"
+        process = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, "--port", str(port), "--max-running", "2"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                async with asyncio.timeout(60):  # importing torch is most of a start
+                    while process.poll() is None:
+                        try:
+                            if (await client.get(f"{url}/health")).status_code == 200:
+                                break
+                        except httpx.HTTPError:
+                            await asyncio.sleep(0.05)
+                body = {"prompt": [1] * 10, "max_tokens": 300}
+                streams = [asyncio.create_task(stream_tokens(client, url, body)) for _ in range(2)]
+                plain = asyncio.create_task(client.post(f"{url}/v1/completions", json=body))
+                async with asyncio.timeout(TIMEOUT_S):  # two running (one token out at least), one waiting
+                    while True:
+                        metrics = (await client.get(f"{url}/metrics")).json()
+                        if (metrics["num_running"], metrics["num_waiting"], metrics["decode_steps"] > 0) == (2, 1, True):
+                            break
+                        await asyncio.sleep(0.01)
+                process.send_signal(sig)
+                signalled = time.monotonic()
+                outcomes = await asyncio.wait_for(asyncio.gather(*streams, plain), TIMEOUT_S)
+            code = await asyncio.wait_for(asyncio.to_thread(process.wait), TIMEOUT_S)
+            return {"streams": [lines for _, lines in outcomes[:2]], "plain": outcomes[2], "code": code,
+                    "exit_s": time.monotonic() - signalled, "log": process.stdout.read().decode()}
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stdout.close()
+
+    async def test_sigint_and_sigterm_end_every_stream_with_an_error_event_and_exit_cleanly(self) -> None:
+        ports = free_ports(2)
+        results = await asyncio.gather(self.stop_while_serving(ports[0], signal.SIGINT),
+                                       self.stop_while_serving(ports[1], signal.SIGTERM))
+        for sig, result in zip(("SIGINT", "SIGTERM"), results):
+            with self.subTest(sig):
+                for lines in result["streams"]:
+                    self.assertEqual(lines[-1], "[DONE]")
+                    self.assertEqual(json.loads(lines[-2])["error"]["message"], "the server is shutting down")
+                self.assertEqual(result["plain"].status_code, 503)
+                self.assertEqual(result["plain"].json()["error"],
+                                 {"message": "the server is shutting down", "type": "server_error", "param": None,
+                                  "code": "server_shutting_down"})
+                self.assertEqual(result["code"], 0)
+                self.assertLess(result["exit_s"], TIMEOUT_S / 2)
+                self.assertNotIn("Traceback", result["log"])
+                self.assertNotIn("graceful shutdown exceeded", result["log"])  # nobody was left to cancel
+                self.assertIn("Application shutdown complete", result["log"])
 
 
 if __name__ == "__main__":

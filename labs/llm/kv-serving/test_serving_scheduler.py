@@ -77,10 +77,13 @@ class SchedulerTest(QuietLoopTestCase):
     async def test_continuous_batching_gives_every_request_its_alone_tokens(self) -> None:
         scheduler = self.start(num_blocks=24)
         work = random_requests(10, seed=0)
-        requests = []
-        for prompt, max_tokens in work:  # arrivals spread over iterations, so batches change as they run
-            requests.append(scheduler.submit(prompt, max_tokens))
+        # The first three arrive before the loop's first iteration (nothing is awaited in between): together they
+        # fit the pool (11 + 3 + 6 of 24 blocks) and each needs decode steps, so the first step decodes three rows
+        # however fast the host is. The rest arrive spread over iterations, so batches change as they run.
+        requests = [scheduler.submit(prompt, max_tokens) for prompt, max_tokens in work[:3]]
+        for prompt, max_tokens in work[3:]:
             await asyncio.sleep(0.002)
+            requests.append(scheduler.submit(prompt, max_tokens))
         outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
         for (prompt, max_tokens), (tokens, end) in zip(work, outcomes):
             self.assertEqual(end, Finished("length"))
@@ -199,6 +202,47 @@ class SchedulerTest(QuietLoopTestCase):
         self.assertEqual((counters.decode_rows_after_disconnect, counters.tokens_after_disconnect,
                           counters.decode_steps_with_departed), (29, 29, 29))  # every step after the prefill
         self.assert_every_row_accounted_for(counters)
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_fail_all_fails_waiting_requests_at_once_running_ones_after_the_step_under_way_and_refuses_more(
+            self) -> None:
+        scheduler = self.start(num_blocks=40, policy=MaxRunning(1))
+        running, waiting = scheduler.submit([5] * 10, 30), scheduler.submit([6] * 3, 30)
+        with await self.gate_after_prefill(scheduler, [running]) as gate:
+            scheduler.fail_all("the server is shutting down")
+            _, waiting_end = await asyncio.wait_for(drain(waiting), 5)
+            held = (running.done, scheduler.pool.num_used_blocks)  # the held step still writes into its blocks
+            gate.open()
+            _, running_end = await asyncio.wait_for(drain(running), 5)
+        self.assertEqual(held, (False, 10))
+        self.assertEqual(waiting_end, Failed("the server is shutting down", 503, "server_shutting_down"))
+        self.assertEqual(running_end, waiting_end)
+        with self.assertRaises(RequestRefused) as refused:
+            scheduler.submit([1], 1)
+        self.assertEqual((refused.exception.status, str(refused.exception)), (503, "the server is shutting down"))
+        self.assertEqual(scheduler.health(), "the server is shutting down")
+        self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_a_failing_prefill_fails_only_its_own_request(self) -> None:
+        scheduler = self.start(num_blocks=40)
+        prefill = scheduler.model.prefill
+
+        def failing_prefill(pool: object, ids: list[int], table: list[int]) -> object:
+            if ids[0] == 9:
+                raise ValueError("simulated prefill failure")
+            return prefill(pool, ids, table)
+
+        scheduler.model.prefill = failing_prefill  # type: ignore[method-assign]
+        with self.assertLogs("kv_serving.scheduler", "ERROR"):
+            requests = [scheduler.submit(prompt, 8) for prompt in ([1] * 5, [9] * 5, [2] * 7)]
+            outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+        self.assertEqual([end for _, end in outcomes], [
+            Finished("length"),
+            Failed("internal error in the prefill: ValueError: simulated prefill failure", 500, "internal_error"),
+            Finished("length")])
+        self.assertEqual([len(tokens) for tokens, _ in outcomes], [8, 0, 8])
+        self.assertEqual(scheduler.counters.failed_for_error, 1)
+        self.assertIsNone(scheduler.health())
         self.assert_idle_with_every_block_free(scheduler)
 
     async def test_waiting_requests_cancelled_before_admission_never_take_blocks(self) -> None:

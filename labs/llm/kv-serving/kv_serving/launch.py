@@ -24,7 +24,7 @@ from typing import IO
 import httpx
 import uvicorn
 
-from .server import GRACE_S, HOST, create_app, engine_config, parse_args
+from .server import GRACE_S, HOST, Server, create_app, engine_config, parse_args
 
 
 def free_port() -> int:
@@ -88,8 +88,8 @@ def server_threads(argument_lists: list[list[str]], startup_timeout_s: float = 3
         urls = []
         for arguments in argument_lists:
             config = engine_config(parse_args(["--port", "0", *arguments]))
-            server = uvicorn.Server(uvicorn.Config(create_app(config), host=HOST, port=0, log_level="warning",
-                                                   access_log=False, timeout_graceful_shutdown=GRACE_S))
+            server = Server(uvicorn.Config(create_app(config), host=HOST, port=0, log_level="warning",
+                                           access_log=False, timeout_graceful_shutdown=GRACE_S))
             thread = threading.Thread(target=server.run, name="kv-serving-server", daemon=True)
             thread.start()
 

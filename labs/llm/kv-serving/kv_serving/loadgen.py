@@ -108,6 +108,8 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
                 if "error" in event:
                     result.outcome, result.error = "failed", str(event["error"].get("message"))[:300]
                     continue
+                if not event.get("choices"):
+                    continue  # OpenAI's usage-only last chunk (stream_options.include_usage) carries no token
                 choice = event["choices"][0]
                 count = len(choice["token_ids"]) if "token_ids" in choice else int(bool(choice.get("text")))
                 if count == 0:

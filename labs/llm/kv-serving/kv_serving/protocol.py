@@ -3,25 +3,34 @@
 Prompts are lists of token ids (the model has random weights and no
 tokenizer), so every choice carries ``token_ids`` next to a ``text`` that
 spells the same ids in decimal. Generation is greedy; sampling fields are
-refused rather than silently ignored.
+refused rather than silently ignored, except the values that ask for greedy
+decoding anyway (``n: 1``, ``temperature: 0``).
 """
 
 from __future__ import annotations
 
 import json
-import time
+import sys
 from dataclasses import dataclass
 from typing import Any
 
-ACCEPTED_FIELDS = frozenset({"model", "prompt", "max_tokens", "stream"})
+ACCEPTED_FIELDS = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "n", "temperature"})
+MAX_INT_DIGITS = 20  # no token id or max_tokens comes near; Python refuses to parse past 4300 digits anyway
+BYTES_PER_TOKEN_ID = 32  # a generous JSON spelling of one id: digits, comma, indentation
+BODY_SLACK_BYTES = 16 * 1024  # the other fields, whitespace and a long model name
+
+
+def max_body_bytes(max_positions: int) -> int:
+    """The largest request body worth reading: a prompt filling every position, generously spelled, and slack."""
+    return BYTES_PER_TOKEN_ID * max_positions + BODY_SLACK_BYTES
 
 
 class BadRequest(ValueError):
-    """A request this server cannot serve as sent: answered 400 with the message."""
+    """A request this server cannot serve as sent: answered 400 with the message and the field at fault."""
 
-    def __init__(self, message: str, code: str = "invalid_request") -> None:
+    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code, self.param = code, param
 
 
 @dataclass(frozen=True)
@@ -30,44 +39,94 @@ class CompletionRequest:
     max_tokens: int
     stream: bool
     model: str | None
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage, as OpenAI sends
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _shown(value: object, limit: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise BadRequest(f"the request body holds an integer of {digits} digits; token ids and max_tokens have "
+                         f"at most {MAX_INT_DIGITS}", "invalid_json")
+    return int(text)
+
+
+def _parse_constant(name: str) -> float:
+    raise BadRequest(f"the request body is not valid JSON: {name} is not a JSON value", "invalid_json")
+
+
 def parse_body(raw: bytes) -> CompletionRequest:
     """Decode and check one request body; BadRequest says what was wrong, with the values involved."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_int=_parse_int, parse_constant=_parse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise BadRequest(f"the request body is not valid JSON: {error}", "invalid_json") from None
+    except RecursionError:
+        raise BadRequest(f"the request body nests arrays or objects too deeply to parse (more than about "
+                         f"{sys.getrecursionlimit()} levels)", "invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
     unsupported = sorted(set(body) - ACCEPTED_FIELDS)
     if unsupported:
         raise BadRequest(f"unsupported field(s) {', '.join(unsupported)}; this server accepts "
-                         f"{', '.join(sorted(ACCEPTED_FIELDS))}", "unsupported_field")
+                         f"{', '.join(sorted(ACCEPTED_FIELDS))}", "unsupported_field", unsupported[0])
     if "prompt" not in body:
-        raise BadRequest("missing field prompt: a list of integer token ids")
+        raise BadRequest("missing field prompt: a list of integer token ids", param="prompt")
     prompt = body["prompt"]
-    if not isinstance(prompt, list) or not prompt or not all(_is_int(t) for t in prompt):
-        shown = json.dumps(prompt)[:60]
-        raise BadRequest(f"prompt must be a non-empty list of integer token ids, got {shown}")
+    if not isinstance(prompt, list) or not prompt:
+        raise BadRequest(f"prompt must be a non-empty list of integer token ids, got {_shown(prompt)}",
+                         param="prompt")
+    for position, token in enumerate(prompt):
+        if not _is_int(token):
+            raise BadRequest(f"prompt[{position}] must be an integer token id, got {_shown(token)}",
+                             param="prompt")
     max_tokens = body.get("max_tokens", 16)  # OpenAI's default for completions
     if not _is_int(max_tokens) or max_tokens < 1:
-        raise BadRequest(f"max_tokens must be an integer >= 1, got {json.dumps(max_tokens)}")
+        raise BadRequest(f"max_tokens must be an integer >= 1, got {_shown(max_tokens)}", param="max_tokens")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
-        raise BadRequest(f"stream must be true or false, got {json.dumps(stream)}")
+        raise BadRequest(f"stream must be true or false, got {_shown(stream)}", param="stream")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise BadRequest(f"model must be a string, got {json.dumps(model)}")
-    return CompletionRequest(prompt, max_tokens, stream, model)
+        raise BadRequest(f"model must be a string, got {_shown(model)}", param="model")
+    n = body.get("n", 1)
+    if not _is_int(n) or n != 1:
+        raise BadRequest(f"n must be 1 (one greedy completion per request), got {_shown(n)}", param="n")
+    temperature = body.get("temperature", 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature != 0:
+        raise BadRequest(f"temperature must be 0 (this server decodes greedily), got {_shown(temperature)}",
+                         param="temperature")
+    return CompletionRequest(prompt, max_tokens, stream, model, _include_usage(body, stream))
 
 
-def error_body(message: str, code: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code}}
+def _include_usage(body: dict[str, Any], stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise BadRequest("stream_options is only allowed with stream: true", param="stream_options")
+    if not isinstance(options, dict) or set(options) - {"include_usage"}:
+        raise BadRequest(f"stream_options must be an object with at most include_usage, got {_shown(options)}",
+                         param="stream_options")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise BadRequest(f"stream_options.include_usage must be true or false, got {_shown(include_usage)}",
+                         param="stream_options")
+    return include_usage
+
+
+def error_body(message: str, code: str, kind: str = "invalid_request_error",
+               param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object: message, type, param (the field at fault, or null) and code."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def choice(token_ids: list[int], finish_reason: str | None) -> dict[str, Any]:
@@ -75,12 +134,15 @@ def choice(token_ids: list[int], finish_reason: str | None) -> dict[str, Any]:
             "logprobs": None, "finish_reason": finish_reason}
 
 
-def completion_body(request_id: str, model: str, token_ids: list[int], prompt_tokens: int,
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_body(request_id: str, created: int, model: str, token_ids: list[int], prompt_tokens: int,
                     finish_reason: str) -> dict[str, Any]:
-    return {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [choice(token_ids, finish_reason)],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(token_ids),
-                      "total_tokens": prompt_tokens + len(token_ids)}}
+    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
+            "choices": [choice(token_ids, finish_reason)], "usage": usage(prompt_tokens, len(token_ids))}
 
 
 def sse(data: dict[str, Any] | str) -> str:
@@ -88,6 +150,17 @@ def sse(data: dict[str, Any] | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def chunk(request_id: str, model: str, token_ids: list[int], finish_reason: str | None) -> str:
-    return sse({"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model,
-                "choices": [choice(token_ids, finish_reason)]})
+def chunk(request_id: str, created: int, model: str, token_ids: list[int], finish_reason: str | None,
+          with_usage: bool = False) -> str:
+    """One streamed chunk; with ``stream_options.include_usage`` every chunk carries ``usage: null``."""
+    body: dict[str, Any] = {"id": request_id, "object": "text_completion", "created": created, "model": model,
+                            "choices": [choice(token_ids, finish_reason)]}
+    if with_usage:
+        body["usage"] = None
+    return sse(body)
+
+
+def usage_chunk(request_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int) -> str:
+    """The last chunk before ``[DONE]`` under ``stream_options.include_usage``: no choices, the whole usage."""
+    return sse({"id": request_id, "object": "text_completion", "created": created, "model": model,
+                "choices": [], "usage": usage(prompt_tokens, completion_tokens)})

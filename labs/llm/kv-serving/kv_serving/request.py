@@ -15,7 +15,7 @@ class Status(Enum):
     RUNNING = "running"
     FINISHED = "finished"  # produced max_tokens tokens
     CANCELLED = "cancelled"  # its client left and the server stopped it
-    FAILED = "failed"  # admitted by count, but the pool could not supply its blocks (or shutdown)
+    FAILED = "failed"  # admitted by count, but the pool could not supply its blocks (or shutdown, or a fault)
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Finished:
 @dataclass(frozen=True)
 class Failed:
     message: str
+    status: int = 503  # what a plain (non-streamed) reply answers: 503 for load or shutdown, 500 for a fault
+    code: str = "request_failed"
 
 
 Event = Token | Finished | Failed
@@ -46,6 +48,7 @@ class Request:
     table: list[int] = field(default_factory=list)  # logical block i -> pool block, reserved at admission
     output: list[int] = field(default_factory=list)
     arrival_s: float = field(default_factory=time.monotonic)
+    created: int = field(default_factory=lambda: int(time.time()))  # OpenAI's ``created``: one value per request
     client_gone: bool = False  # the client disconnected (whether or not the server honours it)
     gone_s: float | None = None  # monotonic time the server noticed the client had left (not the client's own)
     cancel_iteration: int | None = None  # scheduler iteration during which the client left

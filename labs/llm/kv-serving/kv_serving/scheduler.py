@@ -13,6 +13,12 @@ iteration of ``run``:
    lengths (``ServingModel.decode``), and streams each new token;
 4. retires finished requests, returning their blocks to the pool.
 
+A model call that raises fails the requests it was computing for (500, with
+the error) and returns their blocks; the loop goes on with the others. On
+shutdown, ``fail_all`` refuses new requests and fails every queued and
+running one within one step, so each client gets an answer before its
+connection closes.
+
 Model work runs on one worker thread so the event loop keeps serving HTTP
 while a step computes; every piece of scheduler state is touched only by
 the event loop, between steps. Block bookkeeping therefore never races a
@@ -23,12 +29,14 @@ and then loses them, so it stops within one iteration.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import logging
 import time
+import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kv_storage import PoolExhausted
 
@@ -37,13 +45,16 @@ from .model import ServingModel
 from .pool import LayeredPool, blocks_for
 from .request import Failed, Finished, Request, Status, Token
 
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
 
 class RequestRefused(ValueError):
     """Refused before it was queued; ``status`` is the HTTP status a server should answer with."""
 
-    def __init__(self, message: str, status: int, code: str) -> None:
+    def __init__(self, message: str, status: int, code: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.code = status, code
+        self.status, self.code, self.param = status, code, param
 
 
 @dataclass
@@ -57,6 +68,7 @@ class Counters:
     completed: int = 0
     cancelled: int = 0
     failed_for_memory: int = 0
+    failed_for_error: int = 0  # a model call raised while computing for them
     refused_too_large: int = 0
     refused_queue_full: int = 0
     peak_used_blocks: int = 0
@@ -87,7 +99,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = Counters()
-        self._ids = itertools.count()
+        self.closing: str | None = None  # set by fail_all: why new requests are refused
         self._wake = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
@@ -96,17 +108,21 @@ class Scheduler:
     def submit(self, prompt: list[int], max_tokens: int) -> Request:
         """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full)."""
         config, size = self.model.config, self.pool.block_size
+        if self.closing is not None:
+            raise RequestRefused(self.closing, 503, "server_shutting_down")
+        if self._task is not None and self._task.done():  # the loop ended without stop(): nothing would run it
+            raise RequestRefused(f"{self.health()}; retry later", 503, "scheduler_stopped")
         if not prompt or max_tokens < 1:
             raise RequestRefused(f"need a non-empty prompt and max_tokens >= 1, got {len(prompt)} prompt "
                                  f"tokens and max_tokens={max_tokens}", 400, "invalid_request")
         if len(prompt) + max_tokens > config.max_positions:
             raise RequestRefused(f"{len(prompt)} prompt tokens + max_tokens {max_tokens} = "
                                  f"{len(prompt) + max_tokens} positions, beyond the model's "
-                                 f"{config.max_positions}", 400, "context_length_exceeded")
-        try:
-            self.model.check_ids(prompt)
-        except ValueError as error:
-            raise RequestRefused(f"prompt: {error}", 400, "invalid_token") from None
+                                 f"{config.max_positions}", 400, "context_length_exceeded", "max_tokens")
+        outside = next((i for i, token in enumerate(prompt) if not 0 <= token < config.vocab_size), None)
+        if outside is not None:
+            raise RequestRefused(f"prompt[{outside}] = {prompt[outside]} is not a token id: ids must lie in "
+                                 f"[0, {config.vocab_size})", 400, "invalid_token", "prompt")
         needed = blocks_for(kv_positions(len(prompt), max_tokens), size)
         if needed > self.budget_blocks:
             self.counters.refused_too_large += 1
@@ -119,7 +135,7 @@ class Scheduler:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
-        request = Request(f"cmpl-{next(self._ids)}", list(prompt), max_tokens)
+        request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens)  # unique across launches
         self.counters.submitted += 1
         self.waiting.append(request)
         self._wake.set()
@@ -132,6 +148,24 @@ class Scheduler:
         request.client_gone, request.gone_s = True, time.monotonic()
         request.cancel_iteration = self.counters.iterations
         self._wake.set()
+
+    def fail_all(self, reason: str) -> None:
+        """Refuse new requests from now on and fail every queued and running one with ``reason`` (503).
+
+        Queued requests hold no blocks and fail at once; running ones fail when the step under way returns, so
+        no block goes back to the pool while the worker writes into it. A stopped loop has no step under way.
+        """
+        self.closing = reason
+        for request in list(self.waiting):
+            self._retire(request, Status.FAILED, Failed(reason, 503, "server_shutting_down"))
+        if self._task is None or self._task.done():
+            self._fail_running_if_closing()
+        self._wake.set()
+
+    def _fail_running_if_closing(self) -> None:
+        if self.closing is not None:
+            for request in list(self.running):
+                self._retire(request, Status.FAILED, Failed(self.closing, 503, "server_shutting_down"))
 
     def _cancelled(self, request: Request) -> bool:
         return self.honor_disconnect and request.client_gone
@@ -155,7 +189,7 @@ class Scheduler:
         if self._executor is not None:  # a step still on the worker thread finishes before blocks go back
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
         for request in [*self.waiting, *self.running]:
-            self._retire(request, Status.FAILED, Failed("the server is shutting down"))
+            self._retire(request, Status.FAILED, Failed("the server is shutting down", 503, "server_shutting_down"))
         self.waiting.clear()
         self._task = self._executor = None
 
@@ -166,13 +200,16 @@ class Scheduler:
                 self._wake.clear()
                 await self._wake.wait()
             self.counters.iterations += 1
-            self._retire_cancelled()
-            for request in self._admit():
-                await self._prefill(request)
-            self._retire_cancelled()
-            if self.running:
-                await self._decode_step()
-            self._retire_cancelled()
+            try:
+                self._retire_cancelled()
+                for request in self._admit():
+                    await self._prefill(request)
+                self._retire_cancelled()
+                if self.running:
+                    await self._decode_step()
+                self._retire_cancelled()
+            except Exception as error:  # a fault outside a model call: fail everyone rather than spin on it
+                self._fail_for_error([*self.running, *self.waiting], "scheduler iteration", error)
             await asyncio.sleep(0)  # let the HTTP side run even when steps return at once
     # --8<-- [end:loop]
 
@@ -204,10 +241,11 @@ class Scheduler:
     async def _prefill(self, request: Request) -> None:
         if request.done or self._cancelled(request):  # left while an earlier prompt of this batch was prefilled
             return
-        loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        logits = await loop.run_in_executor(self._executor, self.model.prefill, self.pool, request.prompt,
-                                            request.table)
+        logits = await self._on_worker([request], "prefill", self.model.prefill, self.pool, request.prompt,
+                                       request.table)
+        if logits is None:
+            return
         self.counters.prefill_seconds += time.perf_counter() - started
         self.counters.prefills += 1
         if request.client_gone:
@@ -219,10 +257,10 @@ class Scheduler:
         tokens = [r.output[-1] for r in batch]
         positions = [r.length for r in batch]  # the fed-back token's position: positions continue per request
         tables = [r.table for r in batch]
-        loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        logits = await loop.run_in_executor(self._executor, self.model.decode, self.pool, tokens, positions,
-                                            tables)
+        logits = await self._on_worker(batch, "decode step", self.model.decode, self.pool, tokens, positions, tables)
+        if logits is None:
+            return
         self.counters.decode_seconds += time.perf_counter() - started
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(batch)
@@ -236,6 +274,23 @@ class Scheduler:
                 self._emit(request, token)
         self.counters.decode_rows_after_disconnect += departed
         self.counters.decode_steps_with_departed += departed > 0
+
+    async def _on_worker(self, requests: list[Request], what: str, call: Callable[..., T], *args: object) -> T | None:
+        """``call(*args)`` on the worker thread; if it raises, ``requests`` fail with the error and None returns."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
+        except Exception as error:
+            self._fail_for_error(requests, what, error)
+            return None
+
+    def _fail_for_error(self, requests: list[Request], what: str, error: Exception) -> None:
+        """Fail ``requests`` with a 500 that names the error, and return their blocks (no step is under way)."""
+        logger.error("the %s failed for %d request(s)", what, len(requests), exc_info=error)
+        message = f"internal error in the {what}: {type(error).__name__}: {error}"
+        for request in requests:
+            if not request.done:
+                self.counters.failed_for_error += 1
+                self._retire(request, Status.FAILED, Failed(message, 500, "internal_error"))
 
     def _emit(self, request: Request, token: int) -> None:
         if self._cancelled(request):
@@ -254,6 +309,7 @@ class Scheduler:
         for request in [r for r in (*self.waiting, *self.running) if self._cancelled(r)]:
             self.counters.cancelled += 1
             self._retire(request, Status.CANCELLED, Failed("cancelled: the client disconnected"))
+        self._fail_running_if_closing()
 
     def _retire(self, request: Request, status: Status, event: Finished | Failed) -> None:
         if request.gone_s is not None and request.table:
@@ -269,6 +325,17 @@ class Scheduler:
         request.events.put_nowait(event)
 
     # ---- observation -------------------------------------------------------------------------------
+    def health(self) -> str | None:
+        """None while the loop serves; otherwise why it cannot (shutting down, never started, stopped, crashed)."""
+        if self.closing is not None:
+            return self.closing
+        if self._task is None:
+            return "the scheduler loop is not running"
+        if self._task.done():
+            error = None if self._task.cancelled() else self._task.exception()
+            return "the scheduler loop has stopped" + (f": {type(error).__name__}: {error}" if error else "")
+        return None
+
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks

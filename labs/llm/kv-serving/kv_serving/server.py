@@ -6,30 +6,107 @@
 ``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /health``,
 ``GET /metrics``. A client that disconnects mid-stream cancels its request
 (unless started with ``--ignore-disconnects``, the benchmark's baseline).
+SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
+each client gets an answer, then stops the server.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from .engine import EngineConfig, policy_from
 from .pool import block_bytes
-from .protocol import BadRequest, chunk, completion_body, error_body, parse_body, sse
+from .protocol import (
+    BODY_SLACK_BYTES,
+    BYTES_PER_TOKEN_ID,
+    BadRequest,
+    chunk,
+    completion_body,
+    error_body,
+    max_body_bytes,
+    parse_body,
+    sse,
+    usage_chunk,
+)
 from .request import Failed, Finished, Request, Token
 from .scheduler import RequestRefused, Scheduler
 
 HOST = "127.0.0.1"  # never another interface: this is a lab server with no authentication
-GRACE_S = 3
+GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
+SHUTTING_DOWN = "the server is shutting down"
+
+
+class Server(uvicorn.Server):
+    """uvicorn, but on SIGINT or SIGTERM every request is answered before the connections close.
+
+    Plain uvicorn stops accepting, waits up to its graceful timeout for open streams (which would run on to
+    max_tokens), then cancels them mid-reply. Here the scheduler first fails every queued and running request:
+    each stream ends with an error event and ``data: [DONE]``, each plain request gets a 503, and the wait ends
+    once those replies are out. Either signal then exits with code 0: the server did what the signal asked.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn's own handler also records the signal to raise it again once the server has stopped: after a
+        # clean shutdown, SIGTERM would then end the process as killed (-15) and SIGINT raise KeyboardInterrupt.
+        # Here neither is raised again (exit code 0); a second Ctrl-C still skips the graceful wait.
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        scheduler = getattr(getattr(self.config.app, "state", None), "scheduler", None)
+        if isinstance(scheduler, Scheduler):
+            scheduler.fail_all(SHUTTING_DOWN)
+        await super().shutdown(sockets)
+        if self.force_exit:  # uvicorn skips the lifespan on a forced exit; stopping the scheduler is quick
+            await self.lifespan.shutdown()
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream reply that ends quietly if uvicorn cancels it at shutdown."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:  # uvicorn gave up on a reply at shutdown (a client not reading): just close
+            pass
+
+
+class BodyTooLarge(ValueError):
+    """A request body beyond ``max_body_bytes``: answered 413 without reading the rest."""
+
+
+async def read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
+    """The body, refused by its Content-Length before reading, or as soon as more than ``limit`` bytes arrive."""
+    why = (f"this server reads at most {limit} bytes ({BYTES_PER_TOKEN_ID} per position for the model's "
+           f"{max_positions} positions + {BODY_SLACK_BYTES})")
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the request body is {int(declared)} bytes; {why}")
+    parts, size = [], 0
+    async for part in http.stream():
+        size += len(part)
+        if size > limit:
+            raise BodyTooLarge(f"the request body is more than {limit} bytes; {why}")
+        parts.append(part)
+    return b"".join(parts)
 
 
 def create_app(config: EngineConfig) -> FastAPI:
@@ -44,10 +121,25 @@ def create_app(config: EngineConfig) -> FastAPI:
             await scheduler.stop()
 
     app = FastAPI(title="kv-serving lab", lifespan=lifespan)
+    body_limit = max_body_bytes(config.model.max_positions)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.exception_handler(HTTPException)
+    async def http_error(http: HTTPRequest, error: HTTPException) -> JSONResponse:
+        code = HTTPStatus(error.status_code).phrase.lower().replace(" ", "_").replace("-", "_")
+        return JSONResponse(error_body(f"{error.detail}: {http.method} {http.url.path}", code),
+                            status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(Exception)
+    async def server_error(http: HTTPRequest, error: Exception) -> JSONResponse:  # uvicorn still logs the traceback
+        return JSONResponse(error_body(f"internal error: {type(error).__name__}: {error}", "internal_error",
+                                       "server_error"), status_code=500)
+
+    @app.get("/health", response_model=None)
+    async def health(http: HTTPRequest) -> dict[str, str] | JSONResponse:
+        problem = http.app.state.scheduler.health()
+        if problem is None:
+            return {"status": "ok"}
+        return JSONResponse({"status": "unavailable", "reason": problem}, status_code=503)
 
     @app.get("/metrics")
     async def metrics(http: HTTPRequest) -> dict[str, object]:
@@ -56,42 +148,57 @@ def create_app(config: EngineConfig) -> FastAPI:
     @app.post("/v1/completions", response_model=None)
     async def completions(http: HTTPRequest) -> Response:
         scheduler: Scheduler = http.app.state.scheduler
+        media_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            return JSONResponse(error_body(f"content-type must be application/json, got {media_type or 'none'}",
+                                           "unsupported_media_type"), status_code=415)
         try:
-            raw = await http.body()
+            raw = await read_body(http, body_limit, config.model.max_positions)
         except ClientDisconnect:  # gone before the body arrived: nothing was queued, nobody to answer
             return Response(status_code=499)
+        except BodyTooLarge as error:  # uvicorn discards the rest as it arrives, so the client reads this reply
+            return JSONResponse(error_body(str(error), "request_too_large"), status_code=413)
+        except asyncio.CancelledError:  # a body still arriving when uvicorn gave up waiting at shutdown
+            return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
         try:
             body = parse_body(raw)
             request = scheduler.submit(body.prompt, body.max_tokens)
         except BadRequest as error:
-            return JSONResponse(error_body(str(error), error.code), status_code=400)
+            return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
         except RequestRefused as error:
             headers = {"Retry-After": "1"} if error.status == 503 else None
             kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
-            return JSONResponse(error_body(str(error), error.code, kind), status_code=error.status,
+            return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
                                 headers=headers)
         model = body.model or config.model_name
         if body.stream:
-            return StreamingResponse(stream_events(scheduler, request, model), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return await complete(http, scheduler, request, model)
+            return EventStream(stream_events(scheduler, request, model, body.include_usage),
+                               media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        try:
+            return await complete(http, scheduler, request, model)
+        except asyncio.CancelledError:  # uvicorn gave up waiting at shutdown; the request is already disconnected
+            return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
 
     return app
 
 
-async def stream_events(scheduler: Scheduler, request: Request, model: str) -> AsyncIterator[str]:
+async def stream_events(scheduler: Scheduler, request: Request, model: str,
+                        include_usage: bool = False) -> AsyncIterator[str]:
     """SSE chunks, one per token; if the client leaves, Starlette cancels this generator mid-await."""
+    name, created = request.request_id, request.created
     try:
         while True:
             event = await request.events.get()
             if isinstance(event, Token):
-                yield chunk(request.request_id, model, [event.token_id], None)
+                yield chunk(name, created, model, [event.token_id], None, include_usage)
             elif isinstance(event, Finished):
-                yield chunk(request.request_id, model, [], event.reason)
+                yield chunk(name, created, model, [], event.reason, include_usage)
+                if include_usage:
+                    yield usage_chunk(name, created, model, len(request.prompt), len(request.output))
                 yield sse("[DONE]")
                 return
             else:
-                yield sse(error_body(event.message, "request_failed", "server_error"))
+                yield sse(error_body(event.message, event.code, "server_error"))
                 yield sse("[DONE]")
                 return
     finally:
@@ -123,11 +230,12 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request, mo
             scheduler.disconnect(request)
     result = finish.result() if finish.done() and not finish.cancelled() else None
     if isinstance(result, Finished):
-        return JSONResponse(completion_body(request.request_id, model, request.output, len(request.prompt),
-                                            result.reason))
+        return JSONResponse(completion_body(request.request_id, request.created, model, request.output,
+                                            len(request.prompt), result.reason))
     scheduler.disconnect(request)
-    message = result.message if isinstance(result, Failed) else "the client disconnected"
-    return JSONResponse(error_body(message, "request_failed", "server_error"), status_code=503)
+    if isinstance(result, Failed):
+        return JSONResponse(error_body(result.message, result.code, "server_error"), status_code=result.status)
+    return JSONResponse(error_body("the client disconnected", "request_failed", "server_error"), status_code=503)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -167,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"kv_serving.server: {error}", file=sys.stderr)
         return 2
-    # uvicorn handles SIGINT/SIGTERM: stop accepting, give open streams GRACE_S seconds, then cancel them,
-    # and let the lifespan stop the scheduler and return every block; a second Ctrl-C forces the exit
-    uvicorn.run(create_app(config), host=HOST, port=args.port, log_level="info", access_log=False,
-                timeout_graceful_shutdown=GRACE_S)
+    # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
+    # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
+    # 0 for either signal; a second Ctrl-C skips the wait
+    Server(uvicorn.Config(create_app(config), host=HOST, port=args.port, log_level="info", access_log=False,
+                          timeout_graceful_shutdown=GRACE_S)).run()
     return 0
 
 

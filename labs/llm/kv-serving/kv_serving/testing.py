@@ -18,7 +18,7 @@ from .admission import AdmissionPolicy, KVBudget
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, create_app
+from .server import HOST, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -40,8 +40,8 @@ async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0) -> AsyncI
     The server stops when the block exits, by itself, within ``timeout_s``.
     """
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+    server = Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
+                                   lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
     task = asyncio.get_running_loop().create_task(server.serve(), name="uvicorn-under-test")
     try:
