@@ -110,11 +110,51 @@ class QuickRun(QuickBenchmarkRun):
     def test_check_record_refuses_a_pool_size_the_servers_did_not_report(self) -> None:
         def grow(record: dict[str, Any]) -> None:
             config = record["config"]["benchmark"]
-            config.update(num_blocks=config["num_blocks"] * 2, pool_bytes=config["pool_bytes"] * 2)
+            config.update(num_blocks=config["num_blocks"] * 2, pool_bytes=config["pool_bytes"] * 2,
+                          byte_budget_blocks=int(config["num_blocks"] * 2 * config["byte_budget_share"]))
             record["admission"]["pool_blocks"] = config["num_blocks"]
         self.assert_refused("$.admission.policies[0].server.num_blocks", grow)
         self.assert_refused("$.rates.points[0].server.num_blocks",
                             lambda r: r["config"]["benchmark"].update(sweep_blocks=r["config"]["benchmark"]["sweep_blocks"] + 1))
+
+    def test_byte_admission_ran_with_a_budget_below_its_pool_and_stayed_within_it(self) -> None:
+        config = self.record["config"]["benchmark"]
+        server = kv_serving_views.policy(self.record, "kv_budget_bytes")["server"]
+        self.assertEqual(server["budget_blocks"], int(config["num_blocks"] * benchmark.BYTE_BUDGET_SHARE))
+        self.assertLess(server["budget_blocks"], server["num_blocks"])
+        self.assertLessEqual(server["peak_used_blocks"], server["budget_blocks"])
+        for name in ("count_safe", "count_average"):  # the count limits keep the whole pool
+            self.assertEqual(kv_serving_views.policy(self.record, name)["server"]["budget_blocks"], config["num_blocks"])
+
+    def test_check_record_refuses_a_byte_budget_that_is_not_the_configured_share_of_the_pool(self) -> None:
+        def widen(record: dict[str, Any]) -> None:
+            config = record["config"]["benchmark"]
+            config["byte_budget_blocks"] += 1
+        self.assert_refused("$.config.benchmark.byte_budget_blocks", widen)
+
+    def test_check_record_refuses_a_byte_budget_as_large_as_the_pool(self) -> None:
+        def whole(record: dict[str, Any]) -> None:
+            config = record["config"]["benchmark"]
+            config.update(byte_budget_share=1.0, byte_budget_blocks=config["num_blocks"])
+        self.assert_refused("$.config.benchmark.byte_budget_blocks", whole)
+
+    def test_check_record_refuses_a_server_budget_other_than_the_configured_one(self) -> None:
+        def budget(index: int, key: str) -> Callable[[dict[str, Any]], None]:
+            def edit(record: dict[str, Any]) -> None:  # the server and its /metrics samples edited alike
+                run, blocks = record["admission"]["policies"][index], record["config"]["benchmark"][key]
+                run["server"]["budget_blocks"] = blocks
+                for sample in run["occupancy"]:
+                    sample["budget_blocks"] = blocks
+            return edit
+        self.assert_refused("$.admission.policies[0].server.budget_blocks", budget(0, "num_blocks"))
+        self.assert_refused("$.admission.policies[1].server.budget_blocks", budget(1, "byte_budget_blocks"))
+
+    def test_check_record_refuses_a_weights_median_its_timings_contradict(self) -> None:
+        self.assert_refused("$.step_times[0].weights.median_ns",
+                            lambda r: r["step_times"][0]["weights"].update(median_ns=1.0))
+
+    def test_check_record_refuses_a_serial_run_at_another_rate_than_the_sweeps_highest(self) -> None:
+        self.assert_refused("$.rates.serial.rate", lambda r: r["rates"]["serial"].update(rate=0.5))
 
     def test_check_record_refuses_a_serial_server_that_ran_two_requests_at_once(self) -> None:
         self.assert_refused("$.rates.serial.server.peak_running",
@@ -150,6 +190,72 @@ class QuickRun(QuickBenchmarkRun):
         self.assertIn("the tokens differed", pool)
         self.assertIn("beyond atol", pool)
         self.assertIn("not met (301 s)", kv_serving_views.VIEWS["targets"](evidence))
+
+    def evidence(self, record: dict[str, Any]) -> Evidence:
+        return Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
+
+    def test_admission_latencies_are_labelled_completed_only_and_a_count_limit_that_failed_requests_is_named(
+            self) -> None:
+        record = copy.deepcopy(self.record)
+        average = kv_serving_views.policy(record, "count_average")["summary"]
+        average.update(completed=average["requests"] - 3, failed=3, output_tokens=7)
+        html = kv_serving_views.VIEWS["admission"](self.evidence(record))
+        self.assertIn("Latency of completed requests only", html)
+        self.assertIn(f"{average['completed']} of {average['requests']} requests completed and 3 failed", html)
+        self.assertIn("the 7 tokens it delivered", html)
+        self.assertIn("Between tokens p50 / p99", html)
+
+    def test_rates_view_gives_the_ratio_over_serial_at_every_rate_and_draws_serial_as_one_point(self) -> None:
+        rates = self.record["rates"]
+        html = kv_serving_views.VIEWS["rates"](self.evidence(copy.deepcopy(self.record)))
+        serial = rates["serial"]["summary"]["throughput_tokens_per_s"]
+        for point in rates["points"]:
+            ratio = point["summary"]["throughput_tokens_per_s"] / serial
+            self.assertIn(f"{ratio:.2f}× at {point['rate']:g}/s", html)
+        self.assertIn(f"one at a time, measured at {rates['serial']['rate']:g}/s only", html)
+        self.assertIn(f"Each rate sent the same {rates['requests']} requests", html)
+
+    def test_step_view_says_when_a_larger_batch_steps_faster_and_whether_that_is_noise(self) -> None:
+        record = copy.deepcopy(self.record)
+        small, large = record["step_times"][0], record["step_times"][-1]
+        for row, value in ((small, 30_000_000), (large, 20_000_000)):  # every repeat equal: ranges cannot overlap
+            for timings in (row, row["weights"]):
+                timings.update(durations_ns=[value] * len(timings["durations_ns"]), median_ns=value, min_ns=value,
+                               max_ns=value)
+        html = kv_serving_views.VIEWS["steps"](self.evidence(record))
+        self.assertIn(f"a step for {small['batch']} requests took 30.00 ms", html)
+        self.assertIn("so this is not noise between repeats", html)
+        self.assertIn("The weight multiplications alone show the same inversion", html)
+
+    def test_cancellation_view_says_from_which_moment_it_counts_and_what_slipped_in_before(self) -> None:
+        record = copy.deepcopy(self.record)
+        for run in record["cancellation"]["modes"]:  # nothing streamed before the server noticed
+            run["server"]["tokens_generated"] = (sum(r["tokens"] for r in run["requests"])
+                                                 + run["server"]["tokens_after_disconnect"])
+        html = kv_serving_views.VIEWS["cancellation"](self.evidence(record))
+        self.assertIn("start when the server noticed a departure", html)
+        self.assertIn("So no streamed token fell between a client", html)
+        honoured = next(m for m in record["cancellation"]["modes"] if m["honor_disconnect"])
+        honoured["server"]["tokens_generated"] += 2  # two tokens streamed that nobody read, before the server noticed
+        self.assertIn("So 2 tokens went out between a client",
+                      kv_serving_views.VIEWS["cancellation"](self.evidence(record)))
+
+    def test_targets_view_gives_the_evidence_beside_each_verdict(self) -> None:
+        record = self.record
+        html = kv_serving_views.VIEWS["targets"](self.evidence(copy.deepcopy(record)))
+        server = kv_serving_views.policy(record, "kv_budget_bytes")["server"]
+        self.assertIn(f"peak {server['peak_used_blocks']} of {server['budget_blocks']} blocks", html)
+        self.assertIn(f"{record['targets']['bytes_failed_for_memory']} of {record['admission']['workload']['requests']} "
+                      f"failed", html)
+        self.assertIn("blocks in use once idle", html)
+        self.assertIn(f"at {record['rates']['best_rate']:g}/s (other rates:", html)
+
+    def test_every_table_is_narrow_enough_for_the_article_column(self) -> None:
+        evidence = self.evidence(copy.deepcopy(self.record))
+        for name, view in kv_serving_views.VIEWS.items():
+            for head in re.findall(r"<thead>(.*?)</thead>", view(evidence), re.S):
+                with self.subTest(view=name):
+                    self.assertLessEqual(head.count("<th>"), 8)
 
     def test_rates_view_names_the_rates_at_which_the_pool_was_full(self) -> None:
         record = copy.deepcopy(self.record)

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -39,11 +39,15 @@ LAB, ROOT = lab_for(__file__)
 
 DEFAULTS = {"repeats": 15, "requests": 60, "admission_rate": 8.0, "cancel_requests": 40, "cancel_rate": 8.0,
             "rates": [3.0, 6.0, 12.0, 24.0, 48.0], "rate_requests": 60, "num_blocks": 112, "sweep_blocks": 256,
-            "block_size": 16, "prompt_max": 256, "output_max": 192, "step_batches": [1, 2, 4, 8, 16, 32]}
+            "block_size": 16, "prompt_max": 256, "output_max": 192, "step_batches": [1, 2, 3, 4, 8, 16, 32]}
 QUICK = {"repeats": 3, "requests": 12, "admission_rate": 40.0, "cancel_requests": 10, "cancel_rate": 40.0,
          "rates": [20.0, 80.0], "rate_requests": 10, "num_blocks": 40, "sweep_blocks": 60, "prompt_max": 48, "output_max": 24,
          "step_batches": [1, 4]}
 METRICS_INTERVAL_S = 0.05
+# The byte-admission server's KV budget, as a share of its pool. Below 1 on purpose: with the whole pool as the
+# budget, the allocator alone would keep reservations within it, and "peak within budget" would measure nothing.
+BYTE_BUDGET_SHARE = 0.75
+STEP_WARMUP = 3  # untimed decode steps before each batch size's timed ones
 TARGET_SPEEDUP = 3.0
 TARGET_WALL_TIME_S = 300.0  # the issue: `make bench` for this lab within 5 minutes
 
@@ -81,7 +85,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, name) < longest:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} cannot hold the longest request the "
                          f"workload allows ({longest} blocks of {args.block_size})")
+    if budget_blocks(args.num_blocks) < longest:
+        parser.error(f"--num-blocks {args.num_blocks} gives a byte budget of {budget_blocks(args.num_blocks)} blocks "
+                     f"({BYTE_BUDGET_SHARE:g} of the pool), below the {longest} blocks of the longest request the "
+                     f"workload allows")
     return args
+
+
+def budget_blocks(num_blocks: int) -> int:
+    """The byte-admission server's budget in blocks: BYTE_BUDGET_SHARE of its pool, rounded down (check_record
+    recomputes it the same way)."""
+    return int(num_blocks * BYTE_BUDGET_SHARE)
 
 
 def spec(args: argparse.Namespace, requests: int, rate: float, seed_offset: int, leave: float = 0.0) -> WorkloadSpec:
@@ -112,8 +126,34 @@ def equivalence(model: ServingModel, args: argparse.Namespace) -> dict[str, Any]
             "within_tolerance": True, "tokens_identical": True}
 
 
+def weights_only(model: ServingModel, batch: int) -> Callable[[], None]:
+    """The step's multiplications by weights alone, on a batch of random activations: every layer's fused
+    projection, output projection and feed-forward network, and the output head. No attention, no gather, no
+    cache writes: what a batch shares, timed apart from what it does not."""
+    x = torch.randn(batch, 1, SERVING_MODEL.width, generator=torch.Generator().manual_seed(batch))
+
+    @torch.inference_mode()
+    def run() -> None:
+        for block in model.blocks:
+            block.qkv(x)
+            block.out(x)
+            block.ffn(x)
+        model.blocks[-1].head(x)
+
+    return run
+
+
+def timed(step: Callable[[], None], repeats: int) -> dict[str, Any]:
+    for _ in range(STEP_WARMUP):
+        step()
+    durations = [bench.time_ns(step) for _ in range(repeats)]
+    return {"durations_ns": durations, "median_ns": statistics.median(durations), "min_ns": min(durations),
+            "max_ns": max(durations)}
+
+
 def step_times(model: ServingModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One decode step at each batch size, rows at different positions (128 on average)."""
+    """One decode step at each batch size, rows at different positions (128 on average); then, at the same batch
+    size, the step's weight multiplications alone."""
     rows = []
     for batch in args.step_batches:
         pool = LayeredPool(SERVING_MODEL, SERVING_LAYERS, batch * blocks_for(256, args.block_size), args.block_size)
@@ -124,11 +164,9 @@ def step_times(model: ServingModel, args: argparse.Namespace) -> list[dict[str, 
                  tables: list[list[int]] = tables) -> None:
             model.decode(pool, tokens, positions, tables)
 
-        step()  # warm-up
-        durations = [bench.time_ns(step) for _ in range(args.repeats)]
-        median = statistics.median(durations)
-        rows.append({"batch": batch, "durations_ns": durations, "median_ns": median, "min_ns": min(durations),
-                     "max_ns": max(durations), "tokens_per_s": batch / (median / 1e9)})
+        whole = timed(step, args.repeats)
+        rows.append({"batch": batch, **whole, "tokens_per_s": batch / (whole["median_ns"] / 1e9),
+                     "weights": timed(weights_only(model, batch), args.repeats)})
     return rows
 
 
@@ -180,12 +218,15 @@ def admission_policies(args: argparse.Namespace) -> tuple[WorkloadSpec, dict[str
     need = [blocks_for(len(i.prompt) + i.max_tokens - 1, size) for i in make_workload(workload)]
     longest = blocks_for(workload.longest_positions, size)  # the longest request the workload allows
     mean = statistics.mean(need)
-    budget = args.num_blocks * block_bytes(SERVING_MODEL, SERVING_LAYERS, size)
+    blocks = budget_blocks(args.num_blocks)  # smaller than the pool: the policy, not the allocator, enforces it
+    budget = blocks * block_bytes(SERVING_MODEL, SERVING_LAYERS, size)
+    # the count limits keep the whole pool: they have no budget of their own
     safe, average = max(1, args.num_blocks // longest), max(1, round(args.num_blocks / mean))
     sizes = {"workload": workload_record(workload), "pool_blocks": args.num_blocks, "kv_budget_bytes": budget,
              "longest_request_blocks": longest, "mean_request_blocks": mean, "request_blocks": need}
     policies = [
-        ("kv_budget_bytes", f"by KV bytes: {budget:,} bytes = {args.num_blocks} blocks", ["--kv-budget-bytes", str(budget)]),
+        ("kv_budget_bytes", f"by KV bytes: {budget:,} bytes = {blocks} of the pool's {args.num_blocks} blocks",
+         ["--kv-budget-bytes", str(budget)]),
         ("count_safe", f"by count: {safe} running (safe for the longest request)", ["--max-running", str(safe)]),
         ("count_average", f"by count: {average} running (sized for the mean request)", ["--max-running", str(average)]),
     ]
@@ -271,6 +312,8 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
                       "block_bytes": block_bytes(SERVING_MODEL, SERVING_LAYERS, size),
                       "kv_bytes_per_token": block_bytes(SERVING_MODEL, SERVING_LAYERS, 1),
                       "pool_bytes": args.num_blocks * block_bytes(SERVING_MODEL, SERVING_LAYERS, size),
+                      "byte_budget_share": BYTE_BUDGET_SHARE, "byte_budget_blocks": budget_blocks(args.num_blocks),
+                      "step_warmup": STEP_WARMUP,
                       "seed": args.seed, "quick": args.quick, "threads": args.threads, "repeats": args.repeats,
                       "metrics_interval_s": METRICS_INTERVAL_S,
                       "servers": "threads of the benchmark process" if args.quick else "separate processes",
@@ -293,8 +336,8 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
 def summary(record: dict[str, Any]) -> list[str]:
     t = record["targets"]
     lines = [f"{p['label']}: {p['summary']['completed']} completed, {p['summary']['failed']} failed, peak "
-             f"{p['server']['peak_used_blocks']} of {p['server']['num_blocks']} blocks"
-             for p in record["admission"]["policies"]]
+             f"{p['server']['peak_used_blocks']} of {p['server']['budget_blocks']} blocks allowed "
+             f"(pool {p['server']['num_blocks']})" for p in record["admission"]["policies"]]
     honoured, ignored = (m["server"] for m in record["cancellation"]["modes"])
     lines.append(f"decode rows for departed clients: {honoured['decode_rows_after_disconnect']} honoured "
                  f"({honoured['rows_dropped']} dropped, {honoured['cancelled']} cancelled), "

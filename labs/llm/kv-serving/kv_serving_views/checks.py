@@ -63,6 +63,10 @@ def check_record(record: dict[str, Any], source: str) -> None:
     check_admission(record, same, fail)
     check_cancellation(record, fail)
     serial = record["rates"]["serial"]["server"]
+    highest = max(p["rate"] for p in record["rates"]["points"])
+    if record["rates"]["serial"]["rate"] != highest:
+        fail("$.rates.serial.rate", f"is {record['rates']['serial']['rate']}, but the serial run is made at the "
+                                    f"sweep's highest rate, {highest}")
     if serial["peak_running"] > 1:
         fail("$.rates.serial.server.peak_running", f"is {serial['peak_running']}, but the serial server admits one "
                                                    f"request at a time (--max-running 1)")
@@ -75,21 +79,33 @@ def check_config_and_gate(record: dict[str, Any], same: Same, fail: Fail) -> Non
     same("$.config.benchmark.kv_bytes_per_token", config["kv_bytes_per_token"], per_token)
     same("$.config.benchmark.block_bytes", config["block_bytes"], per_token * config["block_size"])
     same("$.config.benchmark.pool_bytes", config["pool_bytes"], config["num_blocks"] * config["block_bytes"])
+    # the byte budget is a share of the pool below 1, rounded down exactly as the benchmark does
+    same("$.config.benchmark.byte_budget_blocks", config["byte_budget_blocks"],
+         int(config["num_blocks"] * config["byte_budget_share"]))
+    if not config["byte_budget_blocks"] < config["num_blocks"]:
+        fail("$.config.benchmark.byte_budget_blocks", f"= {config['byte_budget_blocks']} is not below the pool's "
+                                                      f"{config['num_blocks']} blocks: the allocator alone would keep "
+                                                      f"reservations within such a budget")
     tolerance, gate = record["tolerance"], record["equivalence"]
     for flag in ("tokens_identical", "within_tolerance"):
         if gate[flag] is not True:
             fail(f"$.equivalence.{flag}", f"is {gate[flag]!r}: a run whose equivalence gate failed measures nothing")
     if gate["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * gate["max_abs_reference"]:
         fail("$.equivalence.max_abs_diff", f"= {gate['max_abs_diff']} exceeds atol + rtol x max |reference|")
+    def timings(path: str, entry: dict[str, Any]) -> None:
+        """A timed entry's repetition count and its min, median and max, recomputed from its durations."""
+        if len(entry["durations_ns"]) != config["repeats"]:
+            fail(f"{path}.durations_ns", f"holds {len(entry['durations_ns'])} timings, config says repeats = "
+                                         f"{config['repeats']}")
+        same(f"{path}.median_ns", entry["median_ns"], statistics.median(entry["durations_ns"]))
+        same(f"{path}.min_ns", entry["min_ns"], min(entry["durations_ns"]))
+        same(f"{path}.max_ns", entry["max_ns"], max(entry["durations_ns"]))
+
     for i, row in enumerate(record["step_times"]):
         path = f"$.step_times[{i}]"
-        if len(row["durations_ns"]) != config["repeats"]:
-            fail(f"{path}.durations_ns", f"holds {len(row['durations_ns'])} steps, config says repeats = "
-                                         f"{config['repeats']}")
-        same(f"{path}.median_ns", row["median_ns"], statistics.median(row["durations_ns"]))
-        same(f"{path}.min_ns", row["min_ns"], min(row["durations_ns"]))
-        same(f"{path}.max_ns", row["max_ns"], max(row["durations_ns"]))
+        timings(path, row)
         same(f"{path}.tokens_per_s", row["tokens_per_s"], row["batch"] / (row["median_ns"] / 1e9))
+        timings(f"{path}.weights", row["weights"])
 
 
 def check_pools(record: dict[str, Any], fail: Fail) -> None:
@@ -240,14 +256,15 @@ def check_admission(record: dict[str, Any], same: Same, fail: Fail) -> None:
     longest = -(-(workload["prompt_tokens"][1] + workload["output_tokens"][1] - 1) // size)
     same("$.admission.longest_request_blocks", admission["longest_request_blocks"], longest)
     same("$.admission.mean_request_blocks", admission["mean_request_blocks"], statistics.mean(admission["request_blocks"]))
-    same("$.admission.kv_budget_bytes", admission["kv_budget_bytes"], admission["pool_blocks"] * config["block_bytes"])
+    same("$.admission.kv_budget_bytes", admission["kv_budget_bytes"], config["byte_budget_blocks"] * config["block_bytes"])
     for i, run in enumerate(admission["policies"]):
         need = [-(-(r["prompt_tokens"] + r["max_tokens"] - 1) // size) for r in sorted(run["requests"], key=lambda r: r["index"])]
         if need != admission["request_blocks"]:
             fail(f"$.admission.policies[{i}].requests", "are not the workload whose block needs the record lists")
-    by_bytes = policy(record, "kv_budget_bytes")["server"]
-    same("$.admission.policies[kv_budget_bytes].server.budget_blocks", by_bytes["budget_blocks"],
-         admission["kv_budget_bytes"] // config["block_bytes"])
+    for i, run in enumerate(admission["policies"]):
+        # the byte server reports its budget; a count server has none and reports its whole pool
+        expected = config["byte_budget_blocks"] if run["name"] == "kv_budget_bytes" else config["num_blocks"]
+        same(f"$.admission.policies[{i}].server.budget_blocks", run["server"]["budget_blocks"], expected)
 
 
 def check_targets(record: dict[str, Any], same: Same, fail: Fail) -> None:
