@@ -120,6 +120,59 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             record["layout_other_dtypes"]["float16"] = {**layout, "dtype": "float16"}
         self.assert_refused("layout_other_dtypes.float16", tamper)
 
+    def test_check_record_refuses_fault_counts_that_do_not_match_the_repetitions(self) -> None:
+        self.assert_refused("cells[2].minor_faults", lambda r: r["cells"][2]["minor_faults"].pop())
+
+    def test_check_record_refuses_a_batch_layout_the_grid_did_not_ask_for(self) -> None:
+        self.assert_refused("layout_batches", lambda r: r["layout_batches"].clear())
+        self.assert_refused("layout", lambda r: r["layout"].update(batch=2))
+
+    def test_the_batches_view_sets_each_batchs_multiplies_against_batch_one(self) -> None:
+        record = copy.deepcopy(self.record)
+        first, *larger = [record["layout"], *record["layout_batches"]]
+        self.assertTrue(larger, "the quick grid has a batch above 1")
+        for row in larger[-1]["rows"]:  # the largest batch: every multiply three times its batch-1 time
+            batch_one = next(r for r in first["rows"] if r["kind"] == row["kind"])
+            row["in_out_ns"], row["out_in_ns"] = 3 * batch_one["in_out_ns"], 3 * batch_one["out_in_ns"]
+        html = decode_bandwidth_views.VIEWS["batches"](self.evidence(record))
+        self.assertIn(f"to batch {larger[-1]['batch']} the weight multiplies went from", html)
+        self.assertIn("(3.00×) for the same bytes", html)
+
+    def test_the_profile_view_blames_page_faults_only_when_the_profiled_step_took_more(self) -> None:
+        record = copy.deepcopy(self.record)
+        profile = record["profile"]
+        cells = figures.cell_table(record)
+        for mode in ("ours-prealloc", "hf-dynamic"):
+            timed = cells[(profile["dtype"], profile["threads"], profile["batch"], profile["context"], mode)]
+            timed["minor_faults"] = [10] * len(timed["minor_faults"])
+            profile["modes"][mode]["minor_faults"] = [10] * len(profile["modes"][mode]["minor_faults"])
+        profile["modes"]["hf-dynamic"]["minor_faults"] = [5000] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
+        html = decode_bandwidth_views.VIEWS["profile"](self.evidence(record))
+        self.assertIn("hf-dynamic step took 5,000 minor page faults", html)
+        self.assertIn("freshly mapped", html)
+        profile["modes"]["hf-dynamic"]["minor_faults"] = [10] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
+        self.assertNotIn("freshly mapped", decode_bandwidth_views.VIEWS["profile"](self.evidence(record)))
+
+    def test_the_noise_sentence_counts_the_cells_whose_repetitions_spread_widely(self) -> None:
+        record = copy.deepcopy(self.record)
+        for cell in record["cells"]:
+            cell["min_ns_per_step"] = cell["max_ns_per_step"] = cell["median_ns_per_step"]
+        widened = record["cells"][0]
+        widened["max_ns_per_step"] = widened["median_ns_per_step"] * 2
+        html = decode_bandwidth_views.VIEWS["comparison"](self.evidence(record))
+        self.assertIn(f"1 of {len(record['cells'])} cells spread more than 25%", html)
+
+    def test_the_floor_view_names_the_cells_where_arithmetic_is_the_higher_floor(self) -> None:
+        record = copy.deepcopy(self.record)
+        for group in record["groups"]:
+            group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] * (2 if group["batch"] > 1 else 0.5)
+        html = decode_bandwidth_views.VIEWS["floor"](self.evidence(record))
+        self.assertIn("The arithmetic floor is the higher of the two at batch", html)
+        self.assertIn("At batch 1 the memory floor is the higher in every cell", html)
+        for group in record["groups"]:
+            group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 2
+        self.assertIn("every step here is bound by the bytes", decode_bandwidth_views.VIEWS["floor"](self.evidence(record)))
+
     def test_the_equivalence_sentence_follows_the_records_flags(self) -> None:
         html = decode_bandwidth_views.VIEWS["decode-equivalence"](self.evidence(self.record))
         self.assertIn("5 of 5 modes", html)

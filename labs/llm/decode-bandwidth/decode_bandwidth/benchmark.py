@@ -35,7 +35,7 @@ from decode_bandwidth.equivalence import ATOL, RTOL, check_modes
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
 from decode_bandwidth.model import Decoder
-from decode_bandwidth.profile import profile_step
+from decode_bandwidth.profile import minor_faults, profile_step
 from decode_bandwidth.workloads import MODES, client_run, step_runners
 from decode_bandwidth_views.figures import client_summary  # the one copy, which the site also recomputes with
 from labkit import bench, harness
@@ -58,7 +58,7 @@ QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_bat
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.parser(__doc__)
     parser.print_usage = lambda file=None: None  # type: ignore[method-assign]  # an error is one line; --help has the rest
-    parser.set_defaults(repeats=7, warmup=1)
+    parser.set_defaults(repeats=7, warmup=2)
     add = parser.add_argument
     add("--preset", default="gpt2-small", help=f"model: {', '.join(sorted(PRESETS))} (default: %(default)s)")
     add("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
@@ -169,20 +169,26 @@ def merge_hardware(before: dict[str, Any], after: dict[str, Any]) -> dict[str, A
 
 
 def time_group(runners: dict[str, Any], args: argparse.Namespace, progress: harness.Progress,
-               label: str) -> tuple[list[list[str]], dict[str, list[int]]]:
-    """One group's rotated repetitions; its caches are freed when this returns, before the next group's exist.
+               label: str) -> tuple[list[list[str]], dict[str, list[int]], dict[str, list[int]]]:
+    """One group's rotated repetitions and each repetition's minor page faults; its caches are freed when
+    this returns, before the next group's exist.
 
     Only the step is inside the clock: each mode's reset (rewind the cache, free the step's outputs) runs
     after the clock has stopped.
     """
+    faults: dict[str, list[int]] = {mode: [] for mode in MODES}
+
     def run(mode: str) -> int:
         step, reset = runners[mode]
+        before = minor_faults()
         elapsed = bench.time_ns(step)
+        faults[mode].append(minor_faults() - before)
         reset()
         return elapsed
 
     with torch.inference_mode():
-        return harness.time_rotated(MODES, run, args.repeats, args.warmup, progress, label)
+        order, durations = harness.time_rotated(MODES, run, args.repeats, args.warmup, progress, label)
+    return order, durations, {mode: counts[-args.repeats:] for mode, counts in faults.items()}  # warm-ups came first
 
 
 def time_groups(args: argparse.Namespace, models: dict[str, tuple[Decoder, Any]],
@@ -194,9 +200,10 @@ def time_groups(args: argparse.Namespace, models: dict[str, tuple[Decoder, Any]]
         torch.set_num_threads(threads)
         model, reference = models[dtype]
         label = f"{dtype} {threads}t batch {batch} context {context}"
-        order, durations = time_group(step_runners(model, reference, batch, context, generator), args, progress, label)
+        order, durations, faults = time_group(step_runners(model, reference, batch, context, generator), args,
+                                              progress, label)
         groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
-                       "durations": durations, "config": model.config})
+                       "durations": durations, "faults": faults, "config": model.config})
         progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
                                                       for m, d in durations.items()))
     torch.set_num_threads(args.threads)
@@ -217,7 +224,7 @@ def with_floors(timed: list[dict[str, Any]], hardware: dict[str, Any]) -> tuple[
             values = entry["durations"][mode]
             median = as_number(statistics.median(values))
             cells.append({"mode": mode, "batch": batch, "context": context, "dtype": dtype, "threads": threads,
-                          "durations_ns": values, "min_ns_per_step": min(values), "median_ns_per_step": median,
+                          "durations_ns": values, "minor_faults": entry["faults"][mode], "min_ns_per_step": min(values), "median_ns_per_step": median,
                           "max_ns_per_step": max(values), "floor_ns_per_step": floor,
                           "step_over_floor": median / floor})
     return groups, cells
@@ -261,6 +268,9 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     bench.progress("layout: each matrix kind at batch 1, (in, out) addmm against (out, in) F.linear")
     with torch.inference_mode():
         layout = measure_layouts(model32, 5)
+        larger = [batch for batch in args.batches if batch > 1]
+        bench.progress(f"layout: the same at batch {', '.join(map(str, larger))}" if larger else "layout: done")
+        layout_batches = [measure_layouts(model32, 5, batch) for batch in larger]
 
     models: dict[str, tuple[Decoder, Any]] = {}
     other_layouts = {}  # the layout measurement in every other timed dtype: the stored layout was chosen in float32
@@ -315,6 +325,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "hardware": hardware,
         "layout": layout,
         "layout_other_dtypes": other_layouts,
+        "layout_batches": layout_batches,
         "kv_crossover": {"batch_x_context": kv_crossover(config),
                          "weight_bytes": step_bytes(config, 1, 1).weights,
                          "kv_bytes_per_position": step_bytes(config, 1, 1).kv_read},

@@ -1,4 +1,4 @@
-"""The measurement behind the weight layout: each matrix kind at batch 1, stored (in, out) or (out, in).
+"""The measurement behind the weight layout: each matrix kind at a batch, stored (in, out) or (out, in).
 
 (in, out) is multiplied as ``addmm(bias, x, W)``, the layout of transformers'
 Conv1D; (out, in) as ``F.linear(x, W, bias)``, nn.Linear's layout and that of
@@ -34,11 +34,15 @@ def _best_ns(work: Any, passes: int, device: torch.device) -> int:
     return int(best)
 
 
-def measure_layouts(model: Decoder, passes: int) -> dict[str, Any]:
-    """Per kind: ns per matrix in each layout (best pass), the bytes of one matrix, and the layout the model uses."""
+def measure_layouts(model: Decoder, passes: int, batch: int = 1) -> dict[str, Any]:
+    """Per kind: ns per matrix in each layout (best pass), the bytes of one matrix, and the layout the model uses.
+
+    At batch 1 a multiply is a matrix-vector product; at larger batches BLAS runs a matrix-matrix kernel on
+    the same bytes, which the batches beyond 1 show.
+    """
     config = model.config
-    x = torch.randn(1, config.width, dtype=config.dtype, device=model.device)
-    h = torch.randn(1, config.hidden, dtype=config.dtype, device=model.device)
+    x = torch.randn(batch, config.width, dtype=config.dtype, device=model.device)  # (B, C)
+    h = torch.randn(batch, config.hidden, dtype=config.dtype, device=model.device)  # (B, 4C)
     # Each matrix as a logical (in, out) view, whatever its storage; both layouts are made from it.
     kinds: dict[str, tuple[Tensor, list[tuple[Tensor, Tensor | None]]]] = {
         "qkv": (x, [(layer.qkv_weight, layer.qkv_bias) for layer in model.layers]),
@@ -67,4 +71,4 @@ def measure_layouts(model: Decoder, passes: int) -> dict[str, Any]:
                      "in_out_ns": _best_ns(in_out, passes, model.device) / len(matrices),
                      "out_in_ns": _best_ns(out_in, passes, model.device) / len(matrices)})
         del in_out_copies, out_in_copies
-    return {"batch": 1, "passes": passes, "dtype": str(config.dtype).removeprefix("torch."), "rows": rows}
+    return {"batch": batch, "passes": passes, "dtype": str(config.dtype).removeprefix("torch."), "rows": rows}

@@ -7,6 +7,7 @@ the same shapes, so one classification serves both models.
 
 from __future__ import annotations
 
+import resource
 import statistics
 from collections.abc import Callable
 
@@ -16,6 +17,11 @@ from .config import DecoderConfig
 
 KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
          "other"]
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far: first touches of freshly mapped memory (Linux, macOS)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def matrix_kinds(config: DecoderConfig) -> dict[tuple[int, int], str]:
@@ -62,9 +68,12 @@ def profile_step(step: Callable[[], None], reset: Callable[[], None], config: De
     step()  # warm: first calls pay one-time costs the steady state does not
     reset()
     per_step: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    faults = []
     for _ in range(steps):
         with profile(activities=activities, record_shapes=True) as prof:
+            before = minor_faults()
             step()
+            faults.append(minor_faults() - before)
         reset()
         self_ns = dict.fromkeys(KINDS, 0.0)
         for event in prof.key_averages(group_by_input_shape=True):
@@ -79,4 +88,5 @@ def profile_step(step: Callable[[], None], reset: Callable[[], None], config: De
         ns = statistics.median(per_step[kind])
         rows.append({"kind": kind, "ns_per_step": ns, "bytes": needed[kind], "floor_ns": floor,
                      "ratio_to_floor": ns / floor})
-    return {"steps": steps, "total_ns_per_step": sum(row["ns_per_step"] for row in rows), "rows": rows}
+    return {"steps": steps, "total_ns_per_step": sum(row["ns_per_step"] for row in rows), "rows": rows,
+            "minor_faults": faults}

@@ -146,6 +146,8 @@ def check_cell(cell: dict[str, Any], where: str, floor: float, repeats: int, ref
     durations = cell["durations_ns"]
     if len(durations) != repeats:
         refuse(f"{where}.durations_ns", f"has {len(durations)} repetitions, config says repeats = {repeats}")
+    if len(cell["minor_faults"]) != repeats:
+        refuse(f"{where}.minor_faults", f"has {len(cell['minor_faults'])} counts, one per repetition needs {repeats}")
     stored = (cell["min_ns_per_step"], cell["median_ns_per_step"], cell["max_ns_per_step"])
     computed = (min(durations), median(durations), max(durations))
     if not all(_close(a, b) for a, b in zip(stored, computed)):
@@ -157,9 +159,18 @@ def check_cell(cell: dict[str, Any], where: str, floor: float, repeats: int, ref
 
 def check_layout(record: dict[str, Any], refuse: Any) -> None:
     check_one_layout(record["config"]["model"], record["layout"], "layout", refuse)
-    if record["layout"]["dtype"] != "float32":
-        refuse("layout.dtype", f"is {record['layout']['dtype']}; the stored layout is measured on the float32 model")
+    if record["layout"]["dtype"] != "float32" or record["layout"]["batch"] != 1:
+        refuse("layout", f"is measured in {record['layout']['dtype']} at batch {record['layout']['batch']}; the "
+               "stored layout is chosen on the float32 model at batch 1")
     bench = record["config"]["benchmark"]
+    larger = [batch for batch in bench["batches"] if batch > 1]
+    measured = [layout["batch"] for layout in record["layout_batches"]]
+    if measured != larger:
+        refuse("layout_batches", f"measure batches {measured}; the headline grid's batches above 1 are {larger}")
+    for index, layout in enumerate(record["layout_batches"]):
+        if layout["dtype"] != "float32":
+            refuse(f"layout_batches[{index}].dtype", f"is {layout['dtype']}; these repeat the float32 measurement")
+        check_one_layout(record["config"]["model"], layout, f"layout_batches[{index}]", refuse)
     timed = {bench["dtype"], bench["variant_dtype"]} - {None, "float32"}
     for dtype, layout in record.get("layout_other_dtypes", {}).items():
         if dtype not in timed or layout["dtype"] != dtype:

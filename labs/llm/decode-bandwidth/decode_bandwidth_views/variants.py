@@ -14,6 +14,7 @@ from .text import gbs, join, ratio_range, signed_percent, threads_text
 
 render = lab_renderer(__file__)
 COMPARED = ("ours-prealloc", "hf-dynamic")  # the variant table's modes: this lab's main cache and the baseline
+TIE = 0.02  # two medians within 2% of each other count as unchanged: closer than the repetitions spread
 
 
 def ratio_percent(values: list[float]) -> str:
@@ -33,9 +34,10 @@ def threads_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other:
     arithmetic = (machine["matmul"][f"{dtype}/{other}"]["flops_per_s"]
                   / machine["matmul"][f"{dtype}/{threads}"]["flops_per_s"])
     ratios = [r["ratio"] for r in rows]
-    slower = sum(r > 1 for r in ratios)
-    verdict = ("no cell got faster" if slower == len(ratios) else "every cell got faster" if slower == 0
-               else f"{len(ratios) - slower} of {len(ratios)} cells got faster")
+    faster, slower = sum(r < 1 - TIE for r in ratios), sum(r > 1 + TIE for r in ratios)
+    same = len(ratios) - faster - slower
+    verdict = (f"{faster} of {len(ratios)} cells got faster, {slower} slower"
+               + (f" and {same} changed by less than {TIE:.0%}, a tie" if same else ""))
     cells = cell_table(record)
     base_floor = [cells[(dtype, threads, r["batch"], r["context"], r["mode"])]["step_over_floor"] for r in rows]
     return [
