@@ -73,7 +73,11 @@ def config_view(evidence: Evidence) -> str:
 
 
 def setting_text(value: object) -> str:
-    """A config value as text: lists joined, nested tables as key = value pairs."""
+    """A config value as text: lists joined, nested tables as key = value pairs, flags as yes or no."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "none"
     if isinstance(value, list):
         return ", ".join(map(setting_text, value))
     if isinstance(value, dict):

@@ -318,9 +318,9 @@ def per_call_sentence(record: dict[str, Any], worst: dict[str, Any]) -> str:
     shortest = min(layout, key=lambda kind: layout[kind]["bytes_per_matrix"])
     if shortest != worst["kind"]:
         return ""
-    return (f" Its calls are the shortest of the five, as its matrix is the smallest: {per_call / 1e3:.0f} µs per "
-            f"multiply in the profiled step, {calls} per step, where any fixed cost per call (dispatch, and the profiler's own "
-            "bookkeeping per operator) is the largest share.")
+    return (f" One multiply by it took {per_call / 1e3:.0f} µs in the profiled step ({calls} per step), the shortest "
+            "call of the five kinds, so any fixed cost per call (dispatch, and the profiler's own bookkeeping per "
+            "operator) is the largest share of it.")
 
 
 def profile_faults_sentences(record: dict[str, Any]) -> list[str]:
