@@ -173,19 +173,30 @@ def test_ctrl_c_while_make_bench_imports_is_one_line_without_a_traceback(tmp_pat
     assert finished.stderr == "run_benchmarks: interrupted (SIGINT); no benchmark was running\n"
 
 
-def test_make_bench_refuses_the_reference_records_label_before_measuring(
+def test_make_bench_refuses_the_reference_records_label_when_given_it_before_measuring(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = fake_root(tmp_path, ("first-lab", []), reference_machine="ref-box-1t")
-    monkeypatch.setattr(run_benchmarks, "derived_label", lambda: "ref-box-1t")  # what make bench derives there
-    for argv in ([], ["--machine", "ref-box-1t"]):
-        assert in_process(monkeypatch, root, argv) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith(
-            "run_benchmarks: machine label 'ref-box-1t' is the label of the reference record results/first-lab.json")
-        assert "MACHINE=<label>" in err and "REFERENCE=1" in err
+    assert in_process(monkeypatch, root, ["--machine", "ref-box-1t"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "run_benchmarks: machine label 'ref-box-1t' is the label of the reference record results/first-lab.json")
+    assert "MACHINE=<label>" in err and "REFERENCE=1" in err
     assert not (root / "results" / "machines").exists()
     assert in_process(monkeypatch, root, ["--reference"]) == 0  # replacing the reference is what REFERENCE=1 is for
+
+
+def test_plain_make_bench_on_a_machine_like_the_references_writes_its_own_record_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fake_root(tmp_path, ("first-lab", []), reference_machine="ref-box-1t")
+    reference = (root / "results" / "first-lab.json").read_bytes()
+    monkeypatch.setattr(run_benchmarks, "derived_label", lambda: "ref-box-1t")  # what make bench derives there
+    for _ in range(2):  # a second plain run refreshes the same record
+        assert in_process(monkeypatch, root, []) == 0
+        assert "labelled 'ref-box-1t-rerun'" in capsys.readouterr().err
+    assert [p.name for p in (root / "results" / "machines" / "first-lab").iterdir()] == ["ref-box-1t-rerun.json"]
+    assert (root / "results" / "first-lab.json").read_bytes() == reference
 
 
 def test_make_bench_of_one_lab_quick_under_a_label_writes_that_machines_record(

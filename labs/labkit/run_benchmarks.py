@@ -46,6 +46,7 @@ from labkit.manifest import Lab, ManifestError, discover_labs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
+RERUN_SUFFIX = "-rerun"  # added to a derived label that a reference record already carries
 POLL_S = 0.05  # how soon a signal to make bench is forwarded to the running benchmark
 STOPPED = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
 STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -144,6 +145,11 @@ def main(argv: list[str]) -> int:
             say(f"unknown lab(s) {sorted(unknown)}; known: {[lab.name for lab in labs]}")
             return 2
         chosen = [lab for lab in labs if not args.labs or lab.name in args.labs]
+        if args.machine is None and not args.reference and refuse_reference_label(chosen, label):
+            # A machine like the reference's derives the reference's label: plain `make bench` still just
+            # refreshes this machine's tables, under a label of its own that the next plain run reuses.
+            label = f"{label}{RERUN_SUFFIX}"
+            say(f"the derived label is the reference record's; this machine's records are labelled {label!r}")
         refusal = None if args.reference else refuse_reference_label(chosen, label)
         if refusal:
             say(refusal)
