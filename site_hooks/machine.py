@@ -8,7 +8,7 @@ from typing import Any
 
 from labkit.environment import cpu_model
 
-LABELS = {"python": "Python", "torch": "PyTorch", "cpu": "CPU", "logical_cores": "Logical cores", "os": "OS"}
+LABELS = {"python": "Python", "torch": "PyTorch", "cpu": "CPU", "logical_cores": "logical CPUs", "os": "OS"}
 
 
 def build_machine(test_report: dict[str, Any]) -> dict[str, Any]:

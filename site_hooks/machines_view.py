@@ -39,7 +39,7 @@ def row(machine: MachineRecord, evidence: Evidence, ratios: list[tuple[str, floa
         "here": is_build_machine(machine.record, evidence.build_machine),
         "device": env.get("device") or env["cpu"]["model"], "threads": env["torch"]["threads"],
         "torch": env["torch"]["version"], "created": machine.record["created_utc"].replace("T", " ").replace("Z", ""),
-        "fresh": "current sources" if not machine.changed else f"older sources ({', '.join(machine.changed)} changed)",
+        "fresh": "current" if not machine.changed else f"older ({', '.join(machine.changed)} changed)",
         "ratios": [dict(ratios).get(label) for label in labels],  # None: this record did not measure it
     }
 

@@ -171,9 +171,10 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
                      x_label="Prefix length (tokens, log scale)", y_label=f"Median {unit} (log scale)",
                      description=description)
     repeats = {len(entry["order"]) for entry in record["lengths"]}
-    caption = (f"Each point is the median of {prose.join(sorted(map(str, repeats)))} repetitions of: "
-               f"{bench['workload']}" + (" (divided by its steps)" if per_step else "") +
-               f". Whiskers span min to max. Drawn at build time from {evidence.lab.record.as_posix()}.")
+    caption = (f"Each point is the median of {prose.join(sorted(map(str, repeats)))} repetitions"
+               + (", each divided by its steps" if per_step else "") + f". Workload: {bench['workload']}. "
+               "Whiskers span min to max, hidden behind the marker where the repetitions agree closely. "
+               f"Drawn at build time from {evidence.lab.record.as_posix()}.")
     return render("chart.html.j2", svg=svg, caption=caption)
 
 

@@ -62,7 +62,7 @@ def test_medians_table_shows_each_median_and_range_from_the_raw_repetitions(evid
     for (_length, mode), row in stats.iterrows():
         median, low, high = (format_ms(row[name]) for name in ("median_ns", "min_ns", "max_ns"))
         assert f"<td>{mode}</td><td>{median} <small>({low}–{high})</small></td>" in html
-    assert html.count("<tr>") - 1 == 2 * len(evidence.record["lengths"])  # header + a row per length and mode
+    assert html.count("<tr>") - 2 == 2 * len(evidence.record["lengths"])  # two header rows + a row per length and mode
 
 
 def test_raw_view_lists_every_repetition_in_run_order(evidence: Evidence) -> None:
@@ -152,7 +152,7 @@ def test_precision_sentence_calls_it_rounding_only_when_float64_shrinks_the_erro
         ({"cpu": "Some Other CPU"}, "CPU"),
         ({"torch": "9.9.9", "cpu": "Some Other CPU"}, "PyTorch and CPU"),
         ({"python": "3.99.0", "torch": "9.9.9", "cpu": "Some Other CPU", "logical_cores": 1024, "os": "Plan 9 4"},
-         "Python, PyTorch, CPU, Logical cores and OS"),
+         "Python, PyTorch, CPU, logical CPUs and OS"),
     ],
 )
 def test_provenance_names_what_differs_between_recording_and_build_machines(
@@ -162,7 +162,7 @@ def test_provenance_names_what_differs_between_recording_and_build_machines(
     build = evidence.build_machine | changes
     html = render_view("provenance", dataclasses.replace(evidence, build_machine=build))
     if differs is None:
-        assert "matches the recording machine in Python, PyTorch, CPU, Logical cores and OS" in html
+        assert "matches the recording machine in Python, PyTorch, CPU, logical CPUs and OS" in html
         assert "admonition info" in html
     else:
         assert f"They differ in: {differs}." in html
