@@ -92,18 +92,26 @@ def lower_median_sentence(medians: pd.DataFrame, mode: str, baseline: str) -> st
     return text[0].upper() + text[1:] + "."
 
 
+ONE_LENGTH = "With one measured length, the record cannot show how the gap changes with prefix length."
+
+
+def trend_text(ratio: dict[int, float]) -> str:
+    """How a ratio moved over the sweep's lengths (ascending): 'grew at every length of the sweep', ..."""
+    lengths = list(ratio)
+    falls = [f"{a} and {b}" for a, b in zip(lengths, lengths[1:]) if ratio[b] <= ratio[a]]
+    if not falls:
+        return "grew at every length of the sweep"
+    if ratio[lengths[-1]] > ratio[lengths[0]]:
+        return f"rose overall but not at every length (it did not grow between {join(falls)} tokens)"
+    return "did not grow with prefix length"
+
+
 def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: str) -> list[str]:
     lengths = list(ratio.index)
     if len(lengths) < 2:
-        return ["With one measured length, the record cannot show how the gap changes with prefix length."]
+        return [ONE_LENGTH]
     first, last = lengths[0], lengths[-1]
-    falls = [f"{a} and {b}" for a, b in zip(lengths, lengths[1:]) if ratio[b] <= ratio[a]]
-    trend = (
-        "grew at every step of the sweep" if not falls
-        else f"rose overall but not at every step (it did not grow between {join(falls)} tokens)"
-        if ratio[last] > ratio[first]
-        else "did not grow with prefix length"
-    )
+    trend = trend_text(ratio.to_dict())
     sentences = [f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at "
                  f"{first} tokens, {format_ratio(ratio[last])} at {last} tokens."]
     gap = medians[baseline] - medians[mode]

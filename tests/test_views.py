@@ -102,11 +102,11 @@ def test_findings_say_cached_was_faster_everywhere_only_when_it_was(evidence: Ev
 def test_findings_say_whether_the_gap_grew_at_every_step(evidence: Evidence) -> None:
     lengths = [e["length"] for e in evidence.record["lengths"]]
     set_medians(evidence.record, {n: (n * n, n) for n in lengths})  # ratio = n, strictly growing
-    assert "grew at every step of the sweep" in render_view("findings", evidence)
+    assert "grew at every length of the sweep" in render_view("findings", evidence)
     dip = {n: (n * n, n * (4 if n == lengths[2] else 1)) for n in lengths}  # ratio dips at the third length
     set_medians(evidence.record, dip)
     text = render_view("findings", evidence)
-    assert "rose overall but not at every step" in text
+    assert "rose overall but not at every length" in text
     assert f"{lengths[1]} and {lengths[2]}" in text
 
 

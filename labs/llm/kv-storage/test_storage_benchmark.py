@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 import unittest
 from unittest import mock
@@ -14,6 +15,8 @@ from kv_cache.broken import PositionResetBlock
 from kv_storage import PagedSequence, PreallocatedKVCache, benchmark
 from kv_storage.peak import profile_allocations
 from kv_storage.testing import TINY, random_ids
+from kv_storage_views import check_record
+from labkit.records import RecordError
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 
@@ -26,12 +29,12 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     main = staticmethod(benchmark.main)
     schema = SCHEMA
 
-    def test_quick_run_writes_a_schema_valid_record_for_all_four_layouts(self) -> None:
+    def test_quick_run_writes_a_schema_valid_record_for_full_recompute_and_every_layout(self) -> None:
         record = self.record
         self.assertEqual(record["config"]["benchmark"]["modes"], ["full", "concat", "prealloc", "paged"])
         self.assertEqual(sorted(record["lengths"][0]["equivalence"]), ["concat", "paged", "prealloc"])
 
-    def test_the_lead_rotates_so_each_layout_runs_first_once_in_four_repetitions(self) -> None:
+    def test_the_lead_rotates_so_each_mode_runs_first_once_when_repetitions_equal_modes(self) -> None:
         for entry in self.record["lengths"]:
             firsts = [order[0] for order in entry["order"]]
             self.assertEqual(firsts, ["full", "concat", "prealloc", "paged"])  # --quick: 4 repeats
@@ -40,6 +43,31 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         for entry in self.record["lengths"]:
             for mode, values in entry["modes"].items():
                 self.assertEqual(values["median_ns"], statistics.median(values["durations_ns"]), mode)
+
+    def test_every_grouped_query_variant_is_compared_in_every_layout_at_every_position(self) -> None:
+        record = self.record
+        cached = sorted(record["lengths"][0]["equivalence"])
+        self.assertEqual(sorted(row["kv_heads"] for row in record["gqa"]), sorted(benchmark.GQA_KV_HEADS))
+        for row in record["gqa"]:
+            self.assertEqual(row["positions_compared"], record["memory"]["length"])
+            self.assertEqual(sorted(row["layouts"]), cached)
+            for values in row["layouts"].values():
+                self.assertTrue(values["within_tolerance"])
+
+    def test_the_site_accepts_the_record_and_refuses_a_hand_edited_grouped_query_figure(self) -> None:
+        record = self.record
+        check_record(record, "quick.json")
+        edits = {"bytes": lambda layout: layout.update(bytes=layout["bytes"] + 1),
+                 "max_abs_diff": lambda layout: layout.update(max_abs_diff=1.0)}
+        for field, edit in edits.items():
+            edited = copy.deepcopy(record)
+            edit(edited["gqa"][-1]["layouts"]["paged"])
+            with self.subTest(field=field), self.assertRaisesRegex(RecordError, rf"gqa\[\d\]\.layouts\.paged\.{field}"):
+                check_record(edited, "quick.json")
+        edited = copy.deepcopy(record)
+        edited["gqa"][0]["positions_compared"] -= 1
+        with self.assertRaisesRegex(RecordError, r"positions_compared"):
+            check_record(edited, "quick.json")
 
     def test_sharing_saves_the_prompt_blocks_of_all_but_one_request(self) -> None:
         sharing = self.record["sharing"]
@@ -82,6 +110,21 @@ class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
             code, log = run_quietly("--output", str(self.path))
         self.assertEqual(code, 2)
         self.assertIn("prealloc differs from full", log)
+        self.assert_untouched(log)
+
+    def test_a_layout_wrong_only_with_grouped_query_heads_is_caught_and_nothing_is_written(self) -> None:
+        class DropsSharedHeads(PagedSequence):  # right for the timed multi-head model, wrong with fewer heads
+            def stored(self) -> tuple[torch.Tensor, torch.Tensor]:
+                keys, values = super().stored()
+                if keys.shape[1] < TINY.heads:
+                    values = values.flip(2)
+                return keys, values
+
+        with mock.patch.object(benchmark, "PagedSequence", DropsSharedHeads):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 2)
+        self.assertIn("paged differs from full", log)
+        self.assertIn("kv_heads=", log)
         self.assert_untouched(log)
 
     def test_interrupted_run_leaves_the_existing_record_byte_identical(self) -> None:

@@ -12,6 +12,14 @@ from kv_cache import ATOL, RTOL, DecoderBlock, KVStore, ModelConfig
 from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache
 
 TINY = ModelConfig(vocab_size=50, max_positions=48, seed=1)  # 4 query heads of width 8
+# --8<-- [start:constants]
+# Every number of key/value heads that divides TINY's query heads: full multi-head down to one shared head.
+KV_HEADS = tuple(k for k in range(TINY.heads, 0, -1) if TINY.heads % k == 0)
+# Prefills of one 40-token sequence. The first feeds a prefix, then a multi-token chunk that must attend to
+# it (the rectangular case a misaligned mask gets wrong), then single tokens; the second crosses block edges.
+CHUNKINGS = ([7, 5] + [1] * 28, [3, 14, 16, 7])
+FLOAT64_AGREEMENT = 1e-12  # in float64 every layout must agree with concatenation this closely
+# --8<-- [end:constants]
 
 StoreFactory = Callable[[ModelConfig], "KVStore | None"]  # None: the first lab's concatenation
 

@@ -67,19 +67,28 @@ class Checker:
                 "paged": blocks(length, block_size) * cache_bytes(self.model, kv_heads, block_size)}
 
     def gqa(self) -> None:
+        """Every cached layout's bytes and agreement with full recompute, at every position of the memory loop."""
         tolerance = self.record["tolerance"]
         block_size = self.record["config"]["benchmark"]["block_size"]
+        bench = self.record["config"]["benchmark"]
+        cached = [mode for mode in bench["modes"] if mode != bench["baseline"]]
         for index, row in enumerate(self.record["gqa"]):
             where = f"gqa[{index}]"
             self.expect(f"{where}.heads", row["heads"], self.model["heads"], "config.model.heads")
-            self.expect(f"{where}.steps_compared", row["steps_compared"], min(row["length"], 64),
-                        "the first min(length, 64) positions")
+            self.expect(f"{where}.length", row["length"], self.record["memory"]["length"],
+                        "the memory loop's length (memory.length)")
+            self.expect(f"{where}.positions_compared", row["positions_compared"], row["length"],
+                        "every position of the loop")
             self.expect(f"{where}.formula_bytes", row["formula_bytes"],
                         cache_bytes(self.model, row["kv_heads"], row["length"]), "2 x Hkv x T x D x bytes")
+            self.expect(f"{where}.layouts", sorted(row["layouts"]), sorted(cached),
+                        "the cached modes of config.benchmark.modes")
             for mode, value in self.retained(row["kv_heads"], row["length"], block_size).items():
-                self.expect(f"{where}.{mode}_bytes", row[f"{mode}_bytes"], value, f"{mode} storage")
-            if row["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * row["max_abs_reference"]:
-                self.refuse(f"gqa[{index}].max_abs_diff", f"is {row['max_abs_diff']:g}, beyond the tolerance")
+                layout = row["layouts"][mode]
+                self.expect(f"{where}.layouts.{mode}.bytes", layout["bytes"], value, f"{mode} storage")
+                if layout["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * layout["max_abs_reference"]:
+                    self.refuse(f"{where}.layouts.{mode}.max_abs_diff",
+                                f"is {layout['max_abs_diff']:g}, beyond the tolerance")
 
     def paging(self) -> None:
         paging = self.record["paging"]

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from site_hooks import prose
 from site_hooks.chart import BarGroup, bar_chart
 from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_number, lab_renderer
+from site_hooks.templating import format_number, format_sci, lab_renderer
+
+from .timing import equivalence_view, findings_view
 
 render = lab_renderer(__file__)
+
+
+SMALL_TRANSIENT = 0.05  # a peak within this share of the retained bytes draws as two bars of one length
 
 
 def kib(value: float) -> str:
@@ -23,26 +29,66 @@ def memory_view(evidence: Evidence) -> str:
     chart = bar_chart(
         [BarGroup(row["mode"], [row["retained_bytes"] / 1024, row["peak_bytes"] / 1024]) for row in rows],
         series=["retained after the loop", "peak during the loop"],
-        title=f"Cache bytes retained vs peak allocation over a {memory['length']}-step decode loop",
-        x_label="KiB",
+        title=f"Cache bytes retained vs peak allocation over a {memory['length']}-step decode loop, in KiB",
+        x_label="KiB (1 KiB = 1,024 bytes; the table below gives exact bytes)",
         description="; ".join(f"{r['mode']}: retained {kib(r['retained_bytes'])}, peak {kib(r['peak_bytes'])}"
                               for r in rows),
     )
     return render("memory.html.j2", rows=rows, chart=chart, sentences=memory_sentences(memory),
-                  length=memory["length"], formula=memory["formula_bytes"], method=memory["method"])
+                  small=small_transients(rows), length=memory["length"], formula=memory["formula_bytes"],
+                  method=memory["method"])
+
+
+def small_transients(rows: list[dict[str, Any]]) -> list[str]:
+    """Layouts whose two bars look equal: 'prealloc (3,128 bytes, 2.4% of what it retains)'."""
+    return [f"{row['mode']} ({row['transient']:,} bytes, {row['transient'] / row['retained_bytes']:.1%} of what it "
+            f"retains)" for row in rows if row["transient"] <= SMALL_TRANSIENT * row["retained_bytes"]]
 
 
 def gqa_view(evidence: Evidence) -> str:
-    rows = evidence.record["gqa"]
+    record = evidence.record
+    rows = record["gqa"]
+    modes = list(rows[0]["layouts"])
+    return render("gqa.html.j2", rows=rows, modes=modes, sentences=gqa_sentences(rows),
+                  tolerance=record["tolerance"], baseline=record["config"]["benchmark"]["baseline"],
+                  lengths=sorted({r["length"] for r in rows}), compared=sorted({r["positions_compared"] for r in rows}))
+
+
+def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:
+    """Per grouped-query variant, its cache against full multi-head attention's; then the equivalence."""
     full = next((r for r in rows if r["kv_heads"] == r["heads"]), rows[0])
-    sentences = [
-        f"At {r['length']} positions, {r['kv_heads']} key/value heads for {r['heads']} query heads keep "
-        f"{format_number(r['concat_bytes'])} bytes of concatenated cache, "
-        f"{r['concat_bytes'] / full['concat_bytes']:.0%} of full multi-head; preallocated and paged storage "
-        f"hold {format_number(r['prealloc_bytes'])} and {format_number(r['paged_bytes'])} bytes."
-        for r in rows if r is not full
-    ]
-    return render("gqa.html.j2", rows=rows, sentences=sentences, tolerance=evidence.record["tolerance"])
+    sentences = []
+    for row in (r for r in rows if r is not full):
+        held = {mode: values["bytes"] for mode, values in row["layouts"].items()}
+        concat = held.pop("concat")
+        if set(held.values()) == {concat}:
+            others = f"{' and '.join(held)} storage hold exactly the same"
+        elif len(set(held.values())) == 1:
+            others = f"{' and '.join(held)} storage hold {format_number(next(iter(held.values())))} bytes each"
+        else:
+            others = "; ".join(f"{mode} storage holds {format_number(value)} bytes" for mode, value in held.items())
+        sentences.append(
+            f"With {prose.plural(row['kv_heads'], 'key/value head')} for {row['heads']} query heads, the concatenated "
+            f"cache of {row['length']} positions takes {format_number(concat)} bytes, "
+            f"{concat / full['layouts']['concat']['bytes']:.0%} of the {full['kv_heads']}-head model's; {others}."
+        )
+    worst = max(((r, mode) for r in rows for mode in r["layouts"]),
+                key=lambda pair: pair[0]["layouts"][pair[1]]["max_abs_diff"])
+    row, mode = worst
+    agree = all(v["argmax_agrees_every_step"] for r in rows for v in r["layouts"].values())
+    sentences.append(
+        f"Every layout of every variant matched full recompute at each of its {positions(rows)} positions; "
+        f"the largest absolute difference was {format_sci(row['layouts'][mode]['max_abs_diff'])} "
+        f"({mode}, {prose.plural(row['kv_heads'], 'key/value head')}). "
+        + ("The greedy (argmax) token was the same at every position." if agree else
+           "The greedy (argmax) token differed somewhere: a near-tie that rounding tipped, within tolerance.")
+    )
+    return sentences
+
+
+def positions(rows: list[dict[str, Any]]) -> str:
+    counts = sorted({r["positions_compared"] for r in rows})
+    return " or ".join(map(str, counts))
 
 
 def paging_view(evidence: Evidence) -> str:
@@ -56,14 +102,14 @@ def sharing_view(evidence: Evidence) -> str:
 
 
 def memory_sentences(memory: dict[str, Any]) -> list[str]:
-    """What the allocation profile shows, layout by layout, in terms of the cache it ends with."""
+    """What the allocation profile shows, layout by layout, and how the layouts' peaks and totals compare."""
     variants = memory["variants"]
     sentences = []
     for mode, values in variants.items():
         ratio = values["peak_bytes"] / values["retained_bytes"]
         sentences.append(
             f"{mode}: ends holding {values['retained_bytes']:,} bytes of cache; the peak during the loop was "
-            f"{values['peak_bytes']:,} bytes ({ratio:.2f}× that), and the loop allocated "
+            f"{values['peak_bytes']:,} bytes (peak ÷ retained: {ratio:.2f}×), and the loop allocated "
             f"{values['allocated_bytes']:,} bytes in total over {values['allocations']:,} allocations."
         )
     if {"concat", "prealloc"} <= variants.keys():
@@ -71,10 +117,42 @@ def memory_sentences(memory: dict[str, Any]) -> list[str]:
         verdict = "higher" if concat["peak_bytes"] > prealloc["peak_bytes"] else "not higher"
         sentences.append(
             f"Concatenation's peak was {verdict} than preallocation's ({concat['peak_bytes']:,} vs "
-            f"{prealloc['peak_bytes']:,} bytes), and it allocated "
+            f"{prealloc['peak_bytes']:,} bytes; concat peak ÷ prealloc peak: "
+            f"{concat['peak_bytes'] / prealloc['peak_bytes']:.2f}×), and it allocated "
             f"{concat['allocated_bytes'] / prealloc['allocated_bytes']:.1f}× as many bytes over the loop."
         )
+    if "paged" in variants and len(variants) > 1:
+        sentences.append(paged_memory_sentence(variants))
     return sentences
+
+
+def paged_memory_sentence(variants: dict[str, dict[str, Any]]) -> str:
+    """Where paged storage stands among the layouts by peak and by bytes allocated, with a verdict."""
+    paged = variants["paged"]
+    others = {mode: values for mode, values in variants.items() if mode != "paged"}
+
+    def against(field: str) -> str:
+        parts = []
+        for mode, values in others.items():
+            difference = paged[field] - values[field]
+            parts.append(f"equal to {mode}'s" if difference == 0 else
+                         f"{abs(difference):,} bytes {'above' if difference > 0 else 'below'} {mode}'s")
+        return prose.join(parts)
+
+    def rank(field: str) -> str:
+        if all(paged[field] > values[field] for values in others.values()):
+            return "the highest of all layouts"
+        if all(paged[field] < values[field] for values in others.values()):
+            return "the lowest of all layouts"
+        return "neither the highest nor the lowest"
+
+    lower = [mode for mode, values in others.items() if values["peak_bytes"] < paged["peak_bytes"]]
+    verdict = (f"Paging as implemented here, per-step gather included, did not give the lowest peak: "
+               f"{prose.join(lower)} peaked lower." if lower else
+               "Paging as implemented here gave the lowest peak of all layouts.")
+    return (f"Paged storage's peak was {paged['peak_bytes']:,} bytes, {rank('peak_bytes')} "
+            f"({against('peak_bytes')}), and its loop allocated {paged['allocated_bytes']:,} bytes in total, "
+            f"{rank('allocated_bytes')}. {verdict}")
 
 
 def paging_sentences(paging: dict[str, Any]) -> list[str]:
@@ -107,4 +185,6 @@ def sharing_sentence(sharing: dict[str, Any]) -> str:
     )
 
 
-VIEWS = {"memory": memory_view, "gqa": gqa_view, "paging": paging_view, "sharing": sharing_view}
+VIEWS = {"memory": memory_view, "gqa": gqa_view, "paging": paging_view, "sharing": sharing_view,
+         # the shared findings and equivalence views, with ties, per-step gaps and repeated maxima (timing.py)
+         "findings": findings_view, "equivalence": equivalence_view}

@@ -1,0 +1,148 @@
+"""The storage page's generated sentences say what the record supports, and no more."""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+from kv_storage_views import headline
+from kv_storage_views.timing import (
+    TIE_SHARE,
+    equivalence_sentences,
+    gap_sentences,
+    paged_overhead_sentences,
+    ranking_sentence,
+)
+from kv_storage_views.views import gqa_sentences, memory_sentences
+
+MODES = ["full", "concat", "prealloc", "paged"]
+
+
+def sweep(windows: dict[int, dict[str, tuple[int, int, int]]], steps: int = 10,
+          diffs: dict[int, float] | None = None) -> dict[str, Any]:
+    """A timing record: per length, each mode's (min, median, max) window in ns over seven repetitions."""
+    lengths = []
+    for length, modes in windows.items():
+        diff = (diffs or {}).get(length, 1e-7)
+        lengths.append({
+            "length": length, "steps": steps, "order": [MODES] * 7,
+            "modes": {mode: {"min_ns": low, "median_ns": median, "max_ns": high, "durations_ns": [low, *[median] * 5, high]}
+                      for mode, (low, median, high) in modes.items()},
+            "equivalence": {mode: {"max_abs_diff": diff, "max_abs_reference": 1.0, "within_tolerance": True,
+                                   "argmax_agrees_every_step": True} for mode in MODES[1:]},
+            "speedup": {mode: {"ratio_of_medians": modes["full"][1] / modes[mode][1]} for mode in MODES[1:]},
+        })
+    return {"config": {"benchmark": {"modes": MODES, "baseline": "full", "batch": 1}},
+            "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "lengths": lengths,
+            "memory": {"length": 512, "variants": {"concat": {"peak_bytes": 4}, "prealloc": {"peak_bytes": 2}}}}
+
+
+def exact(value: int) -> tuple[int, int, int]:
+    return value, value, value
+
+
+class Ranking(unittest.TestCase):
+    def test_modes_whose_ranges_overlap_are_ranked_as_a_tie_and_the_baseline_is_ranked_too(self) -> None:
+        record = sweep({16: {"full": exact(3000), "concat": (2500, 2700, 2800), "prealloc": (2400, 2600, 2750),
+                             "paged": exact(3900)}})
+        self.assertIn("concat = prealloc < full < paged at 16 tokens.", ranking_sentence(record))
+
+    def test_medians_closer_than_the_tie_share_are_a_tie_even_when_the_ranges_do_not_overlap(self) -> None:
+        close = round(1000 * (1 + TIE_SHARE / 2))
+        record = sweep({16: {"full": exact(5000), "concat": exact(close), "prealloc": exact(1000),
+                             "paged": exact(9000)}})
+        self.assertIn("concat = prealloc < full < paged", ranking_sentence(record))
+
+    def test_a_clear_gap_is_an_order_and_a_repeated_order_is_not_spelled_out_again(self) -> None:
+        order = {"full": exact(4000), "concat": exact(2000), "prealloc": exact(1000), "paged": exact(3000)}
+        text = ranking_sentence(sweep({16: order, 32: order, 64: order}))
+        self.assertIn("prealloc < concat < paged < full at 16 tokens; the same at 32 and 64 tokens.", text)
+
+
+class Gaps(unittest.TestCase):
+    def test_gaps_are_stated_per_decode_step_in_microseconds(self) -> None:
+        record = sweep({16: {"full": exact(3_000_000), "concat": exact(2_000_000), "prealloc": exact(1),
+                             "paged": exact(1)},
+                        1024: {"full": exact(80_000_000), "concat": exact(3_000_000), "prealloc": exact(1),
+                               "paged": exact(1)}}, steps=10)
+        text = " ".join(gap_sentences(record, "concat"))
+        self.assertIn("grew at every length of the sweep", text)
+        self.assertIn("took 100.0 µs more than the concat step at 16 tokens, and 7,700 µs more at 1024 tokens", text)
+
+    def test_a_ratio_resting_on_a_noisy_timing_says_so(self) -> None:
+        record = sweep({16: {"full": exact(3000), "concat": exact(2000), "prealloc": exact(1), "paged": exact(1)},
+                        1024: {"full": exact(90000), "concat": (2000, 3000, 5000), "prealloc": exact(1),
+                               "paged": exact(1)}})
+        text = " ".join(gap_sentences(record, "concat"))
+        self.assertIn("30.00× at 1024 tokens (flagged as noisy: concat, spread 100%)", text)
+        self.assertNotIn("16 tokens (flagged", text)
+
+    def test_a_paged_gap_that_does_not_grow_with_length_is_called_a_fixed_per_step_cost(self) -> None:
+        windows = {n: {"full": exact(9_000_000), "concat": exact(1_000_000), "prealloc": exact(1_000_000 + 1000 * n),
+                       "paged": exact(1_800_000 + 2000 * n)} for n in (16, 256, 1024)}  # gap: 800 µs + 1 µs per position
+        text = " ".join(paged_overhead_sentences(sweep(windows, steps=1)))
+        self.assertIn("rises by 1,000 ns per cached position", text)
+        self.assertIn("most of the gap at 16 tokens is a cost each step pays whatever the prefix length", text)
+
+    def test_a_paged_gap_that_grows_with_length_is_not_called_fixed(self) -> None:
+        windows = {n: {"full": exact(90000), "concat": exact(1000), "prealloc": exact(1000),
+                       "paged": exact(1000 + 50 * n)} for n in (16, 256, 1024)}
+        text = " ".join(paged_overhead_sentences(sweep(windows, steps=1)))
+        self.assertIn("most of the gap at 16 tokens grows with the prefix", text)
+
+
+class Equivalence(unittest.TestCase):
+    def test_a_maximum_reached_at_several_lengths_names_each_of_them(self) -> None:
+        windows = {n: {mode: exact(1000) for mode in MODES} for n in (16, 32, 64, 256)}
+        record = sweep(windows, diffs={16: 4e-7, 32: 4e-7, 64: 3e-7, 256: 4e-7})
+        self.assertIn("4.00e-07, first reached at 16 tokens and again at 32 and 256 tokens",
+                      equivalence_sentences(record)[0])
+
+
+def layouts(concat: int, prealloc: int, paged: int) -> dict[str, dict[str, Any]]:
+    return {mode: {"bytes": value, "max_abs_diff": 1e-7, "max_abs_reference": 1.0, "within_tolerance": True,
+                   "argmax_agrees_every_step": True}
+            for mode, value in (("concat", concat), ("prealloc", prealloc), ("paged", paged))}
+
+
+class Memory(unittest.TestCase):
+    def test_paged_storage_is_placed_among_the_layouts_by_peak_and_by_bytes_allocated(self) -> None:
+        memory = {"variants": {
+            "concat": {"retained_bytes": 100, "peak_bytes": 200, "allocated_bytes": 900, "allocations": 9},
+            "prealloc": {"retained_bytes": 100, "peak_bytes": 102, "allocated_bytes": 90, "allocations": 9},
+            "paged": {"retained_bytes": 100, "peak_bytes": 201, "allocated_bytes": 950, "allocations": 9},
+        }}
+        text = " ".join(memory_sentences(memory))
+        self.assertIn("Paged storage's peak was 201 bytes, the highest of all layouts (1 bytes above concat's and "
+                      "99 bytes above prealloc's)", text)
+        self.assertIn("did not give the lowest peak: concat and prealloc peaked lower", text)
+        self.assertIn("(peak ÷ retained: 2.00×)", text)
+        self.assertIn("concat peak ÷ prealloc peak: 1.96×", text)
+
+
+class GroupedQuery(unittest.TestCase):
+    def test_one_head_is_singular_and_equal_byte_counts_are_not_repeated(self) -> None:
+        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, b)}
+                for k, b in ((4, 400), (1, 100))]
+        text = " ".join(gqa_sentences(rows))
+        self.assertIn("With 1 key/value head for 4 query heads", text)
+        self.assertIn("prealloc and paged storage hold exactly the same", text)
+        self.assertNotIn("1 key/value heads", text)
+
+    def test_different_byte_counts_are_each_stated(self) -> None:
+        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, 2 * b)}
+                for k, b in ((4, 400), (2, 200))]
+        self.assertIn("prealloc storage holds 200 bytes; paged storage holds 400 bytes", " ".join(gqa_sentences(rows)))
+
+
+class Headline(unittest.TestCase):
+    def test_every_headline_ratio_names_what_is_divided_by_what(self) -> None:
+        record = sweep({1024: {"full": exact(8000), "concat": exact(2000), "prealloc": exact(1000),
+                               "paged": exact(4000)}})
+        labels = dict(headline(record))
+        self.assertEqual(labels["full ÷ prealloc, median step time at 1024 tokens"], 8.0)
+        self.assertEqual(labels["concat ÷ prealloc, peak allocation in the 512-step loop"], 2.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
