@@ -63,6 +63,9 @@ def open_page(browser: Browser, url: str) -> tuple[Page, list[str]]:
 @pytest.fixture(scope="module")
 def browser_page(browser: Browser, server: str) -> Iterator[tuple[Page, list[str]]]:
     page, problems = open_page(browser, server + "/")
+    # Let the landing page finish loading first: a click while its requests are in flight aborts them,
+    # and an aborted request would be reported as a failure of the article.
+    page.wait_for_load_state("networkidle")
     page.get_by_role("link", name="The KV cache").first.click()
     page.wait_for_load_state("networkidle")
     yield page, problems
