@@ -48,4 +48,5 @@ def test_every_lab_package_is_declared_for_installation() -> None:
             continue  # a lab no other lab imports needs none: tests, benchmark and views find it in place
         declared = tomllib.loads(project.read_text())["tool"]["setuptools"]["packages"]
         for package in declared:
-            assert (ROOT / lab.folder / package / "__init__.py").exists(), (lab.name, package)
+            folder = ROOT / lab.folder / package.replace(".", "/")  # a subpackage is declared dotted
+            assert (folder / "__init__.py").exists(), (lab.name, package)

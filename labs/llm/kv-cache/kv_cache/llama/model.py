@@ -1,0 +1,209 @@
+"""A Llama-family decoder: RMSNorm, rotary positions, grouped-query attention, SwiGLU, tied embeddings.
+
+``forward(ids)`` runs a whole sequence with no cache (the naive computation,
+kept as the reference); ``forward(new_ids, cache)`` runs only the new tokens
+against every layer's stored keys and values. The positions of new tokens and
+the attention over a cached prefix are the first lab's own code, imported
+(``DecoderBlock.positions`` and ``causal_attention``), not copied: new tokens
+are numbered from the cache's length, and each query sees the keys at or
+before its absolute position.
+
+Weights come from a transformers ``LlamaForCausalLM`` state dict, by the
+explicit name map ``LAYER_NAMES``; they are used as stored there, (out, in)
+matrices for ``F.linear``, and in the model's dtype they are shared, not
+copied. The arithmetic follows transformers' Llama where rounding could
+differ: RMSNorm in float32, the rotation angles in float32, cos and sin then
+cast to the model's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kv_cache import DecoderBlock, causal_attention
+
+from .cache import LayerCache, new_cache
+from .config import LlamaDecoderConfig
+
+# Ours -> transformers' names inside model.layers.<i>.; every other name is in Decoder.__init__.
+LAYER_NAMES = {
+    "attention_norm": "input_layernorm.weight",  # (C,)
+    "q": "self_attn.q_proj.weight",  # (H*D, C)
+    "k": "self_attn.k_proj.weight",  # (Hkv*D, C)
+    "v": "self_attn.v_proj.weight",  # (Hkv*D, C)
+    "o": "self_attn.o_proj.weight",  # (C, H*D)
+    "mlp_norm": "post_attention_layernorm.weight",  # (C,)
+    "gate": "mlp.gate_proj.weight",  # (F, C)
+    "up": "mlp.up_proj.weight",  # (F, C)
+    "down": "mlp.down_proj.weight",  # (C, F)
+}
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight, computed in float32 as transformers does, then cast back."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def inverse_frequencies(config: LlamaDecoderConfig) -> Tensor:
+    """(D/2,) float32: pair i of every head turns by theta^(-2i/D) radians per position."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim
+    return 1.0 / (config.rope_theta ** exponents)
+
+
+def rotary_angles(positions: Tensor, inverse: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin, (T, D), of the absolute ``positions`` (T,): angles in float32, then cast to ``dtype``."""
+    angles = positions.float()[:, None] * inverse[None, :]  # (T, D/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, D): feature j pairs with feature j + D/2
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Turn each (j, j + D/2) feature pair of x (B, H, T, D) by its position's angle."""
+    half = x.shape[-1] // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # (x1, x2) -> (-x2, x1)
+    return x * cos + turned * sin
+
+
+class LlamaLayer(nn.Module):
+    """Pre-norm: x + attention(rms_norm(x)), then x + swiglu(rms_norm(x))."""
+
+    def __init__(self, config: LlamaDecoderConfig, weights: Mapping[str, Tensor]) -> None:
+        super().__init__()
+        self.config = config
+        for name, tensor in weights.items():
+            self.register_parameter(name, nn.Parameter(tensor, requires_grad=False))
+
+    # --8<-- [start:layer]
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, offset: int,
+                cache: LayerCache | None) -> Tensor:
+        """x (B, T, C) -> (B, T, C); cos and sin (T, D) belong to the new tokens' absolute positions."""
+        config = self.config
+        batch, length, _ = x.shape
+        h = rms_norm(x, self.attention_norm, config.rms_norm_eps)
+        q = F.linear(h, self.q).view(batch, length, config.heads, config.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = F.linear(h, self.k).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = F.linear(h, self.v).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # keys are cached after rotation: they never turn again
+        keys, values = (k, v) if cache is None else cache.update(k, v)  # (B, Hkv, offset + T, D)
+        attended = causal_attention(q, keys, values, offset)  # (B, H, T, D); each Hkv head serves H/Hkv queries
+        x = x + F.linear(attended.transpose(1, 2).reshape(batch, length, config.heads * config.head_dim), self.o)
+        h = rms_norm(x, self.mlp_norm, config.rms_norm_eps)
+        return x + F.linear(F.silu(F.linear(h, self.gate)) * F.linear(h, self.up), self.down)  # SwiGLU
+    # --8<-- [end:layer]
+
+
+class LlamaDecoder(nn.Module):
+    positions = DecoderBlock.positions  # the first lab's offset rule: new positions continue after the prefix
+
+    def __init__(self, config: LlamaDecoderConfig, state_dict: Mapping[str, Tensor]) -> None:
+        """``state_dict`` in transformers' ``LlamaForCausalLM`` names; every tensor is checked against ``config``."""
+        super().__init__()
+        self.config = config
+        expected = self.expected_shapes(config)
+        tied_head = "lm_head.weight" if config.tie_embeddings else None
+        unexpected = sorted(set(state_dict) - set(expected) - {tied_head})
+        missing = sorted(set(expected) - set(state_dict))
+        if missing or unexpected:
+            raise ValueError(f"state dict does not fit the config: missing {missing[:3]} ({len(missing)}), "
+                             f"unexpected {unexpected[:3]} ({len(unexpected)})")
+        for name, shape in expected.items():
+            if tuple(state_dict[name].shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(state_dict[name].shape)}, the config needs {shape}")
+
+        def tensor(name: str) -> Tensor:
+            return state_dict[name].detach().to(config.dtype)  # the same storage when the dtype already matches
+
+        self.embedding = nn.Parameter(tensor("model.embed_tokens.weight"), requires_grad=False)  # (V, C)
+        self.layers = nn.ModuleList(
+            LlamaLayer(config, {ours: tensor(f"model.layers.{index}.{theirs}") for ours, theirs in LAYER_NAMES.items()})
+            for index in range(config.layers)
+        )
+        self.norm_final = nn.Parameter(tensor("model.norm.weight"), requires_grad=False)  # (C,)
+        # Tied: the head *is* the embedding, one matrix counted once; untied checkpoints carry their own.
+        self.head = self.embedding if config.tie_embeddings else nn.Parameter(tensor("lm_head.weight"),
+                                                                               requires_grad=False)  # (V, C)
+        self.register_buffer("inverse_frequencies", inverse_frequencies(config), persistent=False)  # (D/2,) float32
+        self.eval()
+
+    @staticmethod
+    def expected_shapes(config: LlamaDecoderConfig) -> dict[str, tuple[int, ...]]:
+        """Every tensor the decoder reads, in transformers' names, with its shape."""
+        c, f, q_width = config.width, config.hidden, config.heads * config.head_dim
+        layer = {"attention_norm": (c,), "q": (q_width, c), "k": (config.kv_width, c), "v": (config.kv_width, c),
+                 "o": (c, q_width), "mlp_norm": (c,), "gate": (f, c), "up": (f, c), "down": (c, f)}
+        shapes = {"model.embed_tokens.weight": (config.vocab_size, c), "model.norm.weight": (c,)}
+        for index in range(config.layers):
+            shapes |= {f"model.layers.{index}.{LAYER_NAMES[ours]}": shape for ours, shape in layer.items()}
+        if not config.tie_embeddings:
+            shapes["lm_head.weight"] = (config.vocab_size, c)
+        return shapes
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.device
+
+    def new_cache(self, batch: int, capacity: int) -> list[LayerCache]:
+        """Empty per-layer stores for ``batch`` sequences of up to ``capacity`` positions."""
+        config = self.config
+        if capacity > config.max_positions:
+            raise ValueError(f"cache capacity {capacity} is beyond the model's {config.max_positions} positions")
+        return new_cache(config.layers, batch, config.kv_heads, capacity, config.head_dim, config.dtype, self.device)
+
+    # --8<-- [start:forward]
+    def forward(self, ids: Tensor, cache: list[LayerCache] | None = None, *, last_only: bool = False) -> Tensor:
+        """Logits (B, T, vocab) for the T tokens in ``ids`` ((B, 1, vocab) with ``last_only``); extends ``cache``."""
+        batch, length = self._check_ids(ids)
+        offset = self._offset(cache, batch, length)
+        positions = self.positions(offset, length, ids.device)  # offset .. offset + T - 1
+        cos, sin = rotary_angles(positions, self.inverse_frequencies, self.config.dtype)  # (T, D) each
+        x = F.embedding(ids, self.embedding)  # (B, T, C)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, offset, None if cache is None else cache[index])
+        if last_only:
+            x = x[:, -1:]
+        return F.linear(rms_norm(x, self.norm_final, self.config.rms_norm_eps), self.head)  # (B, T, V)
+    # --8<-- [end:forward]
+
+    def _check_ids(self, ids: Tensor) -> tuple[int, int]:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
+        if ids.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
+        batch, length = ids.shape
+        if batch < 1 or length < 1:
+            raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size}), got values from {low} to {high}")
+        return batch, length
+
+    def _offset(self, cache: list[LayerCache] | None, batch: int, length: int) -> int:
+        """The cached length, after checking that the cache fits this model, this batch and ``length`` more."""
+        config = self.config
+        if cache is None:
+            offset, capacity = 0, config.max_positions
+        else:
+            if not isinstance(cache, list) or len(cache) != config.layers:
+                found = len(cache) if isinstance(cache, list) else type(cache).__name__
+                raise ValueError(f"cache must be a list of {config.layers} LayerCache stores, got {found}")
+            lengths = sorted({store.length for store in cache})
+            if len(lengths) != 1:
+                raise ValueError(f"cache layers hold different lengths {lengths}")
+            first = cache[0].keys
+            expected = (batch, config.kv_heads, config.head_dim, config.dtype, self.device)
+            found = (first.shape[0], first.shape[1], first.shape[-1], first.dtype, first.device)
+            if found != expected:
+                raise ValueError(f"cache (batch, kv_heads, head_dim, dtype, device) = {found}, "
+                                 f"the model and ids need {expected}")
+            offset, capacity = lengths[0], min(cache[0].capacity, config.max_positions)
+        if offset + length > capacity:
+            raise ValueError(f"{offset} cached + {length} new positions = {offset + length}, "
+                             f"beyond the capacity of {capacity}")
+        return offset
