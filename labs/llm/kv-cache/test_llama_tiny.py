@@ -1,0 +1,197 @@
+"""The Llama decoder on a tiny random configuration: shapes, the cache, chunking and generation, in milliseconds.
+
+transformers builds the weights from a seed (kv_cache.llama.testing.TINY: 2 layers, width 64, 4 query heads
+sharing 2 key/value heads); the trained weights would add nothing to these claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import unittest
+
+import torch
+from transformers import LlamaConfig
+
+from kv_cache.llama import (
+    LayerCache,
+    LlamaDecoder,
+    LlamaDecoderConfig,
+    cached_step_logits,
+    greedy_full_recompute,
+    greedy_tokens,
+    prefill,
+    rms_norm,
+)
+from kv_cache.llama.broken import RotaryResetDecoder
+from kv_cache.llama.testing import TINY, random_ids, tiny_pair
+
+# float32, 2 layers, logits up to ~6: measured at most ~7e-6 between the cached path and transformers.
+ATOL = 5e-5
+RTOL = 1e-5
+
+
+class TinyMatchesTransformers(unittest.TestCase):
+    reference, model = tiny_pair(seed=0)
+    ids = random_ids(batch=2, length=12, seed=0)
+
+    def expected(self) -> torch.Tensor:
+        with torch.inference_mode():
+            return self.reference(self.ids).logits  # (B, T, vocab)
+
+    def test_full_sequence_logits_equal_transformers(self) -> None:
+        with torch.inference_mode():
+            torch.testing.assert_close(self.model(self.ids), self.expected(), atol=ATOL, rtol=RTOL)
+
+    def test_cached_logits_equal_transformers_at_every_step_for_a_batch_of_two(self) -> None:
+        with torch.inference_mode():
+            steps = cached_step_logits(self.model, self.ids)
+        torch.testing.assert_close(steps, self.expected(), atol=ATOL, rtol=RTOL)
+
+    def test_every_split_into_two_chunks_gives_the_logits_of_one_full_pass(self) -> None:
+        expected = self.expected()
+        for prefix in range(1, self.ids.shape[1]):
+            with self.subTest(prefix=prefix), torch.inference_mode():
+                cache = self.model.new_cache(2, self.ids.shape[1])
+                pieces = [prefill(self.model, self.ids[:, :prefix], cache),
+                          prefill(self.model, self.ids[:, prefix:], cache)]
+                torch.testing.assert_close(torch.cat(pieces, dim=1), expected, atol=ATOL, rtol=RTOL)
+
+    def test_weights_are_the_reference_tensors_not_copies(self) -> None:
+        theirs = self.reference.state_dict()
+        self.assertEqual(self.model.layers[1].k.data_ptr(), theirs["model.layers.1.self_attn.k_proj.weight"].data_ptr())
+        self.assertIs(self.model.head, self.model.embedding)  # tied: one matrix
+
+    def test_bfloat16_copy_stays_close_and_leaves_the_float32_weights_alone(self) -> None:
+        half = LlamaDecoder(dataclasses.replace(self.model.config, dtype=torch.bfloat16), self.reference.state_dict())
+        with torch.inference_mode():
+            logits = half(self.ids)
+        self.assertEqual(logits.dtype, torch.bfloat16)
+        self.assertEqual(self.model.embedding.dtype, torch.float32)
+        torch.testing.assert_close(logits.float(), self.expected(), atol=0.25, rtol=0.05)  # bf16 keeps 8 bits
+
+
+class GroupedQueryCache(unittest.TestCase):
+    reference, model = tiny_pair(seed=1)
+
+    def test_the_cache_holds_only_the_key_value_heads_after_rotation(self) -> None:
+        ids = random_ids(1, 5, seed=2)
+        cache = self.model.new_cache(1, 8)
+        with torch.inference_mode():
+            prefill(self.model, ids, cache)
+        for store in cache:
+            self.assertEqual(tuple(store.keys.shape), (1, TINY.num_key_value_heads, 8, TINY.head_dim))  # 2, not 4
+            self.assertEqual(store.length, 5)
+            self.assertTrue(torch.equal(store.keys[:, :, 5:], torch.zeros(1, 2, 3, 16)))  # unwritten rows stay zero
+        # Position 0 turns by angle 0, so its cached key is the projection itself; later positions are turned.
+        with torch.inference_mode():
+            h = torch.nn.functional.embedding(ids, self.model.embedding)
+            normed = rms_norm(h, self.model.layers[0].attention_norm, self.model.config.rms_norm_eps)
+            raw = torch.nn.functional.linear(normed, self.model.layers[0].k).view(1, 5, 2, 16).transpose(1, 2)
+        torch.testing.assert_close(cache[0].keys[:, :, 0], raw[:, :, 0], atol=1e-6, rtol=1e-6)
+        self.assertFalse(torch.allclose(cache[0].keys[:, :, 3], raw[:, :, 3], atol=1e-3))
+
+    def test_update_writes_in_place_and_returns_views_of_every_stored_position(self) -> None:
+        store = LayerCache(batch=1, kv_heads=2, capacity=4, head_dim=3)
+        first = torch.ones(1, 2, 3, 3)
+        keys, values = store.update(first, 2 * first)
+        self.assertEqual((store.length, tuple(keys.shape)), (3, (1, 2, 3, 3)))
+        self.assertEqual(keys.data_ptr(), store.keys.data_ptr())  # a view, not a new tensor
+        keys, values = store.update(torch.full((1, 2, 1, 3), 5.0), torch.full((1, 2, 1, 3), 6.0))
+        self.assertEqual(keys[0, 0, :, 0].tolist(), [1.0, 1.0, 1.0, 5.0])
+        self.assertEqual(values[0, 1, :, 0].tolist(), [2.0, 2.0, 2.0, 6.0])
+
+    def test_a_full_store_refuses_more_with_the_numbers(self) -> None:
+        store = LayerCache(batch=1, kv_heads=2, capacity=4, head_dim=3)
+        store.update(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3))
+        with self.assertRaisesRegex(ValueError, r"3 cached \+ 2 new positions = 5, beyond the cache's capacity of 4"):
+            store.update(torch.zeros(1, 2, 2, 3), torch.zeros(1, 2, 2, 3))
+        with self.assertRaisesRegex(ValueError, r"new keys of shape \(1, 4, 1, 3\) do not fit"):
+            store.update(torch.zeros(1, 4, 1, 3), torch.zeros(1, 4, 1, 3))
+
+    def test_the_model_checks_capacity_before_any_layer_writes(self) -> None:
+        cache = self.model.new_cache(1, 4)
+        with self.assertRaisesRegex(ValueError, r"0 cached \+ 5 new positions = 5, beyond the capacity of 4"):
+            self.model(random_ids(1, 5, seed=0), cache)
+        self.assertEqual([store.length for store in cache], [0, 0])  # nothing half-written
+
+    def test_a_cache_for_another_batch_is_refused(self) -> None:
+        with self.assertRaisesRegex(ValueError, r"cache \(batch, kv_heads, head_dim, dtype, device\) = \(1, 2, 16"):
+            self.model(random_ids(2, 3, seed=0), self.model.new_cache(1, 8))
+
+
+class RotaryResetIsCaught(unittest.TestCase):
+    reference, model = tiny_pair(seed=0)
+    ids = random_ids(batch=2, length=12, seed=0)
+
+    def test_the_broken_decoder_agrees_without_a_cache_and_parts_at_the_first_cached_step(self) -> None:
+        broken = RotaryResetDecoder(self.model.config, self.reference.state_dict())
+        with torch.inference_mode():
+            full = self.reference(self.ids).logits
+            torch.testing.assert_close(broken(self.ids), full, atol=ATOL, rtol=RTOL)  # one pass: positions right
+            steps = cached_step_logits(broken, self.ids)
+        torch.testing.assert_close(steps[:, 0], full[:, 0], atol=ATOL, rtol=RTOL)  # step 0 is position 0 anyway
+        for t in range(1, self.ids.shape[1]):
+            self.assertGreater(float((steps[:, t] - full[:, t]).abs().max()), 100 * ATOL, f"step {t}")
+
+
+class Generation(unittest.TestCase):
+    reference, model = tiny_pair(seed=3)
+
+    def test_greedy_with_the_cache_chooses_what_recomputing_everything_chooses(self) -> None:
+        prompt = random_ids(1, 6, seed=4)[0].tolist()
+        cached = list(greedy_tokens(self.model, prompt, 20))
+        self.assertEqual(len(cached), 20)
+        self.assertEqual(cached, greedy_full_recompute(self.model, prompt, 20))
+
+    def test_greedy_equals_transformers_generate(self) -> None:
+        prompt = random_ids(1, 6, seed=4)
+        with torch.inference_mode():
+            theirs = self.reference.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
+                                             do_sample=False, eos_token_id=None, pad_token_id=0)
+        self.assertEqual(list(greedy_tokens(self.model, prompt[0].tolist(), 20)), theirs[0, 6:].tolist())
+
+    def test_generation_ends_on_a_stop_id_and_includes_it(self) -> None:
+        prompt = random_ids(1, 6, seed=4)[0].tolist()
+        free = list(greedy_tokens(self.model, prompt, 20))
+        stop = free[4]
+        stopped = list(greedy_tokens(self.model, prompt, 20, frozenset({stop})))
+        self.assertEqual(stopped, free[: free.index(stop) + 1])
+
+    def test_a_prompt_and_limit_beyond_the_positions_are_refused_with_the_numbers(self) -> None:
+        with self.assertRaisesRegex(ValueError, r"60 prompt \+ 5 new tokens = 65, beyond the model's 64 positions"):
+            next(greedy_tokens(self.model, [1] * 60, 5))
+        with self.assertRaisesRegex(ValueError, r"max_new_tokens must be at least 1, got 0"):
+            next(greedy_tokens(self.model, [1], 0))
+
+
+class ConfigAndWeightsAreChecked(unittest.TestCase):
+    def test_the_tiny_config_maps_field_by_field(self) -> None:
+        config = LlamaDecoderConfig.from_hf(TINY)
+        self.assertEqual((config.width, config.layers, config.heads, config.kv_heads, config.head_dim, config.hidden,
+                          config.vocab_size, config.rope_theta), (64, 2, 4, 2, 16, 96, 128, 10_000.0))
+
+    def test_variants_the_decoder_does_not_implement_are_refused_by_name(self) -> None:
+        for changes, message in [({"attention_bias": True}, r"attention_bias is True"),
+                                 ({"hidden_act": "gelu"}, r"hidden_act is 'gelu'"),
+                                 ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
+                                  r"rope_type is 'linear'")]:
+            with self.subTest(changes=changes), self.assertRaisesRegex(ValueError, message):
+                LlamaDecoderConfig.from_hf(LlamaConfig(**(TINY.to_dict() | changes)))
+
+    def test_heads_that_do_not_share_key_value_heads_evenly_are_refused(self) -> None:
+        with self.assertRaisesRegex(ValueError, r"heads \(4\) must be a multiple of kv_heads \(3\)"):
+            LlamaDecoderConfig(heads=4, kv_heads=3)
+
+    def test_a_missing_or_misshapen_tensor_is_named(self) -> None:
+        reference, model = tiny_pair()
+        state = dict(reference.state_dict())
+        del state["model.layers.1.mlp.up_proj.weight"]
+        with self.assertRaisesRegex(ValueError, r"missing \['model.layers.1.mlp.up_proj.weight'\] \(1\)"):
+            LlamaDecoder(model.config, state)
+        state = dict(reference.state_dict()) | {"model.norm.weight": torch.ones(63)}
+        with self.assertRaisesRegex(ValueError, r"model.norm.weight has shape \(63,\), the config needs \(64,\)"):
+            LlamaDecoder(model.config, state)
+
+
+if __name__ == "__main__":
+    unittest.main()
