@@ -48,9 +48,16 @@ bench: venv
 	$(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) \
 		$(if $(MACHINE),--machine '$(MACHINE)') $(if $(filter 1 yes true,$(QUICK)),--quick) $(LAB)
 
-# The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it.
+# The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it. MODEL=smollm2 serves the trained
+# SmolLM2-135M-Instruct (chat completions, text) instead of the small random model the load experiments use.
 lab-server: venv
+ifeq ($(MODEL),smollm2)
+	$(PY) -m kv_serving.trained --port $(PORT)
+else ifeq ($(MODEL),)
 	$(PY) -m kv_serving.server --port $(PORT)
+else
+	@echo "make lab-server: MODEL must be smollm2 or unset (the small random model), got '$(MODEL)'" >&2; exit 2
+endif
 
 clean:
 	rm -rf site .cache test-output .pytest_cache .hypothesis .ruff_cache
