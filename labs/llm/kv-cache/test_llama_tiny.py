@@ -7,6 +7,7 @@ sharing 2 key/value heads); the trained weights would add nothing to these claim
 from __future__ import annotations
 
 import dataclasses
+import threading
 import unittest
 
 import torch
@@ -149,6 +150,28 @@ class Generation(unittest.TestCase):
             theirs = self.reference.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
                                              do_sample=False, eos_token_id=None, pad_token_id=0)
         self.assertEqual(list(greedy_tokens(self.model, prompt[0].tolist(), 20)), theirs[0, 6:].tolist())
+
+    def test_the_token_stream_may_be_resumed_on_a_new_thread_at_every_step(self) -> None:
+        # The trained-model server advances the stream from worker threads. Inference mode is per thread: a mode
+        # left on in one thread across a yield would leak into that thread's next request, and a cache made there
+        # could then not be written from another thread.
+        prompt = random_ids(1, 6, seed=4)[0].tolist()
+        stream, tokens, failures = greedy_tokens(self.model, prompt, 8), [], []
+
+        def advance() -> None:
+            try:
+                tokens.append(next(stream))
+                if torch.is_inference_mode_enabled():
+                    failures.append((len(tokens), "inference mode left on in the thread after the step"))
+            except Exception as error:
+                failures.append((len(tokens), error))
+
+        for _ in range(8):
+            worker = threading.Thread(target=advance)
+            worker.start()
+            worker.join()
+        self.assertEqual(failures, [])
+        self.assertEqual(tokens, list(greedy_tokens(self.model, prompt, 8)))
 
     def test_generation_ends_on_a_stop_id_and_includes_it(self) -> None:
         prompt = random_ids(1, 6, seed=4)[0].tolist()

@@ -37,14 +37,17 @@ def greedy_tokens(model: LlamaDecoder, prompt_ids: Sequence[int], max_new_tokens
                   stop_ids: frozenset[int] = frozenset()) -> Iterator[int]:
     """Each new token as it is chosen (the most likely one), with the cache; ends after a stop id or the limit."""
     prompt = _prompt(model, prompt_ids, max_new_tokens)
-    cache = model.new_cache(1, prompt.shape[1] + max_new_tokens)
+    # Inference mode is per thread and a generator may be resumed on another (the server's worker threads do):
+    # so each step enters it afresh instead of one block spanning the yields.
     with torch.inference_mode():
+        cache = model.new_cache(1, prompt.shape[1] + max_new_tokens)
         logits = prefill(model, prompt, cache)[:, -1]  # (1, vocab): the prompt's last position
-        for step in range(max_new_tokens):
-            token = int(logits.argmax(-1))
-            yield token
-            if token in stop_ids or step == max_new_tokens - 1:
-                return
+    for step in range(max_new_tokens):
+        token = int(logits.argmax(-1))
+        yield token
+        if token in stop_ids or step == max_new_tokens - 1:
+            return
+        with torch.inference_mode():
             logits = decode_step(model, torch.tensor([[token]], device=model.device), cache)
 
 
