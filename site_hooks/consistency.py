@@ -8,14 +8,14 @@ durations, and equivalence within its tolerance. What is specific to a lab's rec
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from labkit.bench import run_order
+from labkit.figures import check, refuse
 from labkit.machines import LabelError, check_label
 from labkit.records import RecordError
-from labkit.summary import STATISTICS, speedup_frame, statistics_frame
+from labkit.summary import sweep_figures
 
 # No record of this project can predate it: records need PyTorch 2 (2023) and schema version 3. An
 # earlier date is a clock that was never set (1970) or a hand edit, not a measurement.
@@ -79,49 +79,36 @@ def check_sweep(record: dict[str, Any], source: str) -> None:
         raise RecordError(f"{source}: field $.config.model.max_positions is {model['max_positions']}, but the "
                           f"sweep decoded {measured[-1]} positions at its longest length")
     for index, entry in enumerate(lengths):
-        check_entry(entry, f"{source}: field $.lengths[{index}]", record, modes, baseline)
-    check_stored_statistics(lengths, source, modes, baseline)
+        check_entry(entry, index, source, record, modes, baseline)
+    check(record, sweep_figures(record), source)  # min/median/max and speedups, from the raw durations
 
 
-def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes: list[str], baseline: str) -> None:
+def check_entry(entry: dict[str, Any], index: int, source: str, record: dict[str, Any], modes: list[str],
+                baseline: str) -> None:
+    at = ("lengths", index)
     others = sorted(m for m in modes if m != baseline)
     repeats = record["config"]["benchmark"]["repeats"]
-    if sorted(entry["modes"]) != sorted(modes) or any(sorted(order) != sorted(modes) for order in entry["order"]):
-        raise RecordError(f"{where} does not hold exactly the modes {modes}")
+    if sorted(entry["modes"]) != sorted(modes):
+        refuse(source, (*at, "modes"), f"holds the modes {sorted(entry['modes'])}, but the config's modes are {modes}")
     if len(entry["order"]) != repeats:
-        raise RecordError(f"{where}.order has {len(entry['order'])} repetitions, config says repeats = {repeats}")
-    if record["config"]["benchmark"].get("order_policy", "").startswith("rotate:"):  # labkit.bench.ORDER_POLICY
-        for repetition, order in enumerate(entry["order"]):
-            if order != run_order(modes, repetition):
-                raise RecordError(f"{where}.order[{repetition}] is {order}, but the record's rotating order "
-                                  f"policy runs {run_order(modes, repetition)} in repetition {repetition + 1}")
-    counts = sorted({len(entry["modes"][m]["durations_ns"]) for m in modes})
-    if counts != [repeats]:
-        raise RecordError(f"{where}.modes: durations per mode {counts}, config says repeats = {repeats}")
+        refuse(source, (*at, "order"), f"has {len(entry['order'])} repetitions, config says repeats = {repeats}")
+    for repetition, order in enumerate(entry["order"]):
+        if sorted(order) != sorted(modes):
+            refuse(source, (*at, "order", repetition), f"is {order}, not an order of the modes {modes}")
+        if record["config"]["benchmark"].get("order_policy", "").startswith("rotate:") and \
+                order != run_order(modes, repetition):  # labkit.bench.ORDER_POLICY
+            refuse(source, (*at, "order", repetition), f"is {order}, but the record's rotating order policy runs "
+                   f"{run_order(modes, repetition)} in repetition {repetition + 1}")
+    for mode in modes:
+        count = len(entry["modes"][mode]["durations_ns"])
+        if count != repeats:
+            refuse(source, (*at, "modes", mode, "durations_ns"), f"holds {count} durations, config says repeats = {repeats}")
     for name in ("equivalence", "speedup"):
         if sorted(entry[name]) != others:
-            raise RecordError(f"{where}.{name} covers {sorted(entry[name])}, expected {others}")
+            refuse(source, (*at, name), f"covers {sorted(entry[name])}, expected {others}")
     tolerance = record["tolerance"]
     for mode, comparison in entry["equivalence"].items():
         bound = tolerance["atol"] + tolerance["rtol"] * comparison["max_abs_reference"]
         if comparison["max_abs_diff"] > bound:
-            raise RecordError(f"{where}.equivalence.{mode}.max_abs_diff is {comparison['max_abs_diff']:g}, "
-                              f"beyond atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
-
-
-def check_stored_statistics(lengths: list[dict[str, Any]], source: str, modes: list[str], baseline: str) -> None:
-    stats = statistics_frame(lengths)
-    speedups = speedup_frame(lengths, baseline)
-    for index, entry in enumerate(lengths):
-        for mode in modes:
-            for name in STATISTICS:
-                stored, computed = entry["modes"][mode][name], float(stats.loc[(entry["length"], mode), name])
-                if not math.isclose(stored, computed, rel_tol=1e-9):
-                    raise RecordError(f"{source}: field $.lengths[{index}].modes.{mode}.{name} is {float(stored):.12g}, "
-                                      f"but its raw durations give {computed:.12g}")
-        for mode, values in entry["speedup"].items():
-            for name, stored in values.items():
-                computed = float(speedups.loc[(entry["length"], mode), name])
-                if not math.isclose(stored, computed, rel_tol=1e-9):
-                    raise RecordError(f"{source}: field $.lengths[{index}].speedup.{mode}.{name} is {float(stored):.12g}, "
-                                      f"but the raw durations give {computed:.12g}")
+            refuse(source, (*at, "equivalence", mode, "max_abs_diff"), f"is {comparison['max_abs_diff']:g}, beyond "
+                   f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")

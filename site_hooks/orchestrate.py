@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from labkit.records import RecordError, atomic_write_json, load_record
 
 from .consistency import check_config, check_header, check_sweep
 from .errors import SiteBuildError
+from .evidence import Evidence, MachineRecord
 from .labviews import lab_check
 from .machine import build_machine
 
@@ -46,29 +46,6 @@ class BenchPolicy(Enum):
     AUTO = "auto"
     ALWAYS = "always"
     NEVER = "never"
-
-
-@dataclass(frozen=True)
-class MachineRecord:
-    """One machine's record of a lab, the reference or another, checked like the reference."""
-
-    path: str  # relative to the repository root
-    record: dict[str, Any]
-    reference: bool
-    changed: list[str]  # measured sources changed since it was made (empty: current)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Everything a page may show about one lab, gathered once per build."""
-
-    lab: Lab
-    record: dict[str, Any]
-    tests: dict[str, Any]  # the report of the test run on this build machine
-    measured_now: bool  # the benchmark ran during this build
-    build_machine: dict[str, Any]  # the machine building the page, in the terms of machine.py
-    record_url: str = ""  # the record's copy in the built site, relative to the page being rendered
-    machines: tuple[MachineRecord, ...] = ()  # the reference first, then every other machine's record
 
 
 def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
@@ -145,9 +122,7 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
         check_config(record, source)
         if "lengths" in record:  # a timing sweep
             check_sweep(record, source)
-        check = lab_check(lab)
-        if check is not None:
-            check(record, source)
+        lab_check(lab)(record, source)
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:

@@ -9,20 +9,12 @@ import pandas as pd
 
 from labkit.summary import speedup_frame, statistics_frame
 
-from .templating import format_ms, format_ratio, format_sci
+from .formatting import format_ms, format_ratio, format_sci, join, plural
 
 NOISY_SPREAD = 0.25  # (max - min) / median above this flags a measurement as noisy
 MIN_REPEATS = 5  # fewer timed repetitions than this flags every row
 SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 FLOAT64_SHRINK = 1e3  # float64 error this many times smaller than float32 reads as rounding
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def environment_sentence(record: dict[str, Any]) -> str:

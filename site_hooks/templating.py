@@ -13,6 +13,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from .formatting import format_bytes, format_ms, format_number, format_ratio, format_sci
+
 TEMPLATES = Path(__file__).with_name("templates")
 
 
@@ -26,7 +28,7 @@ def environment(folder: Path | None = None) -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
     )
-    env.filters.update(ms=format_ms, number=format_number, ratio=format_ratio, sci=format_sci)
+    env.filters.update(ms=format_ms, number=format_number, ratio=format_ratio, sci=format_sci, bytes=format_bytes)
     return env
 
 
@@ -44,20 +46,3 @@ def lab_renderer(module_file: str) -> Callable[..., str]:
         return render(template, folder, **context)
 
     return render_lab
-
-
-def format_ms(nanoseconds: float) -> str:
-    milliseconds = nanoseconds / 1e6
-    return f"{milliseconds:.3f}" if milliseconds < 10 else f"{milliseconds:.2f}" if milliseconds < 100 else f"{milliseconds:.1f}"
-
-
-def format_number(value: int | float) -> str:
-    return f"{value:,}"
-
-
-def format_ratio(value: float) -> str:
-    return f"{value:.2f}×"
-
-
-def format_sci(value: float) -> str:
-    return "0" if value == 0 else f"{value:.2e}"

@@ -12,20 +12,22 @@ from labkit.manifest import Lab
 from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
 
 from . import prose
+from .blocks import render_block
 from .chart import Series, line_chart
 from .errors import SiteBuildError
+from .evidence import Evidence
+from .formatting import join, plural
 from .labviews import lab_views
 from .machine import LABELS, recording_machine
 from .machines_view import machines_view
-from .orchestrate import Evidence
 from .templating import render
 
-View = Callable[[Evidence], str]
+SharedView = Callable[[Evidence], str]
 
 
 def tests_view(evidence: Evidence) -> str:
     report = evidence.tests
-    summary = (f"{report['passed']} of {prose.plural(report['ran'], 'lab test')} passed when this site was built, "
+    summary = (f"{report['passed']} of {plural(report['ran'], 'lab test')} passed when this site was built, "
                f"on {report['python_implementation']} {report['python']} with PyTorch {report['torch']}"
                f" (run started {report['started_utc'].replace('T', ' ').replace('Z', ' UTC')}).")
     rows = [{**t, "group": t["group"].rpartition(".")[2], "module": t["group"].partition(".")[0]}
@@ -97,10 +99,10 @@ def provenance_view(evidence: Evidence) -> str:
         f"{evidence.record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
     )
     verdict = (
-        f"The build machine matches the recording machine in {prose.join(list(LABELS.values()))}."
+        f"The build machine matches the recording machine in {join(list(LABELS.values()))}."
         if not differs else
         f"The tests on this page ran on the build machine; the timings were taken on the recording machine. "
-        f"They differ in: {prose.join(differs)}."
+        f"They differ in: {join(differs)}."
     )
     return render(
         "provenance.html.j2", kind="info" if not differs else "warning", freshness=freshness, verdict=verdict,
@@ -171,7 +173,7 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
                      x_label="Prefix length (tokens, log scale)", y_label=f"Median {unit} (log scale)",
                      description=description)
     repeats = {len(entry["order"]) for entry in record["lengths"]}
-    caption = (f"Each point is the median of {prose.join(sorted(map(str, repeats)))} repetitions"
+    caption = (f"Each point is the median of {join(sorted(map(str, repeats)))} repetitions"
                + (", each divided by its steps" if per_step else "") + f". Workload: {bench['workload']}. "
                "Whiskers span min to max, hidden behind the marker where the repetitions agree closely. "
                f"Drawn at build time from {evidence.lab.record.as_posix()}.")
@@ -195,7 +197,7 @@ def equivalence_view(evidence: Evidence) -> str:
                   batch=bench["batch"])
 
 
-VIEWS: dict[str, View] = {
+VIEWS: dict[str, SharedView] = {
     "tests": tests_view,
     "environment": environment_view,
     "config": config_view,
@@ -211,15 +213,19 @@ VIEWS: dict[str, View] = {
 ANY_RECORD = {"tests", "environment", "config", "provenance", "machines"}  # the others render a timing sweep
 
 
-def views_for(lab: Lab) -> dict[str, View]:
-    """The views a page may name for this lab: the shared ones, then the lab's own (which may override)."""
-    return VIEWS | lab_views(lab)
+def views_for(lab: Lab) -> set[str]:
+    """The views a page may name for this lab: the shared ones and the lab's own."""
+    return set(VIEWS) | set(lab_views(lab))
 
 
 def render_view(name: str, evidence: Evidence) -> str:
-    if name not in ANY_RECORD and name in VIEWS and "lengths" not in evidence.record \
-            and name not in lab_views(evidence.lab):
+    """A lab's own view (which may override a shared one) reads the record alone; a shared view the evidence."""
+    own = lab_views(evidence.lab)
+    if name in own:
+        block = own[name](evidence.record)
+        return block if isinstance(block, str) else render_block(block)  # TRANSITION: str from a lab template
+    if name not in ANY_RECORD and "lengths" not in evidence.record:
         raise SiteBuildError(f"{evidence.lab.record}: view {name!r} renders a timing sweep, and this record "
                              f"has none (no field 'lengths')")
-    return views_for(evidence.lab)[name](evidence)
+    return VIEWS[name](evidence)
 

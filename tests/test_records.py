@@ -85,7 +85,7 @@ def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
         (lambda r: r["config"]["benchmark"].update(repeats=99), r"\$\.lengths\[0\]\.order has 7 repetitions, config says repeats = 99"),
         (lambda r: r["lengths"][1]["equivalence"]["cached"].update(max_abs_diff=3.5), r"\$\.lengths\[1\]\.equivalence\.cached\.max_abs_diff is 3\.5, beyond"),
         (lambda r: r["lengths"][0]["speedup"].update(full={"ratio_of_medians": 1.0, "median_of_paired_ratios": 1.0}), r"\$\.lengths\[0\]\.speedup covers \['cached', 'full'\], expected \['cached'\]"),
-        (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes: durations per mode \[6, 7\]"),
+        (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes\.full\.durations_ns holds 6 durations, config says repeats = 7"),
     ],
 )
 def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str, Any], edit: Any, message: str) -> None:
@@ -146,7 +146,13 @@ def swapped_order(text: str) -> str:
          "$.paging.rows[0].table_entries is 7, but one table entry per block gives"),
         (STORAGE_LAB, lambda t: (ROOT / LAB.record).read_text(),
          "field $.lab: this record belongs to lab 'kv-cache', but this file is the record of lab 'kv-storage'"),
-        (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1), "$.lengths[0].cache_bytes is"),
+        (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1),
+         "$.lengths[0].cache_bytes.measured is 1, but the cache tensors of 2 x B x Hkv x T x D x bytes hold"),
+        (LAB, lambda t: re.sub(r'"formula": \d+', '"formula": 1', t, count=1),
+         "$.lengths[0].cache_bytes.formula is 1, but 2 x B x Hkv x T x D x bytes from the record's config gives"),
+        (LAB, lambda t: t.replace('"cached"', '"kept"').replace('"full"', '"cached"').replace('"kept"', '"full"'),
+         "field $.config.benchmark.modes are ['cached', 'full'] with baseline 'cached', but this lab measures "
+         "['full', 'cached'] with baseline 'full'"),
         (LAB, lambda t: re.sub(r'"atol": [^,}]+', '"atol": 1e999', t, count=1), "$.tolerance.atol is 1e999"),
         (LAB, lambda t: re.sub(r'"head_dim": \d+', '"head_dim": 16', t, count=1), "$.config.model.head_dim is 16"),
         (LAB, lambda t: re.sub(r'"dtype": "float32"', '"dtype": "float32X"', t, count=1),
@@ -171,7 +177,8 @@ def swapped_order(text: str) -> str:
          "field $.created_utc is '2999-01-01T00:00:00Z', in the future"),
         (LAB, lambda t: re.sub(r'"machine": "[^"]+"', r'"machine": "abc\\n"', t, count=1), "field $.machine is invalid"),
     ],
-    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "overflow",
+    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "cache-formula",
+         "swapped-mode-names", "overflow",
          "head-dim", "dtype", "threads", "gqa-paged", "retained", "descending-lengths", "repeated-length",
          "order-against-policy", "max-positions", "duplicate-key", "before-2020", "future", "label-newline"],
 )

@@ -24,7 +24,6 @@ from .machines import derived_label
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
-from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
 ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
                 "with the next mode and wraps around; every mode leads equally often when the repetitions "
@@ -85,19 +84,6 @@ def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None,
         "environment": capture_environment(root, tuple(sorted(records)), tuple(fingerprint["files"])),
         "fingerprint": fingerprint,
     }
-
-
-def add_statistics(lengths: list[dict[str, Any]], baseline: str) -> None:
-    """Store min/median/max per mode and the speedups over the baseline, as labkit.summary computes them."""
-    stats = statistics_frame(lengths)
-    speedups = speedup_frame(lengths, baseline)
-    for entry in lengths:
-        for mode, values in entry["modes"].items():
-            values.update({name: as_number(stats.loc[(entry["length"], mode), name]) for name in STATISTICS})
-        entry["speedup"] = {
-            mode: {name: float(row[name]) for name in ("ratio_of_medians", "median_of_paired_ratios")}
-            for mode, row in speedups.loc[entry["length"]].iterrows()
-        }
 
 
 def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path) -> int:

@@ -16,15 +16,17 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import Decoder, PreallocatedCache, benchmark, workloads
+from decode_bandwidth import benchmark, workloads
+from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.hf import hf_model
+from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import tiny_model
 from decode_bandwidth_views import figures
 from decode_bandwidth_views.figures import percentile
 from labkit import harness
 from labkit.manifest import load_lab
 from labkit.records import RecordError
-from site_hooks.orchestrate import Evidence
+from site_hooks.evidence import Evidence
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]

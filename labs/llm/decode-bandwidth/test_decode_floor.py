@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import decode_bandwidth_views.figures as figures
-from decode_bandwidth import PreallocatedCache, benchmark, equivalence, preset, profile
+from decode_bandwidth import benchmark, equivalence, profile
 from decode_bandwidth.bandwidth import (
     MIN_BANDWIDTH_PASSES,
     MIN_STREAM_BYTES,
@@ -21,6 +21,8 @@ from decode_bandwidth.bandwidth import (
     stream_buffer_bytes,
     weight_bytes,
 )
+from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.config import preset
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids

@@ -20,7 +20,7 @@ from kv_serving import benchmark
 from kv_serving.launch import free_port, healthy
 from labkit.records import RecordError
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, run_quietly
-from site_hooks.orchestrate import Evidence
+from site_hooks.evidence import Evidence
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 

@@ -10,10 +10,13 @@ from unittest import mock
 import torch
 
 import labkit.testing
-from kv_cache import DecoderBlock, cache_storage_bytes
 from kv_cache.broken import PositionResetBlock
-from kv_storage import PagedSequence, PreallocatedKVCache, benchmark
+from kv_cache.memory import cache_storage_bytes
+from kv_cache.model import DecoderBlock
+from kv_storage import benchmark
+from kv_storage.paged import PagedSequence
 from kv_storage.peak import profile_allocations
+from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
 from kv_storage_views import check_record
 from labkit.records import RecordError

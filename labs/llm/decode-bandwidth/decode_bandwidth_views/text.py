@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from site_hooks.templating import format_ratio
+from site_hooks.formatting import format_ratio
 
 
 def threads_text(count: int) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_ms, format_ratio, lab_renderer
+from site_hooks.formatting import format_ms, format_ratio
+from site_hooks.templating import lab_renderer
 
 from .figures import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table
 from .text import gbs, join, ratio_range, signed_percent, threads_text
@@ -129,8 +129,7 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     return sentences
 
 
-def variants_view(evidence: Evidence) -> str:
-    record = evidence.record
+def variants_view(record: dict[str, Any]) -> str:
     bench = record["config"]["benchmark"]
     dtype, threads = bench["dtype"], bench["threads"]
     cells = cell_table(record)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from site_hooks.chart import Series, line_chart
-from site_hooks.orchestrate import Evidence
+from site_hooks.formatting import format_ms, format_ratio
 from site_hooks.prose import NOISY_SPREAD
-from site_hooks.templating import format_ms, format_ratio, lab_renderer
+from site_hooks.templating import lab_renderer
 
 from .figures import BYTES_PER_ELEMENT, MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, median
 from .text import gbs, join, threads_text
@@ -27,8 +27,7 @@ def headline_key(record: dict[str, Any]) -> tuple[str, int]:
     return bench["dtype"], bench["threads"]
 
 
-def floor_view(evidence: Evidence) -> str:
-    record = evidence.record
+def floor_view(record: dict[str, Any]) -> str:
     machine, model, bench = record["hardware"], record["config"]["model"], record["config"]["benchmark"]
     dtype, threads = headline_key(record)
     llc = machine["last_level_cache_bytes"]
@@ -98,8 +97,7 @@ def activations_sentence(record: dict[str, Any], groups: list[dict[str, Any]]) -
             + join([f"{other} ({value:,} bytes)" for other, (_, value) in rest]) + ".")
 
 
-def roofline_view(evidence: Evidence) -> str:
-    record = evidence.record
+def roofline_view(record: dict[str, Any]) -> str:
     dtype, threads = headline_key(record)
     bench = record["config"]["benchmark"]
     cells = cell_table(record)
@@ -138,8 +136,7 @@ def roofline_view(evidence: Evidence) -> str:
     return render("roofline.html.j2", charts=charts)
 
 
-def comparison_view(evidence: Evidence) -> str:
-    record = evidence.record
+def comparison_view(record: dict[str, Any]) -> str:
     cells = cell_table(record)
     sections: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for group in record["groups"]:
@@ -229,8 +226,7 @@ def limit_sentence(record: dict[str, Any], group: dict[str, Any]) -> str:
             f"the weights and the small operators weigh more")
 
 
-def targets_view(evidence: Evidence) -> str:
-    record = evidence.record
+def targets_view(record: dict[str, Any]) -> str:
     bench = record["config"]["benchmark"]
     targets = bench["targets"]
     dtype, threads = headline_key(record)
@@ -273,8 +269,7 @@ def targets_view(evidence: Evidence) -> str:
     return render("targets.html.j2", rows=rows, summary=summary, sentences=sentences, targets=targets)
 
 
-def profile_view(evidence: Evidence) -> str:
-    record = evidence.record
+def profile_view(record: dict[str, Any]) -> str:
     profile = record["profile"]
     ours, theirs = profile["modes"]["ours-prealloc"], profile["modes"]["hf-dynamic"]
     rows = [{"ours": a, "theirs": b} for a, b in zip(ours["rows"], theirs["rows"])]
@@ -359,8 +354,8 @@ def streaming_sentence(layout: dict[str, Any], kind: str) -> str:
               "this without establishing why.")
 
 
-def client_view(evidence: Evidence) -> str:
-    client = evidence.record["client"]
+def client_view(record: dict[str, Any]) -> str:
+    client = record["client"]
     ours, theirs = client["modes"]["ours"], client["modes"]["transformers"]
     runs = len(ours["token_times_ns"])
     sentences = [
@@ -376,8 +371,8 @@ def client_view(evidence: Evidence) -> str:
                   sentences=sentences)
 
 
-def layout_view(evidence: Evidence) -> str:
-    layout = evidence.record["layout"]
+def layout_view(record: dict[str, Any]) -> str:
+    layout = record["layout"]
     rows = []
     for row in layout["rows"]:
         faster = "in_out" if row["in_out_ns"] <= row["out_in_ns"] else "out_in"
@@ -396,9 +391,8 @@ def layout_view(evidence: Evidence) -> str:
     return render("layout.html.j2", rows=rows, layout=layout, sentences=sentences)
 
 
-def batches_view(evidence: Evidence) -> str:
+def batches_view(record: dict[str, Any]) -> str:
     """The weight multiplies of one step at each batch: the same bytes, a different kernel."""
-    record = evidence.record
     dtype, threads = headline_key(record)
     cells = cell_table(record)
     context = record["config"]["benchmark"]["contexts"][0]
@@ -435,9 +429,8 @@ def batches_view(evidence: Evidence) -> str:
                   passes=record["layout"]["passes"], weight_bytes=matrix_bytes)
 
 
-def model_view(evidence: Evidence) -> str:
+def model_view(record: dict[str, Any]) -> str:
     """The model this record measured, from its configuration."""
-    record = evidence.record
     model = record["config"]["model"]
     weights = record["kv_crossover"]["weight_bytes"]
     heads = f"{model['heads']} heads" + ("" if model["kv_heads"] == model["heads"]
@@ -454,8 +447,7 @@ def model_view(evidence: Evidence) -> str:
     return render("model.html.j2", sentences=sentences)
 
 
-def equivalence_view(evidence: Evidence) -> str:
-    record = evidence.record
+def equivalence_view(record: dict[str, Any]) -> str:
     modes, tolerance = record["equivalence"]["modes"], record["tolerance"]
     within = [mode for mode, entry in modes.items() if entry["within_tolerance"]]
     worst = max(modes.values(), key=lambda entry: entry["max_abs_diff"])

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import torch
 
-from kv_cache import ATOL, RTOL
+from kv_cache.equivalence import ATOL, RTOL
 from labkit import bench, harness
 from labkit.manifest import lab_for
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kv_cache import ModelConfig, kv_cache_bytes
-from kv_storage import BlockPool, PoolExhausted
+from kv_cache.config import ModelConfig
+from kv_cache.memory import kv_cache_bytes
+from kv_storage.paged import BlockPool, PoolExhausted
 
 
 def blocks_for(positions: int, block_size: int) -> int:

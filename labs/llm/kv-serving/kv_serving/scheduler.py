@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kv_storage import PoolExhausted
+from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
 from .model import ServingModel

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import uvicorn
 
-from kv_cache import ModelConfig
+from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .engine import EngineConfig

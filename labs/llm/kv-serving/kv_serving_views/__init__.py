@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from site_hooks.chart import Series, line_chart, nice_step, style
-from site_hooks.orchestrate import Evidence
 from site_hooks.templating import lab_renderer
 
 from .checks import best_point, check_record, policy
@@ -148,8 +147,7 @@ def timeline(lines: list[tuple[str, list[dict[str, Any]]]], limits: list[tuple[i
 
 
 # ---- views ------------------------------------------------------------------------------------------------
-def pool_view(evidence: Evidence) -> str:
-    record = evidence.record
+def pool_view(record: dict[str, Any]) -> str:
     model, config = record["config"]["model"], record["config"]["benchmark"]
     paragraphs = [
         f"One token's keys and values take 2 × {config['layers']} layers × {model['kv_heads']} key/value heads × "
@@ -167,9 +165,8 @@ def pool_view(evidence: Evidence) -> str:
     return page("lab-config", paragraphs)
 
 
-def model_cost_view(evidence: Evidence) -> str:
+def model_cost_view(record: dict[str, Any]) -> str:
     """What one request's decode step costs on the machine that made the record: the work a batch can share."""
-    record = evidence.record
     rows, config = record["step_times"], record["config"]["benchmark"]
     one = min(rows, key=lambda r: r["batch"])
     model, cpu = record["config"]["model"], record["environment"]["cpu"]
@@ -193,8 +190,7 @@ def blas(record: dict[str, Any]) -> str:
     return found.group(1) if found else "unknown"
 
 
-def step_view(evidence: Evidence) -> str:
-    record = evidence.record
+def step_view(record: dict[str, Any]) -> str:
     rows = record["step_times"]
     first, last = rows[0], rows[-1]
     chart = line_chart(
@@ -279,8 +275,7 @@ def step_order_sentences(record: dict[str, Any]) -> list[str]:
     return sentences
 
 
-def admission_view(evidence: Evidence) -> str:
-    record = evidence.record
+def admission_view(record: dict[str, Any]) -> str:
     admission = record["admission"]
     pool = admission["pool_blocks"]
     runs_ = admission["policies"]
@@ -383,8 +378,7 @@ def completed_only_sentence(record: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def cancellation_view(evidence: Evidence) -> str:
-    record = evidence.record
+def cancellation_view(record: dict[str, Any]) -> str:
     honoured, ignored = mode(record, True), mode(record, False)
     pool = honoured["server"]["num_blocks"]
     chart = timeline([("disconnects honoured", honoured["occupancy"]), ("disconnects ignored", ignored["occupancy"])],
@@ -476,8 +470,7 @@ def when_counted_sentence(record: dict[str, Any]) -> str:
         "before, which the record does not measure."])
 
 
-def rates_view(evidence: Evidence) -> str:
-    record = evidence.record
+def rates_view(record: dict[str, Any]) -> str:
     rates = record["rates"]
     points, serial = rates["points"], rates["serial"]
     x = [p["rate"] for p in points]
@@ -666,8 +659,7 @@ def in_process_sentence(record: dict[str, Any], point: dict[str, Any]) -> str:
         f"no running request advanced; {idle}.")
 
 
-def targets_view(evidence: Evidence) -> str:
-    record = evidence.record
+def targets_view(record: dict[str, Any]) -> str:
     t = record["targets"]
     by_bytes = policy(record, "kv_budget_bytes")
     b = by_bytes["server"]
@@ -697,7 +689,7 @@ def targets_view(evidence: Evidence) -> str:
     return page("lab-findings", [], tables=[table(["Target", "Result"], rows)])
 
 
-VIEWS: dict[str, Callable[[Evidence], str]] = {
+VIEWS: dict[str, Callable[[dict[str, Any]], str]] = {
     "pool": pool_view,
     "model-cost": model_cost_view,
     "steps": step_view,

@@ -20,16 +20,11 @@ from typing import Any
 
 import torch
 
-from kv_cache import (
-    ATOL,
-    RTOL,
-    DecoderBlock,
-    ModelConfig,
-    cache_storage_bytes,
-    decode_step,
-    kv_cache_bytes,
-    prefill,
-)
+from kv_cache.config import ModelConfig
+from kv_cache.decode import decode_step, prefill
+from kv_cache.equivalence import ATOL, RTOL
+from kv_cache.memory import cache_storage_bytes, kv_cache_bytes
+from kv_cache.model import DecoderBlock
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
@@ -251,7 +246,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     model = DecoderBlock(config)
     with torch.inference_mode():
         lengths = harness.sweep(args, lambda prefix, progress, label: measure_length(model, prefix, args, progress, label),
-                                BASELINE, noun="prefix")
+                                noun="prefix")
         memory = memory_profile(model, args)
         bench.progress("grouped-query heads, paging and sharing")
         gqa, paging, shared = gqa_bytes(args), paging_table(config, args), sharing(model, args)

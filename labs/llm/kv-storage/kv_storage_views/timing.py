@@ -13,8 +13,8 @@ from typing import Any
 
 from labkit.summary import statistics_frame
 from site_hooks import prose
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_ratio, format_sci, render
+from site_hooks.formatting import format_ratio, format_sci, join
+from site_hooks.templating import render
 
 TIE_SHARE = 0.02  # medians closer than this share of the faster one count as a tie, as do overlapping ranges
 
@@ -75,7 +75,7 @@ def ranking_sentence(record: dict[str, Any]) -> str:
         else:
             runs.append((order, [length]))
     clauses = "; ".join(f"{order} at {lengths[0]} tokens"
-                        + (f"; the same at {prose.join(list(map(str, lengths[1:])))} tokens" if lengths[1:] else "")
+                        + (f"; the same at {join(list(map(str, lengths[1:])))} tokens" if lengths[1:] else "")
                         for order, lengths in runs)
     return (f"Ordered by median time, fastest first, with “=” between neighbours this record cannot tell "
             f"apart (their min–max ranges overlap, or their medians differ by less than {TIE_SHARE:.0%}): {clauses}.")
@@ -158,8 +158,8 @@ def findings_sentences(record: dict[str, Any]) -> list[str]:
     return paragraphs
 
 
-def findings_view(evidence: Evidence) -> str:
-    return render("paragraphs.html.j2", css="lab-findings", paragraphs=findings_sentences(evidence.record))
+def findings_view(record: dict[str, Any]) -> str:
+    return render("paragraphs.html.j2", css="lab-findings", paragraphs=findings_sentences(record))
 
 
 def equivalence_sentences(record: dict[str, Any]) -> list[str]:
@@ -173,7 +173,7 @@ def equivalence_sentences(record: dict[str, Any]) -> list[str]:
         at = [str(length) for length, diff in diffs if diff == worst]
         where = (f"at {at[0]} tokens" if len(at) == 1 else
                  "at every measured length" if len(at) == len(diffs) else
-                 f"first reached at {at[0]} tokens and again at {prose.join(at[1:])} tokens")
+                 f"first reached at {at[0]} tokens and again at {join(at[1:])} tokens")
         agree = all(entry["equivalence"][mode]["argmax_agrees_every_step"] for entry in record["lengths"])
         sentences.append(
             f"Before any timing, the {mode} logits matched the {bench['baseline']} logits at every compared step "
@@ -186,8 +186,7 @@ def equivalence_sentences(record: dict[str, Any]) -> list[str]:
     return sentences
 
 
-def equivalence_view(evidence: Evidence) -> str:
-    record = evidence.record
+def equivalence_view(record: dict[str, Any]) -> str:
     bench = record["config"]["benchmark"]
     compared = [m for m in bench["modes"] if m != bench["baseline"]]
     return render("equivalence.html.j2", sentences=equivalence_sentences(record), compared=compared,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_hooks import prose
 from site_hooks.chart import BarGroup, bar_chart
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_number, format_sci, lab_renderer
+from site_hooks.formatting import format_number, format_sci, join, plural
+from site_hooks.templating import lab_renderer
 
 from .timing import equivalence_view, findings_view
 
@@ -21,8 +20,8 @@ def kib(value: float) -> str:
     return f"{value / 1024:,.1f} KiB"
 
 
-def memory_view(evidence: Evidence) -> str:
-    memory = evidence.record["memory"]
+def memory_view(record: dict[str, Any]) -> str:
+    memory = record["memory"]
     variants = memory["variants"]
     rows = [{"mode": mode, **values, "transient": values["peak_bytes"] - values["retained_bytes"]}
             for mode, values in variants.items()]
@@ -45,8 +44,7 @@ def small_transients(rows: list[dict[str, Any]]) -> list[str]:
             f"retains)" for row in rows if row["transient"] <= SMALL_TRANSIENT * row["retained_bytes"]]
 
 
-def gqa_view(evidence: Evidence) -> str:
-    record = evidence.record
+def gqa_view(record: dict[str, Any]) -> str:
     rows = record["gqa"]
     modes = list(rows[0]["layouts"])
     return render("gqa.html.j2", rows=rows, modes=modes, sentences=gqa_sentences(rows),
@@ -68,7 +66,7 @@ def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:
         else:
             others = "; ".join(f"{mode} storage holds {format_number(value)} bytes" for mode, value in held.items())
         sentences.append(
-            f"With {prose.plural(row['kv_heads'], 'key/value head')} for {row['heads']} query heads, the concatenated "
+            f"With {plural(row['kv_heads'], 'key/value head')} for {row['heads']} query heads, the concatenated "
             f"cache of {row['length']} positions takes {format_number(concat)} bytes, "
             f"{concat / full['layouts']['concat']['bytes']:.0%} of the {full['kv_heads']}-head model's; {others}."
         )
@@ -79,7 +77,7 @@ def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:
     sentences.append(
         f"Every layout of every variant matched full recompute at each of its {positions(rows)} positions; "
         f"the largest absolute difference was {format_sci(row['layouts'][mode]['max_abs_diff'])} "
-        f"({mode}, {prose.plural(row['kv_heads'], 'key/value head')}). "
+        f"({mode}, {plural(row['kv_heads'], 'key/value head')}). "
         + ("The greedy (argmax) token was the same at every position." if agree else
            "The greedy (argmax) token differed somewhere: a near-tie that rounding tipped, within tolerance.")
     )
@@ -91,13 +89,13 @@ def positions(rows: list[dict[str, Any]]) -> str:
     return " or ".join(map(str, counts))
 
 
-def paging_view(evidence: Evidence) -> str:
-    paging = evidence.record["paging"]
+def paging_view(record: dict[str, Any]) -> str:
+    paging = record["paging"]
     return render("paging.html.j2", paging=paging, sentences=paging_sentences(paging))
 
 
-def sharing_view(evidence: Evidence) -> str:
-    sharing = evidence.record["sharing"]
+def sharing_view(record: dict[str, Any]) -> str:
+    sharing = record["sharing"]
     return render("sharing.html.j2", s=sharing, sentence=sharing_sentence(sharing))
 
 
@@ -137,7 +135,7 @@ def paged_memory_sentence(variants: dict[str, dict[str, Any]]) -> str:
             difference = paged[field] - values[field]
             parts.append(f"equal to {mode}'s" if difference == 0 else
                          f"{abs(difference):,} bytes {'above' if difference > 0 else 'below'} {mode}'s")
-        return prose.join(parts)
+        return join(parts)
 
     def rank(field: str) -> str:
         if all(paged[field] > values[field] for values in others.values()):
@@ -148,7 +146,7 @@ def paged_memory_sentence(variants: dict[str, dict[str, Any]]) -> str:
 
     lower = [mode for mode, values in others.items() if values["peak_bytes"] < paged["peak_bytes"]]
     verdict = (f"Paging as implemented here, per-step gather included, did not give the lowest peak: "
-               f"{prose.join(lower)} peaked lower." if lower else
+               f"{join(lower)} peaked lower." if lower else
                "Paging as implemented here gave the lowest peak of all layouts.")
     return (f"Paged storage's peak was {paged['peak_bytes']:,} bytes, {rank('peak_bytes')} "
             f"({against('peak_bytes')}), and its loop allocated {paged['allocated_bytes']:,} bytes in total, "
