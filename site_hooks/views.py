@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.manifest import Lab
-from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
+from labkit.summary import STATISTICS, repetitions_frame
 
 from . import prose
 from .blocks import render_block
@@ -120,16 +120,15 @@ def medians_view(evidence: Evidence) -> str:
     record = evidence.record
     bench = record["config"]["benchmark"]
     modes, baseline = bench["modes"], bench["baseline"]
-    stats = statistics_frame(record["lengths"])
-    speedups = speedup_frame(record["lengths"], baseline)
     flags = prose.noise_flags(record)
     rows = []
     for entry in record["lengths"]:
         length = entry["length"]
         rows.append({"length": length, "modes": [
-            dict(stats.loc[(length, mode)], mode=mode, per_step=stats.loc[(length, mode), "median_ns"] / entry["steps"],
-                 speedup=None if mode == baseline else dict(speedups.loc[(length, mode)]),
-                 flags=flags[length].get(mode))
+            {**{name: entry["modes"][mode][name] for name in STATISTICS}, "mode": mode,
+             "repeats": len(entry["modes"][mode]["durations_ns"]),
+             "per_step": entry["modes"][mode]["median_ns"] / entry["steps"],
+             "speedup": None if mode == baseline else entry["speedup"][mode], "flags": flags[length].get(mode)}
             for mode in modes
         ]})
     return render("medians.html.j2", baseline=baseline, rows=rows, noise=prose.noise_sentence(record))
@@ -156,17 +155,16 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
     """Median (whiskers: min to max) against prefix length, one line per mode."""
     record = evidence.record
     bench = record["config"]["benchmark"]
-    steps = {entry["length"]: entry["steps"] for entry in record["lengths"]}
-    stats = statistics_frame(record["lengths"])
-    scale = {n: (1e3 * steps[n] if per_step else 1e6) for n in steps}  # ns -> µs per step, or ms
+    entries = record["lengths"]
+    scale = [1e3 * e["steps"] if per_step else 1e6 for e in entries]  # ns -> µs per step, or ms
     unit = "µs per decode step" if per_step else "ms per measured run"
-    series = [
-        Series(label=mode, x=list(steps),
-               y=[stats.loc[(n, mode), "median_ns"] / scale[n] for n in steps],
-               low=[stats.loc[(n, mode), "min_ns"] / scale[n] for n in steps],
-               high=[stats.loc[(n, mode), "max_ns"] / scale[n] for n in steps])
-        for mode in bench["modes"]
-    ]
+
+    def stored(mode: str, name: str) -> list[float]:
+        return [e["modes"][mode][name] / s for e, s in zip(entries, scale)]
+
+    series = [Series(label=mode, x=[e["length"] for e in entries], y=stored(mode, "median_ns"),
+                     low=stored(mode, "min_ns"), high=stored(mode, "max_ns"))
+              for mode in bench["modes"]]
     description = "; ".join(
         f"{s.label}: " + ", ".join(f"{int(x)} tokens {y:.3g}" for x, y in zip(s.x, s.y)) for s in series)
     svg = line_chart(series, title=f"Median {unit} against prefix length, {', '.join(bench['modes'])}",
