@@ -32,11 +32,11 @@ def check_header(record: dict[str, Any], source: str) -> None:
     try:
         created = datetime.strptime(record["created_utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError as error:
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, not a UTC time: {error}") from None
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, not a UTC time: {error}")
     if created > datetime.now(UTC) + timedelta(days=1):  # a day of clock skew between machines is tolerated
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, in the future")
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, in the future")
     if created < EARLIEST_RECORD:
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, before "
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, before "
                           f"{EARLIEST_RECORD:%Y-%m-%d}, earlier than any record of this project")
 
 
@@ -48,15 +48,15 @@ def check_config(record: dict[str, Any], source: str) -> None:
     config = record.get("config", {})
     model, bench = config.get("model", {}), config.get("benchmark", {})
     if {"width", "heads", "head_dim"} <= model.keys() and model["head_dim"] * model["heads"] != model["width"]:
-        raise RecordError(f"{source}: field $.config.model.head_dim is {model['head_dim']}, but width "
+        refuse(source, ("config", "model", "head_dim"), f"is {model['head_dim']}, but width "
                           f"{model['width']} / heads {model['heads']} gives {model['width'] / model['heads']:g}")
     if {"dtype", "bytes_per_element"} <= model.keys() and \
             BYTES_PER_ELEMENT.get(model["dtype"]) != model["bytes_per_element"]:
-        raise RecordError(f"{source}: field $.config.model.bytes_per_element is {model['bytes_per_element']}, but "
+        refuse(source, ("config", "model", "bytes_per_element"), f"is {model['bytes_per_element']}, but "
                           f"dtype {model['dtype']!r} has {BYTES_PER_ELEMENT.get(model['dtype'], 'unknown')}")
     threads = record["environment"]["torch"]["threads"]
     if "threads" in bench and bench["threads"] != threads:
-        raise RecordError(f"{source}: field $.environment.torch.threads is {threads}, but "
+        refuse(source, ("environment", "torch", "threads"), f"is {threads}, but "
                           f"$.config.benchmark.threads is {bench['threads']}")
 
 
@@ -65,18 +65,18 @@ def check_sweep(record: dict[str, Any], source: str) -> None:
     bench = record["config"]["benchmark"]
     modes, baseline = bench["modes"], bench["baseline"]
     if baseline not in modes:
-        raise RecordError(f"{source}: field $.config.benchmark.baseline {baseline!r} is not one of {modes}")
+        refuse(source, ("config", "benchmark", "baseline"), f"{baseline!r} is not one of {modes}")
     lengths = record["lengths"]
     measured = [entry["length"] for entry in lengths]
     if measured != sorted(set(measured)):  # every check, sentence and view takes the last as the longest
-        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, not strictly ascending "
+        refuse(source, ("lengths",), f"holds lengths {measured}, not strictly ascending "
                           f"(each length once, shortest first)")
     if measured != bench["lengths"]:
-        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, "
+        refuse(source, ("lengths",), f"holds lengths {measured}, "
                           f"but $.config.benchmark.lengths says {bench['lengths']}")
     model = record["config"].get("model", {})
     if "max_positions" in model and model["max_positions"] < measured[-1]:
-        raise RecordError(f"{source}: field $.config.model.max_positions is {model['max_positions']}, but the "
+        refuse(source, ("config", "model", "max_positions"), f"is {model['max_positions']}, but the "
                           f"sweep decoded {measured[-1]} positions at its longest length")
     for index, entry in enumerate(lengths):
         check_entry(entry, index, source, record, modes, baseline)
