@@ -1,4 +1,4 @@
-"""The storage lab's part of the site: checks and views of its memory, grouped-query, paging and sharing
+"""The storage lab's part of the site: views of its memory, grouped-query, paging and sharing
 sections, its own findings and equivalence sentences (timing.py), and its headline ratios. Torch-free;
 named by ``views`` in the lab's lab.toml."""
 
@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import check_record
 from .views import VIEWS
 
-__all__ = ["VIEWS", "check_record", "headline"]
+__all__ = ["VIEWS", "headline"]
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
