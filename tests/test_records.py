@@ -189,6 +189,43 @@ def test_hand_edited_figure_is_refused_in_one_line_naming_file_and_field(
     assert field in refusal(tmp_path, lab, text)
 
 
+def bumped(field: str, by: float = 1, count: int = 1) -> Any:
+    """An edit of the record's text: the ``count``-th number stored as ``field`` raised by ``by``."""
+    def edit(text: str) -> str:
+        matches = list(re.finditer(rf'"{field}": ([0-9.e-]+)', text))
+        match = matches[count - 1]
+        value = json.loads(match[1]) + by
+        return text[:match.start(1)] + json.dumps(value) + text[match.end(1):]
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (bumped("formula_bytes"), "field $.memory.formula_bytes is 131073, but 2 x Hkv x T x D x bytes from the "
+                                  "record's config gives 131072"),
+        (bumped("formula_bytes", count=3), "field $.gqa[1].formula_bytes is 65537, but 2 x Hkv x T x D x bytes gives 65536"),
+        (bumped("used_slots"), "field $.paging.used_slots is 34451, but the sum of request_lengths gives 34450"),
+        (bumped("blocks_in_use", count=5), "field $.paging.rows[4].blocks_in_use is 2187, but blocks of 16 for "
+                                           "request_lengths gives 2186"),
+        (bumped("allocated_slots", count=2), "field $.paging.rows[1].allocated_slots is 34477, but blocks x "
+                                             "block_size gives 34476"),
+        (bumped("waste_share", by=0.001, count=8), "field $.paging.rows[7].waste_share is 0.103864583333, but "
+                                                   "wasted / allocated slots gives 0.102864583333"),
+        (bumped("saved_bytes", by=4096), "field $.sharing.saved_bytes is 348160, but 8 requests, a 200-token prompt, "
+                                         "50 tokens each and blocks of 16 gives 344064"),
+        (bumped("copied_blocks", by=-7), "field $.sharing.with.copied_blocks is 0, but 8 requests, a 200-token "
+                                         "prompt, 50 tokens each and blocks of 16 gives 7"),
+    ],
+    ids=["memory-formula", "gqa-formula", "paging-total", "paging-blocks", "paging-slots", "paging-share",
+         "sharing-bytes", "sharing-copies"],
+)
+def test_storage_figure_that_differs_from_its_derivation_is_refused_naming_both_values(
+    tmp_path: Path, edit: Any, message: str
+) -> None:
+    assert refusal(tmp_path, STORAGE_LAB, edit((ROOT / STORAGE_LAB.record).read_text())).endswith(message)
+
+
 def test_nan_is_named_by_its_json_path(tmp_path: Path) -> None:
     text = (ROOT / LAB.record).read_text()
     text = re.sub(r'"max_abs_diff": [^,}]+', '"max_abs_diff": NaN', text, count=1)

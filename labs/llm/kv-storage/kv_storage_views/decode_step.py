@@ -1,4 +1,5 @@
-"""The storage lab's findings and equivalence views: the shared sentences, made to fit this lab's sweep.
+"""The page's "Measuring a decode step": its findings and equivalence views, the shared sentences made to fit
+this lab's sweep.
 
 The shared prose ranks modes by median alone and states gaps per timed window. Here the medians of
 several modes often sit within each other's spread, and the chart beside them is per decode step, so these
@@ -11,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.summary import statistics_frame
-from site_hooks import prose
-from site_hooks.formatting import format_ratio, format_sci, join
-from site_hooks.templating import render
+import pandas as pd
 
-TIE_SHARE = 0.02  # medians closer than this share of the faster one count as a tie, as do overlapping ranges
+from kv_storage.figures import TIE_SHARE
+from site_hooks import prose
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ratio, format_sci, join
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
 def findings_sentences(record: dict[str, Any]) -> list[str]:
     bench = record["config"]["benchmark"]
     baseline = bench["baseline"]
-    medians = statistics_frame(record["lengths"])["median_ns"].unstack("mode")
+    medians = stored_medians(record)
     paragraphs = [prose.environment_sentence(record), prose.protocol_sentence(record)]
     for mode in (m for m in bench["modes"] if m != baseline):
         paragraphs.append(" ".join([prose.lower_median_sentence(medians, mode, baseline),
@@ -158,8 +159,14 @@ def findings_sentences(record: dict[str, Any]) -> list[str]:
     return paragraphs
 
 
-def findings_view(record: dict[str, Any]) -> str:
-    return render("paragraphs.html.j2", css="lab-findings", paragraphs=findings_sentences(record))
+def stored_medians(record: dict[str, Any]) -> pd.DataFrame:
+    """The stored median window per length (rows) and mode (columns), as the shared sentences read them."""
+    return pd.DataFrame([{mode: values["median_ns"] for mode, values in entry["modes"].items()}
+                         for entry in record["lengths"]], index=[entry["length"] for entry in record["lengths"]])
+
+
+def findings_view(record: dict[str, Any]) -> Block:
+    return Block(css="lab-findings", paragraphs=findings_sentences(record))
 
 
 def equivalence_sentences(record: dict[str, Any]) -> list[str]:
@@ -186,9 +193,16 @@ def equivalence_sentences(record: dict[str, Any]) -> list[str]:
     return sentences
 
 
-def equivalence_view(record: dict[str, Any]) -> str:
-    bench = record["config"]["benchmark"]
+def equivalence_view(record: dict[str, Any]) -> Block:
+    """The sentences, then per length (named on its first row) and cached mode, the pre-timing comparison."""
+    bench, tolerance = record["config"]["benchmark"], record["tolerance"]
     compared = [m for m in bench["modes"] if m != bench["baseline"]]
-    return render("equivalence.html.j2", sentences=equivalence_sentences(record), compared=compared,
-                  baseline=bench["baseline"], rows=record["lengths"], tolerance=record["tolerance"],
-                  batch=bench["batch"])
+    rows = [(entry["length"] if index == 0 else "", mode, f"{entry['steps']} × {bench['batch']}",
+             format_sci(entry["equivalence"][mode]["max_abs_diff"]),
+             "yes" if entry["equivalence"][mode]["within_tolerance"] else "no",
+             "yes" if entry["equivalence"][mode]["argmax_agrees_every_step"] else "no")
+            for entry in record["lengths"] for index, mode in enumerate(compared)]
+    table = Table(headings=["Prefix (tokens)", f"Compared with {bench['baseline']}", "Steps × batch",
+                            "Max |difference|", f"Within atol = {tolerance['atol']}, rtol = {tolerance['rtol']}",
+                            "Same greedy token at every step"], rows=rows)
+    return Block(css="lab-equivalence", paragraphs=equivalence_sentences(record), tables=[table])
