@@ -15,6 +15,12 @@ from .templating import render
 
 
 @dataclass(frozen=True)
+class Strong:
+    """A table cell shown in bold: the one of its row that the table's note singles out."""
+    strong: str
+
+
+@dataclass(frozen=True)
 class Table:
     headings: Sequence[str]
     rows: Sequence[Sequence[Any]]  # one cell per heading; numbers are shown as given (format them first)

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import torch
 
-import decode_bandwidth_views.figures as figures
-from decode_bandwidth import benchmark, equivalence, profile
+from decode_bandwidth import benchmark, equivalence, figures, profile
 from decode_bandwidth.bandwidth import (
-    MIN_BANDWIDTH_PASSES,
     MIN_STREAM_BYTES,
     kv_crossover,
     last_level_cache_bytes,
@@ -74,29 +72,21 @@ class ByteAccounting(unittest.TestCase):
         self.assertIn("got 1 and 65", str(caught.exception))
 
 
-class SiteCopies(unittest.TestCase):
-    """The site build cannot import torch, so decode_bandwidth_views keeps plain copies: they must agree."""
+class OneHome(unittest.TestCase):
+    """The torch modules use decode_bandwidth.figures' constants and formulas, which the site checks with."""
 
-    def test_the_views_byte_formulas_equal_the_benchmarks(self) -> None:
+    def test_the_torch_modules_hold_the_figures_modules_objects(self) -> None:
+        self.assertIs(DecoderLayer.LAYOUT, figures.LAYOUT)
+        self.assertIs(profile.KINDS, figures.KINDS)
+        self.assertIs(benchmark.TARGETS, figures.TARGETS)
+        self.assertIs(benchmark.MODES, figures.MODES)
+        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (figures.ATOL, figures.RTOL))
+
+    def test_the_step_bytes_of_a_config_are_the_formula_on_its_record(self) -> None:
         for config in (preset("gpt2-small"), preset("tiny", kv_heads=2), preset("tiny", dtype=torch.bfloat16)):
             record = config.as_record()
-            for batch, context in ((1, 1), (4, 17), (16, 64)):
-                expected = step_bytes(config, batch, context).as_record()
-                self.assertEqual(figures.step_bytes(record, record["dtype"], batch, context), expected)
-                self.assertEqual(figures.kind_bytes(record, record["dtype"], batch, context),
-                                 kind_bytes(config, batch, context))
-        record = preset("gpt2-small").as_record()
-        self.assertEqual(figures.kv_crossover(record), kv_crossover(preset("gpt2-small")))
-
-    def test_the_views_know_the_layout_the_decoder_stores(self) -> None:
-        self.assertEqual(figures.LAYOUT, DecoderLayer.LAYOUT)
-
-    def test_the_views_hold_the_benchmarks_targets_tolerance_and_pass_minimum(self) -> None:
-        self.assertEqual(figures.TARGETS, benchmark.TARGETS)
-        self.assertEqual(figures.WALL_TIME_TARGET_S, benchmark.WALL_TIME_TARGET_S)
-        self.assertEqual((figures.ATOL, figures.RTOL), (equivalence.ATOL, equivalence.RTOL))
-        self.assertEqual(figures.MIN_BANDWIDTH_PASSES, MIN_BANDWIDTH_PASSES)
-        self.assertEqual(figures.KINDS, profile.KINDS)
+            self.assertEqual(step_bytes(config, 4, 17).as_record(),
+                             figures.step_bytes(record, record["bytes_per_element"], 4, 17))
 
 
 class Bandwidth(unittest.TestCase):

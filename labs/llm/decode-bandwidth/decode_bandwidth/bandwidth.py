@@ -1,6 +1,7 @@
 """The floor a decode step cannot beat on a given machine: the bytes it must move ÷ sustained read bandwidth.
 
-Bytes per step, from the configuration alone:
+Bytes per step, from the configuration alone (the formulas are decode_bandwidth.figures', torch-free,
+so the site checks a record with the same code):
 
 - every weight a step multiplies by, read once: each layer's matrices and
   biases and both layer norms, the final norm, and the output head (the tied
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import torch
 
+from . import figures
 from .config import DecoderConfig
+from .figures import best_rate, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
-MIN_BANDWIDTH_PASSES = 10  # issue 9: the floor is the best of at least ten passes
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -50,45 +52,19 @@ class StepBytes:
 
 
 def weight_bytes(config: DecoderConfig) -> int:
-    """Every weight element a step reads whole, times its size: the layers, the final norm, the head."""
-    width, kv_width, hidden = config.width, config.kv_width, config.hidden
-    per_layer = (
-        2 * width  # attention layer norm: weight and bias
-        + width * (width + 2 * kv_width) + (width + 2 * kv_width)  # fused qkv
-        + width * width + width  # attention output
-        + 2 * width  # mlp layer norm
-        + width * hidden + hidden  # fc
-        + hidden * width + width  # proj
-    )
-    elements = config.layers * per_layer + 2 * width + config.vocab_size * width  # + final norm + tied head
-    return elements * config.bytes_per_element
+    """Every weight element a step reads whole, times its size (decode_bandwidth.figures.weight_bytes)."""
+    return figures.weight_bytes(config.as_record(), config.bytes_per_element)
 
 
-# --8<-- [start:step_bytes]
 def step_bytes(config: DecoderConfig, batch: int, context: int) -> StepBytes:
-    """What one decode step at ``context`` attended positions (the new token included) must move."""
-    if batch < 1 or not 1 <= context <= config.max_positions:
-        raise ValueError(f"need batch >= 1 and 1 <= context <= {config.max_positions}, got {batch} and {context}")
-    size = config.bytes_per_element
-    per_position = 2 * config.layers * batch * config.kv_heads * config.head_dim * size  # keys + values, all layers
-    width, hidden = config.width, config.hidden
-    matrix_elements = config.layers * (width * (width + 2 * config.kv_width) + width * width + 2 * width * hidden) \
-        + config.vocab_size * width  # every multiply-add a step does against a weight
-    attention = 2 * 2 * config.layers * batch * config.heads * context * config.head_dim  # q.k and p.v
-    return StepBytes(
-        weights=weight_bytes(config),
-        embedding_rows=(batch + 1) * config.width * size,
-        kv_read=per_position * context,
-        kv_written=per_position,
-        flops=2 * batch * matrix_elements + attention,
-    )
-# --8<-- [end:step_bytes]
+    """What one decode step at ``context`` attended positions must move (decode_bandwidth.figures.step_bytes)."""
+    needed = figures.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    return StepBytes(**{name: value for name, value in needed.items() if name != "total"})
 
 
 def kv_crossover(config: DecoderConfig) -> float:
-    """The B x T at which a step's KV reads equal its weight reads: weights / (2 x layers x Hkv x D x bytes)."""
-    per_position = 2 * config.layers * config.kv_heads * config.head_dim * config.bytes_per_element
-    return weight_bytes(config) / per_position
+    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.figures.kv_crossover)."""
+    return figures.kv_crossover(config.as_record())
 
 
 def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]:
@@ -139,8 +115,8 @@ def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = 
         synchronize()
         durations.append(time.perf_counter_ns() - start)
     read = buffer.numel() * buffer.element_size()
-    return {"buffer_bytes": read, "passes": passes, "durations_ns": durations,
-            "best_ns": min(durations), "bytes_per_s": read / min(durations) * 1e9}
+    best, bytes_per_s = best_rate(read, durations)
+    return {"buffer_bytes": read, "passes": passes, "durations_ns": durations, "best_ns": best, "bytes_per_s": bytes_per_s}
 
 
 def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | str = "cpu",
@@ -157,6 +133,7 @@ def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | st
         a @ b
         synchronize()
         durations.append(time.perf_counter_ns() - start)
-    flops = 2 * size**3
-    return {"size": size, "flops": flops, "passes": passes, "durations_ns": durations,
-            "best_ns": min(durations), "flops_per_s": flops / min(durations) * 1e9}
+    flops = square_matmul_flops(size)
+    best, flops_per_s = best_rate(flops, durations)
+    return {"size": size, "flops": flops, "passes": passes, "durations_ns": durations, "best_ns": best,
+            "flops_per_s": flops_per_s}

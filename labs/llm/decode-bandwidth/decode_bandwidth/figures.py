@@ -1,0 +1,394 @@
+"""The decode lab's constants and formulas, and every figure of its record that follows from its raw data.
+
+Torch-free, and the one home of each: the torch modules (bandwidth, profile, layout, equivalence,
+benchmark) import the constants and byte formulas from here, the benchmark fills its record with
+``derive`` (labkit.harness.run), the site build checks the stored figures against it
+(labkit.figures.check) after ``check_invariants``, and the views read the constants below.
+
+A formula takes the record's model config (``config.model``, or ``DecoderConfig.as_record()``) and
+the bytes per element of the dtype it is applied in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labkit.bench import run_order
+from labkit.figures import Figures, JsonPath, refuse
+from labkit.summary import as_number, percentile
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]  # the timed modes, in the first run order
+BASELINE = "hf-dynamic"
+OURS = ("ours-concat", "ours-prealloc")
+EQUIVALENCE_MODES = ["hf-full", *MODES]  # transformers' own single pass is compared too
+# The layout of each weight matrix: (in, out) for addmm, (out, in) for F.linear (decode_bandwidth.model).
+LAYOUT = {"qkv": "in_out", "attention out": "in_out", "mlp fc": "in_out", "mlp proj": "out_in",
+          "output head": "in_out"}
+# The decode step's targets at batch 1 in the headline grid (fp32, headline threads): the faster of this
+# lab's caches within this fraction of hf-dynamic's step, and within this multiple of the memory floor.
+TARGETS = {"best_over_hf_dynamic": 0.85, "step_over_floor": 1.6}
+WALL_TIME_TARGET_S = 300  # the whole benchmark within 5 minutes on the 2-core development machine
+# float32, 12 layers of width 768: logits of a prefill-then-step path against one full pass.
+ATOL = 1e-4
+RTOL = 1e-4
+MIN_BANDWIDTH_PASSES = 10  # the floor is the best of at least ten passes
+KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
+         "other"]  # the profile's kinds of operation
+MATRICES = tuple(KINDS[:5])  # the kinds that multiply by a weight matrix
+CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_per_s")
+
+Group = tuple[str, int, int, int]  # (dtype, threads, batch, context)
+Cell = tuple[str, int, int, int, str]  # ... and mode
+
+
+def dims(model: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """Width, key/value width, MLP width and layers."""
+    width = model["width"]
+    return width, model["kv_heads"] * model["head_dim"], model["ffn_multiplier"] * width, model["layers"]
+
+
+def weight_bytes(model: Mapping[str, Any], size: int) -> int:
+    """Every weight element a step reads whole, times its size: the layers, the final norm, the tied head."""
+    width, kv_width, hidden, layers = dims(model)
+    per_layer = (
+        2 * width  # attention layer norm: weight and bias
+        + width * (width + 2 * kv_width) + (width + 2 * kv_width)  # fused qkv
+        + width * width + width  # attention output
+        + 2 * width  # mlp layer norm
+        + width * hidden + hidden  # fc
+        + hidden * width + width  # proj
+    )
+    return (layers * per_layer + 2 * width + model["vocab_size"] * width) * size  # + final norm + tied head
+
+
+# --8<-- [start:step_bytes]
+def step_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) -> dict[str, int]:
+    """What one decode step at ``context`` attended positions (the new token included) must move, and its flops."""
+    if batch < 1 or not 1 <= context <= model["max_positions"]:
+        raise ValueError(f"need batch >= 1 and 1 <= context <= {model['max_positions']}, got {batch} and {context}")
+    width, kv_width, hidden, layers = dims(model)
+    per_position = 2 * layers * batch * kv_width * size  # keys + values, all layers
+    matrix_elements = layers * (width * (width + 2 * kv_width) + width * width + 2 * width * hidden) \
+        + model["vocab_size"] * width  # every multiply-add a step does against a weight
+    attention = 2 * 2 * layers * batch * model["heads"] * context * model["head_dim"]  # q.k and p.v
+    figures = {
+        "weights": weight_bytes(model, size),
+        "embedding_rows": (batch + 1) * width * size,  # B token rows + 1 position row, looked up
+        "kv_read": per_position * context,
+        "kv_written": per_position,  # the new token's keys and values
+        "flops": 2 * batch * matrix_elements + attention,
+    }
+    figures["total"] = figures["weights"] + figures["embedding_rows"] + figures["kv_read"] + figures["kv_written"]
+    return figures
+# --8<-- [end:step_bytes]
+
+
+def kv_crossover(model: Mapping[str, Any]) -> float:
+    """The B x T at which a step's KV reads equal its weight reads (the dtype cancels: both scale with it)."""
+    size = model["bytes_per_element"]
+    return weight_bytes(model, size) / (2 * model["layers"] * model["kv_heads"] * model["head_dim"] * size)
+
+
+def matrix_shapes(model: Mapping[str, Any]) -> dict[str, tuple[tuple[int, int], int]]:
+    """Per weight-matrix kind, its (in, out) shape and how many a step multiplies by."""
+    width, kv_width, hidden, layers = dims(model)
+    return {"qkv": ((width, width + 2 * kv_width), layers), "attention out": ((width, width), layers),
+            "mlp fc": ((width, hidden), layers), "mlp proj": ((hidden, width), layers),
+            "output head": ((width, model["vocab_size"]), 1)}
+
+
+def kind_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) -> dict[str, int]:
+    """Per profiled kind, the bytes it must read in one step (weights with their biases; attention reads
+    the KV cache); together they are the step's total."""
+    width, kv_width, _, layers = dims(model)
+    figures = {kind: count * (rows * cols + cols) * size
+               for kind, ((rows, cols), count) in matrix_shapes(model).items()}
+    per_position = 2 * layers * batch * kv_width * size
+    figures.update({"output head": model["vocab_size"] * width * size,  # no bias, read once
+                    "attention": per_position * context,
+                    "cache writes and copies": per_position,  # the new token's keys and values
+                    "other": (layers * 4 + 2) * width * size + (batch + 1) * width * size})
+    return {kind: figures[kind] for kind in KINDS}
+
+
+def best_rate(amount: float, durations_ns: Sequence[int]) -> tuple[int, float]:
+    """The fastest pass and the rate it gives: bytes (or flops) per second."""
+    best = min(durations_ns)
+    return best, amount / best * 1e9
+
+
+def square_matmul_flops(size: int) -> int:
+    return 2 * size**3
+
+
+def client_summary(runs: Sequence[Sequence[int]], new_tokens: int) -> dict[str, float]:
+    """TTFT (median over runs), inter-token latency percentiles (pooled over runs), tokens/s (median run)."""
+    gaps = [later - earlier for stamps in runs for earlier, later in zip(stamps, stamps[1:])]
+    return {"ttft_ns": percentile([stamps[0] for stamps in runs], 0.5),
+            "itl_p50_ns": percentile(gaps, 0.5) if gaps else 0.0,
+            "itl_p90_ns": percentile(gaps, 0.9) if gaps else 0.0,
+            "itl_p99_ns": percentile(gaps, 0.99) if gaps else 0.0,
+            "tokens_per_s": new_tokens / percentile([stamps[-1] for stamps in runs], 0.5) * 1e9}
+
+
+def rotations(modes: Sequence[str], repeats: int) -> list[list[str]]:
+    """The run order of every repetition under labkit.bench's rotating policy."""
+    return [run_order(modes, repetition) for repetition in range(repeats)]
+
+
+def grid(bench: Mapping[str, Any]) -> list[Group]:
+    """(dtype, threads, batch, context) of every timed group: the headline grid, then the variants."""
+    groups = [(bench["dtype"], bench["threads"], b, c) for b in bench["batches"] for c in bench["contexts"]]
+    if bench["variant_threads"]:
+        groups += [(bench["dtype"], bench["variant_threads"], b, c)
+                   for b in bench["variant_batches"] for c in bench["contexts"]]
+    if bench["variant_dtype"]:
+        groups += [(bench["variant_dtype"], bench["threads"], b, c)
+                   for b in bench["variant_batches"] for c in bench["contexts"]]
+    return groups
+
+
+def headline_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """The headline grid's (dtype, threads)."""
+    bench = record["config"]["benchmark"]
+    return bench["dtype"], bench["threads"]
+
+
+def cell_table(record: Mapping[str, Any]) -> dict[Cell, dict[str, Any]]:
+    """Cells by (dtype, threads, batch, context, mode)."""
+    return {(c["dtype"], c["threads"], c["batch"], c["context"], c["mode"]): c for c in record["cells"]}
+
+
+def best_ours(cells: Mapping[Cell, dict[str, Any]], key: Group) -> dict[str, Any]:
+    """The faster of this lab's two modes at one group (lower median)."""
+    return min((cells[(*key, mode)] for mode in OURS), key=lambda cell: cell["median_ns_per_step"])
+
+
+def stored_matrix_ns(layout: Mapping[str, Any]) -> float:
+    """One step's weight multiplies in the stored layout: per-matrix time x matrices, summed."""
+    return sum(row[f"{row['stored']}_ns"] * row["matrices"] for row in layout["rows"])
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """Every figure of the record that follows from its raw durations, token times and config."""
+    figures = Figures()
+    rates = hardware_figures(record["hardware"], figures)
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    floors: dict[Group, float] = {}
+    for index, group in enumerate(record["groups"]):
+        key = (group["dtype"], group["threads"], group["batch"], group["context"])
+        needed = step_bytes(model, BYTES_PER_ELEMENT[group["dtype"]], group["batch"], group["context"])
+        for name, value in needed.items():
+            figures.add(("groups", index, "bytes", name), value, "the model config")
+        floors[key] = needed["total"] / rates[("bandwidth", str(group["threads"]))] * 1e9
+        figures.add(("groups", index, "floor_ns_per_step"), floors[key], "its bytes / the measured read bandwidth")
+        compute = needed["flops"] / rates[("matmul", f"{group['dtype']}/{group['threads']}")] * 1e9
+        figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+    for index, cell in enumerate(record["cells"]):
+        durations = cell["durations_ns"]
+        median = as_number(percentile(durations, 0.5))
+        floor = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
+        for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", median),
+                            ("max_ns_per_step", max(durations))):
+            figures.add(("cells", index, name), value, "its raw durations")
+        figures.add(("cells", index, "floor_ns_per_step"), floor, "its group's bytes / the measured read bandwidth")
+        figures.add(("cells", index, "step_over_floor"), median / floor, "its median / its group's floor")
+    one = step_bytes(model, BYTES_PER_ELEMENT[bench["dtype"]], 1, 1)  # sized in the headline dtype
+    for name, value in (("batch_x_context", kv_crossover(model)), ("weight_bytes", one["weights"]),
+                        ("kv_bytes_per_position", one["kv_read"])):
+        figures.add(("kv_crossover", name), value, "the model config")
+    profile_figures(record, rates, figures)
+    client = record["client"]
+    for mode, entry in client["modes"].items():
+        for name, value in client_summary(entry["token_times_ns"], client["new_tokens"]).items():
+            figures.add(("client", "modes", mode, name), value, "its token times")
+    return figures
+
+
+def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
+    """Each measurement's best pass and rate; returns the rates by (section, key) for the floors."""
+    rates = {}
+    for threads, entry in machine["bandwidth"].items():
+        best, rate = best_rate(entry["buffer_bytes"], entry["durations_ns"])
+        figures.add(("hardware", "bandwidth", threads, "best_ns"), best, "the fastest of its passes")
+        figures.add(("hardware", "bandwidth", threads, "bytes_per_s"), rate, "its buffer / its fastest pass")
+        rates[("bandwidth", threads)] = rate
+    for key, entry in machine["matmul"].items():
+        flops = square_matmul_flops(entry["size"])
+        best, rate = best_rate(flops, entry["durations_ns"])
+        figures.add(("hardware", "matmul", key, "flops"), flops, "2 x size^3")
+        figures.add(("hardware", "matmul", key, "best_ns"), best, "the fastest of its passes")
+        figures.add(("hardware", "matmul", key, "flops_per_s"), rate, "its flops / its fastest pass")
+        rates[("matmul", key)] = rate
+    return rates
+
+
+def profile_figures(record: Mapping[str, Any], rates: Mapping[tuple[str, str], float], figures: Figures) -> None:
+    """Per profiled kind the bytes it must read, the floor they set and the time over it; per mode the total."""
+    profile, model = record["profile"], record["config"]["model"]
+    needed = kind_bytes(model, BYTES_PER_ELEMENT[profile["dtype"]], profile["batch"], profile["context"])
+    bandwidth = rates[("bandwidth", str(profile["threads"]))]
+    for mode, entry in profile["modes"].items():
+        for index, row in enumerate(entry["rows"]):
+            where = ("profile", "modes", mode, "rows", index)
+            floor = needed[row["kind"]] / bandwidth * 1e9
+            figures.add((*where, "bytes"), needed[row["kind"]], "the model config")
+            figures.add((*where, "floor_ns"), floor, "its bytes / the measured read bandwidth")
+            figures.add((*where, "ratio_to_floor"), row["ns_per_step"] / floor, "its time / its floor")
+        figures.add(("profile", "modes", mode, "total_ns_per_step"), sum(row["ns_per_step"] for row in entry["rows"]),
+                    "the sum of its rows")
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    """What the raw data must satisfy before anything is derived from it: this lab's model, modes, targets
+    and tolerance; every mode within the tolerance; the grid the config asks for, one cell per group and
+    mode, each with a duration and a fault count per repetition in the rotating order; enough bandwidth
+    passes over a buffer beyond the cache; the layouts and profile kinds the decoder has; ascending token times."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    if model["head_dim"] * model["heads"] != model["width"] or model["heads"] % model["kv_heads"]:
+        refuse(source, ("config", "model"), f"has width {model['width']}, heads {model['heads']}, kv_heads "
+               f"{model['kv_heads']} and head_dim {model['head_dim']}, which do not fit together")
+    if model["bytes_per_element"] != BYTES_PER_ELEMENT.get(model["dtype"]):
+        refuse(source, ("config", "model", "bytes_per_element"), f"is {model['bytes_per_element']} for dtype {model['dtype']}")
+    if model["dtype"] != "float32":
+        refuse(source, ("config", "model", "dtype"), f"is {model['dtype']}: the model is built in float32 and cast per dtype")
+    if max(bench["contexts"]) > model["max_positions"]:
+        refuse(source, ("config", "benchmark", "contexts"),
+               f"reach {max(bench['contexts'])}, beyond {model['max_positions']} positions")
+    if bench["modes"] != MODES or bench["baseline"] != BASELINE:
+        refuse(source, ("config", "benchmark", "modes"), f"are {bench['modes']} with baseline {bench['baseline']!r}, "
+               f"but this lab measures {MODES} with baseline {BASELINE!r}")
+    if bench["targets"] != TARGETS:
+        refuse(source, ("config", "benchmark", "targets"), f"are {bench['targets']}, the benchmark's code sets {TARGETS}")
+    in_force = record["environment"]["torch"]["threads"]
+    if in_force != bench["threads"]:
+        refuse(source, ("environment", "torch", "threads"),
+               f"is {in_force}, but the headline grid ran at --threads {bench['threads']}")
+    check_equivalence(record, source)
+    check_hardware(record["hardware"], source)
+    check_groups(record, source)
+    check_layouts(record, source)
+    check_profile(record, source)
+    check_client(record["client"], source)
+
+
+def check_equivalence(record: dict[str, Any], source: str) -> None:
+    tolerance, modes = record["tolerance"], record["equivalence"]["modes"]
+    if (tolerance.get("atol"), tolerance.get("rtol")) != (ATOL, RTOL):
+        refuse(source, ("tolerance",), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
+               f"benchmark's equivalence check uses atol {ATOL}, rtol {RTOL}")
+    if list(modes) != EQUIVALENCE_MODES:
+        refuse(source, ("equivalence", "modes"), f"cover {list(modes)}, the benchmark compares {EQUIVALENCE_MODES}")
+    for mode, entry in modes.items():
+        if entry["within_tolerance"] is not True:
+            refuse(source, ("equivalence", "modes", mode, "within_tolerance"), f"is {entry['within_tolerance']}: the "
+                   "benchmark stops before timing when a mode disagrees, so a timed record cannot hold a miss")
+        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        if entry["max_abs_diff"] > bound:
+            refuse(source, ("equivalence", "modes", mode, "max_abs_diff"), f"is {entry['max_abs_diff']:g}, beyond "
+                   f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
+
+
+def check_hardware(machine: dict[str, Any], source: str) -> None:
+    llc = machine["last_level_cache_bytes"]
+    if llc is not None and machine["buffer_bytes"] < 4 * llc:
+        refuse(source, ("hardware", "buffer_bytes"), f"is {machine['buffer_bytes']}, under 4 x the last-level cache ({llc})")
+    for threads, entry in machine["bandwidth"].items():
+        where: JsonPath = ("hardware", "bandwidth", threads)
+        if entry["passes"] < MIN_BANDWIDTH_PASSES:
+            refuse(source, (*where, "passes"), f"is {entry['passes']}, under the {MIN_BANDWIDTH_PASSES} passes the floor needs")
+        if entry["buffer_bytes"] != machine["buffer_bytes"] or entry["passes"] != len(entry["durations_ns"]):
+            refuse(source, where, f"reads {entry['buffer_bytes']} bytes in {len(entry['durations_ns'])} passes, "
+                   f"not the {machine['buffer_bytes']} bytes in {entry['passes']} passes it states")
+    for key, entry in machine["matmul"].items():
+        if entry["passes"] != len(entry["durations_ns"]):
+            refuse(source, ("hardware", "matmul", key, "passes"), f"is {entry['passes']}, but it holds "
+                   f"{len(entry['durations_ns'])} durations")
+
+
+def check_groups(record: dict[str, Any], source: str) -> None:
+    bench, machine = record["config"]["benchmark"], record["hardware"]
+    repeats = bench["repeats"]
+    keys = [(g["dtype"], g["threads"], g["batch"], g["context"]) for g in record["groups"]]
+    if keys != grid(bench):
+        refuse(source, ("groups",), f"cover {keys}, the config asks for {grid(bench)}")
+    cells: dict[Cell, int] = {}
+    for index, cell in enumerate(record["cells"]):
+        key = (cell["dtype"], cell["threads"], cell["batch"], cell["context"], cell["mode"])
+        if key in cells:
+            refuse(source, ("cells", index), f"repeats the cell {key}")
+        cells[key] = index
+        for name, what in (("durations_ns", "repetitions"), ("minor_faults", "counts")):
+            if len(cell[name]) != repeats:
+                refuse(source, ("cells", index, name), f"has {len(cell[name])} {what}, one per repetition needs "
+                       f"repeats = {repeats}")
+    if len(cells) != len(keys) * len(MODES):
+        refuse(source, ("cells",), f"hold {len(cells)} cells, {len(keys)} groups x {len(MODES)} modes need "
+               f"{len(keys) * len(MODES)}")
+    for index, (group, key) in enumerate(zip(record["groups"], keys)):
+        if group["order"] != rotations(MODES, repeats):
+            refuse(source, ("groups", index, "order"), f"is not {repeats} rotations of {MODES}")
+        if str(group["threads"]) not in machine["bandwidth"] or f"{group['dtype']}/{group['threads']}" not in machine["matmul"]:
+            refuse(source, ("groups", index), f"ran at {group['threads']} threads in {group['dtype']}, which the "
+                   "hardware section did not measure")
+        for mode in MODES:
+            if (*key, mode) not in cells:
+                refuse(source, ("cells",), f"lack the {mode} cell of {key}")
+
+
+def check_layouts(record: dict[str, Any], source: str) -> None:
+    """The layout measurements: every matrix kind, counted from the model's tensors as the config gives them."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    check_layout(model, record["layout"], ("layout",), source)
+    if record["layout"]["dtype"] != "float32" or record["layout"]["batch"] != 1:
+        refuse(source, ("layout",), f"is measured in {record['layout']['dtype']} at batch {record['layout']['batch']}; "
+               "the stored layout is chosen on the float32 model at batch 1")
+    larger = [batch for batch in bench["batches"] if batch > 1]
+    measured = [layout["batch"] for layout in record["layout_batches"]]
+    if measured != larger:
+        refuse(source, ("layout_batches",), f"measure batches {measured}; the headline grid's batches above 1 are {larger}")
+    for index, layout in enumerate(record["layout_batches"]):
+        if layout["dtype"] != "float32":
+            refuse(source, ("layout_batches", index, "dtype"), f"is {layout['dtype']}; these repeat the float32 measurement")
+        check_layout(model, layout, ("layout_batches", index), source)
+    timed = {bench["dtype"], bench["variant_dtype"]} - {None, "float32"}
+    for dtype, layout in record.get("layout_other_dtypes", {}).items():
+        if dtype not in timed or layout["dtype"] != dtype:
+            refuse(source, ("layout_other_dtypes", dtype), f"holds a {layout['dtype']} measurement; the run timed "
+                   f"{sorted(timed) or 'no dtype'} besides float32")
+        check_layout(model, layout, ("layout_other_dtypes", dtype), source)
+
+
+def check_layout(model: dict[str, Any], layout: dict[str, Any], where: JsonPath, source: str) -> None:
+    expected, size = matrix_shapes(model), BYTES_PER_ELEMENT[layout["dtype"]]
+    kinds = [row["kind"] for row in layout["rows"]]
+    if kinds != list(expected):
+        refuse(source, (*where, "rows"), f"list {kinds}, expected {list(expected)}")
+    for index, row in enumerate(layout["rows"]):
+        (rows, cols), count = expected[row["kind"]]
+        if row["stored"] != LAYOUT[row["kind"]]:
+            refuse(source, (*where, "rows", index, "stored"), f"is {row['stored']}, the decoder stores {row['kind']} "
+                   f"{LAYOUT[row['kind']]}")
+        if row["shape_in_out"] != [rows, cols] or row["matrices"] != count or row["bytes_per_matrix"] != rows * cols * size:
+            refuse(source, (*where, "rows", index), f"describes {row['matrices']} matrices of {row['shape_in_out']}, "
+                   f"{row['bytes_per_matrix']} bytes each; the config gives {count} of {[rows, cols]}")
+
+
+def check_profile(record: dict[str, Any], source: str) -> None:
+    profile = record["profile"]
+    if str(profile["threads"]) not in record["hardware"]["bandwidth"]:
+        refuse(source, ("profile", "threads"), f"is {profile['threads']}, a thread count the hardware section did not measure")
+    for mode, entry in profile["modes"].items():
+        kinds = [row["kind"] for row in entry["rows"]]
+        if kinds != KINDS:
+            refuse(source, ("profile", "modes", mode, "rows"), f"list {kinds}, expected {KINDS}")
+
+
+def check_client(client: dict[str, Any], source: str) -> None:
+    for mode, entry in client["modes"].items():
+        for run, stamps in enumerate(entry["token_times_ns"]):
+            if len(stamps) != client["new_tokens"] or stamps != sorted(stamps):
+                refuse(source, ("client", "modes", mode, "token_times_ns", run), f"holds {len(stamps)} times "
+                       f"(ascending: {stamps == sorted(stamps)}), expected {client['new_tokens']} ascending")
