@@ -15,7 +15,7 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import benchmark, figures, workloads
+from decode_bandwidth import benchmark, figures, formulas, workloads
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.model import Decoder
@@ -57,7 +57,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_every_cell_of_the_grid_holds_the_fields_a_reader_needs(self) -> None:
         record = self.record
         bench = record["config"]["benchmark"]
-        groups = figures.grid(bench)
+        groups = formulas.grid(bench)
         self.assertEqual(len(record["cells"]), 4 * len(groups))
         for cell in record["cells"]:
             for field in ("mode", "batch", "context", "dtype", "threads", "median_ns_per_step", "floor_ns_per_step"):
@@ -145,7 +145,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_the_profile_view_blames_page_faults_only_when_the_profiled_step_took_more(self) -> None:
         record = copy.deepcopy(self.record)
         profile = record["profile"]
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         for mode in ("ours-prealloc", "hf-dynamic"):
             timed = cells[(profile["dtype"], profile["threads"], profile["batch"], profile["context"], mode)]
             timed["minor_faults"] = [10] * len(timed["minor_faults"])
@@ -197,7 +197,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = self.record
         model, bench = record["config"]["model"], record["config"]["benchmark"]
         batch = max(bench["batches"])
-        logits = batch * model["vocab_size"] * figures.BYTES_PER_ELEMENT[bench["dtype"]]
+        logits = batch * model["vocab_size"] * formulas.BYTES_PER_ELEMENT[bench["dtype"]]
         html = self.page("floor", record)
         self.assertIn(f"{logits:,} bytes", html)
         self.assertIn("Activations are not counted", html)
@@ -206,7 +206,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         profile = record["profile"]
         key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         for mode, scale in (("ours-prealloc", 1.5), ("hf-dynamic", 0.5)):
             profile["modes"][mode]["total_ns_per_step"] = cells[(*key, mode)]["median_ns_per_step"] * scale
         html = self.page("profile", record)
@@ -219,7 +219,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         bench = record["config"]["benchmark"]
         for cell in record["cells"]:
             if cell["threads"] == bench["threads"] and cell["batch"] == 1 and cell["mode"] != "hf-dynamic":
-                hf = figures.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
+                hf = formulas.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
                 scale = 0.7 if cell["dtype"] == "float32" else 0.9  # ours loses part of its lead in bfloat16
                 cell["median_ns_per_step"] = hf["median_ns_per_step"] * scale
         html = self.page("variants", record)
@@ -281,7 +281,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         ratios = decode_bandwidth_views.headline(record)
         self.assertTrue(2 <= len(ratios) <= 5)
         self.assertTrue(all(math.isfinite(value) and value > 0 for _, value in ratios))
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         long = record["config"]["benchmark"]["contexts"][-1]
         best = min(cells[("float32", 1, 1, long, m)]["median_ns_per_step"] for m in ("ours-concat", "ours-prealloc"))
         self.assertAlmostEqual(ratios[0][1], best / cells[("float32", 1, 1, long, "hf-dynamic")]["median_ns_per_step"])
@@ -289,7 +289,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_client_figures_follow_the_token_times(self) -> None:
         runs = [[100, 250, 330, 600], [90, 200, 260, 500]]
         self.assertEqual(percentile([1, 2, 3, 4], 0.5), 2.5)
-        summary = figures.client_summary(runs, 4)
+        summary = formulas.client_summary(runs, 4)
         self.assertEqual(summary["ttft_ns"], 95.0)  # median of the first stamps
         self.assertEqual(summary["itl_p50_ns"], 130.0)  # gaps 150, 80, 270, 110, 60, 240 pooled
         self.assertAlmostEqual(summary["tokens_per_s"], 4 / 550 * 1e9)  # median run ends at 550 ns

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from decode_bandwidth import benchmark, equivalence, figures, profile
+from decode_bandwidth import benchmark, equivalence, formulas, profile
 from decode_bandwidth.bandwidth import (
     MIN_STREAM_BYTES,
     kv_crossover,
@@ -76,17 +76,17 @@ class OneHome(unittest.TestCase):
     """The torch modules use decode_bandwidth.figures' constants and formulas, which the site checks with."""
 
     def test_the_torch_modules_hold_the_figures_modules_objects(self) -> None:
-        self.assertIs(DecoderLayer.LAYOUT, figures.LAYOUT)
-        self.assertIs(profile.KINDS, figures.KINDS)
-        self.assertIs(benchmark.TARGETS, figures.TARGETS)
-        self.assertIs(benchmark.MODES, figures.MODES)
-        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (figures.ATOL, figures.RTOL))
+        self.assertIs(DecoderLayer.LAYOUT, formulas.LAYOUT)
+        self.assertIs(profile.KINDS, formulas.KINDS)
+        self.assertIs(benchmark.TARGETS, formulas.TARGETS)
+        self.assertIs(benchmark.MODES, formulas.MODES)
+        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (formulas.ATOL, formulas.RTOL))
 
     def test_the_step_bytes_of_a_config_are_the_formula_on_its_record(self) -> None:
         for config in (preset("gpt2-small"), preset("tiny", kv_heads=2), preset("tiny", dtype=torch.bfloat16)):
             record = config.as_record()
             self.assertEqual(step_bytes(config, 4, 17).as_record(),
-                             figures.step_bytes(record, record["bytes_per_element"], 4, 17))
+                             formulas.step_bytes(record, record["bytes_per_element"], 4, 17))
 
 
 class Bandwidth(unittest.TestCase):

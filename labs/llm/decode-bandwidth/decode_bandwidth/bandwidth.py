@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from . import figures
+from . import formulas
 from .config import DecoderConfig
-from .figures import best_rate, square_matmul_flops
+from .formulas import best_rate, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -52,19 +52,19 @@ class StepBytes:
 
 
 def weight_bytes(config: DecoderConfig) -> int:
-    """Every weight element a step reads whole, times its size (decode_bandwidth.figures.weight_bytes)."""
-    return figures.weight_bytes(config.as_record(), config.bytes_per_element)
+    """Every weight element a step reads whole, times its size (decode_bandwidth.formulas.weight_bytes)."""
+    return formulas.weight_bytes(config.as_record(), config.bytes_per_element)
 
 
 def step_bytes(config: DecoderConfig, batch: int, context: int) -> StepBytes:
-    """What one decode step at ``context`` attended positions must move (decode_bandwidth.figures.step_bytes)."""
-    needed = figures.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    """What one decode step at ``context`` attended positions must move (decode_bandwidth.formulas.step_bytes)."""
+    needed = formulas.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
     return StepBytes(**{name: value for name, value in needed.items() if name != "total"})
 
 
 def kv_crossover(config: DecoderConfig) -> float:
-    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.figures.kv_crossover)."""
-    return figures.kv_crossover(config.as_record())
+    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.formulas.kv_crossover)."""
+    return formulas.kv_crossover(config.as_record())
 
 
 def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]:

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from decode_bandwidth import figures
+from decode_bandwidth import figures, formulas
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
-from decode_bandwidth.figures import ATOL, BASELINE, MIN_BANDWIDTH_PASSES, MODES, RTOL, TARGETS, WALL_TIME_TARGET_S
+from decode_bandwidth.formulas import ATOL, BASELINE, MIN_BANDWIDTH_PASSES, MODES, RTOL, TARGETS, WALL_TIME_TARGET_S
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
 from decode_bandwidth.model import Decoder
@@ -113,9 +113,9 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.variant_threads = None
 
 
-def grid(args: argparse.Namespace) -> list[figures.Group]:
+def grid(args: argparse.Namespace) -> list[formulas.Group]:
     """(dtype, threads, batch, context) of every timed group: the headline grid, then the variants."""
-    return figures.grid(vars(args))
+    return formulas.grid(vars(args))
 
 
 def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
@@ -306,10 +306,10 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary(record: dict[str, Any]) -> list[str]:
     lines = []
-    dtype, threads = figures.headline_key(record)
-    cells = figures.cell_table(record)
+    dtype, threads = formulas.headline_key(record)
+    cells = formulas.cell_table(record)
     for context in record["config"]["benchmark"]["contexts"]:
-        best, hf = figures.best_ours(cells, (dtype, threads, 1, context)), cells[(dtype, threads, 1, context, BASELINE)]
+        best, hf = formulas.best_ours(cells, (dtype, threads, 1, context)), cells[(dtype, threads, 1, context, BASELINE)]
         lines.append(f"batch 1, context {context}: {best['mode']} {best['median_ns_per_step'] / 1e6:.1f} ms, "
                      f"{BASELINE} {hf['median_ns_per_step'] / 1e6:.1f} ms "
                      f"({best['median_ns_per_step'] / hf['median_ns_per_step']:.2f}x), "

@@ -28,7 +28,7 @@ from kv_cache.model import DecoderBlock
 
 from .cache import ConcatCache, PreallocatedCache
 from .config import DecoderConfig
-from .figures import LAYOUT
+from .formulas import LAYOUT
 
 
 def _draw(shape: tuple[int, ...], std: float, generator: torch.Generator) -> Tensor:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 
-from . import figures
+from . import formulas
 from .config import DecoderConfig
-from .figures import KINDS
+from .formulas import KINDS
 
 
 def minor_faults() -> int:
@@ -30,8 +30,8 @@ def matrix_kinds(config: DecoderConfig) -> dict[tuple[int, int], str]:
 
 
 def kind_bytes(config: DecoderConfig, batch: int, context: int) -> dict[str, int]:
-    """The bytes each kind must read per step (decode_bandwidth.figures.kind_bytes)."""
-    return figures.kind_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    """The bytes each kind must read per step (decode_bandwidth.formulas.kind_bytes)."""
+    return formulas.kind_bytes(config.as_record(), config.bytes_per_element, batch, context)
 
 
 def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures import MODES, best_ours, cell_table, headline_key
+from decode_bandwidth.formulas import MODES, best_ours, cell_table, headline_key
 from labkit.summary import percentile
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, join

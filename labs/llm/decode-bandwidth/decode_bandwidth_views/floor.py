@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures import BYTES_PER_ELEMENT, headline_key
+from decode_bandwidth.formulas import BYTES_PER_ELEMENT, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 

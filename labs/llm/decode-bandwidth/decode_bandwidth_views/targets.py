@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures import MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, headline_key
+from decode_bandwidth.formulas import MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table, stored_matrix_ns
+from decode_bandwidth.formulas import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table, stored_matrix_ns
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
