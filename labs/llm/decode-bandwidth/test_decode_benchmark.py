@@ -47,12 +47,13 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         """The site's check of this lab's record: its invariants, then every derived figure."""
         check_record(record, "record.json", figures.check_invariants, figures.derive)
 
-    def assert_refused(self, field: str, tamper: Any) -> None:
+    def assert_refused(self, field: str, tamper: Any, reason: str = "") -> None:
         record = copy.deepcopy(self.record)
         tamper(record)
         with self.assertRaises(RecordError) as caught:
             self.check(record)
         self.assertIn(field, str(caught.exception))
+        self.assertIn(reason, str(caught.exception))
 
     def test_every_cell_of_the_grid_holds_the_fields_a_reader_needs(self) -> None:
         record = self.record
@@ -106,17 +107,28 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_check_record_refuses_too_few_bandwidth_passes_and_a_best_that_is_not_the_fastest(self) -> None:
         def few(record: dict[str, Any]) -> None:
             entry = record["hardware"]["bandwidth"]["1"]
-            entry["durations_ns"] = entry["durations_ns"][:9]
             entry["passes"] = 9
-            entry["best_ns"] = min(entry["durations_ns"])
-            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
+            for kernel in entry["kernels"].values():
+                kernel["durations_ns"] = kernel["durations_ns"][:9]
         self.assert_refused('hardware.bandwidth["1"].passes', few)
 
         def slow_best(record: dict[str, Any]) -> None:
+            kernel = record["hardware"]["bandwidth"]["1"]["kernels"]["sum"]
+            kernel["best_ns"] = max(kernel["durations_ns"])
+        self.assert_refused('hardware.bandwidth["1"].kernels.sum.best_ns', slow_best)
+
+        def slower_kernel_named(record: dict[str, Any]) -> None:
             entry = record["hardware"]["bandwidth"]["1"]
-            entry["best_ns"] = max(entry["durations_ns"])
-            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
-        self.assert_refused('hardware.bandwidth["1"].best_ns', slow_best)
+            slowest = min(entry["kernels"], key=lambda name: entry["kernels"][name]["bytes_per_s"])
+            entry["best_kernel"] = slowest
+        self.assert_refused('hardware.bandwidth["1"].best_kernel', slower_kernel_named)
+
+    def test_check_record_refuses_a_step_faster_than_its_floor(self) -> None:
+        def beaten(record: dict[str, Any]) -> None:
+            cell = record["cells"][0]
+            floor = cell["floor_ns_per_step"]
+            cell["durations_ns"] = [int(floor * 0.9)] + cell["durations_ns"][1:]
+        self.assert_refused("cells[0].durations_ns", beaten, "under its memory floor")
 
     def test_check_record_refuses_a_layout_measured_in_a_dtype_the_run_did_not_time(self) -> None:
         def tamper(record: dict[str, Any]) -> None:

@@ -15,15 +15,18 @@ from decode_bandwidth.bandwidth import (
     kv_crossover,
     last_level_cache_bytes,
     read_bandwidth,
+    read_kernels,
     step_bytes,
     stream_buffer_bytes,
     weight_bytes,
 )
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.config import preset
+from decode_bandwidth.figures import hardware_figures
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids
+from labkit.figures import Figures
 
 
 class ByteAccounting(unittest.TestCase):
@@ -106,11 +109,30 @@ class Bandwidth(unittest.TestCase):
         self.assertEqual(size, 32 * 2**20)
         self.assertIn("level 3", source)
 
-    def test_bandwidth_is_the_buffer_over_the_best_pass(self) -> None:
-        measured = read_bandwidth(2**20, passes=10)
-        self.assertEqual(len(measured["durations_ns"]), 10)
-        self.assertEqual(measured["best_ns"], min(measured["durations_ns"]))
-        self.assertAlmostEqual(measured["bytes_per_s"], 2**20 / measured["best_ns"] * 1e9)
+    def test_every_read_kernel_is_timed_over_the_buffer_and_the_floor_takes_the_fastest(self) -> None:
+        buffer = 4 * formulas.STREAMS * formulas.MATVEC_COLUMNS * 4
+        measured = read_bandwidth(buffer, passes=10)
+        self.assertEqual(sorted(measured["kernels"]), sorted(formulas.READ_KERNELS))
+        for name, kernel in measured["kernels"].items():
+            self.assertEqual(len(kernel["durations_ns"]), 10)
+            self.assertEqual(kernel["bytes"], formulas.kernel_bytes(name, buffer))
+        machine = {"bandwidth": {"1": measured}, "matmul": {}}
+        found = Figures()
+        rates = hardware_figures(machine, found)
+        stored = {figure.path: figure.value for figure in found}
+        best = {name: kernel["bytes"] / min(kernel["durations_ns"]) * 1e9 for name, kernel in measured["kernels"].items()}
+        fastest = max(best, key=lambda name: best[name])
+        self.assertEqual(stored[("hardware", "bandwidth", "1", "best_kernel")], fastest)
+        self.assertAlmostEqual(rates[("bandwidth", "1")], best[fastest])
+
+    def test_the_read_kernels_compute_what_they_claim_to_read(self) -> None:
+        buffer = torch.arange(formulas.STREAMS * formulas.MATVEC_COLUMNS * 2, dtype=torch.float32)
+        kernels = read_kernels(buffer)
+        half = buffer.numel() // 2
+        self.assertEqual(float(kernels["sum"]()), float(buffer.sum()))
+        self.assertEqual(float(kernels["dot"]()), float(torch.dot(buffer[:half], buffer[half:])))
+        self.assertTrue(torch.equal(kernels["streams"](), buffer.view(formulas.STREAMS, -1).sum(0)))
+        self.assertEqual(kernels["matvec"]().numel(), buffer.numel() // formulas.MATVEC_COLUMNS)
 
 
 if __name__ == "__main__":

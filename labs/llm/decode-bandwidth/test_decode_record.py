@@ -23,8 +23,9 @@ SOURCE = LAB.record.as_posix()
 
 # One figure of each kind the lab's derive covers, with the words its refusal gives for where it comes from.
 EDITS: list[tuple[JsonPath, str]] = [
-    (("hardware", "bandwidth", "1", "best_ns"), "the fastest of its passes"),
-    (("hardware", "bandwidth", "2", "bytes_per_s"), "its buffer / its fastest pass"),
+    (("hardware", "bandwidth", "1", "kernels", "dot", "best_ns"), "the fastest of its passes"),
+    (("hardware", "bandwidth", "1", "kernels", "matvec", "bytes_per_s"), "its bytes / its fastest pass"),
+    (("hardware", "bandwidth", "2", "bytes_per_s"), "the fastest read kernel's rate"),
     (("hardware", "matmul", "float32/1", "flops"), "2 x size^3"),
     (("hardware", "matmul", "bfloat16/1", "flops_per_s"), "its flops / its fastest pass"),
     (("groups", 0, "bytes", "kv_read"), "the model config"),

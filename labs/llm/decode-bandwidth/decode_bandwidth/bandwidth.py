@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import torch
 
 from . import formulas
 from .config import DecoderConfig
-from .formulas import best_rate, square_matmul_flops
+from .formulas import MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -92,31 +93,56 @@ def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]
 
 
 def stream_buffer_bytes(llc: int | None) -> int:
-    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES."""
-    return max(4 * (llc or 0), MIN_STREAM_BYTES)
+    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES; a whole number of float32 matrix
+    rows for every read kernel's view of it."""
+    unit = 4 * STREAMS * MATVEC_COLUMNS
+    return -(-max(4 * (llc or 0), MIN_STREAM_BYTES) // unit) * unit
+
+
+def read_kernels(buffer: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """Four ways to read a float32 buffer once, each by a different kernel (formulas.READ_KERNELS says how).
+    The floor takes the fastest: a timed step whose kernels stream faster than a plain sum would otherwise
+    beat its own floor."""
+    half = buffer.numel() // 2
+    first, second = buffer[:half], buffer[half:2 * half]
+    matrix = buffer[: buffer.numel() // MATVEC_COLUMNS * MATVEC_COLUMNS].view(-1, MATVEC_COLUMNS)
+    vector = torch.ones(MATVEC_COLUMNS, dtype=buffer.dtype, device=buffer.device)
+    streams = buffer[: buffer.numel() // STREAMS * STREAMS].view(STREAMS, -1)
+    return {
+        "sum": lambda: buffer.sum(),
+        "dot": lambda: torch.dot(first, second),
+        "streams": lambda: streams.sum(dim=0),
+        "matvec": lambda: torch.mv(matrix, vector),
+    }
 
 
 def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = "cpu") -> dict[str, object]:
-    """Sustained read bandwidth, STREAM-style: sum a float32 buffer far larger than any cache, best pass.
+    """Sustained read bandwidth, STREAM-style: each read kernel over a float32 buffer far larger than any cache,
+    ``passes`` timed passes each, the kernels taking turns so none always runs on a warmer machine.
 
-    The sum reads every byte once and writes one number, so the time is the read. It runs at the
-    thread count in force, which the caller sets to that of the timed steps.
+    Each kernel reads every byte once (the multi-stream sum also writes a sixteenth of them, counted in its
+    bytes); it runs at the thread count in force, which the caller sets to that of the timed steps. Only the
+    passes are returned: ``figures.derive`` finds each kernel's best and the fastest kernel.
     """
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
     buffer = torch.ones(buffer_bytes // 4, dtype=torch.float32, device=device)
     synchronize = torch.cuda.synchronize if buffer.is_cuda else (lambda: None)
-    buffer.sum()  # first touch and warm-up, untimed
-    durations = []
+    kernels = read_kernels(buffer)
+    for kernel in kernels.values():
+        kernel()  # first touch and warm-up, untimed
+    durations: dict[str, list[int]] = {name: [] for name in kernels}
     for _ in range(passes):
-        synchronize()
-        start = time.perf_counter_ns()
-        buffer.sum()
-        synchronize()
-        durations.append(time.perf_counter_ns() - start)
+        for name, kernel in kernels.items():
+            synchronize()
+            start = time.perf_counter_ns()
+            kernel()
+            synchronize()
+            durations[name].append(time.perf_counter_ns() - start)
     read = buffer.numel() * buffer.element_size()
-    best, bytes_per_s = best_rate(read, durations)
-    return {"buffer_bytes": read, "passes": passes, "durations_ns": durations, "best_ns": best, "bytes_per_s": bytes_per_s}
+    return {"buffer_bytes": read, "passes": passes,
+            "kernels": {name: {"bytes": kernel_bytes(name, read), "durations_ns": times}
+                        for name, times in durations.items()}}
 
 
 def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | str = "cpu",

@@ -25,7 +25,16 @@ from decode_bandwidth import figures, formulas
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
-from decode_bandwidth.formulas import ATOL, BASELINE, MIN_BANDWIDTH_PASSES, MODES, RTOL, TARGETS, WALL_TIME_TARGET_S
+from decode_bandwidth.formulas import (
+    ATOL,
+    BASELINE,
+    MIN_BANDWIDTH_PASSES,
+    MODES,
+    READ_KERNELS,
+    RTOL,
+    TARGETS,
+    WALL_TIME_TARGET_S,
+)
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
 from decode_bandwidth.model import Decoder
@@ -125,13 +134,13 @@ def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes:
     bandwidth, arithmetic = {}, {}
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes")
+        bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes "
+                       f"of {len(READ_KERNELS)} read kernels")
         bandwidth[str(threads)] = read_bandwidth(buffer, passes, args.device)
         for dtype in dtypes:
             arithmetic[f"{dtype}/{threads}"] = matmul_throughput(DTYPES[dtype], 3, args.device)
     torch.set_num_threads(args.threads)
     return {"last_level_cache_bytes": llc, "last_level_cache_source": source, "buffer_bytes": buffer,
-            "kernel": "torch.sum over a float32 buffer (reads every byte once)",
             "bandwidth": bandwidth, "matmul": arithmetic}
 
 
@@ -141,9 +150,11 @@ def merge_hardware(before: dict[str, Any], after: dict[str, Any]) -> dict[str, A
     the best of them and the rate it gives."""
     merged = {**before, "bandwidth": {}, "matmul": {}}
     for key, first in before["bandwidth"].items():
-        durations = first["durations_ns"] + after["bandwidth"][key]["durations_ns"]
-        merged["bandwidth"][key] = {"buffer_bytes": first["buffer_bytes"], "passes": len(durations),
-                                    "durations_ns": durations}
+        kernels = {name: {"bytes": entry["bytes"],
+                          "durations_ns": entry["durations_ns"] + after["bandwidth"][key]["kernels"][name]["durations_ns"]}
+                   for name, entry in first["kernels"].items()}
+        merged["bandwidth"][key] = {"buffer_bytes": first["buffer_bytes"],
+                                    "passes": first["passes"] + after["bandwidth"][key]["passes"], "kernels": kernels}
     for key, first in before["matmul"].items():
         durations = first["durations_ns"] + after["matmul"][key]["durations_ns"]
         merged["matmul"][key] = {"size": first["size"], "passes": len(durations), "durations_ns": durations}

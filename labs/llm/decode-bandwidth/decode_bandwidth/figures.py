@@ -22,6 +22,7 @@ from .formulas import (
     LAYOUT,
     MIN_BANDWIDTH_PASSES,
     MODES,
+    READ_KERNELS,
     RTOL,
     TARGETS,
     Cell,
@@ -29,6 +30,7 @@ from .formulas import (
     best_rate,
     client_summary,
     grid,
+    kernel_bytes,
     kind_bytes,
     kv_crossover,
     matrix_shapes,
@@ -49,7 +51,7 @@ def derive(record: dict[str, Any]) -> Figures:
         needed = step_bytes(model, BYTES_PER_ELEMENT[group["dtype"]], group["batch"], group["context"])
         for name, value in needed.items():
             figures.add(("groups", index, "bytes", name), value, "the model config")
-        floors[key] = needed["total"] / rates[("bandwidth", str(group["threads"]))] * 1e9
+        floors[key] = memory_floor_ns(needed, rates, group["threads"])
         figures.add(("groups", index, "floor_ns_per_step"), floors[key], "its bytes / the measured read bandwidth")
         compute = needed["flops"] / rates[("matmul", f"{group['dtype']}/{group['threads']}")] * 1e9
         figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
@@ -74,14 +76,41 @@ def derive(record: dict[str, Any]) -> Figures:
     return figures
 
 
+def memory_floor_ns(needed: Mapping[str, int], rates: Mapping[tuple[str, str], float], threads: int) -> float:
+    """A step's bytes over the fastest read kernel's rate at its thread count: the least time they can take."""
+    return needed["total"] / rates[("bandwidth", str(threads))] * 1e9
+
+
+def check_floor_holds(record: dict[str, Any], source: str) -> None:
+    """No repetition of any timed cell may take less than its memory floor: a step that beat it would show
+    that some kernel reads memory faster than every read kernel measured, so the floor would not be one."""
+    rates = hardware_figures(record["hardware"], Figures())
+    model = record["config"]["model"]
+    for index, cell in enumerate(record["cells"]):
+        needed = step_bytes(model, BYTES_PER_ELEMENT[cell["dtype"]], cell["batch"], cell["context"])
+        floor = memory_floor_ns(needed, rates, cell["threads"])
+        fastest = min(cell["durations_ns"])
+        if fastest < floor:
+            refuse(source, ("cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory floor of "
+                   f"{floor:.0f} ns ({cell['mode']}, {cell['dtype']}, {cell['threads']} thread(s), batch "
+                   f"{cell['batch']}, context {cell['context']}): the floor is not a bound on this machine")
+
+
 def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
     """Each measurement's best pass and rate; returns the rates by (section, key) for the floors."""
     rates = {}
     for threads, entry in machine["bandwidth"].items():
-        best, rate = best_rate(entry["buffer_bytes"], entry["durations_ns"])
-        figures.add(("hardware", "bandwidth", threads, "best_ns"), best, "the fastest of its passes")
-        figures.add(("hardware", "bandwidth", threads, "bytes_per_s"), rate, "its buffer / its fastest pass")
-        rates[("bandwidth", threads)] = rate
+        kernel_rates = {}
+        for name, kernel in entry["kernels"].items():
+            where = ("hardware", "bandwidth", threads, "kernels", name)
+            best, kernel_rates[name] = best_rate(kernel["bytes"], kernel["durations_ns"])
+            figures.add((*where, "best_ns"), best, "the fastest of its passes")
+            figures.add((*where, "bytes_per_s"), kernel_rates[name], "its bytes / its fastest pass")
+        fastest = max(kernel_rates, key=lambda name: kernel_rates[name])
+        figures.add(("hardware", "bandwidth", threads, "best_kernel"), fastest, "the fastest of its read kernels")
+        figures.add(("hardware", "bandwidth", threads, "bytes_per_s"), kernel_rates[fastest],
+                    "the fastest read kernel's rate")
+        rates[("bandwidth", threads)] = kernel_rates[fastest]
     for key, entry in machine["matmul"].items():
         flops = square_matmul_flops(entry["size"])
         best, rate = best_rate(flops, entry["durations_ns"])
@@ -136,6 +165,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     check_equivalence(record, source)
     check_hardware(record["hardware"], source)
     check_groups(record, source)
+    check_floor_holds(record, source)
     check_layouts(record, source)
     check_profile(record, source)
     check_client(record["client"], source)
@@ -166,9 +196,19 @@ def check_hardware(machine: dict[str, Any], source: str) -> None:
         where: JsonPath = ("hardware", "bandwidth", threads)
         if entry["passes"] < MIN_BANDWIDTH_PASSES:
             refuse(source, (*where, "passes"), f"is {entry['passes']}, under the {MIN_BANDWIDTH_PASSES} passes the floor needs")
-        if entry["buffer_bytes"] != machine["buffer_bytes"] or entry["passes"] != len(entry["durations_ns"]):
-            refuse(source, where, f"reads {entry['buffer_bytes']} bytes in {len(entry['durations_ns'])} passes, "
-                   f"not the {machine['buffer_bytes']} bytes in {entry['passes']} passes it states")
+        if entry["buffer_bytes"] != machine["buffer_bytes"]:
+            refuse(source, (*where, "buffer_bytes"), f"is {entry['buffer_bytes']}, not the {machine['buffer_bytes']} "
+                   f"bytes of $.hardware.buffer_bytes")
+        if sorted(entry["kernels"]) != sorted(READ_KERNELS):
+            refuse(source, (*where, "kernels"), f"are {sorted(entry['kernels'])}, but the floor reads with "
+                   f"{sorted(READ_KERNELS)}")
+        for name, kernel in entry["kernels"].items():
+            if len(kernel["durations_ns"]) != entry["passes"]:
+                refuse(source, (*where, "kernels", name, "durations_ns"), f"holds {len(kernel['durations_ns'])} "
+                       f"passes, not the {entry['passes']} its entry states")
+            if kernel["bytes"] != kernel_bytes(name, entry["buffer_bytes"]):
+                refuse(source, (*where, "kernels", name, "bytes"), f"is {kernel['bytes']}, but the {name} kernel "
+                       f"moves {kernel_bytes(name, entry['buffer_bytes'])} bytes over its buffer")
     for key, entry in machine["matmul"].items():
         if entry["passes"] != len(entry["durations_ns"]):
             refuse(source, ("hardware", "matmul", key, "passes"), f"is {entry['passes']}, but it holds "

@@ -30,7 +30,20 @@ WALL_TIME_TARGET_S = 300  # the whole benchmark within 5 minutes on the 2-core d
 # float32, 12 layers of width 768: logits of a prefill-then-step path against one full pass.
 ATOL = 1e-4
 RTOL = 1e-4
-MIN_BANDWIDTH_PASSES = 10  # the floor is the best of at least ten passes
+MIN_BANDWIDTH_PASSES = 10  # the floor is the best of at least ten passes of each read kernel
+STREAMS = 16  # the multi-stream read sums this many equal slices of the buffer, element by element
+MATVEC_COLUMNS = 4096  # the BLAS read: the buffer as a matrix this wide, times a vector
+# The read kernels the floor takes the fastest of. A step whose matrix-vector products stream weights
+# faster than one kernel reads memory would beat a floor built on that kernel alone: a floor must be
+# the best any kernel on this machine achieves, the BLAS matrix-vector product included.
+READ_KERNELS = {
+    "sum": "torch.sum over the whole buffer",
+    "dot": "torch.dot of its two halves",
+    "streams": f"an element-wise sum of its {STREAMS} equal slices ({STREAMS} read streams at once; "
+               f"it writes a {STREAMS}th of the bytes, counted too)",
+    "matvec": f"torch.mv, the buffer as a {MATVEC_COLUMNS}-column matrix times a vector (the BLAS "
+              "matrix-vector product a decode step's weights go through)",
+}
 KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
          "other"]  # the profile's kinds of operation
 MATRICES = tuple(KINDS[:5])  # the kinds that multiply by a weight matrix
@@ -108,6 +121,11 @@ def kind_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) ->
                     "cache writes and copies": per_position,  # the new token's keys and values
                     "other": (layers * 4 + 2) * width * size + (batch + 1) * width * size})
     return {kind: figures[kind] for kind in KINDS}
+
+
+def kernel_bytes(kernel: str, buffer_bytes: int) -> int:
+    """The bytes a read kernel moves over the buffer: all of them read, plus what it writes."""
+    return buffer_bytes + buffer_bytes // STREAMS if kernel == "streams" else buffer_bytes
 
 
 def best_rate(amount: float, durations_ns: Sequence[int]) -> tuple[int, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import BYTES_PER_ELEMENT, headline_key
+from decode_bandwidth.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 
@@ -22,16 +22,26 @@ def where_text(groups: list[dict[str, Any]]) -> str:
 
 def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
     llc = machine["last_level_cache_bytes"]
+    best = "; ".join(f"at {threads_text(int(t))} the fastest was {e['best_kernel']}, {gbs(e['bytes_per_s'])}"
+                     for t, e in machine["bandwidth"].items())
     return [
         (f"The last-level cache is {llc / 2**20:g} MiB (read from {machine['last_level_cache_source']}), so the "
          if llc else f"The last-level cache size was {machine['last_level_cache_source']}, so the ")
-        + f"bandwidth buffer was {machine['buffer_bytes'] / 2**20:g} MiB, read with {machine['kernel']}. "
-        + " ".join(f"At {threads_text(int(t))} the best of {e['passes']} passes read {gbs(e['bytes_per_s'])}."
-                   for t, e in machine["bandwidth"].items()),
+        + f"bandwidth buffer was {machine['buffer_bytes'] / 2**20:g} MiB, read by {len(READ_KERNELS)} kernels "
+        f"(table below), each the best of its passes; the floor takes the fastest, {best}.",
         f"Matrix arithmetic, best of a few square {next(iter(machine['matmul'].values()))['size']}-wide matmuls: "
         + "; ".join(f"{key.split('/')[0]} at {threads_text(int(key.split('/')[1]))}, "
                     f"{e['flops_per_s'] / 1e9:.0f} GFLOP/s" for key, e in machine["matmul"].items()) + ".",
     ]
+
+
+def kernels_table(machine: dict[str, Any]) -> Table:
+    """Each read kernel's best rate at each thread count: the floor is the fastest of them."""
+    threads = list(machine["bandwidth"])
+    rows = [(name, how, *(gbs(machine["bandwidth"][t]["kernels"][name]["bytes_per_s"]) for t in threads))
+            for name, how in READ_KERNELS.items()]
+    return Table(headings=["Read kernel", "What it runs", *(f"{threads_text(int(t))}" for t in threads)], rows=rows,
+                 caption="Read bandwidth of each kernel over the same buffer, best pass")
 
 
 def floor_view(record: dict[str, Any]) -> Block:
@@ -56,7 +66,8 @@ def floor_view(record: dict[str, Any]) -> Block:
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
               "measured read bandwidth; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
-    return Block(css="lab-decode-floor", paragraphs=machine_paragraphs(record["hardware"]), tables=[table],
+    return Block(css="lab-decode-floor", paragraphs=machine_paragraphs(record["hardware"]),
+                 tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
 
 
