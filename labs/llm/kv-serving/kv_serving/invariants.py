@@ -12,7 +12,7 @@ from typing import Any
 
 from labkit.figures import JsonPath, refuse
 
-from .formulas import OUTCOMES, blocks_for, runs
+from .formulas import OUTCOMES, blocks_for, budget_blocks, runs
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
@@ -45,10 +45,11 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
 
 def check_config_and_gate(record: dict[str, Any], source: str) -> None:
     config = record["config"]["benchmark"]
-    if not config["byte_budget_blocks"] < config["num_blocks"]:
-        refuse(source, ("config", "benchmark", "byte_budget_blocks"), f"= {config['byte_budget_blocks']} is not "
-               f"below the pool's {config['num_blocks']} blocks: the allocator alone would keep reservations within "
-               f"such a budget")
+    budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])  # raw data only: the share, the pool
+    if not budget < config["num_blocks"]:
+        refuse(source, ("config", "benchmark", "byte_budget_blocks"), f"= {budget} (num_blocks x byte_budget_share) "
+               f"is not below the pool's {config['num_blocks']} blocks: the allocator alone would keep reservations "
+               f"within such a budget")
     tolerance, gate = record["tolerance"], record["equivalence"]
     for flag in ("tokens_identical", "within_tolerance"):
         if gate[flag] is not True:
@@ -198,7 +199,8 @@ def check_admission(record: dict[str, Any], source: str) -> None:
             refuse(source, ("admission", "policies", index, "requests"), "are not the workload whose block needs "
                    "the record lists")
         # the byte server reports its budget; a count server has none and reports its whole pool
-        expected = config["byte_budget_blocks"] if run["name"] == "kv_budget_bytes" else config["num_blocks"]
+        budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])
+        expected = budget if run["name"] == "kv_budget_bytes" else config["num_blocks"]
         if run["server"]["budget_blocks"] != expected:
             refuse(source, ("admission", "policies", index, "server", "budget_blocks"), f"is "
                    f"{run['server']['budget_blocks']}, but a {run['name']} server reports {expected}")
