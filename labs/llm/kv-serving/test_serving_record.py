@@ -61,18 +61,18 @@ class CommittedRecordTest(unittest.TestCase):
 
     def test_a_request_count_the_request_rows_contradict(self) -> None:
         self.assert_refused(first("completed", "59"), r"\$\.admission\.policies\[0\]\.summary\.completed is 59, but "
-                                                      r"its request rows gives 60")
+                                                      r"client_summary of its request rows gives 60")
 
     def test_a_duration_and_a_throughput_the_request_rows_contradict(self) -> None:
         self.assert_refused(first("duration_s", "1.0"), r"\$\.admission\.policies\[0\]\.summary\.duration_s is 1, "
-                                                        r"but its request rows gives 15\.849\d+")
+                                                        r"but client_summary of its request rows gives 15\.849\d+")
         self.assert_refused(first("throughput_tokens_per_s", "9.0"),
-                            r"\$\.admission\.policies\[0\]\.summary\.throughput_tokens_per_s is 9, but its request "
-                            r"rows gives 229\.85\d+")
+                            r"\$\.admission\.policies\[0\]\.summary\.throughput_tokens_per_s is 9, but client_summary of its "
+                            r"request rows gives 229\.85\d+")
 
     def test_a_latency_percentile_the_completed_requests_contradict(self) -> None:
         self.assert_refused(first("p50", "0.5"), r"\$\.admission\.policies\[0\]\.summary\.ttft_s\.p50 is 0\.5, but "
-                                                 r"its completed requests' rows gives 3\.5806\d+")
+                                                 r"client_summary of its completed requests gives 3\.5806\d+")
 
     def test_a_mean_batch_that_is_not_rows_over_steps(self) -> None:
         self.assert_refused(first("mean_batch", "9.5"), r"\$\.admission\.policies\[0\]\.server\.mean_batch is 9\.5, "

@@ -51,9 +51,9 @@ def run_figures(path: JsonPath, run: dict[str, Any], figures: Figures) -> dict[s
     for name, value in summary.items():
         if isinstance(value, dict):
             for key, number in value.items():
-                figures.add((*path, "summary", name, key), number, "its completed requests' rows")
+                figures.add((*path, "summary", name, key), number, "client_summary of its completed requests")
         else:
-            figures.add((*path, "summary", name), value, "its request rows")
+            figures.add((*path, "summary", name), value, "client_summary of its request rows")
     figures.add((*path, "server", "mean_batch"), mean_batch(run["server"]), "decode_rows / decode_steps")
     return summary
 
