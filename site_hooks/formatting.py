@@ -48,10 +48,21 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
-def format_ms(nanoseconds: float) -> str:
-    """Nanoseconds as milliseconds with three significant figures or more: '0.165', '12.30', '141.5'."""
+def format_ms(nanoseconds: float, decimals: int | None = None) -> str:
+    """Nanoseconds as milliseconds with three significant figures or more: '0.165', '12.30', '141.5'; with
+    ``decimals``, that many decimals whatever the size ('12.49')."""
     milliseconds = nanoseconds / 1e6
+    if decimals is not None:
+        return f"{milliseconds:.{decimals}f}"
     return f"{milliseconds:.3f}" if milliseconds < 10 else f"{milliseconds:.2f}" if milliseconds < 100 else f"{milliseconds:.1f}"
+
+
+def format_latency(seconds: float | None) -> str:
+    """A latency as a client sees it: whole milliseconds below a second ('18 ms'), else seconds ('1.21 s');
+    'n/a' where none was measured."""
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def format_number(value: float) -> str:
@@ -68,3 +79,8 @@ def format_sci(value: float) -> str:
 
 def format_percent(share: float) -> str:
     return f"{share:.0%}"
+
+
+def format_share(part: float, whole: float) -> str:
+    """part / whole as a whole percentage; 'n/a' of nothing."""
+    return format_percent(part / whole) if whole else "n/a"

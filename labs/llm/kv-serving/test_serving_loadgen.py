@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import unittest
 
-from kv_serving.loadgen import percentile, run_load
+from kv_serving.formulas import latency_summary
+from kv_serving.loadgen import run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
 from kv_serving.workload import WorkloadSpec, make_workload
 
@@ -27,9 +28,12 @@ class WorkloadTest(unittest.TestCase):
         mean_gap = arrivals[-1] / len(arrivals)
         self.assertAlmostEqual(mean_gap, 1 / 60, delta=0.5 / 60)  # Poisson at the stated rate
 
-    def test_percentile_interpolates_between_ranks(self) -> None:
-        self.assertEqual(percentile([4.0, 1.0, 3.0, 2.0], 50), 2.5)
-        self.assertEqual(percentile([1.0, 2.0], 100), 2.0)
+    def test_latency_percentiles_interpolate_between_ranks(self) -> None:
+        summary = latency_summary([4.0, 1.0, 3.0, 2.0])
+        self.assertEqual((summary["p50"], summary["mean"], summary["count"]), (2.5, 2.5, 4))
+        self.assertAlmostEqual(summary["p90"], 3.7)  # rank 0.9 x 3 = 2.7: 3 + 0.7 x (4 - 3)
+        self.assertAlmostEqual(summary["p99"], 3.97)
+        self.assertIsNone(latency_summary([]))
 
 
 class LoadTest(QuietLoopTestCase):
