@@ -117,8 +117,6 @@ def lab_check(lab: Lab) -> Callable[[dict[str, Any], str], None]:
     module = lab_module(lab, lab.figures)
     invariants = getattr(module, "check_invariants", None) if module else None
     derive = getattr(module, "derive", None) if module else None
-    if module is None:  # TRANSITION: a lab whose checks still live in its views module as check_record
-        invariants = getattr(lab_module(lab, lab.views), "check_record", None)
 
     def check(record: dict[str, Any], source: str) -> None:
         check_record(record, source, invariants, derive)

@@ -220,8 +220,7 @@ def render_view(name: str, evidence: Evidence) -> str:
     """A lab's own view (which may override a shared one) reads the record alone; a shared view the evidence."""
     own = lab_views(evidence.lab)
     if name in own:
-        block = own[name](evidence.record)
-        return block if isinstance(block, str) else render_block(block)  # TRANSITION: str from a lab template
+        return render_block(own[name](evidence.record))
     if name not in ANY_RECORD and "lengths" not in evidence.record:
         raise SiteBuildError(f"{evidence.lab.record}: view {name!r} renders a timing sweep, and this record "
                              f"has none (no field 'lengths')")
