@@ -21,6 +21,54 @@ class RecordError(ValueError):
     """A record that is missing, not JSON, or not valid against its schema."""
 
 
+MAX_RECORD_BYTES = 16 * 2**20  # 16 MiB: the largest committed record is under 1 MB; a bound, not a budget
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bounded(path: Path, what: str, name: str, root: Path | None = None,
+                 limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read once; with ``root``, the file (after
+    every symlink) must lie inside it. Anything else is one RecordError line naming the file: a device
+    or FIFO is never read (opened non-blocking, checked on the open descriptor), a dangling or looping
+    symlink is named as such."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise RecordError(f"{name}: {what} not found" + (" (a symlink to nothing)" if path.is_symlink() else "")) from None
+    except OSError as error:  # ELOOP: a symlink to itself, or a cycle
+        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise RecordError(f"{name}: {what} is {_kind(status.st_mode)}; a record must be a regular file")
+    if root is not None:
+        real, inside = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+        if not real.is_relative_to(inside):
+            raise RecordError(f"{name}: {what} resolves to {real}, outside the repository {inside}; "
+                              f"a record must be a file of the repository")
+    try:  # O_NONBLOCK: opening a FIFO with no writer would wait for ever
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+    with os.fdopen(handle, "rb") as stream:
+        status = os.fstat(handle)  # the file actually opened, whatever the path pointed to before
+        if not stat.S_ISREG(status.st_mode):
+            raise RecordError(f"{name}: {what} is {_kind(status.st_mode)}; a record must be a regular file")
+        if status.st_size > limit:
+            raise RecordError(f"{name}: {what} is {status.st_size} bytes, more than the limit of {limit} "
+                              f"bytes ({limit // 2**20} MiB) for a record")
+        data = stream.read(limit + 1)  # a file growing after the fstat is caught here
+    if len(data) > limit:
+        raise RecordError(f"{name}: {what} is more than the limit of {limit} bytes ({limit // 2**20} MiB) for a record")
+    return data
+
+
 def _mode_for(path: Path) -> int:
     """The mode a plain write would give: the replaced file's, or what the umask leaves of 0666."""
     try:
@@ -100,16 +148,13 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def load_json(path: Path, what: str, label: str | None = None) -> Any:
-    """Parse a JSON file; errors name it as ``label`` (default: the path). NaN, Infinity and a key
-    repeated within one object are refused."""
+def load_json(path: Path, what: str, label: str | None = None, root: Path | None = None) -> Any:
+    """Parse a JSON file, read as ``read_bounded`` reads it (with ``root``: inside it); errors name it as
+    ``label`` (default: the path). NaN, Infinity and a key repeated within one object are refused."""
     name = label or str(path)
+    data = read_bounded(path, what, name, root)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecordError(f"{name}: {what} not found") from None
-    except OSError as error:
-        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise RecordError(f"{name}: {what} is not UTF-8 text (byte {error.start})") from None
     try:
@@ -158,13 +203,13 @@ def check_lab(record: Any, expected: str, source: str) -> None:
 def load_record(path: Path, schema_path: Path, root: Path | None = None, lab: str | None = None) -> dict[str, Any]:
     """Load and validate a record; every failure is one RecordError line naming the file and field.
 
-    With ``root``, files are named relative to it in messages; with ``lab``, the record must be that lab's.
+    With ``root``, files are named relative to it in messages and must lie inside it; with ``lab``, the record must be that lab's.
     """
     def label(file: Path) -> str:
         return file.relative_to(root).as_posix() if root and file.is_relative_to(root) else str(file)
 
-    schema = load_json(schema_path, "record schema", label(schema_path))
-    record = load_json(path, "measurement record", label(path))
+    schema = load_json(schema_path, "record schema", label(schema_path), root)
+    record = load_json(path, "measurement record", label(path), root)
     if lab is not None:
         check_lab(record, lab, label(path))
     validate_record(record, schema, label(path), schema_registry(schema_path.parent))
