@@ -239,3 +239,53 @@ def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_lan
     finished = subprocess.run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], capture_output=True,
                               text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)), timeout=DEADLINE_S)
     assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")
+
+
+# A signal at the record's write, run through the launcher: the interrupt is placed where it is hard to
+# get right (the handler runs as os.replace returns, or Python runs it late, after the rename, or it
+# comes during the fsync), and what the benchmark says must be what became of the record.
+SIGNAL_AT_THE_WRITE = textwrap.dedent('''
+    import os, signal, sys
+    from pathlib import Path
+    from labkit import bench
+
+    def main(argv):
+        where, output = argv
+        real_replace, real_fsync = os.replace, os.fsync
+        def replace(source, target):
+            real_replace(source, target)
+            if where == "after-rename":
+                os.kill(os.getpid(), signal.SIGINT)
+            elif where == "handler-runs-late":  # a signal that came just before, handled just after
+                raise KeyboardInterrupt
+        def fsync(fd):
+            real_fsync(fd)
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.replace = replace
+        if where == "during-fsync":
+            os.fsync = fsync
+        schema = Path(output).with_name("x.schema.json")
+        schema.write_text('{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}')
+        return bench.write_record(Path(output), lambda: {"new": True}, schema)
+''')
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "line", "replaced"),
+    [
+        ("after-rename", 130, "benchmark: interrupted (SIGINT); {output} had already been written and is complete", True),
+        ("handler-runs-late", 130, "benchmark: interrupted (SIGINT); {output} had already been written and is complete", True),
+        ("during-fsync", 143, "benchmark: interrupted (SIGTERM); {output} was not written and still holds the previous record", False),
+    ],
+)
+def test_a_signal_at_the_records_write_is_reported_as_what_became_of_the_record(
+        tmp_path: Path, where: str, code: int, line: str, replaced: bool) -> None:
+    (tmp_path / "signal_at_the_write.py").write_text(SIGNAL_AT_THE_WRITE)
+    output = tmp_path / "record.json"
+    output.write_text('{"old": true}')
+    finished = subprocess.run([sys.executable, "-m", "labkit.launch", "signal_at_the_write", where, str(output)],
+                              capture_output=True, text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)),
+                              timeout=DEADLINE_S)
+    assert (finished.returncode, finished.stderr) == (code, line.format(output=output) + "\n")
+    assert output.read_text() == ('{\n  "new": true\n}\n' if replaced else '{"old": true}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "signal_at_the_write.py", "x.schema.json"]

@@ -7,6 +7,7 @@ import math
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
-from .signals import sigterm_unwinds
+from .signals import signals_held, sigterm_unwinds
 
 
 class RecordError(ValueError):
@@ -84,14 +85,21 @@ def temporary_files(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.*.tmp"))
 
 
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+def atomic_write_json(path: Path, data: dict[str, Any], then: Callable[[], None] | None = None) -> None:
     """Write to a temporary file beside ``path``, then rename: readers see the old or the new file.
-    SIGTERM during the write unwinds through the cleanup below, so no temporary file is left."""
-    with sigterm_unwinds():
-        _write_then_rename(path, data)
+    SIGTERM during the write unwinds through the cleanup below, so no temporary file is left.
+
+    The rename, the return of the previous signal handlers and ``then`` (a benchmark's: from here on an
+    interrupt says the record is written) run with SIGINT and SIGTERM held back, so an interrupt comes
+    before the rename (the previous record is intact, and it is raised) or after ``then``. One that
+    arrived just before, whose Python handler runs after the rename, is raised with ``record_written``
+    set on it: the record is the new one all the same."""
+    with sigterm_unwinds() as restore:
+        _write_then_rename(path, data, restore, then)
 
 
-def _write_then_rename(path: Path, data: dict[str, Any]) -> None:
+def _write_then_rename(path: Path, data: dict[str, Any], restore: Callable[[], None],
+                       then: Callable[[], None] | None) -> None:
     for leftover in temporary_files(path):
         leftover.unlink(missing_ok=True)
     mode = _mode_for(path)
@@ -103,9 +111,16 @@ def _write_then_rename(path: Path, data: dict[str, Any]) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        with signals_held():
+            os.replace(temporary, path)
+            restore()
+            if then is not None:
+                then()
+    except BaseException as stop:
+        if os.path.lexists(temporary):
+            Path(temporary).unlink(missing_ok=True)
+        else:  # renamed: whatever stopped us came after the record was replaced, and must say so
+            stop.record_written = True  # type: ignore[attr-defined]
         raise
 
 
