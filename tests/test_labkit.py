@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -289,3 +290,50 @@ def test_a_signal_at_the_records_write_is_reported_as_what_became_of_the_record(
     assert (finished.returncode, finished.stderr) == (code, line.format(output=output) + "\n")
     assert output.read_text() == ('{\n  "new": true\n}\n' if replaced else '{"old": true}')
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "signal_at_the_write.py", "x.schema.json"]
+
+
+def make_bench(root: Path) -> subprocess.Popen[str]:
+    """`make bench` on a fake repository: the Makefile's recipe, run by GNU make, on a copy of labkit
+    (its ROOT is the copy's repository), in a process group of its own."""
+    shutil.copytree(Path(run_benchmarks.__file__).parent, root / "labs" / "labkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "Makefile").write_text(f"bench:\n\texec {sys.executable} -m labkit.run_benchmarks --machine box\n")
+    process = subprocess.Popen(["make", "-s", "bench"], cwd=root, stderr=subprocess.PIPE, text=True,
+                               env=build_env(PYTHONPATH=str(root / "labs")), process_group=0)
+    deadline = threading.Timer(DEADLINE_S, process.kill)
+    deadline.daemon = True
+    deadline.start()
+    return process
+
+
+@pytest.mark.parametrize("target", ["make", "make's group"])
+def test_sigkill_to_make_bench_stops_the_benchmark_before_it_replaces_the_record(tmp_path: Path, target: str) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]))
+    process = make_bench(root)
+    read_until(process, "child: ready")
+    if target == "make":
+        process.kill()  # run_benchmarks, orphaned, hears of it and stops the benchmark
+    else:
+        os.killpg(process.pid, signal.SIGKILL)  # make and run_benchmarks gone; the benchmark is told
+    _, lines = finish(process)
+    assert "child: stopped (SIGTERM)" in lines
+    assert not (root / "results" / "machines" / "first-lab" / "box.json").exists()
+
+
+def test_sigint_to_make_alone_reaches_the_benchmark_and_ends_make_by_sigint(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]), ("second-lab", []))
+    process = make_bench(root)
+    read_until(process, "child: ready")
+    process.send_signal(signal.SIGINT)  # kill -INT <make>: make itself passes nothing on
+    code, lines = finish(process)
+    assert code == -signal.SIGINT
+    assert lines[:2] == ["child: stopped (SIGINT)",
+                         "run_benchmarks: interrupted during first-lab; the labs after it were not measured"]
+    assert not (root / "results" / "machines").exists()
+
+
+def test_a_signal_to_the_benchmark_alone_ends_make_bench_by_that_signal_not_with_status_2(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--die", "SIGTERM"]), ("second-lab", []))
+    code, lines = finish(make_bench(root))
+    assert code == -signal.SIGTERM  # the shell's 143; make's own status for a failed recipe would be 2
+    assert "run_benchmarks: terminated during first-lab; the labs after it were not measured" in lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -23,6 +24,23 @@ def raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 def signal_name(stop: BaseException) -> str:
     return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_when_parent_dies(parent: int | None = None, signum: int = signal.SIGTERM) -> None:
+    """Linux: the kernel sends ``signum`` to this process when its parent ends, even by SIGKILL, so an
+    orphaned benchmark stops (without writing) instead of replacing a record after its caller is gone.
+    ``parent``: the pid the parent had; if it is already gone, the signal is sent now. Elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl in this libc: the contract is Linux's
+        return
+    if parent is not None and os.getppid() != parent:  # it died before the prctl
+        os.kill(os.getpid(), signum)
 
 
 BEFORE_WRITE = "no record was written, a previous one is untouched"
