@@ -227,9 +227,10 @@ class Scheduler:
                 request.table = self.pool.allocate(needed)
             except PoolExhausted as error:  # admitted by count, but the memory is not there
                 self.counters.failed_for_memory += 1
+                limit = ", ".join(f"{key}={value}" for key, value in self.policy.describe().items() if key != "policy")
                 self._retire(request, Status.FAILED, Failed(
-                    f"out of KV memory: admitted as request {len(self.running) + 1} of "
-                    f"{self.policy.describe()}, but {error}"))
+                    f"out of KV memory: admitted as running request {len(self.running) + 1} under {limit}, "
+                    f"but {error}"))
                 continue
             request.status = Status.RUNNING
             self.running.append(request)
