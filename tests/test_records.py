@@ -88,6 +88,7 @@ def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
         (lambda r: r["lengths"][1]["equivalence"]["cached"].update(max_abs_diff=3.5), r"\$\.lengths\[1\]\.equivalence\.cached\.max_abs_diff is 3\.5, beyond"),
         (lambda r: r["lengths"][0]["speedup"].update(full={"ratio_of_medians": 1.0, "median_of_paired_ratios": 1.0}), r"\$\.lengths\[0\]\.speedup covers \['cached', 'full'\], expected \['cached'\]"),
         (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes\.full\.durations_ns holds 6 durations, config says repeats = 7"),
+        (lambda r: r["lengths"][0]["order"].__setitem__(1, ["full", "full"]), r"^r\.json: field \$\.lengths\[0\]\.order\[1\] is \['full', 'full'\], not an order of the modes"),
     ],
 )
 def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str, Any], edit: Any, message: str) -> None:
