@@ -53,6 +53,21 @@ def test_corrupt_record_names_the_file_and_position(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xef\xbb\xbf{}", "starts with a UTF-8 byte order mark; JSON is UTF-8 without one (RFC 8259)"),
+        ('{"a": 1}'.encode("utf-16"), "is not UTF-8 text (byte 0)"),
+        (b'{"a": 1, "a": 2}', "holds key 'a' twice in one object"),
+    ],
+)
+def test_a_record_must_be_utf8_json_without_a_byte_order_mark_each_key_once(tmp_path: Path, content: bytes,
+                                                                             message: str) -> None:
+    (tmp_path / "r.json").write_bytes(content)
+    with pytest.raises(RecordError, match=rf"^{re.escape(str(tmp_path))}/r\.json: measurement record {re.escape(message)}"):
+        load_record(tmp_path / "r.json", SCHEMA)
+
+
+@pytest.mark.parametrize(
     ("edit", "field"),
     [
         (lambda r: r.pop("environment"), r"field \$ is invalid: 'environment' is a required property"),

@@ -168,6 +168,8 @@ def load_json(path: Path, what: str, label: str | None = None, root: Path | None
     ``label`` (default: the path). NaN, Infinity and a key repeated within one object are refused."""
     name = label or str(path)
     data = read_bounded(path, what, name, root)
+    if data.startswith(b"\xef\xbb\xbf"):  # the request bodies of the serving lab follow the same rule
+        raise RecordError(f"{name}: {what} starts with a UTF-8 byte order mark; JSON is UTF-8 without one (RFC 8259)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:

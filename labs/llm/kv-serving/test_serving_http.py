@@ -127,6 +127,42 @@ class ServerTest(QuietLoopTestCase):
         for tokens, lines in results:
             self.assertEqual((len(tokens), lines[-1]), (85, "[DONE]"))
 
+    async def test_bodies_must_be_utf8_json_with_unicode_strings_and_each_key_once(self) -> None:
+        async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            completions = f"{url}/v1/completions"
+            body = '{"prompt": [1], "max_tokens": 1}'
+            replies = {
+                "lone surrogate": await client.post(completions, headers=JSON,
+                                                    content=b'{"prompt": [1], "max_tokens": 1, "model": "\\ud800"}'),
+                "kept alive": await client.post(completions, json={"prompt": [1], "max_tokens": 1}),
+                "surrogate key": await client.post(completions, headers=JSON,
+                                                   content=b'{"prompt": [1], "\\udc00": 1}'),
+                "BOM": await client.post(completions, headers=JSON, content=b"\xef\xbb\xbf" + body.encode()),
+                "UTF-16": await client.post(completions, headers=JSON, content=body.encode("utf-16")),
+                "latin-1": await client.post(completions, content=body.encode(),
+                                             headers={"content-type": "application/json; charset=latin-1"}),
+                "utf-8 charset": await client.post(completions, content=body.encode(),
+                                                   headers={"content-type": "application/json; charset=UTF-8"}),
+                "duplicate key": await client.post(completions, headers=JSON,
+                                                   content=b'{"prompt": [1], "max_tokens": 1, "max_tokens": 9}'),
+            }
+        expected = {
+            "lone surrogate": (400, "model holds a lone surrogate", "model"),
+            "kept alive": (200, None, None),
+            "surrogate key": (400, "a field name holds a lone surrogate", None),
+            "BOM": (400, "starts with a UTF-8 byte order mark; a JSON body is UTF-8 without one (RFC 8259)", None),
+            "UTF-16": (400, "the request body is not UTF-8 (byte 0 of 66); a JSON body must be UTF-8", None),
+            "latin-1": (415, "content-type charset=latin-1: a JSON body must be UTF-8 (RFC 8259)", None),
+            "utf-8 charset": (200, None, None),
+            "duplicate key": (400, 'holds key "max_tokens" twice in one object', "max_tokens"),
+        }
+        for name, (status, message, param) in expected.items():
+            with self.subTest(name):
+                self.assertEqual(replies[name].status_code, status, replies[name].text)
+                if message is not None:
+                    self.assertIn(message, replies[name].json()["error"]["message"])
+                    self.assertEqual(replies[name].json()["error"]["param"], param)
+
     async def test_greedy_n_and_temperature_are_accepted_and_include_usage_adds_a_last_usage_chunk(self) -> None:
         async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
             body = {"prompt": [2, 7], "max_tokens": 3, "n": 1, "temperature": 0,

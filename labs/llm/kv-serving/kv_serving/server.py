@@ -152,6 +152,12 @@ def create_app(config: EngineConfig) -> FastAPI:
         if media_type != "application/json":
             return JSONResponse(error_body(f"content-type must be application/json, got {media_type or 'none'}",
                                            "unsupported_media_type"), status_code=415)
+        charset = next((part.split("=", 1)[1].strip().strip('"').lower()
+                        for part in http.headers.get("content-type", "").split(";")[1:]
+                        if part.strip().lower().startswith("charset=")), "utf-8")
+        if charset not in ("utf-8", "utf8"):  # RFC 8259: JSON exchanged between systems is UTF-8
+            return JSONResponse(error_body(f"content-type charset={charset}: a JSON body must be UTF-8 (RFC 8259)",
+                                           "unsupported_media_type"), status_code=415)
         try:
             raw = await read_body(http, body_limit, config.model.max_positions)
         except ClientDisconnect:  # gone before the body arrived: nothing was queued, nobody to answer
