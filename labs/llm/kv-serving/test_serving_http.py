@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import random
 import signal
@@ -15,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from kv_serving import server
 from kv_serving.admission import KVBudget
 from kv_serving.launch import free_ports
 from kv_serving.protocol import max_body_bytes
@@ -430,6 +433,46 @@ class ShutdownTest(QuietLoopTestCase):
                 self.assertNotIn("Traceback", result["log"])
                 self.assertNotIn("graceful shutdown exceeded", result["log"])  # nobody was left to cancel
                 self.assertIn("Application shutdown complete", result["log"])
+
+
+# The interrupt lands exactly while the named module is being imported, whatever the machine's speed.
+INTERRUPT_DURING_IMPORT = """
+import os, runpy, signal, sys
+module, signum = sys.argv[1], getattr(signal, sys.argv[2])
+class InterruptDuringImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, InterruptDuringImport())
+sys.argv = ["kv_serving.server", "--port", "0"]
+runpy.run_module("kv_serving.server", run_name="__main__", alter_sys=True)
+"""
+
+
+class StartupTest(unittest.TestCase):
+    def test_ctrl_c_or_sigterm_while_the_server_starts_is_one_line_and_130_or_143(self) -> None:
+        for module, name in (("torch", "SIGINT"), ("uvicorn", "SIGTERM"), ("fastapi", "SIGINT")):
+            with self.subTest(module=module, signal=name):
+                finished = subprocess.run([sys.executable, "-c", INTERRUPT_DURING_IMPORT, module, name],
+                                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                self.assertEqual((finished.returncode, finished.stderr),
+                                 (128 + getattr(signal, name),
+                                  f"kv_serving.server: interrupted ({name}) while not serving; no request was open\n"))
+
+    def test_a_pool_larger_than_the_memory_available_is_an_argument_error_with_both_sizes(self) -> None:
+        original = server.available_memory
+        server.available_memory = lambda: 2**30  # this host's memory must not decide the test
+        try:
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as stop:
+                server.parse_args(["--num-blocks", "100000"])
+            self.assertEqual(server.parse_args(["--num-blocks", "256"]).num_blocks, 256)
+        finally:
+            server.available_memory = original
+        self.assertEqual(stop.exception.code, 2)
+        self.assertIn("error: --num-blocks 100000 of --block-size 16 needs 6553600000 bytes (6.1 GiB) of KV memory; "
+                      "this machine has 1073741824 bytes (1.0 GiB) available", stderr.getvalue())
 
 
 if __name__ == "__main__":

@@ -10,17 +10,35 @@ SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
 each client gets an answer, then stops the server.
 """
 
+# ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
+
 from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+
+def _stop_while_not_serving(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM while the server imports and builds its model, before uvicorn's handlers take over
+    (or after they are gone): no request is open, so stop at once, in one line, as a benchmark does."""
+    name = signal.Signals(signum).name
+    print(f"kv_serving.server: interrupted ({name}) while not serving; no request was open", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":  # before the imports below: an interrupt while torch loads is one line, not a traceback
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, _stop_while_not_serving)
 
 import argparse
 import asyncio
-import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
-from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -261,7 +279,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
+    base = EngineConfig()
+    needed, available = args.num_blocks * block_bytes(base.model, base.layers, args.block_size), available_memory()
+    if available is not None and needed > available:
+        parser.error(f"--num-blocks {args.num_blocks} of --block-size {args.block_size} needs {needed} bytes "
+                     f"({needed / 2**30:.1f} GiB) of KV memory; this machine has {available} bytes "
+                     f"({available / 2**30:.1f} GiB) available")
     return args
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation: Linux's MemAvailable, else free pages; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -290,4 +329,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status)  # no interpreter shutdown after the last line, for a signal to land in
