@@ -166,6 +166,79 @@ class ServerTest(QuietLoopTestCase):
                     self.assertIn(message, replies[name].json()["error"]["message"])
                     self.assertEqual(replies[name].json()["error"]["param"], param)
 
+    async def test_headers_or_a_body_that_do_not_arrive_within_the_request_timeout_get_408(self) -> None:
+        async def trickle(port: int, data: bytes) -> tuple[bytes, float]:
+            """Send ``data`` a byte per 50 ms (or until the server closes); the whole reply and when it came."""
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            start = time.monotonic()
+            first = asyncio.create_task(reader.read(65536))  # the server writes its 408 in one piece
+            try:
+                for byte in data:
+                    if first.done():
+                        break
+                    writer.write(bytes([byte]))
+                    await asyncio.sleep(0.05)
+                reply = await asyncio.wait_for(first, TIMEOUT_S)
+            finally:
+                writer.close()
+            return reply, time.monotonic() - start
+
+        body = b'{"prompt": [1], "max_tokens": 1}'
+        headers = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                   b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
+        async with serve_in_loop(tiny_engine(), request_timeout_s=0.5) as (url, _):
+            port = int(url.rsplit(":", 1)[1])
+            slow_headers = asyncio.create_task(trickle(port, headers + body))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(headers + body[:5])  # headers at once, the body never finished
+            slow_body = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+            writer.close()
+            header_reply, header_s = await slow_headers
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                after = await client.post(f"{url}/v1/completions", content=body, headers=JSON)
+        self.assertTrue(header_reply.startswith(b"HTTP/1.1 408 "), header_reply[:80])
+        self.assertIn(b'"message": "the request headers did not arrive within 0.5 s"', header_reply)
+        self.assertLess(header_s, 0.05 * len(headers))  # refused before the headers could have finished
+        self.assertTrue(slow_body.startswith(b"HTTP/1.1 408 "), slow_body[:80])
+        self.assertIn(b"the request body did not arrive within 0.5 s", slow_body)
+        self.assertEqual(after.status_code, 200)  # a request sent at once is served as before
+
+    async def test_a_stream_whose_client_takes_nothing_is_cancelled_past_the_unread_bound_and_frees_its_blocks(
+            self) -> None:
+        async with serve_in_loop(tiny_engine(), max_unread_tokens=5) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            body = json.dumps({"prompt": [1] * 4, "max_tokens": 80, "stream": True}).encode()
+            delivered = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await asyncio.Event().wait()  # the client never leaves either
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.body" and message.get("body"):
+                    await asyncio.Event().wait()  # the client reads nothing: no write completes
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                     "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
+            reply = asyncio.create_task(app(scope, receive, send))
+            try:
+                async with asyncio.timeout(TIMEOUT_S):
+                    while scheduler.counters.cancelled == 0:
+                        await asyncio.sleep(0.005)
+                    while scheduler.pool.num_used_blocks:
+                        await asyncio.sleep(0.005)
+            finally:
+                reply.cancel()
+                await asyncio.gather(reply, return_exceptions=True)
+            self.assertLess(scheduler.counters.tokens_generated, 80)  # stopped long before its last token
+            self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
+
     async def test_greedy_n_and_temperature_are_accepted_and_include_usage_adds_a_last_usage_chunk(self) -> None:
         async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
             body = {"prompt": [2, 7], "max_tokens": 3, "n": 1, "temperature": 0,
