@@ -113,7 +113,7 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
     """The validated record (default: the reference), or None when there is none yet."""
     relative = relative or lab.record
     path = root / relative
-    if not path.exists():
+    if not os.path.lexists(path):  # a symlink to nothing is not "no record yet": load_record names it
         return None
     source = relative.as_posix()
     try:
@@ -145,7 +145,11 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
     """Every other machine's record: valid, consistent, one per label (the reference's included), its
     staleness known (never measured by the build: another machine's numbers can only come from that machine)."""
     others = []
-    for path in machine_records(lab, root):
+    try:
+        paths = machine_records(lab, root)
+    except RecordError as error:
+        raise SiteBuildError(str(error)) from None
+    for path in paths:
         relative = path.relative_to(root)
         try:
             label = check_label(path.stem, relative.as_posix())
@@ -155,7 +159,8 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
             raise SiteBuildError(f"{relative}: machine label {label!r} is the reference record's ({lab.record}); "
                                  f"a machine record needs a label of its own (rename the file and its $.machine)")
         record = read_record(lab, root, relative)
-        assert record is not None  # it was just listed
+        if record is None:  # listed, then gone: removed while the build ran
+            raise SiteBuildError(f"{relative}: machine record disappeared while the build read it")
         if record["machine"] != label:  # one label, one file: a record may not claim another's label
             raise SiteBuildError(f"{relative}: field $.machine claims machine {record['machine']!r}, but the file "
                                  f"is named for machine {label!r}")

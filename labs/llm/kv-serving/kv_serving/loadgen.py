@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--model", default="kv-serving-random")
     add("--details", action="store_true", help="print every request's result too")
     args = parser.parse_args(argv)
+    if not args.base_url.startswith(("http://", "https://")):
+        parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     try:
         spec = WorkloadSpec(args.requests, args.rate, args.seed, args.vocab_size)
     except ValueError as error:
@@ -158,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.details:
         report["requests"] = [asdict(r) for r in run.requests]
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    if all(r.outcome == "failed" for r in run.requests):  # nothing was measured: no server, or not this protocol
+        sys.stderr.write(f"loadgen: every one of the {len(run.requests)} requests to {args.base_url} failed; the "
+                         f"first: {run.requests[0].error}\n")
+        return 1
     return 0
 
 
