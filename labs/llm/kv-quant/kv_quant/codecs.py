@@ -199,8 +199,9 @@ def fp8_dtype(variant: str) -> torch.dtype:
 
 
 def encode_fp8(x: Tensor, scale: Tensor, variant: str) -> Fields:
-    """x (B, H, T, D) / scale (1 or H of them, broadcast as (1, H, 1, 1)), clamped to +-max before the cast:
-    a cast alone turns an out-of-range value into NaN (e4m3 has no infinity), vLLM saturates instead."""
+    """x (B, H, T, D) / scale (1 or H of them, broadcast as (1, H, 1, 1)), clamped to +-max before the cast,
+    as vLLM saturates: neither e4m3 variant has an infinity, and PyTorch's cast to float8_e4m3fnuz turns an
+    out-of-range value into NaN (its cast to float8_e4m3fn happens to saturate, even infinity to 448)."""
     limit = FP8_MAX[variant]
     scaled = x.float() / scale.reshape(1, -1, 1, 1)
     return {"codes": scaled.clamp(-limit, limit).to(fp8_dtype(variant))}
