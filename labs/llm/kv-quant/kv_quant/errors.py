@@ -71,9 +71,13 @@ def _decode(model: DecoderBlock, ids: Tensor, prefix: int, cache: Any) -> tuple[
     return torch.cat(steps, dim=1), cache
 
 
-def error_chain(fmt: CacheFormat, model: DecoderBlock, ids: Tensor, prefix: int) -> ErrorChain:
+def error_chain(fmt: CacheFormat | None, model: DecoderBlock, ids: Tensor, prefix: int,
+                store: Any = None) -> ErrorChain:
     """Prefill ``ids[:, :prefix]`` into a ``fmt`` cache, decode the rest one token at a time (teacher
-    forced), and compare with the same calls on a plain float cache (so a float32 format differs by 0)."""
+    forced), and compare with the same calls on a plain float cache (so a float32 format differs by 0).
+
+    ``store`` replaces the ``fmt`` cache with any other KVStore that also has ``keys_values()`` (another
+    library's quantized cache behind an adapter), so both are measured by the same chain."""
     batch, length = ids.shape
     if not 1 <= prefix < length:
         raise ValueError(f"prefix must leave at least one decoded token: 1 <= prefix < {length}, got {prefix}")
@@ -85,7 +89,10 @@ def error_chain(fmt: CacheFormat, model: DecoderBlock, ids: Tensor, prefix: int)
             q = _split(capture.projections[-1], model)[0]  # the last decoded token's query
             reference_output = torch.cat(capture.outputs[1:], dim=1)  # (B, T - prefix, C)
             capture.outputs.clear()
-            cache = make_cache(fmt, batch, config.kv_heads, config.head_dim, config.dtype)
+            if store is None and fmt is None:
+                raise ValueError("give a cache format or a store to measure")
+            cache = store if store is not None else make_cache(fmt, batch, config.kv_heads, config.head_dim,
+                                                                config.dtype)
             logits, _ = _decode(model, ids, prefix, cache)
             outputs = torch.cat(capture.outputs[1:], dim=1)
         finally:
