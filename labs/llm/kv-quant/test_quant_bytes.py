@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import unittest
 
+import torch
+
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
 from kv_quant.figures import bits_per_element, formula_bytes, naive_tokens, tokens_in_budget
@@ -32,6 +34,14 @@ class StoredBytesEqualTheFormula(unittest.TestCase):
                     cache.append(keys[:, :, start : start + size], values[:, :, start : start + size])
                     start += size
                     self.assertEqual(cache.stored_bytes(), cache.formula_bytes(), f"at {start} positions")
+
+    def test_a_bfloat16_model_keeps_kivis_residual_in_two_bytes_and_the_formula_counts_them(self) -> None:
+        keys, values = random_entries(1, KV_HEADS, 100, HEAD_DIM, seed=4)
+        cache = make_cache(CacheFormat("kivi", group_size=16, residual=32), 1, KV_HEADS, HEAD_DIM, torch.bfloat16)
+        cache.append(keys.bfloat16(), values.bfloat16())
+        self.assertEqual(cache.residual_keys.dtype, torch.bfloat16)
+        self.assertEqual(cache.stored_bytes(), cache.formula_bytes())
+        self.assertLess(cache.formula_bytes(), formula_bytes(cache.fmt, 1, KV_HEADS, HEAD_DIM, 100))
 
     def test_every_stored_field_is_a_tensor_named_for_what_it_holds(self) -> None:
         keys, values = random_entries(1, KV_HEADS, 40, HEAD_DIM, seed=2)

@@ -115,7 +115,8 @@ class QuantizedKVCache:
     def formula_bytes(self, tokens: int | None = None) -> int:
         """The format's formula (kv_quant.figures.formula_bytes) at ``tokens`` positions, default now."""
         tokens = self._length if tokens is None else tokens
-        return formula_bytes(self.fmt, self.batch, self.kv_heads, self.head_dim, tokens)
+        residual_bytes = torch.empty((), dtype=self.dtype).element_size()  # kivi's residual: the model's dtype
+        return formula_bytes(self.fmt, self.batch, self.kv_heads, self.head_dim, tokens, residual_bytes)
 
     @property
     def bits_per_element(self) -> float:

@@ -2,8 +2,9 @@
 
 Torch-free: the page, the serving lab's admission and the site build budget with these without torch.
 The caches in kv_quant.cache count their bytes from the tensors they hold; the tests prove the two agree
-at every length. Scales and zero points are kept in the model's dtype (float32 here, 4 bytes), as quanto
-and KIVI keep them in the activations' dtype; llama.cpp's blocks keep one fp16 scale (2 bytes).
+at every length. Scales and zero points are float32 (4 bytes; this lab's model dtype, and quanto and KIVI
+keep theirs in the activations' dtype), so the round-trip bound needs no scale rounding; llama.cpp's
+blocks keep one fp16 scale (2 bytes), and its tests show what that rounding costs.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def per_token_head_bytes(fmt: CacheFormat, head_dim: int) -> float:
     return 2 * per_side[fmt.name]
 
 
-def formula_bytes(fmt: CacheFormat, batch: int, kv_heads: int, head_dim: int, tokens: int) -> int:
-    """Bytes of one layer's cache after ``tokens`` positions, from the format's definition alone."""
+def formula_bytes(fmt: CacheFormat, batch: int, kv_heads: int, head_dim: int, tokens: int,
+                  residual_bytes: int = 4) -> int:
+    """Bytes of one layer's cache after ``tokens`` positions, from the format's definition alone
+    (``residual_bytes``: one element of kivi's full-precision residual, the model's dtype)."""
     for name, value in (("batch", batch), ("kv_heads", kv_heads), ("head_dim", head_dim)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
@@ -57,7 +60,7 @@ def formula_bytes(fmt: CacheFormat, batch: int, kv_heads: int, head_dim: int, to
         d, g, codes = head_dim, fmt.group_size, head_dim * fmt.bits // 8
         keys = quantized * codes + (quantized // g) * d * 2 * META_BYTES
         values = quantized * codes + quantized * (d // g) * 2 * META_BYTES
-        return rows * (keys + values + 2 * residual * d * META_BYTES)
+        return rows * (keys + values + 2 * residual * d * residual_bytes)
     total = rows * tokens * per_token_head_bytes(fmt, head_dim)
     if fmt.name == "fp8":  # one float32 scale for keys and one for values, per layer or per key/value head
         total += 2 * META_BYTES * (kv_heads if fmt.scale == "head" else 1)
