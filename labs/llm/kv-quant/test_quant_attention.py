@@ -32,7 +32,7 @@ class BlockwiseEqualsAllAtOnce(unittest.TestCase):
     def test_for_every_format_one_query_and_a_chunk_of_queries_any_block_size(self) -> None:
         for fmt in FORMATS:
             cache = filled(fmt, 100)
-            for count, block in ((1, 16), (1, 7), (5, 32), (5, 200)):
+            for count, block in ((1, 16), (1, 13), (5, 32), (5, 200)):
                 with self.subTest(fmt=fmt.label, queries=count, block=block):
                     q = queries(count, seed=count + block)
                     expected = dequantized_attention(q, cache, 100 - count)

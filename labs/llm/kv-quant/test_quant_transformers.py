@@ -3,7 +3,7 @@ where a backend stores what ours does bit for bit, and what its residual keeps."
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import unittest
 
 import torch
@@ -14,8 +14,17 @@ from kv_quant.config import CacheFormat
 from kv_quant.testing import random_entries
 from kv_quant.transformers_cache import group_members, keys_values, stored_bytes
 
-HAS_QUANTO = importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
-HAS_HQQ = importlib.util.find_spec("hqq") is not None
+
+def installed(distribution: str) -> bool:
+    """By its installed metadata, as transformers checks: a folder left behind by an uninstall is not enough."""
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+HAS_QUANTO, HAS_HQQ = installed("optimum-quanto"), installed("hqq")
 BATCH, KV_HEADS, TOKENS, HEAD_DIM, GROUP = 1, 2, 320, 64, 64
 
 
