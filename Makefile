@@ -44,8 +44,9 @@ serve: venv
 # Writes this machine's records (results/machines/<lab>/<label>.json); REFERENCE=1 replaces the
 # committed reference records instead; MACHINE=<label> names this machine; LAB=<name> runs one lab's
 # benchmark only (LAB="a b" several); QUICK=1 runs each with --quick, a smoke test marked in its record.
+# exec: run_benchmarks is make's own child, so it sees make die or handle a signal (labkit/run_benchmarks.py).
 bench: venv
-	$(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) \
+	exec $(PY) -m labkit.run_benchmarks $(if $(filter 1 yes true,$(REFERENCE)),--reference) \
 		$(if $(MACHINE),--machine '$(MACHINE)') $(if $(filter 1 yes true,$(QUICK)),--quick) $(LAB)
 
 # The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it. MODEL=smollm2 serves the trained

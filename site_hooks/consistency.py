@@ -8,14 +8,14 @@ durations, and equivalence within its tolerance. What is specific to a lab's rec
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from labkit.bench import run_order
+from labkit.figures import check, refuse
 from labkit.machines import LabelError, check_label
 from labkit.records import RecordError
-from labkit.summary import STATISTICS, speedup_frame, statistics_frame
+from labkit.summary import sweep_figures
 
 # No record of this project can predate it: records need PyTorch 2 (2023) and schema version 3. An
 # earlier date is a clock that was never set (1970) or a hand edit, not a measurement.
@@ -32,11 +32,11 @@ def check_header(record: dict[str, Any], source: str) -> None:
     try:
         created = datetime.strptime(record["created_utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError as error:
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, not a UTC time: {error}") from None
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, not a UTC time: {error}")
     if created > datetime.now(UTC) + timedelta(days=1):  # a day of clock skew between machines is tolerated
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, in the future")
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, in the future")
     if created < EARLIEST_RECORD:
-        raise RecordError(f"{source}: field $.created_utc is {record['created_utc']!r}, before "
+        refuse(source, ("created_utc",), f"is {record['created_utc']!r}, before "
                           f"{EARLIEST_RECORD:%Y-%m-%d}, earlier than any record of this project")
 
 
@@ -48,15 +48,15 @@ def check_config(record: dict[str, Any], source: str) -> None:
     config = record.get("config", {})
     model, bench = config.get("model", {}), config.get("benchmark", {})
     if {"width", "heads", "head_dim"} <= model.keys() and model["head_dim"] * model["heads"] != model["width"]:
-        raise RecordError(f"{source}: field $.config.model.head_dim is {model['head_dim']}, but width "
+        refuse(source, ("config", "model", "head_dim"), f"is {model['head_dim']}, but width "
                           f"{model['width']} / heads {model['heads']} gives {model['width'] / model['heads']:g}")
     if {"dtype", "bytes_per_element"} <= model.keys() and \
             BYTES_PER_ELEMENT.get(model["dtype"]) != model["bytes_per_element"]:
-        raise RecordError(f"{source}: field $.config.model.bytes_per_element is {model['bytes_per_element']}, but "
+        refuse(source, ("config", "model", "bytes_per_element"), f"is {model['bytes_per_element']}, but "
                           f"dtype {model['dtype']!r} has {BYTES_PER_ELEMENT.get(model['dtype'], 'unknown')}")
     threads = record["environment"]["torch"]["threads"]
     if "threads" in bench and bench["threads"] != threads:
-        raise RecordError(f"{source}: field $.environment.torch.threads is {threads}, but "
+        refuse(source, ("environment", "torch", "threads"), f"is {threads}, but "
                           f"$.config.benchmark.threads is {bench['threads']}")
 
 
@@ -65,63 +65,50 @@ def check_sweep(record: dict[str, Any], source: str) -> None:
     bench = record["config"]["benchmark"]
     modes, baseline = bench["modes"], bench["baseline"]
     if baseline not in modes:
-        raise RecordError(f"{source}: field $.config.benchmark.baseline {baseline!r} is not one of {modes}")
+        refuse(source, ("config", "benchmark", "baseline"), f"{baseline!r} is not one of {modes}")
     lengths = record["lengths"]
     measured = [entry["length"] for entry in lengths]
     if measured != sorted(set(measured)):  # every check, sentence and view takes the last as the longest
-        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, not strictly ascending "
+        refuse(source, ("lengths",), f"holds lengths {measured}, not strictly ascending "
                           f"(each length once, shortest first)")
     if measured != bench["lengths"]:
-        raise RecordError(f"{source}: field $.lengths holds lengths {measured}, "
+        refuse(source, ("lengths",), f"holds lengths {measured}, "
                           f"but $.config.benchmark.lengths says {bench['lengths']}")
     model = record["config"].get("model", {})
     if "max_positions" in model and model["max_positions"] < measured[-1]:
-        raise RecordError(f"{source}: field $.config.model.max_positions is {model['max_positions']}, but the "
+        refuse(source, ("config", "model", "max_positions"), f"is {model['max_positions']}, but the "
                           f"sweep decoded {measured[-1]} positions at its longest length")
     for index, entry in enumerate(lengths):
-        check_entry(entry, f"{source}: field $.lengths[{index}]", record, modes, baseline)
-    check_stored_statistics(lengths, source, modes, baseline)
+        check_entry(entry, index, source, record, modes, baseline)
+    check(record, sweep_figures(record), source)  # min/median/max and speedups, from the raw durations
 
 
-def check_entry(entry: dict[str, Any], where: str, record: dict[str, Any], modes: list[str], baseline: str) -> None:
+def check_entry(entry: dict[str, Any], index: int, source: str, record: dict[str, Any], modes: list[str],
+                baseline: str) -> None:
+    at = ("lengths", index)
     others = sorted(m for m in modes if m != baseline)
     repeats = record["config"]["benchmark"]["repeats"]
-    if sorted(entry["modes"]) != sorted(modes) or any(sorted(order) != sorted(modes) for order in entry["order"]):
-        raise RecordError(f"{where} does not hold exactly the modes {modes}")
+    if sorted(entry["modes"]) != sorted(modes):
+        refuse(source, (*at, "modes"), f"holds the modes {sorted(entry['modes'])}, but the config's modes are {modes}")
     if len(entry["order"]) != repeats:
-        raise RecordError(f"{where}.order has {len(entry['order'])} repetitions, config says repeats = {repeats}")
-    if record["config"]["benchmark"].get("order_policy", "").startswith("rotate:"):  # labkit.bench.ORDER_POLICY
-        for repetition, order in enumerate(entry["order"]):
-            if order != run_order(modes, repetition):
-                raise RecordError(f"{where}.order[{repetition}] is {order}, but the record's rotating order "
-                                  f"policy runs {run_order(modes, repetition)} in repetition {repetition + 1}")
-    counts = sorted({len(entry["modes"][m]["durations_ns"]) for m in modes})
-    if counts != [repeats]:
-        raise RecordError(f"{where}.modes: durations per mode {counts}, config says repeats = {repeats}")
+        refuse(source, (*at, "order"), f"has {len(entry['order'])} repetitions, config says repeats = {repeats}")
+    for repetition, order in enumerate(entry["order"]):
+        if sorted(order) != sorted(modes):
+            refuse(source, (*at, "order", repetition), f"is {order}, not an order of the modes {modes}")
+        if record["config"]["benchmark"].get("order_policy", "").startswith("rotate:") and \
+                order != run_order(modes, repetition):  # labkit.bench.ORDER_POLICY
+            refuse(source, (*at, "order", repetition), f"is {order}, but the record's rotating order policy runs "
+                   f"{run_order(modes, repetition)} in repetition {repetition + 1}")
+    for mode in modes:
+        count = len(entry["modes"][mode]["durations_ns"])
+        if count != repeats:
+            refuse(source, (*at, "modes", mode, "durations_ns"), f"holds {count} durations, config says repeats = {repeats}")
     for name in ("equivalence", "speedup"):
         if sorted(entry[name]) != others:
-            raise RecordError(f"{where}.{name} covers {sorted(entry[name])}, expected {others}")
+            refuse(source, (*at, name), f"covers {sorted(entry[name])}, expected {others}")
     tolerance = record["tolerance"]
     for mode, comparison in entry["equivalence"].items():
         bound = tolerance["atol"] + tolerance["rtol"] * comparison["max_abs_reference"]
         if comparison["max_abs_diff"] > bound:
-            raise RecordError(f"{where}.equivalence.{mode}.max_abs_diff is {comparison['max_abs_diff']:g}, "
-                              f"beyond atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
-
-
-def check_stored_statistics(lengths: list[dict[str, Any]], source: str, modes: list[str], baseline: str) -> None:
-    stats = statistics_frame(lengths)
-    speedups = speedup_frame(lengths, baseline)
-    for index, entry in enumerate(lengths):
-        for mode in modes:
-            for name in STATISTICS:
-                stored, computed = entry["modes"][mode][name], float(stats.loc[(entry["length"], mode), name])
-                if not math.isclose(stored, computed, rel_tol=1e-9):
-                    raise RecordError(f"{source}: field $.lengths[{index}].modes.{mode}.{name} is {float(stored):.12g}, "
-                                      f"but its raw durations give {computed:.12g}")
-        for mode, values in entry["speedup"].items():
-            for name, stored in values.items():
-                computed = float(speedups.loc[(entry["length"], mode), name])
-                if not math.isclose(stored, computed, rel_tol=1e-9):
-                    raise RecordError(f"{source}: field $.lengths[{index}].speedup.{mode}.{name} is {float(stored):.12g}, "
-                                      f"but the raw durations give {computed:.12g}")
+            refuse(source, (*at, "equivalence", mode, "max_abs_diff"), f"is {comparison['max_abs_diff']:g}, beyond "
+                   f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")

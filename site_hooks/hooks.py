@@ -27,7 +27,8 @@ from mkdocs.utils import get_relative_url
 
 from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import Evidence, bench_policy, check_machine_folders, gather_evidence
+from site_hooks.evidence import Evidence
+from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence
 from site_hooks.placeholders import substitute
 from site_hooks.views import render_view, views_for
 

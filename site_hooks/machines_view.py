@@ -9,10 +9,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from . import prose
+from .evidence import Evidence, MachineRecord
+from .formatting import format_ratio, join
 from .labviews import lab_headline
-from .orchestrate import Evidence, MachineRecord
-from .templating import format_ratio, render
+from .templating import render
 
 
 def is_build_machine(record: dict[str, Any], build: dict[str, Any]) -> bool:
@@ -63,8 +63,8 @@ def agreement_sentences(labels: list[str], rows: list[dict[str, Any]]) -> list[s
                              f"{len(values)} machines.")
         else:
             below = [name for name, value in values if value <= 1]
-            sentences.append(f"{label}: the machines differ ({span}): above 1 on {prose.join(above)}, "
-                             f"at or below 1 on {prose.join(below)}.")
+            sentences.append(f"{label}: the machines differ ({span}): above 1 on {join(above)}, "
+                             f"at or below 1 on {join(below)}.")
     if any(r["quick"] for r in rows):
         sentences.append("A quick run (the benchmark's --quick, make bench QUICK=1) measures a few short lengths "
                          "with few repetitions: it shows the benchmark works on that machine, and its ratios are "

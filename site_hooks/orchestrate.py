@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from labkit.records import RecordError, atomic_write_json, load_record
 
 from .consistency import check_config, check_header, check_sweep
 from .errors import SiteBuildError
+from .evidence import Evidence, MachineRecord
 from .labviews import lab_check
 from .machine import build_machine
 
@@ -46,29 +46,6 @@ class BenchPolicy(Enum):
     AUTO = "auto"
     ALWAYS = "always"
     NEVER = "never"
-
-
-@dataclass(frozen=True)
-class MachineRecord:
-    """One machine's record of a lab, the reference or another, checked like the reference."""
-
-    path: str  # relative to the repository root
-    record: dict[str, Any]
-    reference: bool
-    changed: list[str]  # measured sources changed since it was made (empty: current)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Everything a page may show about one lab, gathered once per build."""
-
-    lab: Lab
-    record: dict[str, Any]
-    tests: dict[str, Any]  # the report of the test run on this build machine
-    measured_now: bool  # the benchmark ran during this build
-    build_machine: dict[str, Any]  # the machine building the page, in the terms of machine.py
-    record_url: str = ""  # the record's copy in the built site, relative to the page being rendered
-    machines: tuple[MachineRecord, ...] = ()  # the reference first, then every other machine's record
 
 
 def bench_policy(environ: dict[str, str] | os._Environ[str]) -> BenchPolicy:
@@ -136,7 +113,7 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
     """The validated record (default: the reference), or None when there is none yet."""
     relative = relative or lab.record
     path = root / relative
-    if not path.exists():
+    if not os.path.lexists(path):  # a symlink to nothing is not "no record yet": load_record names it
         return None
     source = relative.as_posix()
     try:
@@ -145,9 +122,7 @@ def read_record(lab: Lab, root: Path, relative: Path | None = None) -> dict[str,
         check_config(record, source)
         if "lengths" in record:  # a timing sweep
             check_sweep(record, source)
-        check = lab_check(lab)
-        if check is not None:
-            check(record, source)
+        lab_check(lab)(record, source)
     except RecordError as error:
         raise SiteBuildError(str(error)) from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as error:
@@ -170,7 +145,11 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
     """Every other machine's record: valid, consistent, one per label (the reference's included), its
     staleness known (never measured by the build: another machine's numbers can only come from that machine)."""
     others = []
-    for path in machine_records(lab, root):
+    try:
+        paths = machine_records(lab, root)
+    except RecordError as error:
+        raise SiteBuildError(str(error)) from None
+    for path in paths:
         relative = path.relative_to(root)
         try:
             label = check_label(path.stem, relative.as_posix())
@@ -180,7 +159,8 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
             raise SiteBuildError(f"{relative}: machine label {label!r} is the reference record's ({lab.record}); "
                                  f"a machine record needs a label of its own (rename the file and its $.machine)")
         record = read_record(lab, root, relative)
-        assert record is not None  # it was just listed
+        if record is None:  # listed, then gone: removed while the build ran
+            raise SiteBuildError(f"{relative}: machine record disappeared while the build read it")
         if record["machine"] != label:  # one label, one file: a record may not claim another's label
             raise SiteBuildError(f"{relative}: field $.machine claims machine {record['machine']!r}, but the file "
                                  f"is named for machine {label!r}")

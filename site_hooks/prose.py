@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from labkit.summary import speedup_frame, statistics_frame
+from labkit.summary import STATISTICS
 
-from .templating import format_ms, format_ratio, format_sci
+from .formatting import format_ms, format_ratio, format_sci, join, plural
 
 NOISY_SPREAD = 0.25  # (max - min) / median above this flags a measurement as noisy
 MIN_REPEATS = 5  # fewer timed repetitions than this flags every row
@@ -17,12 +17,18 @@ SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 FLOAT64_SHRINK = 1e3  # float64 error this many times smaller than float32 reads as rounding
 
 
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+def stored_statistics(record: dict[str, Any]) -> pd.DataFrame:
+    """The record's stored min/median/max per (length, mode) and its repetitions: checked against the raw
+    durations by the build (labkit.summary.sweep_figures) before any view reads them."""
+    rows = [{"length": entry["length"], "mode": mode, **{name: values[name] for name in STATISTICS},
+             "repeats": len(values["durations_ns"])}
+            for entry in record["lengths"] for mode, values in entry["modes"].items()]
+    return pd.DataFrame(rows).set_index(["length", "mode"]).sort_index()
 
 
-def join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def stored_ratios(record: dict[str, Any], mode: str) -> pd.Series:
+    """baseline / mode per length, the stored ratio of medians."""
+    return pd.Series({entry["length"]: entry["speedup"][mode]["ratio_of_medians"] for entry in record["lengths"]})
 
 
 def environment_sentence(record: dict[str, Any]) -> str:
@@ -49,12 +55,11 @@ def faster_sentences(record: dict[str, Any]) -> list[str]:
     """Per mode, a paragraph: where it had the lower median than the baseline, and how the gap moved."""
     bench = record["config"]["benchmark"]
     baseline = bench["baseline"]
-    medians = statistics_frame(record["lengths"])["median_ns"].unstack("mode")
-    speedups = speedup_frame(record["lengths"], baseline)["ratio_of_medians"]
+    medians = stored_statistics(record)["median_ns"].unstack("mode")
     sentences = []
     others = [m for m in bench["modes"] if m != baseline]
     for mode in others:  # one paragraph per mode
-        gap = gap_sentences(medians, speedups.xs(mode, level="mode"), mode, baseline)
+        gap = gap_sentences(medians, stored_ratios(record, mode), mode, baseline)
         sentences.append(" ".join([lower_median_sentence(medians, mode, baseline), *gap]))
     if len(others) > 1:
         sentences.append(ranking_sentence(medians[others]))
@@ -123,7 +128,7 @@ def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: 
 
 def noise_flags(record: dict[str, Any]) -> dict[int, dict[str, list[str]]]:
     """Per length and mode, the reasons its timings deserve suspicion (no entry: none)."""
-    stats = statistics_frame(record["lengths"])
+    stats = stored_statistics(record)
     flags: dict[int, dict[str, list[str]]] = {entry["length"]: {} for entry in record["lengths"]}
     for (length, mode), row in stats.iterrows():
         reasons = []

@@ -1,63 +1,37 @@
 """Jinja2 environments for the views: HTML autoescaping on, undefined names are errors.
 
-The shared views render from site_hooks/templates/; a lab's own views render through
-``lab_renderer(__file__)``, which searches the templates/ folder beside the lab's module first.
+Every view renders from site_hooks/templates/: the shared views with templates of their own, a lab's
+views through the one block template (site_hooks/blocks.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from .formatting import format_bytes, format_ms, format_number, format_ratio, format_sci
+
 TEMPLATES = Path(__file__).with_name("templates")
 
 
-@cache  # deliberate: one environment per template folder and process, templates compiled once
-def environment(folder: Path | None = None) -> Environment:
+@cache  # deliberate: one environment per process, templates compiled once
+def environment() -> Environment:
     env = Environment(
-        loader=FileSystemLoader([folder, TEMPLATES] if folder else [TEMPLATES]),
+        loader=FileSystemLoader([TEMPLATES]),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=False,
     )
-    env.filters.update(ms=format_ms, number=format_number, ratio=format_ratio, sci=format_sci)
+    env.filters.update(ms=format_ms, number=format_number, ratio=format_ratio, sci=format_sci, bytes=format_bytes)
     return env
 
 
-def render(template: str, folder: Path | None = None, **context: Any) -> str:
+def render(template: str, **context: Any) -> str:
     """Render and drop blank lines, so the HTML stays one compact block."""
-    html = environment(folder).get_template(template).render(**context)
+    html = environment().get_template(template).render(**context)
     return "\n".join(line for line in html.splitlines() if line.strip())
-
-
-def lab_renderer(module_file: str) -> Callable[..., str]:
-    """``render(template, **context)`` for a lab's views module: its own templates/ first, then the shared."""
-    folder = Path(module_file).resolve().with_name("templates")
-
-    def render_lab(template: str, **context: Any) -> str:
-        return render(template, folder, **context)
-
-    return render_lab
-
-
-def format_ms(nanoseconds: float) -> str:
-    milliseconds = nanoseconds / 1e6
-    return f"{milliseconds:.3f}" if milliseconds < 10 else f"{milliseconds:.2f}" if milliseconds < 100 else f"{milliseconds:.1f}"
-
-
-def format_number(value: int | float) -> str:
-    return f"{value:,}"
-
-
-def format_ratio(value: float) -> str:
-    return f"{value:.2f}×"
-
-
-def format_sci(value: float) -> str:
-    return "0" if value == 0 else f"{value:.2e}"

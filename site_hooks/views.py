@@ -9,23 +9,25 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.manifest import Lab
-from labkit.summary import repetitions_frame, speedup_frame, statistics_frame
+from labkit.summary import STATISTICS, repetitions_frame
 
 from . import prose
+from .blocks import render_block
 from .chart import Series, line_chart
 from .errors import SiteBuildError
+from .evidence import Evidence
+from .formatting import join, plural
 from .labviews import lab_views
 from .machine import LABELS, recording_machine
 from .machines_view import machines_view
-from .orchestrate import Evidence
 from .templating import render
 
-View = Callable[[Evidence], str]
+SharedView = Callable[[Evidence], str]
 
 
 def tests_view(evidence: Evidence) -> str:
     report = evidence.tests
-    summary = (f"{report['passed']} of {prose.plural(report['ran'], 'lab test')} passed when this site was built, "
+    summary = (f"{report['passed']} of {plural(report['ran'], 'lab test')} passed when this site was built, "
                f"on {report['python_implementation']} {report['python']} with PyTorch {report['torch']}"
                f" (run started {report['started_utc'].replace('T', ' ').replace('Z', ' UTC')}).")
     rows = [{**t, "group": t["group"].rpartition(".")[2], "module": t["group"].partition(".")[0]}
@@ -97,10 +99,10 @@ def provenance_view(evidence: Evidence) -> str:
         f"{evidence.record['created_utc'].replace('T', ' at ').replace('Z', ' UTC')}."
     )
     verdict = (
-        f"The build machine matches the recording machine in {prose.join(list(LABELS.values()))}."
+        f"The build machine matches the recording machine in {join(list(LABELS.values()))}."
         if not differs else
         f"The tests on this page ran on the build machine; the timings were taken on the recording machine. "
-        f"They differ in: {prose.join(differs)}."
+        f"They differ in: {join(differs)}."
     )
     return render(
         "provenance.html.j2", kind="info" if not differs else "warning", freshness=freshness, verdict=verdict,
@@ -118,16 +120,15 @@ def medians_view(evidence: Evidence) -> str:
     record = evidence.record
     bench = record["config"]["benchmark"]
     modes, baseline = bench["modes"], bench["baseline"]
-    stats = statistics_frame(record["lengths"])
-    speedups = speedup_frame(record["lengths"], baseline)
     flags = prose.noise_flags(record)
     rows = []
     for entry in record["lengths"]:
         length = entry["length"]
         rows.append({"length": length, "modes": [
-            dict(stats.loc[(length, mode)], mode=mode, per_step=stats.loc[(length, mode), "median_ns"] / entry["steps"],
-                 speedup=None if mode == baseline else dict(speedups.loc[(length, mode)]),
-                 flags=flags[length].get(mode))
+            {**{name: entry["modes"][mode][name] for name in STATISTICS}, "mode": mode,
+             "repeats": len(entry["modes"][mode]["durations_ns"]),
+             "per_step": entry["modes"][mode]["median_ns"] / entry["steps"],
+             "speedup": None if mode == baseline else entry["speedup"][mode], "flags": flags[length].get(mode)}
             for mode in modes
         ]})
     return render("medians.html.j2", baseline=baseline, rows=rows, noise=prose.noise_sentence(record))
@@ -154,24 +155,23 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
     """Median (whiskers: min to max) against prefix length, one line per mode."""
     record = evidence.record
     bench = record["config"]["benchmark"]
-    steps = {entry["length"]: entry["steps"] for entry in record["lengths"]}
-    stats = statistics_frame(record["lengths"])
-    scale = {n: (1e3 * steps[n] if per_step else 1e6) for n in steps}  # ns -> µs per step, or ms
+    entries = record["lengths"]
+    scale = [1e3 * e["steps"] if per_step else 1e6 for e in entries]  # ns -> µs per step, or ms
     unit = "µs per decode step" if per_step else "ms per measured run"
-    series = [
-        Series(label=mode, x=list(steps),
-               y=[stats.loc[(n, mode), "median_ns"] / scale[n] for n in steps],
-               low=[stats.loc[(n, mode), "min_ns"] / scale[n] for n in steps],
-               high=[stats.loc[(n, mode), "max_ns"] / scale[n] for n in steps])
-        for mode in bench["modes"]
-    ]
+
+    def stored(mode: str, name: str) -> list[float]:
+        return [e["modes"][mode][name] / s for e, s in zip(entries, scale)]
+
+    series = [Series(label=mode, x=[e["length"] for e in entries], y=stored(mode, "median_ns"),
+                     low=stored(mode, "min_ns"), high=stored(mode, "max_ns"))
+              for mode in bench["modes"]]
     description = "; ".join(
         f"{s.label}: " + ", ".join(f"{int(x)} tokens {y:.3g}" for x, y in zip(s.x, s.y)) for s in series)
     svg = line_chart(series, title=f"Median {unit} against prefix length, {', '.join(bench['modes'])}",
                      x_label="Prefix length (tokens, log scale)", y_label=f"Median {unit} (log scale)",
                      description=description)
     repeats = {len(entry["order"]) for entry in record["lengths"]}
-    caption = (f"Each point is the median of {prose.join(sorted(map(str, repeats)))} repetitions"
+    caption = (f"Each point is the median of {join(sorted(map(str, repeats)))} repetitions"
                + (", each divided by its steps" if per_step else "") + f". Workload: {bench['workload']}. "
                "Whiskers span min to max, hidden behind the marker where the repetitions agree closely. "
                f"Drawn at build time from {evidence.lab.record.as_posix()}.")
@@ -195,7 +195,7 @@ def equivalence_view(evidence: Evidence) -> str:
                   batch=bench["batch"])
 
 
-VIEWS: dict[str, View] = {
+VIEWS: dict[str, SharedView] = {
     "tests": tests_view,
     "environment": environment_view,
     "config": config_view,
@@ -211,15 +211,18 @@ VIEWS: dict[str, View] = {
 ANY_RECORD = {"tests", "environment", "config", "provenance", "machines"}  # the others render a timing sweep
 
 
-def views_for(lab: Lab) -> dict[str, View]:
-    """The views a page may name for this lab: the shared ones, then the lab's own (which may override)."""
-    return VIEWS | lab_views(lab)
+def views_for(lab: Lab) -> set[str]:
+    """The views a page may name for this lab: the shared ones and the lab's own."""
+    return set(VIEWS) | set(lab_views(lab))
 
 
 def render_view(name: str, evidence: Evidence) -> str:
-    if name not in ANY_RECORD and name in VIEWS and "lengths" not in evidence.record \
-            and name not in lab_views(evidence.lab):
+    """A lab's own view (which may override a shared one) reads the record alone; a shared view the evidence."""
+    own = lab_views(evidence.lab)
+    if name in own:
+        return render_block(own[name](evidence.record))
+    if name not in ANY_RECORD and "lengths" not in evidence.record:
         raise SiteBuildError(f"{evidence.lab.record}: view {name!r} renders a timing sweep, and this record "
                              f"has none (no field 'lengths')")
-    return views_for(evidence.lab)[name](evidence)
+    return VIEWS[name](evidence)
 

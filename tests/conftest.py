@@ -15,8 +15,8 @@ import pytest
 
 from labkit.fingerprint import source_fingerprint
 from labkit.manifest import load_lab
+from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
-from site_hooks.orchestrate import Evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "results" / "cache-results.json"

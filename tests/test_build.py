@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from site_hooks.templating import format_ms
+from site_hooks.formatting import format_ms
 
 from conftest import RECORD, ToySite
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,3 +240,100 @@ def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_lan
     finished = subprocess.run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], capture_output=True,
                               text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)), timeout=DEADLINE_S)
     assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")
+
+
+# A signal at the record's write, run through the launcher: the interrupt is placed where it is hard to
+# get right (the handler runs as os.replace returns, or Python runs it late, after the rename, or it
+# comes during the fsync), and what the benchmark says must be what became of the record.
+SIGNAL_AT_THE_WRITE = textwrap.dedent('''
+    import os, signal, sys
+    from pathlib import Path
+    from labkit import bench
+
+    def main(argv):
+        where, output = argv
+        real_replace, real_fsync = os.replace, os.fsync
+        def replace(source, target):
+            real_replace(source, target)
+            if where == "after-rename":
+                os.kill(os.getpid(), signal.SIGINT)
+            elif where == "handler-runs-late":  # a signal that came just before, handled just after
+                raise KeyboardInterrupt
+        def fsync(fd):
+            real_fsync(fd)
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.replace = replace
+        if where == "during-fsync":
+            os.fsync = fsync
+        schema = Path(output).with_name("x.schema.json")
+        schema.write_text('{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}')
+        return bench.write_record(Path(output), lambda: {"new": True}, schema)
+''')
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "line", "replaced"),
+    [
+        ("after-rename", 130, "benchmark: interrupted (SIGINT); {output} had already been written and is complete", True),
+        ("handler-runs-late", 130, "benchmark: interrupted (SIGINT); {output} had already been written and is complete", True),
+        ("during-fsync", 143, "benchmark: interrupted (SIGTERM); {output} was not written and still holds the previous record", False),
+    ],
+)
+def test_a_signal_at_the_records_write_is_reported_as_what_became_of_the_record(
+        tmp_path: Path, where: str, code: int, line: str, replaced: bool) -> None:
+    (tmp_path / "signal_at_the_write.py").write_text(SIGNAL_AT_THE_WRITE)
+    output = tmp_path / "record.json"
+    output.write_text('{"old": true}')
+    finished = subprocess.run([sys.executable, "-m", "labkit.launch", "signal_at_the_write", where, str(output)],
+                              capture_output=True, text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)),
+                              timeout=DEADLINE_S)
+    assert (finished.returncode, finished.stderr) == (code, line.format(output=output) + "\n")
+    assert output.read_text() == ('{\n  "new": true\n}\n' if replaced else '{"old": true}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "signal_at_the_write.py", "x.schema.json"]
+
+
+def make_bench(root: Path) -> subprocess.Popen[str]:
+    """`make bench` on a fake repository: the Makefile's recipe, run by GNU make, on a copy of labkit
+    (its ROOT is the copy's repository), in a process group of its own."""
+    shutil.copytree(Path(run_benchmarks.__file__).parent, root / "labs" / "labkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "Makefile").write_text(f"bench:\n\texec {sys.executable} -m labkit.run_benchmarks --machine box\n")
+    process = subprocess.Popen(["make", "-s", "bench"], cwd=root, stderr=subprocess.PIPE, text=True,
+                               env=build_env(PYTHONPATH=str(root / "labs")), process_group=0)
+    deadline = threading.Timer(DEADLINE_S, process.kill)
+    deadline.daemon = True
+    deadline.start()
+    return process
+
+
+@pytest.mark.parametrize("target", ["make", "make's group"])
+def test_sigkill_to_make_bench_stops_the_benchmark_before_it_replaces_the_record(tmp_path: Path, target: str) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]))
+    process = make_bench(root)
+    read_until(process, "child: ready")
+    if target == "make":
+        process.kill()  # run_benchmarks, orphaned, hears of it and stops the benchmark
+    else:
+        os.killpg(process.pid, signal.SIGKILL)  # make and run_benchmarks gone; the benchmark is told
+    _, lines = finish(process)
+    assert "child: stopped (SIGTERM)" in lines
+    assert not (root / "results" / "machines" / "first-lab" / "box.json").exists()
+
+
+def test_sigint_to_make_alone_reaches_the_benchmark_and_ends_make_by_sigint(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]), ("second-lab", []))
+    process = make_bench(root)
+    read_until(process, "child: ready")
+    process.send_signal(signal.SIGINT)  # kill -INT <make>: make itself passes nothing on
+    code, lines = finish(process)
+    assert code == -signal.SIGINT
+    assert lines[:2] == ["child: stopped (SIGINT)",
+                         "run_benchmarks: interrupted during first-lab; the labs after it were not measured"]
+    assert not (root / "results" / "machines").exists()
+
+
+def test_a_signal_to_the_benchmark_alone_ends_make_bench_by_that_signal_not_with_status_2(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--die", "SIGTERM"]), ("second-lab", []))
+    code, lines = finish(make_bench(root))
+    assert code == -signal.SIGTERM  # the shell's 143; make's own status for a failed recipe would be 2
+    assert "run_benchmarks: terminated during first-lab; the labs after it were not measured" in lines

@@ -16,8 +16,9 @@ from kv_cache import benchmark
 from labkit import run_benchmarks
 from labkit.machines import derived_label
 from site_hooks.errors import SiteBuildError
+from site_hooks.evidence import Evidence, MachineRecord
 from site_hooks.machines_view import agreement_sentences
-from site_hooks.orchestrate import Evidence, MachineRecord, other_machines
+from site_hooks.orchestrate import other_machines
 from site_hooks.views import render_view
 
 from conftest import LAB, ROOT, STORAGE_LAB

@@ -18,17 +18,35 @@ record = "results/toy-results.json"
 schema = "results/toy-results.schema.json"
 tests = { start = "labs/demo/toy-lab", pattern = "test_*.py" }
 benchmark = ["labs/demo/toy-lab/benchmark.py", "--output", "{record}"]
+figures = "toy.figures"
 views = "toy_views"
 fingerprint = ["labs/demo/toy-lab/benchmark.py", "labs/demo/toy-lab/toy/*.py"]
 '''
-PACKAGE = '''def answer(seed: int) -> int:
+PACKAGE = '''"""The toy lab: its package is torch-free at import, as every lab's is."""
+'''
+ANSWER = '''def answer(seed: int) -> int:
     return 40 + seed
+'''
+FIGURES = '''"""The toy record's derived figure and invariant (torch-free: the site build imports this module)."""
+from labkit.figures import Figures, refuse
+
+
+def check_invariants(record, source):
+    if record["answer"] != 42:
+        refuse(source, ("answer",), f"is {record['answer']}, not 42")
+
+
+def derive(record):
+    figures = Figures()
+    figures.add(("answer_squared",), record["answer"] ** 2, "the square of $.answer")
+    return figures
 '''
 BENCHMARK_MODULE = '''"""Measures nothing but the answer."""
 from labkit import harness
 from labkit.manifest import lab_for
 
-from . import answer
+from .answer import answer
+from .figures import derive
 
 LAB, ROOT = lab_for(__file__)
 
@@ -36,7 +54,8 @@ LAB, ROOT = lab_for(__file__)
 def main(argv=None) -> int:
     args = harness.parse(harness.parser(__doc__), argv, {"repeats": 1}, {})
     return harness.run(LAB, ROOT, args, argv, lambda: {"answer": answer(args.seed + 2)},
-                       lambda record: [f"the answer is {record['answer']}"])
+                       lambda record: [f"the answer is {record['answer']}, squared {record['answer_squared']}"],
+                       derive)
 '''
 LAUNCHER = '''import sys
 
@@ -46,35 +65,28 @@ sys.exit(launch("toy.benchmark"))
 '''
 TEST = '''import unittest
 
-from toy import answer
+from toy.answer import answer
 
 
 class Answer(unittest.TestCase):
     def test_the_answer_follows_from_the_seed(self) -> None:
         self.assertEqual(answer(2), 42)
 '''
-VIEWS = '''from site_hooks.templating import lab_renderer
-
-render = lab_renderer(__file__)
-
-
-def check_record(record, source):
-    from labkit.records import RecordError
-    if record["answer"] != 42:
-        raise RecordError(f"{source}: field $.answer is {record['answer']}, not 42")
+VIEWS = '''from site_hooks.blocks import Block
+from toy.figures import derive  # noqa: F401  (a views module may import its lab's figures module)
 
 
-def answer_view(evidence):
-    return render("answer.html.j2", answer=evidence.record["answer"])
+def answer_view(record):
+    return Block(css="toy-answer", paragraphs=[f"The answer is {record['answer']}, squared {record['answer_squared']}."])
 
 
 VIEWS = {"answer": answer_view}
 '''
-TEMPLATE = '<div class="lab-view toy-answer"><p>The answer is {{ answer }}.</p></div>\n'
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "toy-results.schema.json",
     "type": "object", "allOf": [{"$ref": "record-common.schema.json#/$defs/header"}],
-    "required": ["answer"], "properties": {"answer": {"type": "integer"}},
+    "required": ["answer", "answer_squared"],
+    "properties": {"answer": {"type": "integer"}, "answer_squared": {"type": "integer"}},
 }
 PAGE = "# Toy\n\n{{ lab:toy-lab:answer }}\n\n{{ lab:toy-lab:environment }}\n\n{{ lab:toy-lab:provenance }}\n"
 
@@ -86,11 +98,10 @@ def add_lab(root: Path) -> None:
     """Steps 1-5 of the README's "Add a lab"."""
     lab = root / "labs" / "demo" / "toy-lab"
     (lab / "toy").mkdir(parents=True)
-    (lab / "templates").mkdir()
     files = {
-        lab / "lab.toml": LAB_TOML, lab / "toy" / "__init__.py": PACKAGE, lab / "toy" / "benchmark.py": BENCHMARK_MODULE,
+        lab / "lab.toml": LAB_TOML, lab / "toy" / "__init__.py": PACKAGE, lab / "toy" / "answer.py": ANSWER,
+        lab / "toy" / "figures.py": FIGURES, lab / "toy" / "benchmark.py": BENCHMARK_MODULE,
         lab / "benchmark.py": LAUNCHER, lab / "test_toy_answer.py": TEST, lab / "toy_views.py": VIEWS,
-        lab / "templates" / "answer.html.j2": TEMPLATE,
         root / "results" / "toy-results.schema.json": json.dumps(SCHEMA),
         root / "docs" / "toy.md": PAGE,
     }
@@ -113,7 +124,7 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
     site_with_new_lab(tmp_path)
     measured = subprocess.run([sys.executable, "labs/demo/toy-lab/benchmark.py", "--output", "results/toy-results.json"],
                               cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
-    assert measured.returncode == 0 and "benchmark: the answer is 42" in measured.stderr, measured.stderr
+    assert measured.returncode == 0 and "benchmark: the answer is 42, squared 1764" in measured.stderr, measured.stderr
     finished = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
                               cwd=tmp_path, env=build_env(LAB_BENCH="never"), capture_output=True, text=True,
                               timeout=300)
@@ -122,18 +133,26 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
     record = json.loads((tmp_path / "results" / "toy-results.json").read_text())
     assert record["lab"] == "toy-lab" and record["command"] == "python labs/demo/toy-lab/benchmark.py --output results/toy-results.json"
     html = (tmp_path / "site" / "toy" / "index.html").read_text()
-    assert '<div class="lab-view toy-answer"><p>The answer is 42.</p></div>' in html
+    assert '<div class="lab-view toy-answer">\n<p class="lab-generated">The answer is 42, squared 1764.</p>\n</div>' in html
     assert "lab-environment" in html and "lab-provenance" in html
     assert (tmp_path / "site" / "results" / "toy-results.json").read_text() == json.dumps(record, indent=2) + "\n"
     # Nothing of the throwaway lab reached the repository (labs/demo/ itself may hold a real lab).
     assert not [path for path in THROWAWAY if (ROOT / path).exists()]
     assert duplicated_names(tmp_path) == [] and loose_modules(tmp_path) == []  # the repository's layout rules hold
+    # The figure the benchmark derived is checked by the build against the same derivation.
+    edited = tmp_path / "results" / "toy-results.json"
+    edited.write_text(edited.read_text().replace('"answer_squared": 1764', '"answer_squared": 1765'))
+    refused = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
+                             cwd=tmp_path, env=build_env(LAB_BENCH="never"), capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0
+    assert ("results/toy-results.json: field $.answer_squared is 1765, but the square of $.answer gives 1764"
+            in refused.stderr), refused.stderr[-2000:]
 
 
 def test_a_failing_view_is_one_line_and_its_traceback_shows_with_verbose(tmp_path: Path) -> None:
     site_with_new_lab(tmp_path)
     views = tmp_path / "labs" / "demo" / "toy-lab" / "toy_views.py"
-    views.write_text(views.read_text().replace('evidence.record["answer"]', 'evidence.record["no-such-field"]'))
+    views.write_text(views.read_text().replace("record['answer']}", "record['no-such-field']}"))
 
     def build(*flags: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", *flags, "--site-dir", "site"],

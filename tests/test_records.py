@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from labkit.manifest import Lab, discover_labs
 from labkit.records import RecordError, atomic_write_json, load_record
 from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, read_record
+from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, other_machines, read_record
 
 from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
@@ -48,6 +50,21 @@ def test_corrupt_record_names_the_file_and_position(tmp_path: Path) -> None:
     path.write_text('{"schema_version": 1,\n  "lab": }')
     with pytest.raises(RecordError, match=r"bad\.json: measurement record is not valid JSON \(line 2, column 10"):
         load_record(path, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xef\xbb\xbf{}", "starts with a UTF-8 byte order mark; JSON is UTF-8 without one (RFC 8259)"),
+        ('{"a": 1}'.encode("utf-16"), "is not UTF-8 text (byte 0)"),
+        (b'{"a": 1, "a": 2}', "holds key 'a' twice in one object"),
+    ],
+)
+def test_a_record_must_be_utf8_json_without_a_byte_order_mark_each_key_once(tmp_path: Path, content: bytes,
+                                                                             message: str) -> None:
+    (tmp_path / "r.json").write_bytes(content)
+    with pytest.raises(RecordError, match=rf"^{re.escape(str(tmp_path))}/r\.json: measurement record {re.escape(message)}"):
+        load_record(tmp_path / "r.json", SCHEMA)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +102,8 @@ def test_hand_edited_median_is_refused(record: dict[str, Any]) -> None:
         (lambda r: r["config"]["benchmark"].update(repeats=99), r"\$\.lengths\[0\]\.order has 7 repetitions, config says repeats = 99"),
         (lambda r: r["lengths"][1]["equivalence"]["cached"].update(max_abs_diff=3.5), r"\$\.lengths\[1\]\.equivalence\.cached\.max_abs_diff is 3\.5, beyond"),
         (lambda r: r["lengths"][0]["speedup"].update(full={"ratio_of_medians": 1.0, "median_of_paired_ratios": 1.0}), r"\$\.lengths\[0\]\.speedup covers \['cached', 'full'\], expected \['cached'\]"),
-        (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes: durations per mode \[6, 7\]"),
+        (lambda r: r["lengths"][0]["modes"]["full"]["durations_ns"].pop(), r"\$\.lengths\[0\]\.modes\.full\.durations_ns holds 6 durations, config says repeats = 7"),
+        (lambda r: r["lengths"][0]["order"].__setitem__(1, ["full", "full"]), r"^r\.json: field \$\.lengths\[0\]\.order\[1\] is \['full', 'full'\], not an order of the modes"),
     ],
 )
 def test_records_whose_parts_contradict_each_other_are_refused(record: dict[str, Any], edit: Any, message: str) -> None:
@@ -146,7 +164,13 @@ def swapped_order(text: str) -> str:
          "$.paging.rows[0].table_entries is 7, but one table entry per block gives"),
         (STORAGE_LAB, lambda t: (ROOT / LAB.record).read_text(),
          "field $.lab: this record belongs to lab 'kv-cache', but this file is the record of lab 'kv-storage'"),
-        (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1), "$.lengths[0].cache_bytes is"),
+        (LAB, lambda t: re.sub(r'"measured": \d+', '"measured": 1', t, count=1),
+         "$.lengths[0].cache_bytes.measured is 1, but the cache tensors of 2 x B x Hkv x T x D x bytes hold"),
+        (LAB, lambda t: re.sub(r'"formula": \d+', '"formula": 1', t, count=1),
+         "$.lengths[0].cache_bytes.formula is 1, but 2 x B x Hkv x T x D x bytes from the record's config gives"),
+        (LAB, lambda t: t.replace('"cached"', '"kept"').replace('"full"', '"cached"').replace('"kept"', '"full"'),
+         "field $.config.benchmark.modes are ['cached', 'full'] with baseline 'cached', but this lab measures "
+         "['full', 'cached'] with baseline 'full'"),
         (LAB, lambda t: re.sub(r'"atol": [^,}]+', '"atol": 1e999', t, count=1), "$.tolerance.atol is 1e999"),
         (LAB, lambda t: re.sub(r'"head_dim": \d+', '"head_dim": 16', t, count=1), "$.config.model.head_dim is 16"),
         (LAB, lambda t: re.sub(r'"dtype": "float32"', '"dtype": "float32X"', t, count=1),
@@ -171,7 +195,8 @@ def swapped_order(text: str) -> str:
          "field $.created_utc is '2999-01-01T00:00:00Z', in the future"),
         (LAB, lambda t: re.sub(r'"machine": "[^"]+"', r'"machine": "abc\\n"', t, count=1), "field $.machine is invalid"),
     ],
-    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "overflow",
+    ids=["nan", "infinity", "steps", "timestamp", "sharing", "paging", "wrong-lab", "cache-bytes", "cache-formula",
+         "swapped-mode-names", "overflow",
          "head-dim", "dtype", "threads", "gqa-paged", "retained", "descending-lengths", "repeated-length",
          "order-against-policy", "max-positions", "duplicate-key", "before-2020", "future", "label-newline"],
 )
@@ -180,6 +205,43 @@ def test_hand_edited_figure_is_refused_in_one_line_naming_file_and_field(
 ) -> None:
     text = edit((ROOT / lab.record).read_text())
     assert field in refusal(tmp_path, lab, text)
+
+
+def bumped(field: str, by: float = 1, count: int = 1) -> Any:
+    """An edit of the record's text: the ``count``-th number stored as ``field`` raised by ``by``."""
+    def edit(text: str) -> str:
+        matches = list(re.finditer(rf'"{field}": ([0-9.e-]+)', text))
+        match = matches[count - 1]
+        value = json.loads(match[1]) + by
+        return text[:match.start(1)] + json.dumps(value) + text[match.end(1):]
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (bumped("formula_bytes"), "field $.memory.formula_bytes is 131073, but 2 x Hkv x T x D x bytes from the "
+                                  "record's config gives 131072"),
+        (bumped("formula_bytes", count=3), "field $.gqa[1].formula_bytes is 65537, but 2 x Hkv x T x D x bytes gives 65536"),
+        (bumped("used_slots"), "field $.paging.used_slots is 34451, but the sum of request_lengths gives 34450"),
+        (bumped("blocks_in_use", count=5), "field $.paging.rows[4].blocks_in_use is 2187, but blocks of 16 for "
+                                           "request_lengths gives 2186"),
+        (bumped("allocated_slots", count=2), "field $.paging.rows[1].allocated_slots is 34477, but blocks x "
+                                             "block_size gives 34476"),
+        (bumped("waste_share", by=0.001, count=8), "field $.paging.rows[7].waste_share is 0.103864583333, but "
+                                                   "wasted / allocated slots gives 0.102864583333"),
+        (bumped("saved_bytes", by=4096), "field $.sharing.saved_bytes is 348160, but 8 requests, a 200-token prompt, "
+                                         "50 tokens each and blocks of 16 gives 344064"),
+        (bumped("copied_blocks", by=-7), "field $.sharing.with.copied_blocks is 0, but 8 requests, a 200-token "
+                                         "prompt, 50 tokens each and blocks of 16 gives 7"),
+    ],
+    ids=["memory-formula", "gqa-formula", "paging-total", "paging-blocks", "paging-slots", "paging-share",
+         "sharing-bytes", "sharing-copies"],
+)
+def test_storage_figure_that_differs_from_its_derivation_is_refused_naming_both_values(
+    tmp_path: Path, edit: Any, message: str
+) -> None:
+    assert refusal(tmp_path, STORAGE_LAB, edit((ROOT / STORAGE_LAB.record).read_text())).endswith(message)
 
 
 def test_nan_is_named_by_its_json_path(tmp_path: Path) -> None:
@@ -281,3 +343,91 @@ def test_a_machine_label_the_schema_might_let_through_is_refused_by_the_header_c
     record["machine"] = "abc\n"
     with pytest.raises(RecordError, match=r"^r\.json: field \$\.machine: machine label 'abc\\n' must be"):
         check_header(record, "r.json")
+
+
+# A record is a regular file inside the repository, of at most MAX_RECORD_BYTES, read once. Each hostile
+# file is read in a subprocess with a deadline and an address-space limit, so a loader that reads
+# /dev/zero for ever or waits on a FIFO fails the test instead of hanging or exhausting the machine.
+READ_EVERY_RECORD = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+from site_hooks.errors import SiteBuildError
+from site_hooks.orchestrate import other_machines, read_record
+from conftest import LAB
+root = Path(sys.argv[1])
+try:
+    other_machines(LAB, root, read_record(LAB, root))
+except SiteBuildError as error:
+    print(f"refused: {error}")
+else:
+    print("accepted")
+"""
+
+
+def hostile_copy(tmp_path: Path, name: str) -> Path:
+    """A repository copy (schemas and the kv-cache reference) with one hostile record file ``name``."""
+    root = tmp_path / "repo"
+    (root / "results").mkdir(parents=True)
+    for path in (ROOT / "results").glob("*.schema.json"):
+        shutil.copyfile(path, root / "results" / path.name)
+    shutil.copyfile(ROOT / LAB.record, root / LAB.record)
+    folder = root / "results" / "machines" / "kv-cache"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    valid = json.loads((ROOT / LAB.record).read_text())
+    valid["machine"] = "box"
+    (outside / "box.json").write_text(json.dumps(valid))
+    if name == "dev-zero":
+        (folder / "box.json").symlink_to("/dev/zero")
+    elif name == "fifo":
+        os.mkfifo(folder / "box.json")
+    elif name == "dangling":
+        (folder / "box.json").symlink_to(folder / "gone.json")
+    elif name == "self":
+        (folder / "box.json").symlink_to(folder / "box.json")
+    elif name == "oversized":  # sparse: 17 MiB on paper, nothing on disk
+        with open(folder / "box.json", "wb") as stream:
+            stream.truncate(17 * 2**20)
+    elif name == "outside":
+        (folder / "box.json").symlink_to(outside / "box.json")
+    elif name == "folder-outside":
+        folder.rmdir()
+        folder.symlink_to(outside, target_is_directory=True)
+    elif name == "reference-outside":
+        shutil.move(root / LAB.record, outside / LAB.record.name)
+        (root / LAB.record).symlink_to(outside / LAB.record.name)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("dev-zero", "results/machines/kv-cache/box.json: measurement record is a character device; a record must be a regular file"),
+        ("fifo", "results/machines/kv-cache/box.json: measurement record is a FIFO (named pipe); a record must be a regular file"),
+        ("dangling", "results/machines/kv-cache/box.json: measurement record not found (a symlink to nothing)"),
+        ("self", "results/machines/kv-cache/box.json: cannot read measurement record: Too many levels of symbolic links"),
+        ("oversized", f"results/machines/kv-cache/box.json: measurement record is {17 * 2**20} bytes, more than the limit of {16 * 2**20} bytes (16 MiB) for a record"),
+        ("outside", "results/machines/kv-cache/box.json: measurement record resolves to {outside}/box.json, outside the repository {root}; a record must be a file of the repository"),
+        ("folder-outside", "results/machines/kv-cache: folder of machine records resolves to {outside}, outside the repository {root}; its records must be files of the repository"),
+        ("reference-outside", "results/cache-results.json: measurement record resolves to {outside}/cache-results.json, outside the repository {root}; a record must be a file of the repository"),
+    ],
+)
+def test_a_record_that_is_not_a_bounded_regular_file_of_the_repository_is_refused_in_one_line_without_reading_it(
+        tmp_path: Path, name: str, message: str) -> None:
+    root = hostile_copy(tmp_path, name)
+    finished = subprocess.run([sys.executable, "-c", READ_EVERY_RECORD, str(root)], capture_output=True, text=True,
+                              timeout=20, cwd=ROOT / "tests", env=os.environ | {"PYTHONPATH": str(ROOT / "tests")})
+    expected = message.format(outside=os.path.realpath(tmp_path / "outside"), root=os.path.realpath(root))
+    assert finished.stdout == f"refused: {expected}\n", finished.stderr[-2000:]
+
+
+def test_a_record_within_the_size_limit_reached_through_a_symlink_inside_the_repository_is_read(tmp_path: Path) -> None:
+    root = hostile_copy(tmp_path, "none")
+    folder = root / "results" / "machines" / "kv-cache"
+    shutil.copyfile(tmp_path / "outside" / "box.json", root / "results" / "box-copy.json")
+    (folder / "box.json").symlink_to(root / "results" / "box-copy.json")
+    reference = read_record(LAB, root)
+    assert reference is not None
+    assert [other.path for other in other_machines(LAB, root, reference)] == ["results/machines/kv-cache/box.json"]

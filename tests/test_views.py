@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from labkit.summary import statistics_frame
+from labkit.figures import fill
+from labkit.summary import statistics_frame, sweep_figures
 from site_hooks import prose
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_ms
+from site_hooks.evidence import Evidence
+from site_hooks.formatting import format_ms, plural
 from site_hooks.views import render_view, views_for
 
 from conftest import LAB, STORAGE_LAB
@@ -23,11 +24,12 @@ HOSTILE = '<script>alert("x")</script> & --8<-- "/etc/passwd"'
 
 
 def set_medians(record: dict[str, Any], medians: dict[int, tuple[int, int]]) -> None:
-    """Make every repetition equal, so each (full, cached) median is exactly what is given."""
+    """Make every repetition equal, so each (full, cached) median is exactly what is given; then derive the
+    stored statistics again, as the benchmark would have."""
     for entry in record["lengths"]:
         for mode, value in zip(("full", "cached"), medians[entry["length"]]):
-            durations = [value] * len(entry["order"])
-            entry["modes"][mode].update(durations_ns=durations, min_ns=value, median_ns=value, max_ns=value)
+            entry["modes"][mode].update(durations_ns=[value] * len(entry["order"]))
+    fill(record, sweep_figures(record))
 
 
 CASES = [(lab.name, view) for lab in (LAB, STORAGE_LAB) for view in sorted(views_for(lab))]
@@ -115,7 +117,7 @@ def test_noisy_rows_are_flagged_with_the_stated_threshold(evidence: Evidence) ->
     entry = evidence.record["lengths"][0]
     durations = entry["modes"]["cached"]["durations_ns"]
     durations[0] = int(max(durations) * 3)
-    entry["modes"]["cached"].update(max_ns=max(durations))
+    fill(evidence.record, sweep_figures(evidence.record))
     html = render_view("medians", evidence)
     assert re.search(r"<td>cached</td>.*<td>spread \d+%</td></tr>", html)
     assert f"1 of {2 * len(evidence.record['lengths'])} measurements flagged as noisy" in html
@@ -190,7 +192,7 @@ def test_a_sweep_view_on_a_record_without_a_sweep_names_the_record(evidence: Evi
 def test_the_measurement_section_states_warmup_and_repetitions_from_the_record(evidence: Evidence) -> None:
     bench = evidence.record["config"]["benchmark"]
     text = render_view("findings", evidence)
-    assert f"first ran {prose.plural(bench['warmup'], 'untimed warm-up run')}, then {bench['repeats']} timed" in text
+    assert f"first ran {plural(bench['warmup'], 'untimed warm-up run')}, then {bench['repeats']} timed" in text
 
 
 def test_cache_bytes_sentence_states_the_worked_example_of_128_positions(evidence: Evidence) -> None:
@@ -270,17 +272,17 @@ def test_an_edited_views_package_is_reloaded_and_an_unchanged_one_is_not(tmp_pat
         'views = "reload_probe_views"\n')
     (package / "__init__.py").write_text("from .parts import VIEWS\n")
     parts = package / "parts.py"
-    parts.write_text('VIEWS = {"probe": lambda evidence: "first"}\n')
+    parts.write_text('VIEWS = {"probe": lambda record: "first"}\n')
     lab = load_lab(folder / "lab.toml", tmp_path)
     try:
-        first = labviews.lab_module(lab)
+        first = labviews.lab_module(lab, lab.views)
         assert labviews.lab_views(lab)["probe"](None) == "first"
-        assert labviews.lab_module(lab) is first  # nothing changed: the loaded module is reused
-        parts.write_text('VIEWS = {"probe": lambda evidence: "second edition"}\n')  # a submodule, not __init__
+        assert labviews.lab_module(lab, lab.views) is first  # nothing changed: the loaded module is reused
+        parts.write_text('VIEWS = {"probe": lambda record: "second edition"}\n')  # a submodule, not __init__
         stamp = parts.stat().st_mtime_ns + 5_000_000_000  # a later mtime, however coarse the file system's clock
         os.utime(parts, ns=(stamp, stamp))
         assert labviews.lab_views(lab)["probe"](None) == "second edition"
-        assert labviews.lab_module(lab) is not first
+        assert labviews.lab_module(lab, lab.views) is not first
     finally:
         labviews.forget("reload_probe_views")
         labviews._stamps.pop("reload_probe_views", None)

@@ -24,7 +24,6 @@ from .machines import derived_label
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
 from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
-from .summary import STATISTICS, as_number, speedup_frame, statistics_frame
 
 ORDER_POLICY = ("rotate: the first repetition runs the modes in the listed order, each later one starts "
                 "with the next mode and wraps around; every mode leads equally often when the repetitions "
@@ -87,36 +86,33 @@ def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None,
     }
 
 
-def add_statistics(lengths: list[dict[str, Any]], baseline: str) -> None:
-    """Store min/median/max per mode and the speedups over the baseline, as labkit.summary computes them."""
-    stats = statistics_frame(lengths)
-    speedups = speedup_frame(lengths, baseline)
-    for entry in lengths:
-        for mode, values in entry["modes"].items():
-            values.update({name: as_number(stats.loc[(entry["length"], mode), name]) for name in STATISTICS})
-        entry["speedup"] = {
-            mode: {name: float(row[name]) for name in ("ratio_of_medians", "median_of_paired_ratios")}
-            for mode, row in speedups.loc[entry["length"]].iterrows()
-        }
-
-
 def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path) -> int:
-    """Build, validate and atomically write a record; on any failure say so and keep the old one."""
+    """Build, validate and atomically write a record; on any failure say so and keep the old one. What
+    an interrupt prints is decided with the rename (labkit.records): the record was replaced or not."""
     untouched = f"{output} was not written" + (" and still holds the previous record" if output.exists() else "")
+    launched = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)  # run through the launcher
+    written = f"{output} had already been written and is complete"
+
+    def say_written_on_interrupt() -> None:
+        if launched:
+            exit_quietly_on_interrupt(written)
+
     try:
         record = build()
         validate_record(record, load_json(schema, "record schema"), "new record", schema_registry(schema.parent))
-        atomic_write_json(output, record)
+        atomic_write_json(output, record, then=say_written_on_interrupt)
     except EquivalenceError as error:
         progress(f"equivalence check failed, no timing taken: {error}; {untouched}")
         return 2
     except (KeyboardInterrupt, Terminated) as stop:
-        progress(f"interrupted ({signal_name(stop)}); {untouched}")
+        if getattr(stop, "record_written", False):
+            say_written_on_interrupt()
+            progress(f"interrupted ({signal_name(stop)}); {written}")
+        else:
+            progress(f"interrupted ({signal_name(stop)}); {untouched}")
         return EXIT_INTERRUPTED[signal_name(stop)]
     except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
         progress(f"failed: {type(error).__name__}: {error}; {untouched}")
         return 1
-    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):  # run through the launcher
-        exit_quietly_on_interrupt(f"{output} had already been written and is complete")
     progress(f"wrote {output}")
     return 0

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from . import bench
+from .figures import Derive, fill
 from .machines import LabelError, check_label, derived_label
 from .manifest import Lab
 from .records import load_json
+from .summary import sweep_figures
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -167,16 +169,15 @@ def token_ids(vocab_size: int, batch: int, length: int, seed: int) -> Tensor:
     return torch.randint(0, vocab_size, (batch, length), generator=generator)
 
 
-def sweep(args: argparse.Namespace, measure: Callable[[int, Progress, str], dict[str, Any]], baseline: str,
+def sweep(args: argparse.Namespace, measure: Callable[[int, Progress, str], dict[str, Any]],
           noun: str = "length") -> list[dict[str, Any]]:
-    """Every length of --lengths through ``measure(length, progress, label)``, then the statistics."""
+    """Every length of --lengths through ``measure(length, progress, label)``; run() adds the statistics."""
     progress = Progress(total=len(args.lengths) * args.repeats)
     try:
         lengths = [measure(length, progress, f"[{number}/{len(args.lengths)}] {noun} {length}")
                    for number, length in enumerate(args.lengths, start=1)]
     finally:
         progress.close()
-    bench.add_statistics(lengths, baseline)
     return lengths
 
 
@@ -215,13 +216,20 @@ def sweep_summary(record: dict[str, Any]) -> list[str]:
 
 
 def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | None,
-        body: Callable[[], dict[str, Any]], summary: Callable[[dict[str, Any]], list[str]]) -> int:
-    """Header + ``body()``'s sections, validated and written atomically; then the summary lines."""
+        body: Callable[[], dict[str, Any]], summary: Callable[[dict[str, Any]], list[str]],
+        derive: Derive | None = None) -> int:
+    """Header + ``body()``'s sections + every derived figure (a sweep's statistics, then the lab's own
+    ``derive``), validated and written atomically; then the summary lines."""
     script = root / lab.benchmark[0]  # the launcher a reader runs, as its lab.toml names it
 
     def build() -> dict[str, Any]:
         sections = body()
-        return {**bench.record_header(lab, root, str(script), argv, args.output, args.machine), **sections}
+        record = {**bench.record_header(lab, root, str(script), argv, args.output, args.machine), **sections}
+        if "lengths" in record:  # a timing sweep: the shared statistics, which the views read
+            fill(record, sweep_figures(record))
+        if derive is not None:
+            fill(record, derive(record))
+        return record
 
     code = bench.write_record(args.output, build, root / lab.schema)
     if code == 0:

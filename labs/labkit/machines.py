@@ -11,11 +11,13 @@ the CPU model and the thread count the benchmarks run with.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from .environment import cpu_model
 from .manifest import Lab
+from .records import RecordError, read_bounded
 
 MACHINES_DIR = Path("results") / "machines"
 LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # whole label (fullmatch): "$" would let "abc\n" through
@@ -48,12 +50,23 @@ def reference_label(lab: Lab, root: Path) -> str | None:
     """The machine label of the lab's reference record; None when there is none to read (a record that
     cannot be read is the build's to report, not a label clash)."""
     try:
-        label = json.loads((root / lab.record).read_text(encoding="utf-8")).get("machine")
-    except (OSError, ValueError, AttributeError):
+        label = json.loads(read_bounded(root / lab.record, "reference record", str(lab.record), root)).get("machine")
+    except (RecordError, ValueError, AttributeError):
         return None
     return label if isinstance(label, str) else None
 
 
 def machine_records(lab: Lab, root: Path) -> list[Path]:
-    """Every other machine's record of ``lab``, by file name."""
-    return sorted((root / MACHINES_DIR / lab.name).glob("*.json"))
+    """Every other machine's record of ``lab``, by file name (dangling symlinks included: reading them
+    says what they are). The folder itself must lie inside the repository."""
+    folder = root / MACHINES_DIR / lab.name
+    if not os.path.lexists(folder):
+        return []
+    real, inside = Path(os.path.realpath(folder)), Path(os.path.realpath(root))
+    if not real.is_relative_to(inside):
+        raise RecordError(f"{folder.relative_to(root)}: folder of machine records resolves to {real}, outside "
+                          f"the repository {inside}; its records must be files of the repository")
+    if not folder.is_dir():
+        raise RecordError(f"{folder.relative_to(root)}: is not a folder of machine records (a file, or a symlink "
+                          f"to nothing)")
+    return sorted(path for path in folder.iterdir() if path.name.endswith(".json"))

@@ -24,7 +24,8 @@ class Lab:
     tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
     fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
-    views: str | None = None  # module in the lab folder with the lab's own VIEWS, check_record, headline
+    views: str | None = None  # module in the lab folder with the lab's own VIEWS and headline
+    figures: str | None = None  # torch-free module (dotted, in the lab folder) with derive and check_invariants
     root: Path | None = None  # the repository root the relative paths start from
 
     def benchmark_arguments(self, record: str | None = None) -> list[str]:
@@ -54,6 +55,7 @@ def load_lab(path: Path, root: Path) -> Lab:
         benchmark=tuple(str(part) for part in data["benchmark"]),
         fingerprint=tuple(str(glob) for glob in data["fingerprint"]),
         views=str(data["views"]) if "views" in data else None,
+        figures=str(data["figures"]) if "figures" in data else None,
         root=root.resolve(),
     )
 

@@ -7,6 +7,7 @@ import math
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,59 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
-from .signals import sigterm_unwinds
+from .signals import signals_held, sigterm_unwinds
 
 
 class RecordError(ValueError):
     """A record that is missing, not JSON, or not valid against its schema."""
+
+
+MAX_RECORD_BYTES = 16 * 2**20  # 16 MiB: the largest committed record is under 1 MB; a bound, not a budget
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bounded(path: Path, what: str, name: str, root: Path | None = None,
+                 limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read once; with ``root``, the file (after
+    every symlink) must lie inside it. Anything else is one RecordError line naming the file: a device
+    or FIFO is never read (opened non-blocking, checked on the open descriptor), a dangling or looping
+    symlink is named as such."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise RecordError(f"{name}: {what} not found" + (" (a symlink to nothing)" if path.is_symlink() else "")) from None
+    except OSError as error:  # ELOOP: a symlink to itself, or a cycle
+        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise RecordError(f"{name}: {what} is {_kind(status.st_mode)}; a record must be a regular file")
+    if root is not None:
+        real, inside = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+        if not real.is_relative_to(inside):
+            raise RecordError(f"{name}: {what} resolves to {real}, outside the repository {inside}; "
+                              f"a record must be a file of the repository")
+    try:  # O_NONBLOCK: opening a FIFO with no writer would wait for ever
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+    with os.fdopen(handle, "rb") as stream:
+        status = os.fstat(handle)  # the file actually opened, whatever the path pointed to before
+        if not stat.S_ISREG(status.st_mode):
+            raise RecordError(f"{name}: {what} is {_kind(status.st_mode)}; a record must be a regular file")
+        if status.st_size > limit:
+            raise RecordError(f"{name}: {what} is {status.st_size} bytes, more than the limit of {limit} "
+                              f"bytes ({limit // 2**20} MiB) for a record")
+        data = stream.read(limit + 1)  # a file growing after the fstat is caught here
+    if len(data) > limit:
+        raise RecordError(f"{name}: {what} is more than the limit of {limit} bytes ({limit // 2**20} MiB) for a record")
+    return data
 
 
 def _mode_for(path: Path) -> int:
@@ -36,14 +85,21 @@ def temporary_files(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.*.tmp"))
 
 
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+def atomic_write_json(path: Path, data: dict[str, Any], then: Callable[[], None] | None = None) -> None:
     """Write to a temporary file beside ``path``, then rename: readers see the old or the new file.
-    SIGTERM during the write unwinds through the cleanup below, so no temporary file is left."""
-    with sigterm_unwinds():
-        _write_then_rename(path, data)
+    SIGTERM during the write unwinds through the cleanup below, so no temporary file is left.
+
+    The rename, the return of the previous signal handlers and ``then`` (a benchmark's: from here on an
+    interrupt says the record is written) run with SIGINT and SIGTERM held back, so an interrupt comes
+    before the rename (the previous record is intact, and it is raised) or after ``then``. One that
+    arrived just before, whose Python handler runs after the rename, is raised with ``record_written``
+    set on it: the record is the new one all the same."""
+    with sigterm_unwinds() as restore:
+        _write_then_rename(path, data, restore, then)
 
 
-def _write_then_rename(path: Path, data: dict[str, Any]) -> None:
+def _write_then_rename(path: Path, data: dict[str, Any], restore: Callable[[], None],
+                       then: Callable[[], None] | None) -> None:
     for leftover in temporary_files(path):
         leftover.unlink(missing_ok=True)
     mode = _mode_for(path)
@@ -55,9 +111,16 @@ def _write_then_rename(path: Path, data: dict[str, Any]) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        with signals_held():
+            os.replace(temporary, path)
+            restore()
+            if then is not None:
+                then()
+    except BaseException as stop:
+        if os.path.lexists(temporary):
+            Path(temporary).unlink(missing_ok=True)
+        else:  # renamed: whatever stopped us came after the record was replaced, and must say so
+            stop.record_written = True  # type: ignore[attr-defined]
         raise
 
 
@@ -100,16 +163,15 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def load_json(path: Path, what: str, label: str | None = None) -> Any:
-    """Parse a JSON file; errors name it as ``label`` (default: the path). NaN, Infinity and a key
-    repeated within one object are refused."""
+def load_json(path: Path, what: str, label: str | None = None, root: Path | None = None) -> Any:
+    """Parse a JSON file, read as ``read_bounded`` reads it (with ``root``: inside it); errors name it as
+    ``label`` (default: the path). NaN, Infinity and a key repeated within one object are refused."""
     name = label or str(path)
+    data = read_bounded(path, what, name, root)
+    if data.startswith(b"\xef\xbb\xbf"):  # the request bodies of the serving lab follow the same rule
+        raise RecordError(f"{name}: {what} starts with a UTF-8 byte order mark; JSON is UTF-8 without one (RFC 8259)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecordError(f"{name}: {what} not found") from None
-    except OSError as error:
-        raise RecordError(f"{name}: cannot read {what}: {error.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise RecordError(f"{name}: {what} is not UTF-8 text (byte {error.start})") from None
     try:
@@ -158,13 +220,13 @@ def check_lab(record: Any, expected: str, source: str) -> None:
 def load_record(path: Path, schema_path: Path, root: Path | None = None, lab: str | None = None) -> dict[str, Any]:
     """Load and validate a record; every failure is one RecordError line naming the file and field.
 
-    With ``root``, files are named relative to it in messages; with ``lab``, the record must be that lab's.
+    With ``root``, files are named relative to it in messages and must lie inside it; with ``lab``, the record must be that lab's.
     """
     def label(file: Path) -> str:
         return file.relative_to(root).as_posix() if root and file.is_relative_to(root) else str(file)
 
-    schema = load_json(schema_path, "record schema", label(schema_path))
-    record = load_json(path, "measurement record", label(path))
+    schema = load_json(schema_path, "record schema", label(schema_path), root)
+    record = load_json(path, "measurement record", label(path), root)
     if lab is not None:
         check_lab(record, lab, label(path))
     validate_record(record, schema, label(path), schema_registry(schema_path.parent))

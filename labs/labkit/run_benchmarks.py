@@ -9,7 +9,10 @@ thread count; a label equal to the reference record's is refused before anything
 (make bench QUICK=1) passes --quick to each benchmark: a smoke test, marked as such in its record.
 Each benchmark writes its record atomically; one failing does not stop the others, and the exit status
 is non-zero if any failed. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
-the running benchmark (which keeps its previous record) and stops the rest, in one line.
+the running benchmark (which keeps its previous record) and stops the rest, in one line. Under make
+(the Makefile's recipe execs this), a SIGINT or SIGTERM to make alone does the same, and a run ended by
+an interrupt ends make by that signal. On Linux, a benchmark whose caller dies (even by SIGKILL) gets
+SIGTERM and stops without writing; so does this process when make dies.
 """
 
 # ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
@@ -32,6 +35,9 @@ def _stop_outside_main(signum: int, frame: FrameType | None) -> None:
 if __name__ == "__main__":  # before the imports below: an interrupt while they load is one line, not runpy's traceback
     for _signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(_signum, _stop_outside_main)
+    from labkit.signals import stop_when_parent_dies
+
+    stop_when_parent_dies()  # make killed: SIGTERM here, forwarded to the running benchmark
 
 import argparse
 import subprocess
@@ -43,6 +49,7 @@ from pathlib import Path
 
 from labkit.machines import LabelError, check_label, derived_label, machine_record_path, reference_label
 from labkit.manifest import Lab, ManifestError, discover_labs
+from labkit.signals import stop_when_parent_dies
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
@@ -50,6 +57,28 @@ RERUN_SUFFIX = "-rerun"  # added to a derived label that a reference record alre
 POLL_S = 0.05  # how soon a signal to make bench is forwarded to the running benchmark
 STOPPED = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
 STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+UNDER_MAKE: int | None = None  # the pid of the GNU make this runs under, when run as a script by it
+
+
+def parent_make() -> int | None:
+    """The parent's pid if it is GNU make (the Makefile's recipe execs this), else None (Linux's /proc)."""
+    parent = os.getppid()
+    try:
+        return parent if Path(f"/proc/{parent}/comm").read_text().strip() == "make" else None
+    except OSError:
+        return None
+
+
+def make_is_stopping(make: int) -> int | None:
+    """The signal GNU make is handling, or None. On SIGINT or SIGTERM make waits for its recipe inside
+    its handler, the signal blocked; a SIGINT sent to make alone it never passes on (it expects the
+    terminal to have sent it to the whole group), so the recipe learns of it here, from make's mask."""
+    try:
+        status = Path(f"/proc/{make}/status").read_text()
+        blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return next((signum for signum in (signal.SIGINT, signal.SIGTERM) if blocked & (1 << (signum - 1))), None)
 
 
 def say(message: str) -> None:
@@ -95,13 +124,19 @@ def stop_on_signals() -> Iterator[Stop]:
 def run_one(arguments: list[str], stop: Stop) -> int:
     """The benchmark's exit status. It runs in a process group of its own, so a Ctrl-C at the terminal
     reaches it once, forwarded from here, not twice; one that outlives CHILD_GRACE_S after that is killed."""
-    process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, process_group=0)
+    parent = os.getpid()
+    process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, process_group=0,
+                               preexec_fn=lambda: stop_when_parent_dies(parent))
     forwarded = False
     while True:
         try:
             return process.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
             pass
+        if stop.signum is None and UNDER_MAKE is not None:
+            signum = make_is_stopping(UNDER_MAKE)
+            if signum is not None:
+                stop(signum, None)
         if stop.signum is not None and not forwarded:
             process.send_signal(stop.signum)
             forwarded = True
@@ -188,7 +223,12 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
 
 
 if __name__ == "__main__":
+    UNDER_MAKE = parent_make()
     status = main(sys.argv[1:])
+    if UNDER_MAKE is not None and status in (130, 143) and make_is_stopping(UNDER_MAKE) is None:
+        # The interrupt reached the benchmark or this process only: end make by the same signal, so
+        # `make bench` says 130 or 143 and not the 2 make gives any failed recipe.
+        os.kill(UNDER_MAKE, status - 128)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

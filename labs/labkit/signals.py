@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -23,6 +24,23 @@ def raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 def signal_name(stop: BaseException) -> str:
     return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_when_parent_dies(parent: int | None = None, signum: int = signal.SIGTERM) -> None:
+    """Linux: the kernel sends ``signum`` to this process when its parent ends, even by SIGKILL, so an
+    orphaned benchmark stops (without writing) instead of replacing a record after its caller is gone.
+    ``parent``: the pid the parent had; if it is already gone, the signal is sent now. Elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl in this libc: the contract is Linux's
+        return
+    if parent is not None and os.getppid() != parent:  # it died before the prctl
+        os.kill(os.getpid(), signum)
 
 
 BEFORE_WRITE = "no record was written, a previous one is untouched"
@@ -47,16 +65,36 @@ def exit_quietly_on_interrupt(state: str = BEFORE_WRITE) -> None:
 
 
 @contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """Within the block, Ctrl-C and SIGTERM raise, so cleanup code runs (main thread only)."""
+def signals_held() -> Iterator[None]:
+    """Within the block the kernel holds SIGINT and SIGTERM back (main thread only); one sent meanwhile
+    arrives as the block ends, so what the block does is never cut in two."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         yield
     finally:
-        for signum, handler in previous.items():
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[Callable[[], None]]:
+    """Within the block, Ctrl-C and SIGTERM raise, so cleanup code runs (main thread only). The block
+    gets a function that brings the previous handlers back early (the block's end does it otherwise)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        while previous:
+            signum, handler = previous.popitem()
             signal.signal(signum, handler)
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield restore
+    finally:
+        restore()

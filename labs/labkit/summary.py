@@ -1,16 +1,20 @@
 """Summaries of a timing record's raw repetitions, with pandas: the one place medians are computed.
 
 A timing record lists, for each prefix length, the run order of every
-repetition and each mode's durations in that order. The benchmark stores
-the statistics computed here; the site recomputes them here and refuses a
-record whose stored numbers disagree.
+repetition and each mode's durations in that order. ``sweep_figures`` derives
+its statistics and speedups: the benchmark stores them, the site checks the
+stored ones against them (labkit.figures), and the views read the stored ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from .figures import Figures
 
 STATISTICS = ("min_ns", "median_ns", "max_ns")
 
@@ -61,3 +65,33 @@ def speedup_frame(lengths: list[dict[str, Any]], baseline: str) -> pd.DataFrame:
 def as_number(value: float) -> int | float:
     """JSON-friendly: integral values as int, so medians of odd repeat counts stay exact nanoseconds."""
     return int(value) if float(value).is_integer() else float(value)
+
+
+def sweep_figures(record: dict[str, Any]) -> Figures:
+    """Every figure of a timing sweep that follows from its raw durations: per length and mode its
+    min, median and max, and per non-baseline mode both speedup estimates over the baseline."""
+    lengths, baseline = record["lengths"], record["config"]["benchmark"]["baseline"]
+    stats, speedups = statistics_frame(lengths), speedup_frame(lengths, baseline)
+    figures = Figures()
+    for index, entry in enumerate(lengths):
+        for mode in entry["modes"]:
+            for name in STATISTICS:
+                figures.add(("lengths", index, "modes", mode, name), as_number(stats.loc[(entry["length"], mode), name]),
+                            "its raw durations")
+        for mode, row in speedups.loc[entry["length"]].iterrows():
+            for name in SPEEDUPS:
+                figures.add(("lengths", index, "speedup", mode, name), float(row[name]), "the raw durations")
+    return figures
+
+
+SPEEDUPS = ("ratio_of_medians", "median_of_paired_ratios")
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The ``share`` quantile (0.5 is the median) by linear interpolation between closest ranks, as numpy
+    computes it: the one definition the benchmarks store and the site checks."""
+    if not values:
+        raise ValueError("a percentile of no values")
+    if not 0 <= share <= 1:
+        raise ValueError(f"a percentile's share is between 0 and 1, not {share}")
+    return float(np.quantile(np.asarray(values, dtype=float), share))

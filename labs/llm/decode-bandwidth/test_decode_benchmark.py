@@ -8,7 +8,6 @@ import copy
 import io
 import math
 import unittest
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -16,15 +15,16 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import Decoder, PreallocatedCache, benchmark, workloads
+from decode_bandwidth import benchmark, figures, formulas, workloads
+from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.hf import hf_model
+from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import tiny_model
-from decode_bandwidth_views import figures
-from decode_bandwidth_views.figures import percentile
 from labkit import harness
-from labkit.manifest import load_lab
+from labkit.figures import check_record
 from labkit.records import RecordError
-from site_hooks.orchestrate import Evidence
+from labkit.summary import percentile
+from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]
@@ -39,21 +39,26 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     main = staticmethod(benchmark.main)
     schema = SCHEMA
 
-    def evidence(self, record: dict[str, Any]) -> Evidence:
-        lab = load_lab(Path(__file__).with_name("lab.toml"), benchmark.ROOT)
-        return Evidence(lab=lab, record=record, tests={}, measured_now=False, build_machine={})
+    def page(self, view: str, record: dict[str, Any]) -> str:
+        """The HTML one of the lab's views puts into the page."""
+        return render_block(decode_bandwidth_views.VIEWS[view](record))
 
-    def assert_refused(self, field: str, tamper: Any) -> None:
+    def check(self, record: dict[str, Any]) -> None:
+        """The site's check of this lab's record: its invariants, then every derived figure."""
+        check_record(record, "record.json", figures.check_invariants, figures.derive)
+
+    def assert_refused(self, field: str, tamper: Any, reason: str = "") -> None:
         record = copy.deepcopy(self.record)
         tamper(record)
         with self.assertRaises(RecordError) as caught:
-            decode_bandwidth_views.check_record(record, "record.json")
+            self.check(record)
         self.assertIn(field, str(caught.exception))
+        self.assertIn(reason, str(caught.exception))
 
     def test_every_cell_of_the_grid_holds_the_fields_a_reader_needs(self) -> None:
         record = self.record
         bench = record["config"]["benchmark"]
-        groups = figures.grid(bench)
+        groups = formulas.grid(bench)
         self.assertEqual(len(record["cells"]), 4 * len(groups))
         for cell in record["cells"]:
             for field in ("mode", "batch", "context", "dtype", "threads", "median_ns_per_step", "floor_ns_per_step"):
@@ -71,7 +76,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertTrue(all(entry["within_tolerance"] for entry in modes.values()))
 
     def test_the_record_passes_its_own_consistency_check(self) -> None:
-        decode_bandwidth_views.check_record(self.record, "record.json")
+        self.check(self.record)
 
     def test_check_record_refuses_a_median_its_durations_do_not_give(self) -> None:
         self.assert_refused("cells[3].median_ns_per_step",
@@ -102,17 +107,28 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_check_record_refuses_too_few_bandwidth_passes_and_a_best_that_is_not_the_fastest(self) -> None:
         def few(record: dict[str, Any]) -> None:
             entry = record["hardware"]["bandwidth"]["1"]
-            entry["durations_ns"] = entry["durations_ns"][:9]
             entry["passes"] = 9
-            entry["best_ns"] = min(entry["durations_ns"])
-            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
-        self.assert_refused("hardware.bandwidth.1.passes", few)
+            for kernel in entry["kernels"].values():
+                kernel["durations_ns"] = kernel["durations_ns"][:9]
+        self.assert_refused('hardware.bandwidth["1"].passes', few)
 
         def slow_best(record: dict[str, Any]) -> None:
+            kernel = record["hardware"]["bandwidth"]["1"]["kernels"]["sum"]
+            kernel["best_ns"] = max(kernel["durations_ns"])
+        self.assert_refused('hardware.bandwidth["1"].kernels.sum.best_ns', slow_best)
+
+        def slower_kernel_named(record: dict[str, Any]) -> None:
             entry = record["hardware"]["bandwidth"]["1"]
-            entry["best_ns"] = max(entry["durations_ns"])
-            entry["bytes_per_s"] = entry["buffer_bytes"] / entry["best_ns"] * 1e9
-        self.assert_refused("hardware.bandwidth.1.best_ns", slow_best)
+            slowest = min(entry["kernels"], key=lambda name: entry["kernels"][name]["bytes_per_s"])
+            entry["best_kernel"] = slowest
+        self.assert_refused('hardware.bandwidth["1"].best_kernel', slower_kernel_named)
+
+    def test_check_record_refuses_a_step_faster_than_its_floor(self) -> None:
+        def beaten(record: dict[str, Any]) -> None:
+            cell = record["cells"][0]
+            floor = cell["floor_ns_per_step"]
+            cell["durations_ns"] = [int(floor * 0.9)] + cell["durations_ns"][1:]
+        self.assert_refused("cells[0].durations_ns", beaten, "under its memory floor")
 
     def test_check_record_refuses_a_layout_measured_in_a_dtype_the_run_did_not_time(self) -> None:
         def tamper(record: dict[str, Any]) -> None:
@@ -134,24 +150,24 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         for row in larger[-1]["rows"]:  # the largest batch: every multiply three times its batch-1 time
             batch_one = next(r for r in first["rows"] if r["kind"] == row["kind"])
             row["in_out_ns"], row["out_in_ns"] = 3 * batch_one["in_out_ns"], 3 * batch_one["out_in_ns"]
-        html = decode_bandwidth_views.VIEWS["batches"](self.evidence(record))
+        html = self.page("batches", record)
         self.assertIn(f"to batch {larger[-1]['batch']} the weight multiplies went from", html)
         self.assertIn("(3.00×) for the same bytes", html)
 
     def test_the_profile_view_blames_page_faults_only_when_the_profiled_step_took_more(self) -> None:
         record = copy.deepcopy(self.record)
         profile = record["profile"]
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         for mode in ("ours-prealloc", "hf-dynamic"):
             timed = cells[(profile["dtype"], profile["threads"], profile["batch"], profile["context"], mode)]
             timed["minor_faults"] = [10] * len(timed["minor_faults"])
             profile["modes"][mode]["minor_faults"] = [10] * len(profile["modes"][mode]["minor_faults"])
         profile["modes"]["hf-dynamic"]["minor_faults"] = [5000] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
-        html = decode_bandwidth_views.VIEWS["profile"](self.evidence(record))
+        html = self.page("profile", record)
         self.assertIn("hf-dynamic step took 5,000 minor page faults", html)
         self.assertIn("freshly mapped", html)
         profile["modes"]["hf-dynamic"]["minor_faults"] = [10] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
-        self.assertNotIn("freshly mapped", decode_bandwidth_views.VIEWS["profile"](self.evidence(record)))
+        self.assertNotIn("freshly mapped", self.page("profile", record))
 
     def test_the_noise_sentence_counts_the_cells_whose_repetitions_spread_widely(self) -> None:
         record = copy.deepcopy(self.record)
@@ -159,27 +175,27 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             cell["min_ns_per_step"] = cell["max_ns_per_step"] = cell["median_ns_per_step"]
         widened = record["cells"][0]
         widened["max_ns_per_step"] = widened["median_ns_per_step"] * 2
-        html = decode_bandwidth_views.VIEWS["comparison"](self.evidence(record))
+        html = self.page("comparison", record)
         self.assertIn(f"1 of {len(record['cells'])} cells spread more than 25%", html)
 
     def test_the_floor_view_names_the_cells_where_arithmetic_is_the_higher_floor(self) -> None:
         record = copy.deepcopy(self.record)
         for group in record["groups"]:
             group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] * (2 if group["batch"] > 1 else 0.5)
-        html = decode_bandwidth_views.VIEWS["floor"](self.evidence(record))
+        html = self.page("floor", record)
         self.assertIn("The arithmetic floor is the higher of the two at batch", html)
         self.assertIn("At batch 1 the memory floor is the higher in every cell", html)
         for group in record["groups"]:
             group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 2
-        self.assertIn("every step here is bound by the bytes", decode_bandwidth_views.VIEWS["floor"](self.evidence(record)))
+        self.assertIn("every step here is bound by the bytes", self.page("floor", record))
 
     def test_the_equivalence_sentence_follows_the_records_flags(self) -> None:
-        html = decode_bandwidth_views.VIEWS["decode-equivalence"](self.evidence(self.record))
+        html = self.page("decode-equivalence", self.record)
         self.assertIn("5 of 5 modes", html)
         self.assertIn("agreed with the reference at every position for all 5", html)
         record = copy.deepcopy(self.record)
         record["equivalence"]["modes"]["hf-static"]["argmax_agrees_every_step"] = False
-        html = decode_bandwidth_views.VIEWS["decode-equivalence"](self.evidence(record))
+        html = self.page("decode-equivalence", record)
         self.assertIn("for 4 of 5; hf-static chose another token", html)
         self.assertNotIn("for all 5", html)
 
@@ -187,14 +203,14 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         for seconds, verdict in ((120.4, "took 120 s: within the 5-minute"), (301.0, "took 301 s: beyond the 5-minute")):
             record["wall_time_s"] = seconds
-            self.assertIn(verdict, decode_bandwidth_views.VIEWS["targets"](self.evidence(record)))
+            self.assertIn(verdict, self.page("targets", record))
 
     def test_the_floor_view_sizes_the_activations_from_the_config(self) -> None:
         record = self.record
         model, bench = record["config"]["model"], record["config"]["benchmark"]
         batch = max(bench["batches"])
-        logits = batch * model["vocab_size"] * figures.BYTES_PER_ELEMENT[bench["dtype"]]
-        html = decode_bandwidth_views.VIEWS["floor"](self.evidence(record))
+        logits = batch * model["vocab_size"] * formulas.BYTES_PER_ELEMENT[bench["dtype"]]
+        html = self.page("floor", record)
         self.assertIn(f"{logits:,} bytes", html)
         self.assertIn("Activations are not counted", html)
 
@@ -202,10 +218,10 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         profile = record["profile"]
         key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         for mode, scale in (("ours-prealloc", 1.5), ("hf-dynamic", 0.5)):
             profile["modes"][mode]["total_ns_per_step"] = cells[(*key, mode)]["median_ns_per_step"] * scale
-        html = decode_bandwidth_views.VIEWS["profile"](self.evidence(record))
+        html = self.page("profile", record)
         self.assertIn("(1.50×) more than its timed median", html)
         self.assertIn("shares of a profiled step", html)
         self.assertIn("less than its timed median", html)
@@ -215,30 +231,29 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         bench = record["config"]["benchmark"]
         for cell in record["cells"]:
             if cell["threads"] == bench["threads"] and cell["batch"] == 1 and cell["mode"] != "hf-dynamic":
-                hf = figures.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
+                hf = formulas.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
                 scale = 0.7 if cell["dtype"] == "float32" else 0.9  # ours loses part of its lead in bfloat16
                 cell["median_ns_per_step"] = hf["median_ns_per_step"] * scale
-        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        html = self.page("variants", record)
         contexts = len(bench["contexts"])
         self.assertIn("0.70× hf-dynamic&#39;s step in float32 and 0.90× in bfloat16", html)
         self.assertIn(f"shrinks in bfloat16 at every one of the {contexts} cells", html)
         self.assertIn("taken in both dtypes", html)
         del record["layout_other_dtypes"]
-        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        html = self.page("variants", record)
         self.assertIn("ran in float32 only", html)
 
     def test_the_two_thread_sentence_states_the_measured_bandwidth_gain(self) -> None:
         record = self.record
         bandwidth = record["hardware"]["bandwidth"]
         gain = bandwidth["2"]["bytes_per_s"] / bandwidth["1"]["bytes_per_s"]
-        html = decode_bandwidth_views.VIEWS["variants"](self.evidence(record))
+        html = self.page("variants", record)
         self.assertIn(f"{bandwidth['2']['bytes_per_s'] / 1e9:.1f} GB/s against", html)
         self.assertIn(f"{'+' if gain >= 1 else '−'}{abs(gain - 1) * 100:.0f}%", html)
 
     def test_every_view_renders_and_shows_the_recorded_figures(self) -> None:
         record = self.record
-        evidence = self.evidence(record)
-        pages = {name: view(evidence) for name, view in decode_bandwidth_views.VIEWS.items()}
+        pages = {name: self.page(name, record) for name in decode_bandwidth_views.VIEWS}
         self.assertIn("<svg", pages["roofline"])
         first = record["cells"][0]
         self.assertIn(f"{first['median_ns_per_step'] / 1e6:.3f}", pages["comparison"])
@@ -254,7 +269,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                 scale = 1.0 if cell["mode"].startswith("ours") else 2.0  # ours at its floor, transformers at twice it
                 cell["median_ns_per_step"] = cell["floor_ns_per_step"] * scale
                 cell["step_over_floor"] = scale
-        html = decode_bandwidth_views.VIEWS["targets"](self.evidence(record))
+        html = self.page("targets", record)
         contexts = len(bench["contexts"])
         self.assertIn(f"at {contexts} of {contexts} contexts, and stayed within", html)
         self.assertNotIn("Missed", html)
@@ -262,14 +277,14 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             if cell["mode"].startswith("ours") and cell["batch"] == 1:
                 cell["median_ns_per_step"] = cell["floor_ns_per_step"] * 3
                 cell["step_over_floor"] = 3.0
-        html = decode_bandwidth_views.VIEWS["targets"](self.evidence(record))
+        html = self.page("targets", record)
         self.assertIn("Missed", html)
         self.assertIn("What limits them", html)
 
     def test_views_escape_text_from_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         record["config"]["benchmark"]["cache_contents"] = "<script>alert(1)</script>"
-        html = decode_bandwidth_views.VIEWS["comparison"](self.evidence(record))
+        html = self.page("comparison", record)
         self.assertNotIn("<script>", html)
         self.assertIn("&lt;script&gt;", html)
 
@@ -278,16 +293,15 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         ratios = decode_bandwidth_views.headline(record)
         self.assertTrue(2 <= len(ratios) <= 5)
         self.assertTrue(all(math.isfinite(value) and value > 0 for _, value in ratios))
-        cells = figures.cell_table(record)
+        cells = formulas.cell_table(record)
         long = record["config"]["benchmark"]["contexts"][-1]
         best = min(cells[("float32", 1, 1, long, m)]["median_ns_per_step"] for m in ("ours-concat", "ours-prealloc"))
         self.assertAlmostEqual(ratios[0][1], best / cells[("float32", 1, 1, long, "hf-dynamic")]["median_ns_per_step"])
 
-    def test_client_figures_follow_the_site_copy_of_the_summary(self) -> None:
+    def test_client_figures_follow_the_token_times(self) -> None:
         runs = [[100, 250, 330, 600], [90, 200, 260, 500]]
-        self.assertIs(benchmark.client_summary, figures.client_summary)  # the site recomputes with the same code
         self.assertEqual(percentile([1, 2, 3, 4], 0.5), 2.5)
-        summary = figures.client_summary(runs, 4)
+        summary = formulas.client_summary(runs, 4)
         self.assertEqual(summary["ttft_ns"], 95.0)  # median of the first stamps
         self.assertEqual(summary["itl_p50_ns"], 130.0)  # gaps 150, 80, 270, 110, 60, 240 pooled
         self.assertAlmostEqual(summary["tokens_per_s"], 4 / 550 * 1e9)  # median run ends at 550 ns

@@ -9,21 +9,24 @@ from pathlib import Path
 
 import torch
 
-import decode_bandwidth_views.figures as figures
-from decode_bandwidth import PreallocatedCache, benchmark, equivalence, preset, profile
+from decode_bandwidth import benchmark, equivalence, formulas, profile
 from decode_bandwidth.bandwidth import (
-    MIN_BANDWIDTH_PASSES,
     MIN_STREAM_BYTES,
     kv_crossover,
     last_level_cache_bytes,
     read_bandwidth,
+    read_kernels,
     step_bytes,
     stream_buffer_bytes,
     weight_bytes,
 )
+from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.config import preset
+from decode_bandwidth.figures import hardware_figures
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids
+from labkit.figures import Figures
 
 
 class ByteAccounting(unittest.TestCase):
@@ -72,29 +75,21 @@ class ByteAccounting(unittest.TestCase):
         self.assertIn("got 1 and 65", str(caught.exception))
 
 
-class SiteCopies(unittest.TestCase):
-    """The site build cannot import torch, so decode_bandwidth_views keeps plain copies: they must agree."""
+class OneHome(unittest.TestCase):
+    """The torch modules use decode_bandwidth.figures' constants and formulas, which the site checks with."""
 
-    def test_the_views_byte_formulas_equal_the_benchmarks(self) -> None:
+    def test_the_torch_modules_hold_the_figures_modules_objects(self) -> None:
+        self.assertIs(DecoderLayer.LAYOUT, formulas.LAYOUT)
+        self.assertIs(profile.KINDS, formulas.KINDS)
+        self.assertIs(benchmark.TARGETS, formulas.TARGETS)
+        self.assertIs(benchmark.MODES, formulas.MODES)
+        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (formulas.ATOL, formulas.RTOL))
+
+    def test_the_step_bytes_of_a_config_are_the_formula_on_its_record(self) -> None:
         for config in (preset("gpt2-small"), preset("tiny", kv_heads=2), preset("tiny", dtype=torch.bfloat16)):
             record = config.as_record()
-            for batch, context in ((1, 1), (4, 17), (16, 64)):
-                expected = step_bytes(config, batch, context).as_record()
-                self.assertEqual(figures.step_bytes(record, record["dtype"], batch, context), expected)
-                self.assertEqual(figures.kind_bytes(record, record["dtype"], batch, context),
-                                 kind_bytes(config, batch, context))
-        record = preset("gpt2-small").as_record()
-        self.assertEqual(figures.kv_crossover(record), kv_crossover(preset("gpt2-small")))
-
-    def test_the_views_know_the_layout_the_decoder_stores(self) -> None:
-        self.assertEqual(figures.LAYOUT, DecoderLayer.LAYOUT)
-
-    def test_the_views_hold_the_benchmarks_targets_tolerance_and_pass_minimum(self) -> None:
-        self.assertEqual(figures.TARGETS, benchmark.TARGETS)
-        self.assertEqual(figures.WALL_TIME_TARGET_S, benchmark.WALL_TIME_TARGET_S)
-        self.assertEqual((figures.ATOL, figures.RTOL), (equivalence.ATOL, equivalence.RTOL))
-        self.assertEqual(figures.MIN_BANDWIDTH_PASSES, MIN_BANDWIDTH_PASSES)
-        self.assertEqual(figures.KINDS, profile.KINDS)
+            self.assertEqual(step_bytes(config, 4, 17).as_record(),
+                             formulas.step_bytes(record, record["bytes_per_element"], 4, 17))
 
 
 class Bandwidth(unittest.TestCase):
@@ -114,11 +109,30 @@ class Bandwidth(unittest.TestCase):
         self.assertEqual(size, 32 * 2**20)
         self.assertIn("level 3", source)
 
-    def test_bandwidth_is_the_buffer_over_the_best_pass(self) -> None:
-        measured = read_bandwidth(2**20, passes=10)
-        self.assertEqual(len(measured["durations_ns"]), 10)
-        self.assertEqual(measured["best_ns"], min(measured["durations_ns"]))
-        self.assertAlmostEqual(measured["bytes_per_s"], 2**20 / measured["best_ns"] * 1e9)
+    def test_every_read_kernel_is_timed_over_the_buffer_and_the_floor_takes_the_fastest(self) -> None:
+        buffer = 4 * formulas.STREAMS * formulas.MATVEC_COLUMNS * 4
+        measured = read_bandwidth(buffer, passes=10)
+        self.assertEqual(sorted(measured["kernels"]), sorted(formulas.READ_KERNELS))
+        for name, kernel in measured["kernels"].items():
+            self.assertEqual(len(kernel["durations_ns"]), 10)
+            self.assertEqual(kernel["bytes"], formulas.kernel_bytes(name, buffer))
+        machine = {"bandwidth": {"1": measured}, "matmul": {}}
+        found = Figures()
+        rates = hardware_figures(machine, found)
+        stored = {figure.path: figure.value for figure in found}
+        best = {name: kernel["bytes"] / min(kernel["durations_ns"]) * 1e9 for name, kernel in measured["kernels"].items()}
+        fastest = max(best, key=lambda name: best[name])
+        self.assertEqual(stored[("hardware", "bandwidth", "1", "best_kernel")], fastest)
+        self.assertAlmostEqual(rates[("bandwidth", "1")], best[fastest])
+
+    def test_the_read_kernels_compute_what_they_claim_to_read(self) -> None:
+        buffer = torch.arange(formulas.STREAMS * formulas.MATVEC_COLUMNS * 2, dtype=torch.float32)
+        kernels = read_kernels(buffer)
+        half = buffer.numel() // 2
+        self.assertEqual(float(kernels["sum"]()), float(buffer.sum()))
+        self.assertEqual(float(kernels["dot"]()), float(torch.dot(buffer[:half], buffer[half:])))
+        self.assertTrue(torch.equal(kernels["streams"](), buffer.view(formulas.STREAMS, -1).sum(0)))
+        self.assertEqual(kernels["matvec"]().numel(), buffer.numel() // formulas.MATVEC_COLUMNS)
 
 
 if __name__ == "__main__":

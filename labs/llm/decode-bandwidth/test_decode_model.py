@@ -7,18 +7,14 @@ import unittest
 
 import torch
 
-import kv_cache
-from decode_bandwidth import (
-    Decoder,
-    DecoderConfig,
-    PreallocatedCache,
-    cached_step_logits,
-    full_step_logits,
-    greedy_generate,
-    preset,
-)
+import kv_cache.attention
+import kv_cache.model
 from decode_bandwidth import model as model_module
 from decode_bandwidth.bandwidth import weight_bytes
+from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.config import DecoderConfig, preset
+from decode_bandwidth.decode import cached_step_logits, full_step_logits, greedy_generate
+from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import TOLERANCE, tiny_model, token_ids
 
 GPT2_SMALL_PARAMETERS = 124_439_808  # GPT-2 small with its head tied to the token embedding
@@ -54,8 +50,8 @@ class Shape(unittest.TestCase):
         torch.testing.assert_close(torch.rand(3), expected)
 
     def test_offset_rule_and_attention_are_the_first_labs_own(self) -> None:
-        self.assertIs(Decoder.positions, kv_cache.DecoderBlock.positions)
-        self.assertIs(model_module.causal_attention, kv_cache.causal_attention)
+        self.assertIs(Decoder.positions, kv_cache.model.DecoderBlock.positions)
+        self.assertIs(model_module.causal_attention, kv_cache.attention.causal_attention)
 
 
 class CachedEqualsFull(unittest.TestCase):

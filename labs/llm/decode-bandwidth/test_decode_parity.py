@@ -7,9 +7,11 @@ import unittest
 import torch
 from transformers import DynamicCache, StaticCache
 
-from decode_bandwidth import Decoder, PreallocatedCache, cached_step_logits, full_step_logits
+from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.decode import cached_step_logits, full_step_logits
 from decode_bandwidth.equivalence import check_modes, prefill_then_steps
 from decode_bandwidth.hf import hf_cached_step_logits, hf_model
+from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import TOLERANCE, tiny_model, token_ids
 from labkit.bench import EquivalenceError
 

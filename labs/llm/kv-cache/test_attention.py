@@ -7,7 +7,7 @@ import unittest
 import torch
 import torch.nn.functional as F
 
-from kv_cache import causal_attention, causal_mask, reference_attention
+from kv_cache.attention import causal_attention, causal_mask, reference_attention
 
 # Same inputs, two float32 kernels: they differ only by summation order.
 ATOL = RTOL = 1e-6

@@ -6,7 +6,7 @@ import unittest
 
 import torch
 
-from kv_cache import DecoderBlock
+from kv_cache.model import DecoderBlock
 from kv_cache.testing import TINY, random_ids
 
 

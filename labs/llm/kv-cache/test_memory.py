@@ -6,7 +6,9 @@ import unittest
 
 import torch
 
-from kv_cache import DecoderBlock, ModelConfig, cache_storage_bytes, kv_cache_bytes
+from kv_cache.config import ModelConfig
+from kv_cache.memory import cache_storage_bytes, kv_cache_bytes
+from kv_cache.model import DecoderBlock
 
 
 class CacheBytes(unittest.TestCase):

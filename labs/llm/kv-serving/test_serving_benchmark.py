@@ -16,13 +16,24 @@ from unittest import mock
 import httpx
 
 import kv_serving_views
-from kv_serving import benchmark
+from kv_serving import benchmark, figures
+from kv_serving.formulas import policy
 from kv_serving.launch import free_port, healthy
+from labkit.figures import check_record
 from labkit.records import RecordError
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, run_quietly
-from site_hooks.orchestrate import Evidence
+from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
+
+
+def check(record: dict[str, Any], source: str) -> None:
+    """The site's check of this lab's record: its invariants, then every derived figure."""
+    check_record(record, source, figures.check_invariants, figures.derive)
+
+
+def rendered(name: str, record: dict[str, Any]) -> str:
+    return render_block(kv_serving_views.VIEWS[name](record))
 
 
 class QuickRun(QuickBenchmarkRun):
@@ -31,7 +42,7 @@ class QuickRun(QuickBenchmarkRun):
 
     def test_quick_record_holds_every_experiment_and_passes_its_own_consistency_check(self) -> None:
         record = self.record
-        kv_serving_views.check_record(record, "quick record")
+        check(record, "quick record")
         self.assertEqual([p["name"] for p in record["admission"]["policies"]],
                          ["kv_budget_bytes", "count_safe", "count_average"])
         self.assertEqual([m["honor_disconnect"] for m in record["cancellation"]["modes"]], [True, False])
@@ -64,7 +75,7 @@ class QuickRun(QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         change(record)
         with self.assertRaisesRegex(RecordError, re.escape(path)):
-            kv_serving_views.check_record(record, "edited")
+            check(record, "edited")
 
     def test_check_record_refuses_failed_for_memory_that_the_failed_request_rows_contradict(self) -> None:
         self.assert_refused("$.admission.policies[0].server.failed_for_memory",
@@ -119,12 +130,12 @@ class QuickRun(QuickBenchmarkRun):
 
     def test_byte_admission_ran_with_a_budget_below_its_pool_and_stayed_within_it(self) -> None:
         config = self.record["config"]["benchmark"]
-        server = kv_serving_views.policy(self.record, "kv_budget_bytes")["server"]
+        server = policy(self.record, "kv_budget_bytes")["server"]
         self.assertEqual(server["budget_blocks"], int(config["num_blocks"] * benchmark.BYTE_BUDGET_SHARE))
         self.assertLess(server["budget_blocks"], server["num_blocks"])
         self.assertLessEqual(server["peak_used_blocks"], server["budget_blocks"])
         for name in ("count_safe", "count_average"):  # the count limits keep the whole pool
-            self.assertEqual(kv_serving_views.policy(self.record, name)["server"]["budget_blocks"], config["num_blocks"])
+            self.assertEqual(policy(self.record, name)["server"]["budget_blocks"], config["num_blocks"])
 
     def test_check_record_refuses_a_byte_budget_that_is_not_the_configured_share_of_the_pool(self) -> None:
         def widen(record: dict[str, Any]) -> None:
@@ -185,21 +196,17 @@ class QuickRun(QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         record["equivalence"].update(tokens_identical=False, within_tolerance=False)
         record["targets"].update(wall_time_s=301.0, wall_time_met=False)
-        evidence = Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
-        pool = kv_serving_views.VIEWS["pool"](evidence)
+        pool = rendered("pool", record)
         self.assertIn("the tokens differed", pool)
         self.assertIn("beyond atol", pool)
-        self.assertIn("not met (301 s)", kv_serving_views.VIEWS["targets"](evidence))
-
-    def evidence(self, record: dict[str, Any]) -> Evidence:
-        return Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
+        self.assertIn("not met (301 s)", rendered("targets", record))
 
     def test_admission_latencies_are_labelled_completed_only_and_a_count_limit_that_failed_requests_is_named(
             self) -> None:
         record = copy.deepcopy(self.record)
-        average = kv_serving_views.policy(record, "count_average")["summary"]
+        average = policy(record, "count_average")["summary"]
         average.update(completed=average["requests"] - 3, failed=3, output_tokens=7)
-        html = kv_serving_views.VIEWS["admission"](self.evidence(record))
+        html = rendered("admission", record)
         self.assertIn("Latency of completed requests only", html)
         self.assertIn(f"{average['completed']} of {average['requests']} requests completed and 3 failed", html)
         self.assertIn("the 7 tokens it delivered", html)
@@ -207,7 +214,7 @@ class QuickRun(QuickBenchmarkRun):
 
     def test_rates_view_gives_the_ratio_over_serial_at_every_rate_and_draws_serial_as_one_point(self) -> None:
         rates = self.record["rates"]
-        html = kv_serving_views.VIEWS["rates"](self.evidence(copy.deepcopy(self.record)))
+        html = rendered("rates", copy.deepcopy(self.record))
         serial = rates["serial"]["summary"]["throughput_tokens_per_s"]
         for point in rates["points"]:
             ratio = point["summary"]["throughput_tokens_per_s"] / serial
@@ -222,7 +229,7 @@ class QuickRun(QuickBenchmarkRun):
             for timings in (row, row["weights"]):
                 timings.update(durations_ns=[value] * len(timings["durations_ns"]), median_ns=value, min_ns=value,
                                max_ns=value)
-        html = kv_serving_views.VIEWS["steps"](self.evidence(record))
+        html = rendered("steps", record)
         self.assertIn(f"a step for {small['batch']} requests took 30.00 ms", html)
         self.assertIn("so this is not noise between repeats", html)
         self.assertIn("The weight multiplications alone show the same inversion", html)
@@ -232,18 +239,18 @@ class QuickRun(QuickBenchmarkRun):
         for run in record["cancellation"]["modes"]:  # nothing streamed before the server noticed
             run["server"]["tokens_generated"] = (sum(r["tokens"] for r in run["requests"])
                                                  + run["server"]["tokens_after_disconnect"])
-        html = kv_serving_views.VIEWS["cancellation"](self.evidence(record))
+        html = rendered("cancellation", record)
         self.assertIn("start when the server noticed a departure", html)
         self.assertIn("So no streamed token fell between a client", html)
         honoured = next(m for m in record["cancellation"]["modes"] if m["honor_disconnect"])
         honoured["server"]["tokens_generated"] += 2  # two tokens streamed that nobody read, before the server noticed
         self.assertIn("So 2 tokens went out between a client",
-                      kv_serving_views.VIEWS["cancellation"](self.evidence(record)))
+                      rendered("cancellation", record))
 
     def test_targets_view_gives_the_evidence_beside_each_verdict(self) -> None:
         record = self.record
-        html = kv_serving_views.VIEWS["targets"](self.evidence(copy.deepcopy(record)))
-        server = kv_serving_views.policy(record, "kv_budget_bytes")["server"]
+        html = rendered("targets", copy.deepcopy(record))
+        server = policy(record, "kv_budget_bytes")["server"]
         self.assertIn(f"peak {server['peak_used_blocks']} of {server['budget_blocks']} blocks", html)
         self.assertIn(f"{record['targets']['bytes_failed_for_memory']} of {record['admission']['workload']['requests']} "
                       f"failed", html)
@@ -251,9 +258,9 @@ class QuickRun(QuickBenchmarkRun):
         self.assertIn(f"at {record['rates']['best_rate']:g}/s (other rates:", html)
 
     def test_every_table_is_narrow_enough_for_the_article_column(self) -> None:
-        evidence = self.evidence(copy.deepcopy(self.record))
-        for name, view in kv_serving_views.VIEWS.items():
-            for head in re.findall(r"<thead>(.*?)</thead>", view(evidence), re.S):
+        record = copy.deepcopy(self.record)
+        for name in kv_serving_views.VIEWS:
+            for head in re.findall(r"<thead>(.*?)</thead>", rendered(name, record), re.S):
                 with self.subTest(view=name):
                     self.assertLessEqual(head.count("<th>"), 8)
 
@@ -262,9 +269,8 @@ class QuickRun(QuickBenchmarkRun):
         pool = record["config"]["benchmark"]["sweep_blocks"]
         last = record["rates"]["points"][-1]
         last["server"]["peak_used_blocks"] = pool
-        evidence = Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
-        html = kv_serving_views.VIEWS["rates"](evidence)
-        self.assertIn(f"At {last['rate']:g} arrivals per second every one of the {pool} blocks was reserved", html)
+        self.assertIn(f"At {last['rate']:g} arrivals per second every one of the {pool} blocks was reserved",
+                      rendered("rates", record))
 
     def test_check_record_names_a_figure_that_contradicts_the_data(self) -> None:
         for path, change in [
@@ -278,20 +284,19 @@ class QuickRun(QuickBenchmarkRun):
             record = copy.deepcopy(self.record)
             change(record)
             with self.subTest(path=path), self.assertRaisesRegex(RecordError, path.replace("[", r"\[").replace("$", r"\$")):
-                kv_serving_views.check_record(record, "edited")
+                check(record, "edited")
 
 
     def test_every_view_renders_the_quick_record_and_escapes_what_it_takes_from_it(self) -> None:
         record = copy.deepcopy(self.record)
         hostile = '<script>alert("x")</script>'
         record["admission"]["policies"][1]["label"] = hostile
-        evidence = Evidence(lab=benchmark.LAB, record=record, tests={}, measured_now=False, build_machine={})
-        for name, view in kv_serving_views.VIEWS.items():
+        for name in kv_serving_views.VIEWS:
             with self.subTest(view=name):
-                html = view(evidence)
-                self.assertNotIn("<script>", html)
-                self.assertNotIn("--8<--", html)
-        admission = kv_serving_views.VIEWS["admission"](evidence)
+                text = rendered(name, record)
+                self.assertNotIn("<script>", text)
+                self.assertNotIn("--8<--", text)
+        admission = rendered("admission", record)
         self.assertIn("&lt;script&gt;", admission)
         self.assertEqual(admission.count("<polyline"), 3)  # one occupancy line per policy
 

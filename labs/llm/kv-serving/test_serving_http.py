@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import random
 import signal
@@ -15,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from kv_serving import server
 from kv_serving.admission import KVBudget
 from kv_serving.launch import free_ports
 from kv_serving.protocol import max_body_bytes
@@ -126,6 +129,115 @@ class ServerTest(QuietLoopTestCase):
         self.assertEqual(running_at_reply, [3] * len(bad), "every refusal came while all three streams decoded")
         for tokens, lines in results:
             self.assertEqual((len(tokens), lines[-1]), (85, "[DONE]"))
+
+    async def test_bodies_must_be_utf8_json_with_unicode_strings_and_each_key_once(self) -> None:
+        async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            completions = f"{url}/v1/completions"
+            body = '{"prompt": [1], "max_tokens": 1}'
+            replies = {
+                "lone surrogate": await client.post(completions, headers=JSON,
+                                                    content=b'{"prompt": [1], "max_tokens": 1, "model": "\\ud800"}'),
+                "kept alive": await client.post(completions, json={"prompt": [1], "max_tokens": 1}),
+                "surrogate key": await client.post(completions, headers=JSON,
+                                                   content=b'{"prompt": [1], "\\udc00": 1}'),
+                "BOM": await client.post(completions, headers=JSON, content=b"\xef\xbb\xbf" + body.encode()),
+                "UTF-16": await client.post(completions, headers=JSON, content=body.encode("utf-16")),
+                "latin-1": await client.post(completions, content=body.encode(),
+                                             headers={"content-type": "application/json; charset=latin-1"}),
+                "utf-8 charset": await client.post(completions, content=body.encode(),
+                                                   headers={"content-type": "application/json; charset=UTF-8"}),
+                "duplicate key": await client.post(completions, headers=JSON,
+                                                   content=b'{"prompt": [1], "max_tokens": 1, "max_tokens": 9}'),
+            }
+        expected = {
+            "lone surrogate": (400, "model holds a lone surrogate", "model"),
+            "kept alive": (200, None, None),
+            "surrogate key": (400, "a field name holds a lone surrogate", None),
+            "BOM": (400, "starts with a UTF-8 byte order mark; a JSON body is UTF-8 without one (RFC 8259)", None),
+            "UTF-16": (400, "the request body is not UTF-8 (byte 0 of 66); a JSON body must be UTF-8", None),
+            "latin-1": (415, "content-type charset=latin-1: a JSON body must be UTF-8 (RFC 8259)", None),
+            "utf-8 charset": (200, None, None),
+            "duplicate key": (400, 'holds key "max_tokens" twice in one object', "max_tokens"),
+        }
+        for name, (status, message, param) in expected.items():
+            with self.subTest(name):
+                self.assertEqual(replies[name].status_code, status, replies[name].text)
+                if message is not None:
+                    self.assertIn(message, replies[name].json()["error"]["message"])
+                    self.assertEqual(replies[name].json()["error"]["param"], param)
+
+    async def test_headers_or_a_body_that_do_not_arrive_within_the_request_timeout_get_408(self) -> None:
+        async def trickle(port: int, data: bytes) -> tuple[bytes, float]:
+            """Send ``data`` a byte per 50 ms (or until the server closes); the whole reply and when it came."""
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            start = time.monotonic()
+            first = asyncio.create_task(reader.read(65536))  # the server writes its 408 in one piece
+            try:
+                for byte in data:
+                    if first.done():
+                        break
+                    writer.write(bytes([byte]))
+                    await asyncio.sleep(0.05)
+                reply = await asyncio.wait_for(first, TIMEOUT_S)
+            finally:
+                writer.close()
+            return reply, time.monotonic() - start
+
+        body = b'{"prompt": [1], "max_tokens": 1}'
+        headers = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                   b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
+        async with serve_in_loop(tiny_engine(), request_timeout_s=0.5) as (url, _):
+            port = int(url.rsplit(":", 1)[1])
+            slow_headers = asyncio.create_task(trickle(port, headers + body))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(headers + body[:5])  # headers at once, the body never finished
+            slow_body = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+            writer.close()
+            header_reply, header_s = await slow_headers
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                after = await client.post(f"{url}/v1/completions", content=body, headers=JSON)
+        self.assertTrue(header_reply.startswith(b"HTTP/1.1 408 "), header_reply[:80])
+        self.assertIn(b'"message": "the request headers did not arrive within 0.5 s"', header_reply)
+        self.assertLess(header_s, 0.05 * len(headers))  # refused before the headers could have finished
+        self.assertTrue(slow_body.startswith(b"HTTP/1.1 408 "), slow_body[:80])
+        self.assertIn(b"the request body did not arrive within 0.5 s", slow_body)
+        self.assertEqual(after.status_code, 200)  # a request sent at once is served as before
+
+    async def test_a_stream_whose_client_takes_nothing_is_cancelled_past_the_unread_bound_and_frees_its_blocks(
+            self) -> None:
+        async with serve_in_loop(tiny_engine(), max_unread_tokens=5) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            body = json.dumps({"prompt": [1] * 4, "max_tokens": 80, "stream": True}).encode()
+            delivered = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await asyncio.Event().wait()  # the client never leaves either
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.body" and message.get("body"):
+                    await asyncio.Event().wait()  # the client reads nothing: no write completes
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                     "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
+            reply = asyncio.create_task(app(scope, receive, send))
+            try:
+                async with asyncio.timeout(TIMEOUT_S):
+                    while scheduler.counters.cancelled == 0:
+                        await asyncio.sleep(0.005)
+                    while scheduler.pool.num_used_blocks:
+                        await asyncio.sleep(0.005)
+            finally:
+                reply.cancel()
+                await asyncio.gather(reply, return_exceptions=True)
+            self.assertLess(scheduler.counters.tokens_generated, 80)  # stopped long before its last token
+            self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
 
     async def test_greedy_n_and_temperature_are_accepted_and_include_usage_adds_a_last_usage_chunk(self) -> None:
         async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
@@ -394,6 +506,46 @@ class ShutdownTest(QuietLoopTestCase):
                 self.assertNotIn("Traceback", result["log"])
                 self.assertNotIn("graceful shutdown exceeded", result["log"])  # nobody was left to cancel
                 self.assertIn("Application shutdown complete", result["log"])
+
+
+# The interrupt lands exactly while the named module is being imported, whatever the machine's speed.
+INTERRUPT_DURING_IMPORT = """
+import os, runpy, signal, sys
+module, signum = sys.argv[1], getattr(signal, sys.argv[2])
+class InterruptDuringImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, InterruptDuringImport())
+sys.argv = ["kv_serving.server", "--port", "0"]
+runpy.run_module("kv_serving.server", run_name="__main__", alter_sys=True)
+"""
+
+
+class StartupTest(unittest.TestCase):
+    def test_ctrl_c_or_sigterm_while_the_server_starts_is_one_line_and_130_or_143(self) -> None:
+        for module, name in (("torch", "SIGINT"), ("uvicorn", "SIGTERM"), ("fastapi", "SIGINT")):
+            with self.subTest(module=module, signal=name):
+                finished = subprocess.run([sys.executable, "-c", INTERRUPT_DURING_IMPORT, module, name],
+                                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                self.assertEqual((finished.returncode, finished.stderr),
+                                 (128 + getattr(signal, name),
+                                  f"kv_serving.server: interrupted ({name}) while not serving; no request was open\n"))
+
+    def test_a_pool_larger_than_the_memory_available_is_an_argument_error_with_both_sizes(self) -> None:
+        original = server.available_memory
+        server.available_memory = lambda: 2**30  # this host's memory must not decide the test
+        try:
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as stop:
+                server.parse_args(["--num-blocks", "100000"])
+            self.assertEqual(server.parse_args(["--num-blocks", "256"]).num_blocks, 256)
+        finally:
+            server.available_memory = original
+        self.assertEqual(stop.exception.code, 2)
+        self.assertIn("error: --num-blocks 100000 of --block-size 16 needs 6553600000 bytes (6.1 GiB) of KV memory; "
+                      "this machine has 1073741824 bytes (1.0 GiB) available", stderr.getvalue())
 
 
 if __name__ == "__main__":

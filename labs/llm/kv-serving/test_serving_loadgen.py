@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import unittest
 
-from kv_serving.loadgen import percentile, run_load
+from kv_serving.formulas import latency_summary
+from kv_serving.launch import free_port
+from kv_serving.loadgen import main, run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
 from kv_serving.workload import WorkloadSpec, make_workload
 
@@ -27,9 +31,12 @@ class WorkloadTest(unittest.TestCase):
         mean_gap = arrivals[-1] / len(arrivals)
         self.assertAlmostEqual(mean_gap, 1 / 60, delta=0.5 / 60)  # Poisson at the stated rate
 
-    def test_percentile_interpolates_between_ranks(self) -> None:
-        self.assertEqual(percentile([4.0, 1.0, 3.0, 2.0], 50), 2.5)
-        self.assertEqual(percentile([1.0, 2.0], 100), 2.0)
+    def test_latency_percentiles_interpolate_between_ranks(self) -> None:
+        summary = latency_summary([4.0, 1.0, 3.0, 2.0])
+        self.assertEqual((summary["p50"], summary["mean"], summary["count"]), (2.5, 2.5, 4))
+        self.assertAlmostEqual(summary["p90"], 3.7)  # rank 0.9 x 3 = 2.7: 3 + 0.7 x (4 - 3)
+        self.assertAlmostEqual(summary["p99"], 3.97)
+        self.assertIsNone(latency_summary([]))
 
 
 class LoadTest(QuietLoopTestCase):
@@ -59,6 +66,35 @@ class LoadTest(QuietLoopTestCase):
             self.assertEqual(scheduler.pool.num_used_blocks, 0)
         self.assertEqual(run.summary()["left"], sum(item.leave_after_tokens is not None for item in workload))
         self.assertGreater(run.summary()["left"], 0)
+
+
+
+class LoadgenCommandTest(unittest.TestCase):
+    def run_main(self, *argv: str) -> tuple[int | str | None, str]:
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code: int | str | None = main(list(argv))
+            except SystemExit as stop:
+                code = stop.code
+        return code, stderr.getvalue()
+
+    def test_a_vocabulary_of_no_token_or_a_base_url_without_a_scheme_is_an_argument_error(self) -> None:
+        for argv, message in ((["--vocab-size", "0"], "vocab_size must be at least 1"),
+                              (["--base-url", "127.0.0.1:8000"], "--base-url must start with http:// or https://")):
+            with self.subTest(argv=argv):
+                code, stderr = self.run_main(*argv)
+                self.assertEqual(code, 2)
+                self.assertIn(message, stderr)
+                self.assertNotIn("Traceback", stderr)
+
+    def test_a_run_in_which_every_request_failed_exits_1_in_one_line(self) -> None:
+        url = f"http://127.0.0.1:{free_port()}"  # nobody listens there
+        code, stderr = self.run_main("--base-url", url, "--requests", "2", "--rate", "100")
+        self.assertEqual(code, 1)
+        self.assertEqual(stderr.count("\n"), 1)
+        self.assertTrue(stderr.startswith(f"loadgen: every one of the 2 requests to {url} failed; the first: Connect"),
+                        stderr)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ import unittest
 
 import torch
 
-from kv_cache import ATOL, RTOL, DecoderBlock, kv_cache_bytes
-from kv_serving import LayeredPool, ServingModel, block_bytes
-from kv_serving.model import greedy_together
+from kv_cache.equivalence import ATOL, RTOL
+from kv_cache.memory import kv_cache_bytes
+from kv_cache.model import DecoderBlock
+from kv_serving.model import ServingModel, greedy_together
+from kv_serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 
 

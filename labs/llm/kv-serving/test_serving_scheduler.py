@@ -118,7 +118,8 @@ class SchedulerTest(QuietLoopTestCase):
         outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
         failures = [end for _, end in outcomes if isinstance(end, Failed)]
         self.assertEqual(len(failures), 5)  # only one request's 8 blocks fit a 10-block pool
-        self.assertIn("8 blocks needed, 2 of 10 are free", failures[0].message)
+        self.assertEqual(failures[0].message, "out of KV memory: admitted as running request 2 under max_running=6, "
+                                              "but 8 blocks needed, 2 of 10 are free")
         self.assertEqual(scheduler.counters.failed_for_memory, 5)
         self.assert_idle_with_every_block_free(scheduler)
 

@@ -5,20 +5,30 @@ from __future__ import annotations
 import copy
 import statistics
 import unittest
+from typing import Any
 from unittest import mock
 
 import torch
 
 import labkit.testing
-from kv_cache import DecoderBlock, cache_storage_bytes
 from kv_cache.broken import PositionResetBlock
-from kv_storage import PagedSequence, PreallocatedKVCache, benchmark
+from kv_cache.memory import cache_storage_bytes
+from kv_cache.model import DecoderBlock
+from kv_storage import benchmark
+from kv_storage.figures import check_invariants, derive
+from kv_storage.paged import PagedSequence
 from kv_storage.peak import profile_allocations
+from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
-from kv_storage_views import check_record
+from labkit import figures
 from labkit.records import RecordError
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
+
+
+def check_record(record: dict[str, Any], source: str) -> None:
+    """The site's check of this lab's record: its invariants, then every derived figure."""
+    figures.check_record(record, source, check_invariants, derive)
 
 
 def run_quietly(*argv: str) -> tuple[int, str]:
@@ -125,6 +135,14 @@ class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
         self.assertEqual(code, 2)
         self.assertIn("paged differs from full", log)
         self.assertIn("kv_heads=", log)
+        self.assert_untouched(log)
+
+    def test_a_cache_that_holds_other_than_its_formula_fails_the_run_and_writes_nothing(self) -> None:
+        real = benchmark.retained_bytes
+        with mock.patch.object(benchmark, "retained_bytes", lambda state: real(state) + 1):
+            code, log = run_quietly("--output", str(self.path))
+        self.assertEqual(code, 1)
+        self.assertIn("this run's own counts: field $.memory.variants.concat.retained_bytes is", log)
         self.assert_untouched(log)
 
     def test_interrupted_run_leaves_the_existing_record_byte_identical(self) -> None:

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kv_cache import ATOL, RTOL, DecoderBlock
-from kv_storage import BlockPool, PagedSequence
+from kv_cache.equivalence import ATOL, RTOL
+from kv_cache.model import DecoderBlock
+from kv_storage.paged import BlockPool, PagedSequence
 from kv_storage.testing import (
     CHUNKINGS,
     FLOAT64_AGREEMENT,

@@ -9,8 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule, run_state_machine_as_test
 
-from kv_cache import DecoderBlock
-from kv_storage import BlockPool, PagedSequence, PoolExhausted
+from kv_cache.model import DecoderBlock
+from kv_storage.paged import BlockPool, PagedSequence, PoolExhausted
 from kv_storage.testing import TINY, random_ids
 
 HEADS, DIM = 2, 3

@@ -6,8 +6,8 @@ import unittest
 
 import torch
 
-from kv_cache import DecoderBlock
-from kv_storage import PreallocatedKVCache
+from kv_cache.model import DecoderBlock
+from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import unittest
 from typing import Any
 
+from kv_storage.figures import TIE_SHARE
 from kv_storage_views import headline
-from kv_storage_views.timing import (
-    TIE_SHARE,
+from kv_storage_views.decode_step import (
     equivalence_sentences,
     gap_sentences,
     paged_overhead_sentences,
     ranking_sentence,
 )
-from kv_storage_views.views import gqa_sentences, memory_sentences
+from kv_storage_views.grouped_query import gqa_sentences
+from kv_storage_views.memory import memory_sentences
 
 MODES = ["full", "concat", "prealloc", "paged"]
 

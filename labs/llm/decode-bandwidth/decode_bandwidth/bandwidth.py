@@ -1,6 +1,7 @@
 """The floor a decode step cannot beat on a given machine: the bytes it must move ÷ sustained read bandwidth.
 
-Bytes per step, from the configuration alone:
+Bytes per step, from the configuration alone (the formulas are decode_bandwidth.figures', torch-free,
+so the site checks a record with the same code):
 
 - every weight a step multiplies by, read once: each layer's matrices and
   biases and both layer norms, the final norm, and the output head (the tied
@@ -21,15 +22,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from . import formulas
 from .config import DecoderConfig
+from .formulas import MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
-MIN_BANDWIDTH_PASSES = 10  # issue 9: the floor is the best of at least ten passes
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -50,45 +53,19 @@ class StepBytes:
 
 
 def weight_bytes(config: DecoderConfig) -> int:
-    """Every weight element a step reads whole, times its size: the layers, the final norm, the head."""
-    width, kv_width, hidden = config.width, config.kv_width, config.hidden
-    per_layer = (
-        2 * width  # attention layer norm: weight and bias
-        + width * (width + 2 * kv_width) + (width + 2 * kv_width)  # fused qkv
-        + width * width + width  # attention output
-        + 2 * width  # mlp layer norm
-        + width * hidden + hidden  # fc
-        + hidden * width + width  # proj
-    )
-    elements = config.layers * per_layer + 2 * width + config.vocab_size * width  # + final norm + tied head
-    return elements * config.bytes_per_element
+    """Every weight element a step reads whole, times its size (decode_bandwidth.formulas.weight_bytes)."""
+    return formulas.weight_bytes(config.as_record(), config.bytes_per_element)
 
 
-# --8<-- [start:step_bytes]
 def step_bytes(config: DecoderConfig, batch: int, context: int) -> StepBytes:
-    """What one decode step at ``context`` attended positions (the new token included) must move."""
-    if batch < 1 or not 1 <= context <= config.max_positions:
-        raise ValueError(f"need batch >= 1 and 1 <= context <= {config.max_positions}, got {batch} and {context}")
-    size = config.bytes_per_element
-    per_position = 2 * config.layers * batch * config.kv_heads * config.head_dim * size  # keys + values, all layers
-    width, hidden = config.width, config.hidden
-    matrix_elements = config.layers * (width * (width + 2 * config.kv_width) + width * width + 2 * width * hidden) \
-        + config.vocab_size * width  # every multiply-add a step does against a weight
-    attention = 2 * 2 * config.layers * batch * config.heads * context * config.head_dim  # q.k and p.v
-    return StepBytes(
-        weights=weight_bytes(config),
-        embedding_rows=(batch + 1) * config.width * size,
-        kv_read=per_position * context,
-        kv_written=per_position,
-        flops=2 * batch * matrix_elements + attention,
-    )
-# --8<-- [end:step_bytes]
+    """What one decode step at ``context`` attended positions must move (decode_bandwidth.formulas.step_bytes)."""
+    needed = formulas.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    return StepBytes(**{name: value for name, value in needed.items() if name != "total"})
 
 
 def kv_crossover(config: DecoderConfig) -> float:
-    """The B x T at which a step's KV reads equal its weight reads: weights / (2 x layers x Hkv x D x bytes)."""
-    per_position = 2 * config.layers * config.kv_heads * config.head_dim * config.bytes_per_element
-    return weight_bytes(config) / per_position
+    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.formulas.kv_crossover)."""
+    return formulas.kv_crossover(config.as_record())
 
 
 def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]:
@@ -116,31 +93,56 @@ def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]
 
 
 def stream_buffer_bytes(llc: int | None) -> int:
-    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES."""
-    return max(4 * (llc or 0), MIN_STREAM_BYTES)
+    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES; a whole number of float32 matrix
+    rows for every read kernel's view of it."""
+    unit = 4 * STREAMS * MATVEC_COLUMNS
+    return -(-max(4 * (llc or 0), MIN_STREAM_BYTES) // unit) * unit
+
+
+def read_kernels(buffer: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """Four ways to read a float32 buffer once, each by a different kernel (formulas.READ_KERNELS says how).
+    The floor takes the fastest: a timed step whose kernels stream faster than a plain sum would otherwise
+    beat its own floor."""
+    half = buffer.numel() // 2
+    first, second = buffer[:half], buffer[half:2 * half]
+    matrix = buffer[: buffer.numel() // MATVEC_COLUMNS * MATVEC_COLUMNS].view(-1, MATVEC_COLUMNS)
+    vector = torch.ones(MATVEC_COLUMNS, dtype=buffer.dtype, device=buffer.device)
+    streams = buffer[: buffer.numel() // STREAMS * STREAMS].view(STREAMS, -1)
+    return {
+        "sum": lambda: buffer.sum(),
+        "dot": lambda: torch.dot(first, second),
+        "streams": lambda: streams.sum(dim=0),
+        "matvec": lambda: torch.mv(matrix, vector),
+    }
 
 
 def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = "cpu") -> dict[str, object]:
-    """Sustained read bandwidth, STREAM-style: sum a float32 buffer far larger than any cache, best pass.
+    """Sustained read bandwidth, STREAM-style: each read kernel over a float32 buffer far larger than any cache,
+    ``passes`` timed passes each, the kernels taking turns so none always runs on a warmer machine.
 
-    The sum reads every byte once and writes one number, so the time is the read. It runs at the
-    thread count in force, which the caller sets to that of the timed steps.
+    Each kernel reads every byte once (the multi-stream sum also writes a sixteenth of them, counted in its
+    bytes); it runs at the thread count in force, which the caller sets to that of the timed steps. Only the
+    passes are returned: ``figures.derive`` finds each kernel's best and the fastest kernel.
     """
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
     buffer = torch.ones(buffer_bytes // 4, dtype=torch.float32, device=device)
     synchronize = torch.cuda.synchronize if buffer.is_cuda else (lambda: None)
-    buffer.sum()  # first touch and warm-up, untimed
-    durations = []
+    kernels = read_kernels(buffer)
+    for kernel in kernels.values():
+        kernel()  # first touch and warm-up, untimed
+    durations: dict[str, list[int]] = {name: [] for name in kernels}
     for _ in range(passes):
-        synchronize()
-        start = time.perf_counter_ns()
-        buffer.sum()
-        synchronize()
-        durations.append(time.perf_counter_ns() - start)
+        for name, kernel in kernels.items():
+            synchronize()
+            start = time.perf_counter_ns()
+            kernel()
+            synchronize()
+            durations[name].append(time.perf_counter_ns() - start)
     read = buffer.numel() * buffer.element_size()
-    return {"buffer_bytes": read, "passes": passes, "durations_ns": durations,
-            "best_ns": min(durations), "bytes_per_s": read / min(durations) * 1e9}
+    return {"buffer_bytes": read, "passes": passes,
+            "kernels": {name: {"bytes": kernel_bytes(name, read), "durations_ns": times}
+                        for name, times in durations.items()}}
 
 
 def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | str = "cpu",
@@ -157,6 +159,7 @@ def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | st
         a @ b
         synchronize()
         durations.append(time.perf_counter_ns() - start)
-    flops = 2 * size**3
-    return {"size": size, "flops": flops, "passes": passes, "durations_ns": durations,
-            "best_ns": min(durations), "flops_per_s": flops / min(durations) * 1e9}
+    flops = square_matmul_flops(size)
+    best, flops_per_s = best_rate(flops, durations)
+    return {"size": size, "flops": flops, "passes": passes, "durations_ns": durations, "best_ns": best,
+            "flops_per_s": flops_per_s}

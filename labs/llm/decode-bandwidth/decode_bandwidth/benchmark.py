@@ -21,32 +21,30 @@ from typing import Any
 
 import torch
 
-from decode_bandwidth.bandwidth import (
-    MIN_BANDWIDTH_PASSES,
-    kv_crossover,
-    last_level_cache_bytes,
-    matmul_throughput,
-    read_bandwidth,
-    step_bytes,
-    stream_buffer_bytes,
-)
+from decode_bandwidth import figures, formulas
+from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
-from decode_bandwidth.equivalence import ATOL, RTOL, check_modes
+from decode_bandwidth.equivalence import check_modes
+from decode_bandwidth.formulas import (
+    ATOL,
+    BASELINE,
+    MIN_BANDWIDTH_PASSES,
+    MODES,
+    READ_KERNELS,
+    RTOL,
+    TARGETS,
+    WALL_TIME_TARGET_S,
+)
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.profile import minor_faults, profile_step
-from decode_bandwidth.workloads import MODES, client_run, step_runners
-from decode_bandwidth_views.figures import client_summary  # the one copy, which the site also recomputes with
+from decode_bandwidth.workloads import client_run, step_runners
 from labkit import bench, harness
 from labkit.manifest import lab_for
-from labkit.summary import as_number
 
 LAB, ROOT = lab_for(__file__)
-BASELINE = "hf-dynamic"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-TARGETS = {"best_over_hf_dynamic": 0.85, "step_over_floor": 1.6}  # issue 9: fp32, headline threads, batch 1
-WALL_TIME_TARGET_S = 300  # issue 9: the whole benchmark within 5 minutes on the 2-core machine
 TIMER = ("time.perf_counter_ns around one decode step under torch.inference_mode, garbage collector paused; "
          "the step's outputs are kept until the clock has stopped, then freed, and the cache is rewound to "
          "T - 1 positions, untimed")
@@ -124,14 +122,9 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.variant_threads = None
 
 
-def grid(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
+def grid(args: argparse.Namespace) -> list[formulas.Group]:
     """(dtype, threads, batch, context) of every timed group: the headline grid, then the variants."""
-    groups = [(args.dtype, args.threads, b, c) for b in args.batches for c in args.contexts]
-    if args.variant_threads:
-        groups += [(args.dtype, args.variant_threads, b, c) for b in args.variant_batches for c in args.contexts]
-    if args.variant_dtype:
-        groups += [(args.variant_dtype, args.threads, b, c) for b in args.variant_batches for c in args.contexts]
-    return groups
+    return formulas.grid(vars(args))
 
 
 def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
@@ -141,30 +134,30 @@ def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes:
     bandwidth, arithmetic = {}, {}
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes")
+        bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes "
+                       f"of {len(READ_KERNELS)} read kernels")
         bandwidth[str(threads)] = read_bandwidth(buffer, passes, args.device)
         for dtype in dtypes:
             arithmetic[f"{dtype}/{threads}"] = matmul_throughput(DTYPES[dtype], 3, args.device)
     torch.set_num_threads(args.threads)
     return {"last_level_cache_bytes": llc, "last_level_cache_source": source, "buffer_bytes": buffer,
-            "kernel": "torch.sum over a float32 buffer (reads every byte once)",
             "bandwidth": bandwidth, "matmul": arithmetic}
 
 
 def merge_hardware(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Half the passes ran before the timed steps and half after: the best of all of them counts, so one busy
-    moment on a shared machine cannot set the floor for the whole run."""
+    moment on a shared machine cannot set the floor for the whole run. The passes only: ``derive`` adds
+    the best of them and the rate it gives."""
     merged = {**before, "bandwidth": {}, "matmul": {}}
     for key, first in before["bandwidth"].items():
-        durations = first["durations_ns"] + after["bandwidth"][key]["durations_ns"]
-        merged["bandwidth"][key] = {"buffer_bytes": first["buffer_bytes"], "passes": len(durations),
-                                    "durations_ns": durations, "best_ns": min(durations),
-                                    "bytes_per_s": first["buffer_bytes"] / min(durations) * 1e9}
+        kernels = {name: {"bytes": entry["bytes"],
+                          "durations_ns": entry["durations_ns"] + after["bandwidth"][key]["kernels"][name]["durations_ns"]}
+                   for name, entry in first["kernels"].items()}
+        merged["bandwidth"][key] = {"buffer_bytes": first["buffer_bytes"],
+                                    "passes": first["passes"] + after["bandwidth"][key]["passes"], "kernels": kernels}
     for key, first in before["matmul"].items():
         durations = first["durations_ns"] + after["matmul"][key]["durations_ns"]
-        merged["matmul"][key] = {"size": first["size"], "flops": first["flops"], "passes": len(durations),
-                                 "durations_ns": durations, "best_ns": min(durations),
-                                 "flops_per_s": first["flops"] / min(durations) * 1e9}
+        merged["matmul"][key] = {"size": first["size"], "passes": len(durations), "durations_ns": durations}
     return merged
 
 
@@ -203,30 +196,22 @@ def time_groups(args: argparse.Namespace, models: dict[str, tuple[Decoder, Any]]
         order, durations, faults = time_group(step_runners(model, reference, batch, context, generator), args,
                                               progress, label)
         groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
-                       "durations": durations, "faults": faults, "config": model.config})
+                       "durations": durations, "faults": faults})
         progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
                                                       for m, d in durations.items()))
     torch.set_num_threads(args.threads)
     return groups
 
 
-def with_floors(timed: list[dict[str, Any]], hardware: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The record's groups and cells: each timed group with its bytes and floors, each mode's cell with its ratio."""
+def groups_and_cells(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The record's groups and cells, raw: ``derive`` adds each group's bytes and floors and each cell's
+    statistics and ratio to its floor."""
     groups, cells = [], []
     for entry in timed:
-        dtype, threads, batch, context = entry["dtype"], entry["threads"], entry["batch"], entry["context"]
-        needed = step_bytes(entry["config"], batch, context)
-        floor = needed.total / hardware["bandwidth"][str(threads)]["bytes_per_s"] * 1e9
-        compute = needed.flops / hardware["matmul"][f"{dtype}/{threads}"]["flops_per_s"] * 1e9
-        groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": entry["order"],
-                       "bytes": needed.as_record(), "floor_ns_per_step": floor, "compute_floor_ns_per_step": compute})
-        for mode in MODES:
-            values = entry["durations"][mode]
-            median = as_number(statistics.median(values))
-            cells.append({"mode": mode, "batch": batch, "context": context, "dtype": dtype, "threads": threads,
-                          "durations_ns": values, "minor_faults": entry["faults"][mode], "min_ns_per_step": min(values), "median_ns_per_step": median,
-                          "max_ns_per_step": max(values), "floor_ns_per_step": floor,
-                          "step_over_floor": median / floor})
+        key = {name: entry[name] for name in ("dtype", "threads", "batch", "context")}
+        groups.append({**key, "order": entry["order"]})
+        cells += [{"mode": mode, **key, "durations_ns": entry["durations"][mode], "minor_faults": entry["faults"][mode]}
+                  for mode in MODES]
     return groups, cells
 
 
@@ -244,8 +229,7 @@ def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> 
                 tokens[mode] = chosen.cpu().tolist()
     return {"batch": 1, "prompt": args.prompt, "new_tokens": args.new_tokens, "greedy": True,
             "same_tokens": tokens["ours"] == tokens["transformers"],
-            "modes": {mode: {"token_times_ns": stamps, **client_summary(stamps, args.new_tokens)}
-                      for mode, stamps in runs.items()}}
+            "modes": {mode: {"token_times_ns": stamps} for mode, stamps in runs.items()}}
 
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
@@ -290,22 +274,19 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         progress.close()
     hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
-    groups, cells = with_floors(timed, hardware)
+    groups, cells = groups_and_cells(timed)
 
     model, reference = models[args.dtype]
     longest = args.contexts[-1]
-    bytes_per_s = hardware["bandwidth"][str(args.threads)]["bytes_per_s"]
     profiles = {}
     with torch.inference_mode():
         runners = step_runners(model, reference, 1, longest, torch.Generator().manual_seed(args.seed + 3))
         for mode in ("ours-prealloc", "hf-dynamic"):
             bench.progress(f"profile: {args.profile_steps} {mode} step(s), batch 1, context {longest}")
-            profiles[mode] = profile_step(*runners[mode], model.config, 1, longest, args.profile_steps, bytes_per_s,
-                                          device.type)
+            profiles[mode] = profile_step(*runners[mode], model.config, args.profile_steps, device.type)
         del runners
     client = client_section(args, model, reference)
 
-    config = model.config
     return {
         "config": {
             "model": {**base.as_record(), "preset": args.preset},
@@ -326,9 +307,6 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "layout": layout,
         "layout_other_dtypes": other_layouts,
         "layout_batches": layout_batches,
-        "kv_crossover": {"batch_x_context": kv_crossover(config),
-                         "weight_bytes": step_bytes(config, 1, 1).weights,
-                         "kv_bytes_per_position": step_bytes(config, 1, 1).kv_read},
         "groups": groups,
         "cells": cells,
         "profile": {"batch": 1, "context": longest, "dtype": args.dtype, "threads": args.threads, "modes": profiles},
@@ -339,14 +317,10 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary(record: dict[str, Any]) -> list[str]:
     lines = []
-    bench_config = record["config"]["benchmark"]
-    for context in bench_config["contexts"]:
-        cells = {c["mode"]: c for c in record["cells"] if c["batch"] == 1 and c["context"] == context
-                 and c["dtype"] == bench_config["dtype"] and c["threads"] == bench_config["threads"]}
-        if not cells:
-            continue
-        best = min((cells[m] for m in ("ours-concat", "ours-prealloc")), key=lambda c: c["median_ns_per_step"])
-        hf = cells[BASELINE]
+    dtype, threads = formulas.headline_key(record)
+    cells = formulas.cell_table(record)
+    for context in record["config"]["benchmark"]["contexts"]:
+        best, hf = formulas.best_ours(cells, (dtype, threads, 1, context)), cells[(dtype, threads, 1, context, BASELINE)]
         lines.append(f"batch 1, context {context}: {best['mode']} {best['median_ns_per_step'] / 1e6:.1f} ms, "
                      f"{BASELINE} {hf['median_ns_per_step'] / 1e6:.1f} ms "
                      f"({best['median_ns_per_step'] / hf['median_ns_per_step']:.2f}x), "
@@ -359,4 +333,4 @@ def summary(record: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)

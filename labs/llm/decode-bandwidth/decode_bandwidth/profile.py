@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 
+from . import formulas
 from .config import DecoderConfig
-
-KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention", "cache writes and copies",
-         "other"]
+from .formulas import KINDS
 
 
 def minor_faults() -> int:
@@ -31,15 +30,8 @@ def matrix_kinds(config: DecoderConfig) -> dict[tuple[int, int], str]:
 
 
 def kind_bytes(config: DecoderConfig, batch: int, context: int) -> dict[str, int]:
-    """The bytes each kind must read per step (weights with their biases; attention reads the KV cache)."""
-    size, layers = config.bytes_per_element, config.layers
-    bytes_per_kind = {kind: layers * (rows * cols + cols) * size for (rows, cols), kind in matrix_kinds(config).items()}
-    bytes_per_kind["output head"] = config.vocab_size * config.width * size  # no bias, read once
-    per_position = 2 * layers * batch * config.kv_heads * config.head_dim * size
-    bytes_per_kind["attention"] = per_position * context
-    bytes_per_kind["cache writes and copies"] = per_position  # the new token's keys and values
-    bytes_per_kind["other"] = (layers * 4 + 2) * config.width * size + (batch + 1) * config.width * size
-    return bytes_per_kind
+    """The bytes each kind must read per step (decode_bandwidth.formulas.kind_bytes)."""
+    return formulas.kind_bytes(config.as_record(), config.bytes_per_element, batch, context)
 
 
 def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], str]) -> str:
@@ -53,9 +45,10 @@ def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], st
     return "other"
 
 
-def profile_step(step: Callable[[], None], reset: Callable[[], None], config: DecoderConfig, batch: int,
-                 context: int, steps: int, bytes_per_s: float, device_type: str = "cpu") -> dict[str, object]:
-    """Profile ``steps`` single steps; per kind the median over them of its self time, beside its bytes and floor.
+def profile_step(step: Callable[[], None], reset: Callable[[], None], config: DecoderConfig, steps: int,
+                 device_type: str = "cpu") -> dict[str, object]:
+    """Profile ``steps`` single steps; per kind the median over them of its self time (the record's
+    ``derive`` adds the bytes each kind must read, their floor and the total).
 
     Each step gets its own profile, and the median per kind keeps one step disturbed by something else
     on the machine from moving the table. ``reset`` (the cache rewind) runs outside the profile, as it
@@ -81,12 +74,5 @@ def profile_step(step: Callable[[], None], reset: Callable[[], None], config: De
             self_ns[kind] += getattr(event, field) * 1e3  # microseconds -> ns
         for kind in KINDS:
             per_step[kind].append(self_ns[kind])
-    needed = kind_bytes(config, batch, context)
-    rows = []
-    for kind in KINDS:
-        floor = needed[kind] / bytes_per_s * 1e9
-        ns = statistics.median(per_step[kind])
-        rows.append({"kind": kind, "ns_per_step": ns, "bytes": needed[kind], "floor_ns": floor,
-                     "ratio_to_floor": ns / floor})
-    return {"steps": steps, "total_ns_per_step": sum(row["ns_per_step"] for row in rows), "rows": rows,
-            "minor_faults": faults}
+    rows = [{"kind": kind, "ns_per_step": statistics.median(per_step[kind])} for kind in KINDS]
+    return {"steps": steps, "rows": rows, "minor_faults": faults}

@@ -24,8 +24,6 @@ from .decode import greedy_generate
 from .hf import hf_filled_cache, rewind
 from .model import Decoder
 
-MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]
-
 
 def synchronizer(device: torch.device) -> Callable[[], None]:
     """Waits for queued GPU work; a no-op on the CPU, where every op has finished when it returns."""

@@ -1,21 +1,38 @@
-"""The decode-bandwidth lab's part of the site: record checks, views and headline ratios.
-Torch-free; named by ``views`` in the lab's lab.toml."""
+"""The decode-bandwidth lab's views: one module per section of its page (docs/llm/decode-bandwidth.md), each a
+function of the checked record returning a site_hooks.blocks.Block, and the headline ratios for comparing
+machines. Torch-free; the figures they read are stored by the benchmark and checked by the build against
+decode_bandwidth.figures.derive, and the constants come from there."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .checks import check_record
-from .figures import best_ours, cell_table
-from .views import VIEWS
+from decode_bandwidth.formulas import best_ours, cell_table, headline_key
+from site_hooks.blocks import View
 
-__all__ = ["VIEWS", "check_record", "headline"]
+from .batches import batches_view
+from .client import client_view
+from .comparison import comparison_view
+from .equivalence import equivalence_view
+from .floor import floor_view
+from .layout import layout_view
+from .model import model_view
+from .profile import profile_view
+from .roofline import roofline_view
+from .targets import targets_view
+from .variants import variants_view
+
+VIEWS: dict[str, View] = {
+    "model": model_view, "floor": floor_view, "layout": layout_view, "decode-equivalence": equivalence_view,
+    "roofline": roofline_view, "comparison": comparison_view, "batches": batches_view, "targets": targets_view,
+    "variants": variants_view, "profile": profile_view, "client": client_view,
+}
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     """Ratios within one run, comparable across machines: ours against transformers and against the floor."""
     bench = record["config"]["benchmark"]
-    dtype, threads = bench["dtype"], bench["threads"]
+    dtype, threads = headline_key(record)
     cells = cell_table(record)
     short, long = bench["contexts"][0], bench["contexts"][-1]
     batch = bench["batches"][-1]

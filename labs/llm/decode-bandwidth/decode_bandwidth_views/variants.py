@@ -1,30 +1,18 @@
-"""The variants view: a second thread count and a second dtype against the headline grid, with what they
-did to the step, to this lab's lead over transformers and to the step's distance from its floor. Every
-number and verdict is computed from the record."""
+"""Two threads, and half the bytes: a second thread count and a second dtype against the headline grid, with
+what they did to the step, to this lab's lead over transformers and to the step's distance from its floor."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import format_ms, format_ratio, lab_renderer
+from decode_bandwidth.formulas import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table, stored_matrix_ns
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ms, format_ratio, join
 
-from .figures import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table
-from .text import gbs, join, ratio_range, signed_percent, threads_text
+from .wording import gbs, percent_range, ratio_range, signed_percent, threads_text
 
-render = lab_renderer(__file__)
 COMPARED = ("ours-prealloc", "hf-dynamic")  # the variant table's modes: this lab's main cache and the baseline
 TIE = 0.02  # two medians within 2% of each other count as unchanged: closer than the repetitions spread
-
-
-def ratio_percent(values: list[float]) -> str:
-    low, high = f"{min(values):.0%}", f"{max(values):.0%}"
-    return low if low == high else f"{low.removesuffix('%')}–{high}"
-
-
-def stored_matrix_ns(layout: dict[str, Any]) -> float:
-    """One step's weight matrix-vector products in the stored layout: per-matrix time x matrices, summed."""
-    return sum(row[f"{row['stored']}_ns"] * row["matrices"] for row in layout["rows"])
 
 
 def threads_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: int) -> list[str]:
@@ -114,7 +102,7 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
         if min(extra) > 0:
             covered = [(variant_ns - base_ns) / e for e in extra]
             sentence += (f" The matrix-vector products' extra {format_ms(variant_ns - base_ns)} ms per step is "
-                         f"{ratio_percent(covered)} of the extra time of the ours-prealloc steps in the table "
+                         f"{percent_range(covered)} of the extra time of the ours-prealloc steps in the table "
                          f"({format_ms(min(extra))}–{format_ms(max(extra))} ms)"
                          + (f"; the layout measurement does not account for the rest, and this record has no "
                             f"{other} profile to say where it goes." if max(covered) < 1 else "."))
@@ -129,8 +117,7 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     return sentences
 
 
-def variants_view(evidence: Evidence) -> str:
-    record = evidence.record
+def variants_view(record: dict[str, Any]) -> Block:
     bench = record["config"]["benchmark"]
     dtype, threads = bench["dtype"], bench["threads"]
     cells = cell_table(record)
@@ -158,4 +145,8 @@ def variants_view(evidence: Evidence) -> str:
                              f"every byte a step must move, and its floor, scales by {size}/{base_size}; its steps "
                              f"came out at {ratio_range([r['over_floor'] for r in mine])} their floor.")
             sentences += dtype_sentences(record, mine, variant_dtype)
-    return render("variants.html.j2", rows=rows, sentences=sentences, dtype=dtype, threads=threads_text(threads))
+    table = Table(headings=["Variant", "Batch", "Context", "Mode", f"{dtype}, {threads_text(threads)} (ms)", "Variant (ms)",
+                            "Variant ÷ headline", "Variant floor (ms)", "Variant ÷ its floor"],
+                  rows=[(r["label"], r["batch"], r["context"], r["mode"], format_ms(r["base"]), format_ms(r["variant"]),
+                         format_ratio(r["ratio"]), format_ms(r["floor"]), format_ratio(r["over_floor"])) for r in rows])
+    return Block(css="lab-decode-variants", tables=[table], notes=sentences)

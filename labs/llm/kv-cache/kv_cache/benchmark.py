@@ -24,7 +24,8 @@ from labkit.manifest import lab_for
 from .config import ModelConfig
 from .decode import cached_step_logits, full_prefix_step_logits
 from .equivalence import ATOL, RTOL, compare_paths
-from .memory import cache_storage_bytes, kv_cache_bytes
+from .figures import BASELINE, derive
+from .memory import cache_storage_bytes
 from .model import DecoderBlock
 
 LAB, ROOT = lab_for(__file__)
@@ -32,7 +33,6 @@ MODES: dict[str, Callable[[DecoderBlock, torch.Tensor], torch.Tensor]] = {
     "full": full_prefix_step_logits,  # baseline: recompute the whole prefix every step
     "cached": cached_step_logits,
 }
-BASELINE = "full"
 DEFAULT_LENGTHS = [16, 32, 64, 128, 256, 512]
 QUICK = {"lengths": [4, 8], "repeats": 2, "warmup": 1}
 MAX_BATCH = 64  # beyond this the full-prefix loop at 512 tokens needs more memory than a laptop has
@@ -74,10 +74,7 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, p
         _, cache = model(ids)
         entry = harness.timed_entry(length, length, equivalence, list(MODES),  # one call per position
                                     lambda mode: time_loop(mode, model, ids), args, progress, label)
-    entry["cache_bytes"] = {
-        "formula": kv_cache_bytes(args.batch, config.kv_heads, length, config.head_dim, config.bytes_per_element),
-        "measured": cache_storage_bytes(cache),
-    }
+    entry["cache_bytes"] = {"measured": cache_storage_bytes(cache)}  # the formula's count: figures.derive
     return entry
 
 
@@ -99,8 +96,7 @@ def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[
     harness.seed_and_threads(args)
     config = ModelConfig(seed=args.seed)
     model = model_class(config)
-    lengths = harness.sweep(args, lambda length, progress, label: measure_length(model, length, args, progress, label),
-                            BASELINE)
+    lengths = harness.sweep(args, lambda length, progress, label: measure_length(model, length, args, progress, label))
     workload = "teacher-forced decode loop: one forward call per position, last-position logits kept"
     return {
         "config": {
@@ -118,4 +114,4 @@ def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[
 def main(argv: Sequence[str] | None = None, model_class: type[DecoderBlock] = DecoderBlock) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args, model_class), harness.sweep_summary)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args, model_class), harness.sweep_summary, derive)

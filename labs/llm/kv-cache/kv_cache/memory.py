@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch-free at run time: the site build imports kv_cache_bytes through kv_cache.figures
+    from torch import Tensor
 
 
 # --8<-- [start:kv_cache_bytes]

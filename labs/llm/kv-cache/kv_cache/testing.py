@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import ATOL, RTOL, DecoderBlock, ModelConfig, cache_storage_bytes, kv_cache_bytes
+from .config import ModelConfig
+from .equivalence import ATOL, RTOL
+from .memory import cache_storage_bytes, kv_cache_bytes
+from .model import DecoderBlock
 
 # Default 4 heads x 8 features, fewer positions and tokens so every test runs in milliseconds.
 TINY = ModelConfig(vocab_size=50, max_positions=32, seed=1)

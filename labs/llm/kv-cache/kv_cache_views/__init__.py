@@ -1,54 +1,26 @@
-"""The KV-cache lab's part of the site: its record's own checks, its cache-bytes view, its headline.
+"""The KV-cache lab's own views: the cache's bytes against the formula, and the headline ratios.
 
-Torch-free: the site build imports this module (named by ``views`` in the lab's lab.toml) and nothing
-else of the lab. The shared views (tests, environment, timing sweep, ...) come from site_hooks.
+Torch-free: views read the record's stored figures, already checked against kv_cache.figures.derive by
+the build; the shared views (tests, environment, timing sweep, ...) come from site_hooks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from labkit.records import RecordError
-from site_hooks.orchestrate import Evidence
-from site_hooks.templating import lab_renderer
-
-render = lab_renderer(__file__)
-WORKED_EXAMPLE = 128  # positions: the article's worked example of the byte formula
+from kv_cache.figures import WORKED_EXAMPLE, cache_bytes
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_number
 
 
-def cache_bytes(model: dict[str, Any], batch: int, length: int) -> int:
-    """2 x B x Hkv x T x D x bytes per element, from a record's model config: the site's torch-free copy of
-    kv_cache.memory.kv_cache_bytes, which the lab's tests check against the tensors themselves."""
-    return 2 * batch * model["kv_heads"] * length * model["head_dim"] * model["bytes_per_element"]
-
-
-def check_record(record: dict[str, Any], source: str) -> None:
-    """Every loop decodes one position per step, and the stored bytes follow from the config."""
-    model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    last = record["lengths"][-1]["length"]
-    if record["precision"]["length"] != last:
-        raise RecordError(f"{source}: field $.precision.length is {record['precision']['length']}, but the "
-                          f"precision check runs at the longest length, {last}")
-    for index, entry in enumerate(record["lengths"]):
-        where = f"{source}: field $.lengths[{index}]"
-        if entry["steps"] != entry["length"]:
-            raise RecordError(f"{where}.steps is {entry['steps']}, but a loop over {entry['length']} positions "
-                              f"makes {entry['length']} decode steps")
-        expected = cache_bytes(model, batch, entry["length"])
-        if entry["cache_bytes"] != {"formula": expected, "measured": expected}:
-            raise RecordError(f"{where}.cache_bytes is {entry['cache_bytes']}, but 2 x B x Hkv x T x D x bytes "
-                              f"gives {expected} from the record's config")
-
-
-def cache_bytes_view(evidence: Evidence) -> str:
-    """Bytes per position from the config; rows already checked against it by check_record."""
-    record = evidence.record
+def cache_bytes_view(record: dict[str, Any]) -> Block:
+    """Bytes per position from the config, then the formula beside the count from the tensors, per length."""
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
     per_position = cache_bytes(model, batch, length=1)
-    rows = [{"length": e["length"], **e["cache_bytes"]} for e in record["lengths"]]
+    rows = [e["cache_bytes"] | {"length": e["length"]} for e in record["lengths"]]
     last = rows[-1]
     example = cache_bytes(model, batch, WORKED_EXAMPLE)
-    measured = next((row for row in rows if row["length"] == WORKED_EXAMPLE), None)
+    measured = any(row["length"] == WORKED_EXAMPLE for row in rows)
     example_source = ("the benchmark counted the same from the tensors" if measured else
                       "a length this record did not measure, so it comes from the formula alone")
     sentence = (
@@ -60,7 +32,9 @@ def cache_bytes_view(evidence: Evidence) -> str:
         f"the key and value tensors hold {last['formula']:,} bytes. At every measured length the bytes of the "
         f"real cache tensors equal the formula."
     )
-    return render("cache_bytes.html.j2", sentence=sentence, rows=rows, per_position=per_position)
+    table = Table(headings=["Retained positions T", f"Formula: {per_position:,} × T bytes", "Counted from the cache tensors"],
+                  rows=[(row["length"], format_number(row["formula"]), format_number(row["measured"])) for row in rows])
+    return Block(css="lab-cache-bytes", paragraphs=[sentence], tables=[table])
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:

@@ -1,7 +1,5 @@
 """A streaming completion server over the storage lab's block pool: continuous batching, admission by
 KV bytes or by request count, and cancellation that frees a request's blocks."""
 
-from .model import ServingModel
-from .pool import LayeredPool, block_bytes, blocks_for
-
-__all__ = ["LayeredPool", "ServingModel", "block_bytes", "blocks_for"]
+# Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
+# import what you use from its module (kv_cache.model, kv_cache.memory, ...).

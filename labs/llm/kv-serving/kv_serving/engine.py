@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kv_cache import ModelConfig
+from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .model import ServingModel

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,9 +21,8 @@ from typing import Any
 
 import httpx
 
+from .formulas import client_summary, latency_summary
 from .workload import WorkItem, WorkloadSpec, make_workload
-
-OUTCOMES = ("completed", "refused", "failed", "left")
 
 
 @dataclass
@@ -49,35 +47,10 @@ class RunResult:
     occupancy: list[dict[str, float]]  # /metrics samples: t_s, used and budget blocks, running, waiting
 
     def summary(self) -> dict[str, Any]:
-        """Counts, throughput and latency percentiles of one run (seconds)."""
-        counts = {outcome: sum(r.outcome == outcome for r in self.requests) for outcome in OUTCOMES}
-        done = [r for r in self.requests if r.outcome == "completed"]
-        tokens = sum(r.tokens for r in self.requests)
-        return {
-            "requests": len(self.requests),
-            **counts,
-            "output_tokens": tokens,
-            "duration_s": self.duration_s,
-            "throughput_tokens_per_s": tokens / self.duration_s if self.duration_s > 0 else 0.0,
-            "ttft_s": percentiles([r.ttft_s for r in done if r.ttft_s is not None]),
-            "itl_s": percentiles([gap for r in done for gap in r.itl_s]),
-            "e2e_s": percentiles([r.e2e_s for r in done if r.e2e_s is not None]),
-        }
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def percentiles(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
-            "mean": sum(values) / len(values), "count": len(values)}
+        """Counts, throughput and latency percentiles of one run (seconds), as kv_serving.formulas derives them
+        (the record's copy is checked against the same function); the gaps between tokens only the client has."""
+        gaps = [gap for r in self.requests if r.outcome == "completed" for gap in r.itl_s]
+        return {**client_summary([asdict(r) for r in self.requests]), "itl_s": latency_summary(gaps)}
 
 
 async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: str, start: float) -> RequestResult:
@@ -176,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--model", default="kv-serving-random")
     add("--details", action="store_true", help="print every request's result too")
     args = parser.parse_args(argv)
+    if not args.base_url.startswith(("http://", "https://")):
+        parser.error(f"--base-url must start with http:// or https://, got {args.base_url!r}")
     try:
         spec = WorkloadSpec(args.requests, args.rate, args.seed, args.vocab_size)
     except ValueError as error:
@@ -185,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.details:
         report["requests"] = [asdict(r) for r in run.requests]
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    if all(r.outcome == "failed" for r in run.requests):  # nothing was measured: no server, or not this protocol
+        sys.stderr.write(f"loadgen: every one of the {len(run.requests)} requests to {args.base_url} failed; the "
+                         f"first: {run.requests[0].error}\n")
+        return 1
     return 0
 
 

@@ -20,9 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kv_cache import DecoderBlock, ModelConfig, causal_attention
+from kv_cache.attention import causal_attention
+from kv_cache.config import ModelConfig
+from kv_cache.model import DecoderBlock
 
-from .pool import LayeredPool, blocks_for
+from .formulas import blocks_for
+from .pool import LayeredPool
 
 
 class ServingModel:

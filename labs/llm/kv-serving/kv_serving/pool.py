@@ -12,20 +12,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kv_cache import ModelConfig, kv_cache_bytes
-from kv_storage import BlockPool, PoolExhausted
+from kv_cache.config import ModelConfig
+from kv_storage.paged import BlockPool, PoolExhausted
 
-
-def blocks_for(positions: int, block_size: int) -> int:
-    """Blocks that hold ``positions`` cached positions: ceil(positions / block_size)."""
-    if positions < 0 or block_size < 1:
-        raise ValueError(f"need positions >= 0 and block_size >= 1, got {positions} and {block_size}")
-    return -(-positions // block_size)
+from . import formulas
 
 
 def block_bytes(config: ModelConfig, layers: int, block_size: int) -> int:
     """Keys and values of one block in every layer, from the first lab's formula (batch 1)."""
-    return layers * kv_cache_bytes(1, config.kv_heads, block_size, config.head_dim, config.bytes_per_element)
+    return formulas.block_bytes(layers, block_size, config.kv_heads, config.head_dim, config.bytes_per_element)
 
 
 class LayeredPool:

@@ -9,6 +9,7 @@ decoding anyway (``n: 1``, ``temperature: 0``).
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 from dataclasses import dataclass
@@ -63,17 +64,68 @@ def _parse_constant(name: str) -> float:
     raise BadRequest(f"the request body is not valid JSON: {name} is not a JSON value", "invalid_json")
 
 
-def parse_body(raw: bytes) -> CompletionRequest:
-    """Decode and check one request body; BadRequest says what was wrong, with the values involved."""
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A key given twice in one object is refused, as the record loader refuses it: json would keep the last."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise BadRequest(f"the request body holds key {_shown(key)} twice in one object; which value counts "
+                             f"would be a silent choice", "duplicate_key", key if _encodable(key) else None)
+        seen.add(key)
+    return dict(pairs)
+
+
+def _encodable(text: str) -> bool:
     try:
-        body = json.loads(raw, parse_int=_parse_int, parse_constant=_parse_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _lone_surrogate(value: object, where: str) -> str | None:
+    """The first string (key or value) in ``value`` that no UTF-8 text can carry, such as a lone \\ud800
+    escape: echoed in a reply, it could not be encoded."""
+    if isinstance(value, str):
+        return None if _encodable(value) else where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and not _encodable(key):
+            return f"a key of {where}" if where else "a field name"
+        found = _lone_surrogate(item, f"{where}.{key}" if isinstance(key, str) and where else
+                                f"{where}[{key}]" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def parse_body(raw: bytes) -> CompletionRequest:
+    """Decode and check one request body; BadRequest says what was wrong, with the values involved. The
+    body must be UTF-8 without a byte order mark (RFC 8259), every key once per object, every string
+    valid Unicode text."""
+    if raw.startswith(codecs.BOM_UTF8):
+        raise BadRequest("the request body starts with a UTF-8 byte order mark; a JSON body is UTF-8 without one "
+                         "(RFC 8259)", "invalid_json")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"the request body is not UTF-8 (byte {error.start} of {len(raw)}); a JSON body must be "
+                         f"UTF-8 (RFC 8259)", "invalid_json") from None
+    try:
+        body = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant,
+                          object_pairs_hook=_refuse_duplicate_keys)
+    except json.JSONDecodeError as error:
         raise BadRequest(f"the request body is not valid JSON: {error}", "invalid_json") from None
     except RecursionError:
         raise BadRequest(f"the request body nests arrays or objects too deeply to parse (more than about "
                          f"{sys.getrecursionlimit()} levels)", "invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    unencodable = _lone_surrogate(body, "")
+    if unencodable:
+        field = unencodable.split(".")[0].split("[")[0]
+        raise BadRequest(f"{unencodable} holds a lone surrogate (a \\ud800-\\udfff escape not in a pair), which is "
+                         f"not Unicode text", "invalid_string", field if field in ACCEPTED_FIELDS else None)
     unsupported = sorted(set(body) - ACCEPTED_FIELDS)
     if unsupported:
         raise BadRequest(f"unsupported field(s) {', '.join(unsupported)}; this server accepts "

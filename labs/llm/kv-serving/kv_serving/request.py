@@ -54,6 +54,8 @@ class Request:
     cancel_iteration: int | None = None  # scheduler iteration during which the client left
     decode_steps: int = 0
     decode_steps_after_gone: int = 0
+    max_unread: int | None = None  # tokens its stream may leave untaken before it counts as departed (None: no bound)
+    gone_reason: str = "the client disconnected"
 
     @property
     def kv_positions(self) -> int:

@@ -38,11 +38,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kv_storage import PoolExhausted
+from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
+from .formulas import blocks_for
 from .model import ServingModel
-from .pool import LayeredPool, blocks_for
+from .pool import LayeredPool
 from .request import Failed, Finished, Request, Status, Token
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,9 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
 
     # ---- requests in -------------------------------------------------------------------------------
-    def submit(self, prompt: list[int], max_tokens: int) -> Request:
-        """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full)."""
+    def submit(self, prompt: list[int], max_tokens: int, max_unread: int | None = None) -> Request:
+        """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full). With
+        ``max_unread``, a request whose client leaves more than that many tokens untaken counts as departed."""
         config, size = self.model.config, self.pool.block_size
         if self.closing is not None:
             raise RequestRefused(self.closing, 503, "server_shutting_down")
@@ -135,17 +137,18 @@ class Scheduler:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
-        request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens)  # unique across launches
+        request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
+                          max_unread=max_unread)
         self.counters.submitted += 1
         self.waiting.append(request)
         self._wake.set()
         return request
 
-    def disconnect(self, request: Request) -> None:
+    def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
         """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
         if request.done or request.client_gone:
             return
-        request.client_gone, request.gone_s = True, time.monotonic()
+        request.client_gone, request.gone_s, request.gone_reason = True, time.monotonic(), reason
         request.cancel_iteration = self.counters.iterations
         self._wake.set()
 
@@ -226,9 +229,10 @@ class Scheduler:
                 request.table = self.pool.allocate(needed)
             except PoolExhausted as error:  # admitted by count, but the memory is not there
                 self.counters.failed_for_memory += 1
+                limit = ", ".join(f"{key}={value}" for key, value in self.policy.describe().items() if key != "policy")
                 self._retire(request, Status.FAILED, Failed(
-                    f"out of KV memory: admitted as request {len(self.running) + 1} of "
-                    f"{self.policy.describe()}, but {error}"))
+                    f"out of KV memory: admitted as running request {len(self.running) + 1} under {limit}, "
+                    f"but {error}"))
                 continue
             request.status = Status.RUNNING
             self.running.append(request)
@@ -304,11 +308,15 @@ class Scheduler:
         if len(request.output) == request.max_tokens:
             self.counters.completed += 1
             self._retire(request, Status.FINISHED, Finished("length"))
+        elif request.max_unread is not None and request.events.qsize() > request.max_unread:
+            # its client takes nothing (beyond what the socket buffers held): holding its blocks to the
+            # last token would let one idle reader keep memory others could use
+            self.disconnect(request, f"the client left more than {request.max_unread} tokens unread")
 
     def _retire_cancelled(self) -> None:
         for request in [r for r in (*self.waiting, *self.running) if self._cancelled(r)]:
             self.counters.cancelled += 1
-            self._retire(request, Status.CANCELLED, Failed("cancelled: the client disconnected"))
+            self._retire(request, Status.CANCELLED, Failed(f"cancelled: {request.gone_reason}"))
         self._fail_running_if_closing()
 
     def _retire(self, request: Request, status: Status, event: Finished | Failed) -> None:

@@ -10,18 +10,38 @@ SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
 each client gets an answer, then stops the server.
 """
 
+# ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
+
 from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+
+def _stop_while_not_serving(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM while the server imports and builds its model, before uvicorn's handlers take over
+    (or after they are gone): no request is open, so stop at once, in one line, as a benchmark does."""
+    name = signal.Signals(signum).name
+    print(f"kv_serving.server: interrupted ({name}) while not serving; no request was open", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":  # before the imports below: an interrupt while torch loads is one line, not a traceback
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, _stop_while_not_serving)
 
 import argparse
 import asyncio
-import signal
+import json
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
-from types import FrameType
 
+import h11
 import uvicorn
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
@@ -29,6 +49,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .engine import EngineConfig, policy_from
 from .pool import block_bytes
@@ -50,6 +71,49 @@ from .scheduler import RequestRefused, Scheduler
 HOST = "127.0.0.1"  # never another interface: this is a lab server with no authentication
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
 SHUTTING_DOWN = "the server is shutting down"
+REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from their first byte), and again for its body
+MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
+
+
+class BoundedHeaders(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, with a deadline on a request's headers: a client that sends them a byte
+    at a time gets a 408 and the connection closes, instead of holding it for as long as it likes."""
+
+    header_timeout_s = REQUEST_TIMEOUT_S
+    _header_deadline: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        waiting_for_headers = self.conn.their_state is h11.IDLE
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the headers are in (uvicorn's cycle has the request)
+            self._cancel_header_deadline()
+        elif waiting_for_headers and data and self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_deadline()
+        super().connection_lost(exc)
+
+    def _cancel_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        body = json.dumps(error_body(f"the request headers did not arrive within {self.header_timeout_s:g} s",
+                                     "request_timeout")).encode()
+        # h11 sends no response before a request has arrived: written by hand, then the connection closes
+        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.transport.close()
+
+
+def bounded_headers(timeout_s: float) -> type[BoundedHeaders]:
+    """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s``."""
+    return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s})
 
 
 class Server(uvicorn.Server):
@@ -93,8 +157,21 @@ class BodyTooLarge(ValueError):
     """A request body beyond ``max_body_bytes``: answered 413 without reading the rest."""
 
 
-async def read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
-    """The body, refused by its Content-Length before reading, or as soon as more than ``limit`` bytes arrive."""
+class BodyTooSlow(ValueError):
+    """A request body that did not arrive within the server's request timeout: answered 408."""
+
+
+async def read_body(http: HTTPRequest, limit: int, max_positions: int, timeout_s: float = REQUEST_TIMEOUT_S) -> bytes:
+    """The body, refused by its Content-Length before reading, or as soon as more than ``limit`` bytes arrive,
+    or when it has not all arrived ``timeout_s`` after the headers."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(http, limit, max_positions)
+    except TimeoutError:
+        raise BodyTooSlow(f"the request body did not arrive within {timeout_s:g} s") from None
+
+
+async def _read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
     why = (f"this server reads at most {limit} bytes ({BYTES_PER_TOKEN_ID} per position for the model's "
            f"{max_positions} positions + {BODY_SLACK_BYTES})")
     declared = http.headers.get("content-length", "")
@@ -109,7 +186,8 @@ async def read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
     return b"".join(parts)
 
 
-def create_app(config: EngineConfig) -> FastAPI:
+def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
+               max_unread_tokens: int = MAX_UNREAD_TOKENS) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = config.build()
@@ -152,17 +230,26 @@ def create_app(config: EngineConfig) -> FastAPI:
         if media_type != "application/json":
             return JSONResponse(error_body(f"content-type must be application/json, got {media_type or 'none'}",
                                            "unsupported_media_type"), status_code=415)
+        charset = next((part.split("=", 1)[1].strip().strip('"').lower()
+                        for part in http.headers.get("content-type", "").split(";")[1:]
+                        if part.strip().lower().startswith("charset=")), "utf-8")
+        if charset not in ("utf-8", "utf8"):  # RFC 8259: JSON exchanged between systems is UTF-8
+            return JSONResponse(error_body(f"content-type charset={charset}: a JSON body must be UTF-8 (RFC 8259)",
+                                           "unsupported_media_type"), status_code=415)
         try:
-            raw = await read_body(http, body_limit, config.model.max_positions)
+            raw = await read_body(http, body_limit, config.model.max_positions, request_timeout_s)
         except ClientDisconnect:  # gone before the body arrived: nothing was queued, nobody to answer
             return Response(status_code=499)
         except BodyTooLarge as error:  # uvicorn discards the rest as it arrives, so the client reads this reply
             return JSONResponse(error_body(str(error), "request_too_large"), status_code=413)
+        except BodyTooSlow as error:  # the rest of the body is not waited for: the connection closes
+            return JSONResponse(error_body(str(error), "request_timeout"), status_code=408,
+                                headers={"Connection": "close"})
         except asyncio.CancelledError:  # a body still arriving when uvicorn gave up waiting at shutdown
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
         try:
             body = parse_body(raw)
-            request = scheduler.submit(body.prompt, body.max_tokens)
+            request = scheduler.submit(body.prompt, body.max_tokens, max_unread_tokens if body.stream else None)
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
         except RequestRefused as error:
@@ -249,13 +336,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--max-waiting", type=int, default=256, help="waiting-queue length beyond which requests get 503")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
+    add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
+        help="seconds a request's headers (from their first byte), then its body, may take to arrive before a 408 "
+             "(default: %(default)s)")
+    add("--max-unread-tokens", type=int, default=MAX_UNREAD_TOKENS,
+        help="tokens a stream's client may leave untaken before it is treated as departed and its blocks freed "
+             "(default: %(default)s)")
     args = parser.parse_args(argv)
-    for name in ("num_blocks", "block_size", "max_waiting", "threads"):
+    if not 0 < args.request_timeout_s < float("inf"):
+        parser.error(f"--request-timeout-s must be a finite number of seconds above 0, got {args.request_timeout_s}")
+    for name in ("num_blocks", "block_size", "max_waiting", "threads", "max_unread_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
+    base = EngineConfig()
+    needed, available = args.num_blocks * block_bytes(base.model, base.layers, args.block_size), available_memory()
+    if available is not None and needed > available:
+        parser.error(f"--num-blocks {args.num_blocks} of --block-size {args.block_size} needs {needed} bytes "
+                     f"({needed / 2**30:.1f} GiB) of KV memory; this machine has {available} bytes "
+                     f"({available / 2**30:.1f} GiB) available")
     return args
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation: Linux's MemAvailable, else free pages; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -278,10 +394,17 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
-    Server(uvicorn.Config(create_app(config), host=HOST, port=args.port, log_level="info", access_log=False,
-                          timeout_graceful_shutdown=GRACE_S)).run()
+    app = create_app(config, args.request_timeout_s, args.max_unread_tokens)
+    Server(uvicorn.Config(app, host=HOST, port=args.port, log_level="info", access_log=False,
+                          timeout_graceful_shutdown=GRACE_S, http=bounded_headers(args.request_timeout_s))).run()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status)  # no interpreter shutdown after the last line, for a signal to land in

@@ -12,13 +12,13 @@ from dataclasses import replace
 
 import uvicorn
 
-from kv_cache import ModelConfig
+from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, Server, create_app
+from .server import HOST, MAX_UNREAD_TOKENS, REQUEST_TIMEOUT_S, Server, bounded_headers, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -34,14 +34,17 @@ def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **c
 
 
 @asynccontextmanager
-async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0) -> AsyncIterator[tuple[str, object]]:
+async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
+                        request_timeout_s: float = REQUEST_TIMEOUT_S,
+                        max_unread_tokens: int = MAX_UNREAD_TOKENS) -> AsyncIterator[tuple[str, object]]:
     """Start uvicorn on 127.0.0.1 with an ephemeral port inside the running loop; yield (base URL, app).
 
     The server stops when the block exits, by itself, within ``timeout_s``.
     """
-    app = create_app(config)
+    app = create_app(config, request_timeout_s, max_unread_tokens)
     server = Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                   lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+                                   lifespan="on", timeout_graceful_shutdown=timeout_s / 2,
+                                   http=bounded_headers(request_timeout_s)))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
     task = asyncio.get_running_loop().create_task(server.serve(), name="uvicorn-under-test")
     try:

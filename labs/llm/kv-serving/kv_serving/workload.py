@@ -29,6 +29,8 @@ class WorkloadSpec:
     def __post_init__(self) -> None:
         if self.requests < 1 or not self.rate > 0 or not math.isfinite(self.rate):
             raise ValueError(f"need requests >= 1 and a finite rate > 0, got {self.requests} and {self.rate}")
+        if self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be at least 1 (token ids are drawn below it), got {self.vocab_size}")
         for name in ("prompt_tokens", "output_tokens"):
             low, high = getattr(self, name)
             if not 1 <= low <= high:

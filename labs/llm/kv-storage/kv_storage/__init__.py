@@ -5,7 +5,5 @@ stores implement its ``KVStore`` protocol, so ``DecoderBlock.forward`` writes
 into them in place.
 """
 
-from .paged import BlockPool, PagedSequence, PoolExhausted
-from .preallocated import PreallocatedKVCache
-
-__all__ = ["BlockPool", "PagedSequence", "PoolExhausted", "PreallocatedKVCache"]
+# Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
+# import what you use from its module (kv_cache.model, kv_cache.memory, ...).

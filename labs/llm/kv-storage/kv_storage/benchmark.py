@@ -20,26 +20,21 @@ from typing import Any
 
 import torch
 
-from kv_cache import (
-    ATOL,
-    RTOL,
-    DecoderBlock,
-    ModelConfig,
-    cache_storage_bytes,
-    decode_step,
-    kv_cache_bytes,
-    prefill,
-)
+from kv_cache.config import ModelConfig
+from kv_cache.decode import decode_step, prefill
+from kv_cache.equivalence import ATOL, RTOL
+from kv_cache.memory import cache_storage_bytes
+from kv_cache.model import DecoderBlock
 from labkit import bench, harness
+from labkit.figures import Figures, check
 from labkit.manifest import lab_for
 
+from .figures import BASELINE, CACHED, MODES, blocks, derive
 from .paged import BlockPool, PagedSequence
 from .peak import profile_allocations
 from .preallocated import PreallocatedKVCache
 
 LAB, ROOT = lab_for(__file__)
-MODES = ["full", "concat", "prealloc", "paged"]
-BASELINE = "full"
 DEFAULT_LENGTHS = [16, 32, 64, 128, 256, 512, 1024]
 QUICK = {"lengths": [8, 16], "repeats": 4, "warmup": 1, "window": 4, "memory_length": 32,
          "paging_requests": 8, "share_requests": 3, "share_prompt": 20, "share_tokens": 5}
@@ -80,7 +75,7 @@ def new_store(mode: str, config: ModelConfig, capacity: int, block_size: int) ->
     if mode == "prealloc":
         return PreallocatedKVCache.for_model(config, batch=1, capacity=capacity)
     if mode == "paged":
-        return PagedSequence(BlockPool.for_model(config, -(-capacity // block_size), block_size))
+        return PagedSequence(BlockPool.for_model(config, blocks(capacity, block_size), block_size))
     return None  # concat starts from nothing, like the first lab
 
 
@@ -108,7 +103,7 @@ def check_equivalence(model: DecoderBlock, ids: torch.Tensor, prefix: int, block
     return {mode: harness.compare(decode_window(model, mode, ids, prefix,
                                                 prefilled_state(model, mode, ids, prefix, block_size)),
                                   full, ATOL, RTOL, f"prefix {prefix}: {mode} differs from full")
-            for mode in MODES[1:]}
+            for mode in CACHED}
 
 
 def measure_length(model: DecoderBlock, prefix: int, args: argparse.Namespace, progress: harness.Progress,
@@ -121,7 +116,7 @@ def measure_length(model: DecoderBlock, prefix: int, args: argparse.Namespace, p
         state = prefilled_state(model, mode, ids, prefix, args.block_size)  # untimed: only the window counts
         return bench.time_ns(lambda: decode_window(model, mode, ids, prefix, state))
 
-    return harness.timed_entry(prefix, args.window, equivalence, MODES, timed, args, progress, label)
+    return harness.timed_entry(prefix, args.window, equivalence, list(MODES), timed, args, progress, label)
 
 
 def retained_bytes(state: Store) -> int:
@@ -139,9 +134,8 @@ def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, A
     """Peak and total allocation of a whole decode loop from an empty cache, per cached layout."""
     config, length = model.config, args.memory_length
     ids = token_ids(config, length, args.seed)
-    formula = kv_cache_bytes(1, config.kv_heads, length, config.head_dim, config.bytes_per_element)
     variants = {}
-    for mode in MODES[1:]:
+    for mode in CACHED:
         bench.progress(f"memory: profiling a {length}-step decode loop with {mode} storage")
         kept: dict[str, Store] = {}
 
@@ -154,13 +148,13 @@ def memory_profile(model: DecoderBlock, args: argparse.Namespace) -> dict[str, A
         allocation = profile_allocations(loop)
         variants[mode] = {"peak_bytes": allocation.peak_bytes, "allocated_bytes": allocation.allocated_bytes,
                           "allocations": allocation.allocations, "retained_bytes": retained_bytes(kept.pop("state"))}
-    return {"length": length, "formula_bytes": formula, "block_size": args.block_size, "variants": variants,
+    return {"length": length, "block_size": args.block_size, "variants": variants,  # formula_bytes: derive
             "method": "torch.profiler profile_memory: peak = max 'Total Allocated' over the loop's memory events, "
                       "allocated = sum of allocation sizes; the cache is created inside the profiled loop"}
 
 
 def gqa_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Per key/value head count: the formula, and for every layout the bytes it holds after a decode loop
+    """Per key/value head count, for every layout: the bytes it holds after a decode loop
     and how far its logits came, at every position of that loop, from full recompute of the same tokens."""
     rows = []
     length = args.memory_length
@@ -170,7 +164,7 @@ def gqa_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
         ids = token_ids(config, length, args.seed)
         full = decode_window(model, BASELINE, ids, 0, None)  # (1, length, vocab): each position from its whole prefix
         layouts = {}
-        for mode in MODES[1:]:
+        for mode in CACHED:
             state = new_store(mode, config, length, args.block_size)
             steps = []
             for t in range(length):
@@ -180,40 +174,38 @@ def gqa_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
                              **harness.compare(torch.cat(steps, dim=1), full, ATOL, RTOL,
                                                f"kv_heads={kv_heads}: {mode} differs from {BASELINE}")}
         rows.append({"kv_heads": kv_heads, "heads": config.heads, "length": length, "positions_compared": length,
-                     "formula_bytes": kv_cache_bytes(1, kv_heads, length, config.head_dim, config.bytes_per_element),
-                     "layouts": layouts})
+                     "layouts": layouts})  # formula_bytes: derive
     return rows
 
 
 def paging_table(config: ModelConfig, args: argparse.Namespace) -> dict[str, Any]:
-    """Blocks and wasted slots for the same set of requests at each block size, read from the pool."""
+    """Blocks, table entries and wasted slots for the same set of requests at each block size, read from
+    the pool and the requests (slots allocated, waste share and the totals: derive)."""
     generator = torch.Generator().manual_seed(args.seed)
     limit = config.max_positions
     lengths = torch.randint(1, limit + 1, (args.paging_requests,), generator=generator).tolist()
     rows = []
     for block_size in PAGING_BLOCK_SIZES:
-        pool = BlockPool.for_model(config, sum(-(-n // block_size) for n in lengths), block_size)
+        pool = BlockPool.for_model(config, sum(blocks(n, block_size) for n in lengths), block_size)
         requests = [PagedSequence(pool) for _ in lengths]
         for request, length in zip(requests, lengths):
             entries = torch.zeros(1, config.kv_heads, length, config.head_dim, dtype=config.dtype)
             request.update(entries, entries)
-        allocated = pool.blocks_in_use * block_size
-        wasted = sum(request.wasted_slots for request in requests)
-        rows.append({"block_size": block_size, "blocks_in_use": pool.blocks_in_use, "allocated_slots": allocated,
-                     "wasted_slots": wasted, "waste_share": wasted / allocated,
+        rows.append({"block_size": block_size, "blocks_in_use": pool.blocks_in_use,
+                     "wasted_slots": sum(request.wasted_slots for request in requests),
                      "table_entries": sum(len(request.table) for request in requests)})
         for request in requests:
             request.release()
-    return {"requests": len(lengths), "length_range": [1, limit], "request_lengths": lengths,
-            "used_slots": sum(lengths), "rows": rows}
+    return {"length_range": [1, limit], "request_lengths": lengths, "rows": rows}
 
 
 def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
-    """N requests with one prompt: blocks without sharing vs with forks and copy-on-write."""
+    """N requests with one prompt: blocks without sharing vs with forks and copy-on-write, counted in the
+    pools (their bytes and the saving: derive)."""
     config, n, size = model.config, args.share_requests, args.block_size
     prompt = token_ids(config, args.share_prompt, args.seed)
     tails = [token_ids(config, args.share_tokens, args.seed + 1 + i) for i in range(n)]
-    blocks_per_request = -(-(args.share_prompt + args.share_tokens) // size)
+    blocks_per_request = blocks(args.share_prompt + args.share_tokens, size)
 
     def decode(request: PagedSequence, tail: torch.Tensor) -> None:
         for t in range(tail.shape[1]):
@@ -235,14 +227,11 @@ def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
     # A child that wrote into the shared, partly filled last prompt block got its own copy of it.
     copies = sum(child.table[len(prompt_table) - 1] != prompt_table[-1] for child in children)
     still_shared = sum(all(child.table[i] == block for child in children) for i, block in enumerate(prompt_table))
-    block_bytes = shared_pool.block_bytes
     return {"requests": n, "prompt": args.share_prompt, "tokens": args.share_tokens, "block_size": size,
-            "block_bytes": block_bytes,
-            "without": {"blocks": separate_pool.blocks_in_use, "bytes": separate_pool.blocks_in_use * block_bytes},
-            "with": {"blocks": shared_pool.blocks_in_use, "bytes": shared_pool.blocks_in_use * block_bytes,
-                     "prompt_blocks": len(prompt_table), "shared_blocks": int(still_shared),
-                     "copied_blocks": int(copies)},
-            "saved_bytes": (separate_pool.blocks_in_use - shared_pool.blocks_in_use) * block_bytes}
+            "block_bytes": shared_pool.block_bytes,
+            "without": {"blocks": separate_pool.blocks_in_use},
+            "with": {"blocks": shared_pool.blocks_in_use, "prompt_blocks": len(prompt_table),
+                     "shared_blocks": int(still_shared), "copied_blocks": int(copies)}}
 
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
@@ -251,7 +240,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     model = DecoderBlock(config)
     with torch.inference_mode():
         lengths = harness.sweep(args, lambda prefix, progress, label: measure_length(model, prefix, args, progress, label),
-                                BASELINE, noun="prefix")
+                                noun="prefix")
         memory = memory_profile(model, args)
         bench.progress("grouped-query heads, paging and sharing")
         gqa, paging, shared = gqa_bytes(args), paging_table(config, args), sharing(model, args)
@@ -279,7 +268,29 @@ def summary(record: dict[str, Any]) -> list[str]:
     return [*harness.sweep_summary(record), f"peak allocation over a {record['memory']['length']}-step loop: {peaks}"]
 
 
+def measured_then_derived(record: dict[str, Any]) -> Figures:
+    """``derive``'s figures, after every count this run took from its caches and pools is held to them: a
+    layout or pool that holds other than its formula fails the run, instead of the formula hiding it."""
+    figures = derive(record)
+    counted = Figures()
+    for figure in figures:
+        if present(record, figure.path):
+            counted.add(figure.path, figure.value, figure.how)
+    check(record, counted, "this run's own counts")
+    return figures
+
+
+def present(record: dict[str, Any], path: tuple[str | int, ...]) -> bool:
+    value: Any = record
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, measured_then_derived)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kv_cache import ModelConfig
+from kv_cache.config import ModelConfig
 
 
 class PoolExhausted(ValueError):

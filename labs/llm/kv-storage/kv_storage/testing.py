@@ -8,8 +8,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from kv_cache import ATOL, RTOL, DecoderBlock, KVStore, ModelConfig
-from kv_storage import BlockPool, PagedSequence, PreallocatedKVCache
+from kv_cache.config import ModelConfig
+from kv_cache.equivalence import ATOL, RTOL
+from kv_cache.model import DecoderBlock, KVStore
+from kv_storage.paged import BlockPool, PagedSequence
+from kv_storage.preallocated import PreallocatedKVCache
 
 TINY = ModelConfig(vocab_size=50, max_positions=48, seed=1)  # 4 query heads of width 8
 # --8<-- [start:constants]

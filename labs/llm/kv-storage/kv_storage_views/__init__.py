@@ -1,15 +1,23 @@
-"""The storage lab's part of the site: checks and views of its memory, grouped-query, paging and sharing
-sections, its own findings and equivalence sentences (timing.py), and its headline ratios. Torch-free;
-named by ``views`` in the lab's lab.toml."""
+"""The storage lab's own views, one module per section of its page (docs/llm/kv-storage.md), and its
+headline ratios. Torch-free: views read the record's stored figures, already checked against
+kv_storage.figures by the build; named by ``views`` in the lab's lab.toml.
+
+- grouped_query.py: "Grouped-query attention: fewer heads to store"
+- decode_step.py: "Measuring a decode step" (its findings and equivalence, in place of the shared ones)
+- memory.py: "Memory: what persists, and what passes through"
+- paged_storage.py: "Paged storage in numbers: block size and sharing"
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .checks import check_record
-from .views import VIEWS
+from .decode_step import equivalence_view, findings_view
+from .grouped_query import gqa_view
+from .memory import memory_view
+from .paged_storage import paging_view, sharing_view
 
-__all__ = ["VIEWS", "check_record", "headline"]
+__all__ = ["VIEWS", "headline"]
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
@@ -24,3 +32,8 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     ratios.append((f"concat ÷ prealloc, peak allocation in the {memory['length']}-step loop",
                    variants["concat"]["peak_bytes"] / variants["prealloc"]["peak_bytes"]))
     return ratios
+
+
+VIEWS = {"gqa": gqa_view, "memory": memory_view, "paging": paging_view, "sharing": sharing_view,
+         # in place of the shared findings and equivalence: ties, per-step gaps and repeated maxima (decode_step.py)
+         "findings": findings_view, "equivalence": equivalence_view}

@@ -1,0 +1,131 @@
+"""Figures a record derives from its own raw data: written once by the benchmark, checked once by the build.
+
+A lab's torch-free figures module turns a record's raw data (durations, counts, its config) into
+``Figures``: JSON path -> value, with the words saying what the value follows from. The benchmark
+``fill``s its record with them before writing; the site build ``check``s every stored figure against
+its derivation and refuses the first that differs, naming its JSON path and both values. The lab's
+real invariants (a peak within its pool, equivalence within tolerance, ...) are refused through
+``refuse``, in the same path notation: ``$.lengths[3].modes.cached.median_ns``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from .records import RecordError
+
+Key = str | int
+JsonPath = tuple[Key, ...]
+REL_TOL = 1e-9  # stored figures are the same arithmetic on the same data: only float rounding may differ
+ABS_TOL = 1e-12
+PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def path_text(path: JsonPath) -> str:
+    """('lengths', 3, 'modes', 'ours-concat') -> '$.lengths[3].modes.ours-concat'; other keys quoted."""
+    parts = ["$"]
+    for key in path:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif PLAIN_KEY.fullmatch(key):
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{json.dumps(key)}]")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Figure:
+    path: JsonPath
+    value: Any
+    how: str  # what the value follows from, as the refusal says it: "its raw durations"
+
+
+class Figures:
+    """The derivable figures of one record, in the order they are checked."""
+
+    def __init__(self) -> None:
+        self._items: list[Figure] = []
+
+    def add(self, path: JsonPath, value: Any, how: str) -> None:
+        self._items.append(Figure(tuple(path), value, how))
+
+    def __iter__(self) -> Iterator[Figure]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def refuse(source: str, path: JsonPath, message: str) -> NoReturn:
+    """The one refusal of a record: its file, the field's JSON path, what is wrong with it."""
+    raise RecordError(f"{source}: field {path_text(path)} {message}")
+
+
+def lookup(record: Any, path: JsonPath, source: str) -> Any:
+    """The value at ``path``; a field the record lacks is refused by name, not as a KeyError."""
+    value = record
+    for depth, key in enumerate(path):
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            refuse(source, path[:depth + 1], "is missing")
+    return value
+
+
+def fill(record: dict[str, Any], figures: Figures) -> None:
+    """Store every derived figure in the record, creating the objects on its path as needed."""
+    for figure in figures:
+        parent: Any = record
+        for key, following in zip(figure.path, figure.path[1:]):
+            if isinstance(parent, dict) and key not in parent:
+                parent[key] = [] if isinstance(following, int) else {}
+            parent = parent[key]
+        parent[figure.path[-1]] = figure.value
+
+
+def same(stored: Any, derived: Any) -> bool:
+    """Equal, with float rounding allowed between numbers; a flag is never a number."""
+    if isinstance(stored, bool) or isinstance(derived, bool):
+        return type(stored) is type(derived) and stored == derived
+    if isinstance(stored, int | float) and isinstance(derived, int | float):
+        return math.isclose(stored, derived, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    if isinstance(stored, list) and isinstance(derived, list | tuple):
+        return len(stored) == len(derived) and all(same(a, b) for a, b in zip(stored, derived))
+    if isinstance(stored, dict) and isinstance(derived, dict):
+        return stored.keys() == derived.keys() and all(same(stored[k], derived[k]) for k in stored)
+    return bool(stored == derived)
+
+
+def shown(value: Any) -> str:
+    """A value as a refusal quotes it: floats to 12 digits, long structures cut short."""
+    if isinstance(value, float):
+        return f"{value:.12g}"
+    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def check(record: dict[str, Any], figures: Figures, source: str) -> None:
+    """Refuse the first stored figure that differs from its derivation, naming its path and both values."""
+    for figure in figures:
+        stored = lookup(record, figure.path, source)
+        if not same(stored, figure.value):
+            refuse(source, figure.path, f"is {shown(stored)}, but {figure.how} gives {shown(figure.value)}")
+
+
+Derive = Callable[[dict[str, Any]], Figures]
+Invariants = Callable[[dict[str, Any], str], None]
+
+
+def check_record(record: dict[str, Any], source: str, invariants: Invariants | None, derive: Derive | None) -> None:
+    """A lab's record check: its invariants first (they make the raw data safe to derive from), then
+    every derived figure."""
+    if invariants is not None:
+        invariants(record, source)
+    if derive is not None:
+        check(record, derive(record), source)

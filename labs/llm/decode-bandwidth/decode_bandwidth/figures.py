@@ -1,0 +1,301 @@
+"""Every figure of the decode record that follows from its raw data, and what the raw data must satisfy.
+
+Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build checks
+the stored figures against it (labkit.figures.check) after ``check_invariants``. The constants and
+formulas they use are formulas.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from labkit.figures import Figures, JsonPath, refuse
+from labkit.summary import as_number, percentile
+
+from .formulas import (
+    ATOL,
+    BASELINE,
+    BYTES_PER_ELEMENT,
+    EQUIVALENCE_MODES,
+    KINDS,
+    LAYOUT,
+    MIN_BANDWIDTH_PASSES,
+    MODES,
+    READ_KERNELS,
+    RTOL,
+    TARGETS,
+    Cell,
+    Group,
+    best_rate,
+    client_summary,
+    grid,
+    kernel_bytes,
+    kind_bytes,
+    kv_crossover,
+    matrix_shapes,
+    rotations,
+    square_matmul_flops,
+    step_bytes,
+)
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """Every figure of the record that follows from its raw durations, token times and config."""
+    figures = Figures()
+    rates = hardware_figures(record["hardware"], figures)
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    floors: dict[Group, float] = {}
+    for index, group in enumerate(record["groups"]):
+        key = (group["dtype"], group["threads"], group["batch"], group["context"])
+        needed = step_bytes(model, BYTES_PER_ELEMENT[group["dtype"]], group["batch"], group["context"])
+        for name, value in needed.items():
+            figures.add(("groups", index, "bytes", name), value, "the model config")
+        floors[key] = memory_floor_ns(needed, rates, group["threads"])
+        figures.add(("groups", index, "floor_ns_per_step"), floors[key], "its bytes / the measured read bandwidth")
+        compute = needed["flops"] / rates[("matmul", f"{group['dtype']}/{group['threads']}")] * 1e9
+        figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+    for index, cell in enumerate(record["cells"]):
+        durations = cell["durations_ns"]
+        median = as_number(percentile(durations, 0.5))
+        floor = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
+        for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", median),
+                            ("max_ns_per_step", max(durations))):
+            figures.add(("cells", index, name), value, "its raw durations")
+        figures.add(("cells", index, "floor_ns_per_step"), floor, "its group's bytes / the measured read bandwidth")
+        figures.add(("cells", index, "step_over_floor"), median / floor, "its median / its group's floor")
+    one = step_bytes(model, BYTES_PER_ELEMENT[bench["dtype"]], 1, 1)  # sized in the headline dtype
+    for name, value in (("batch_x_context", kv_crossover(model)), ("weight_bytes", one["weights"]),
+                        ("kv_bytes_per_position", one["kv_read"])):
+        figures.add(("kv_crossover", name), value, "the model config")
+    profile_figures(record, rates, figures)
+    client = record["client"]
+    for mode, entry in client["modes"].items():
+        for name, value in client_summary(entry["token_times_ns"], client["new_tokens"]).items():
+            figures.add(("client", "modes", mode, name), value, "its token times")
+    return figures
+
+
+def memory_floor_ns(needed: Mapping[str, int], rates: Mapping[tuple[str, str], float], threads: int) -> float:
+    """A step's bytes over the fastest read kernel's rate at its thread count: the least time they can take."""
+    return needed["total"] / rates[("bandwidth", str(threads))] * 1e9
+
+
+def check_floor_holds(record: dict[str, Any], source: str) -> None:
+    """No repetition of any timed cell may take less than its memory floor: a step that beat it would show
+    that some kernel reads memory faster than every read kernel measured, so the floor would not be one."""
+    rates = hardware_figures(record["hardware"], Figures())
+    model = record["config"]["model"]
+    for index, cell in enumerate(record["cells"]):
+        needed = step_bytes(model, BYTES_PER_ELEMENT[cell["dtype"]], cell["batch"], cell["context"])
+        floor = memory_floor_ns(needed, rates, cell["threads"])
+        fastest = min(cell["durations_ns"])
+        if fastest < floor:
+            refuse(source, ("cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory floor of "
+                   f"{floor:.0f} ns ({cell['mode']}, {cell['dtype']}, {cell['threads']} thread(s), batch "
+                   f"{cell['batch']}, context {cell['context']}): the floor is not a bound on this machine")
+
+
+def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
+    """Each measurement's best pass and rate; returns the rates by (section, key) for the floors."""
+    rates = {}
+    for threads, entry in machine["bandwidth"].items():
+        kernel_rates = {}
+        for name, kernel in entry["kernels"].items():
+            where = ("hardware", "bandwidth", threads, "kernels", name)
+            best, kernel_rates[name] = best_rate(kernel["bytes"], kernel["durations_ns"])
+            figures.add((*where, "best_ns"), best, "the fastest of its passes")
+            figures.add((*where, "bytes_per_s"), kernel_rates[name], "its bytes / its fastest pass")
+        fastest = max(kernel_rates, key=lambda name: kernel_rates[name])
+        figures.add(("hardware", "bandwidth", threads, "best_kernel"), fastest, "the fastest of its read kernels")
+        figures.add(("hardware", "bandwidth", threads, "bytes_per_s"), kernel_rates[fastest],
+                    "the fastest read kernel's rate")
+        rates[("bandwidth", threads)] = kernel_rates[fastest]
+    for key, entry in machine["matmul"].items():
+        flops = square_matmul_flops(entry["size"])
+        best, rate = best_rate(flops, entry["durations_ns"])
+        figures.add(("hardware", "matmul", key, "flops"), flops, "2 x size^3")
+        figures.add(("hardware", "matmul", key, "best_ns"), best, "the fastest of its passes")
+        figures.add(("hardware", "matmul", key, "flops_per_s"), rate, "its flops / its fastest pass")
+        rates[("matmul", key)] = rate
+    return rates
+
+
+def profile_figures(record: Mapping[str, Any], rates: Mapping[tuple[str, str], float], figures: Figures) -> None:
+    """Per profiled kind the bytes it must read, the floor they set and the time over it; per mode the total."""
+    profile, model = record["profile"], record["config"]["model"]
+    needed = kind_bytes(model, BYTES_PER_ELEMENT[profile["dtype"]], profile["batch"], profile["context"])
+    bandwidth = rates[("bandwidth", str(profile["threads"]))]
+    for mode, entry in profile["modes"].items():
+        for index, row in enumerate(entry["rows"]):
+            where = ("profile", "modes", mode, "rows", index)
+            floor = needed[row["kind"]] / bandwidth * 1e9
+            figures.add((*where, "bytes"), needed[row["kind"]], "the model config")
+            figures.add((*where, "floor_ns"), floor, "its bytes / the measured read bandwidth")
+            figures.add((*where, "ratio_to_floor"), row["ns_per_step"] / floor, "its time / its floor")
+        figures.add(("profile", "modes", mode, "total_ns_per_step"), sum(row["ns_per_step"] for row in entry["rows"]),
+                    "the sum of its rows")
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    """What the raw data must satisfy before anything is derived from it: this lab's model, modes, targets
+    and tolerance; every mode within the tolerance; the grid the config asks for, one cell per group and
+    mode, each with a duration and a fault count per repetition in the rotating order; enough bandwidth
+    passes over a buffer beyond the cache; the layouts and profile kinds the decoder has; ascending token times."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    if model["head_dim"] * model["heads"] != model["width"] or model["heads"] % model["kv_heads"]:
+        refuse(source, ("config", "model"), f"has width {model['width']}, heads {model['heads']}, kv_heads "
+               f"{model['kv_heads']} and head_dim {model['head_dim']}, which do not fit together")
+    if model["bytes_per_element"] != BYTES_PER_ELEMENT.get(model["dtype"]):
+        refuse(source, ("config", "model", "bytes_per_element"), f"is {model['bytes_per_element']} for dtype {model['dtype']}")
+    if model["dtype"] != "float32":
+        refuse(source, ("config", "model", "dtype"), f"is {model['dtype']}: the model is built in float32 and cast per dtype")
+    if max(bench["contexts"]) > model["max_positions"]:
+        refuse(source, ("config", "benchmark", "contexts"),
+               f"reach {max(bench['contexts'])}, beyond {model['max_positions']} positions")
+    if bench["modes"] != MODES or bench["baseline"] != BASELINE:
+        refuse(source, ("config", "benchmark", "modes"), f"are {bench['modes']} with baseline {bench['baseline']!r}, "
+               f"but this lab measures {MODES} with baseline {BASELINE!r}")
+    if bench["targets"] != TARGETS:
+        refuse(source, ("config", "benchmark", "targets"), f"are {bench['targets']}, the benchmark's code sets {TARGETS}")
+    in_force = record["environment"]["torch"]["threads"]
+    if in_force != bench["threads"]:
+        refuse(source, ("environment", "torch", "threads"),
+               f"is {in_force}, but the headline grid ran at --threads {bench['threads']}")
+    check_equivalence(record, source)
+    check_hardware(record["hardware"], source)
+    check_groups(record, source)
+    check_floor_holds(record, source)
+    check_layouts(record, source)
+    check_profile(record, source)
+    check_client(record["client"], source)
+
+
+def check_equivalence(record: dict[str, Any], source: str) -> None:
+    tolerance, modes = record["tolerance"], record["equivalence"]["modes"]
+    if (tolerance.get("atol"), tolerance.get("rtol")) != (ATOL, RTOL):
+        refuse(source, ("tolerance",), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
+               f"benchmark's equivalence check uses atol {ATOL}, rtol {RTOL}")
+    if list(modes) != EQUIVALENCE_MODES:
+        refuse(source, ("equivalence", "modes"), f"cover {list(modes)}, the benchmark compares {EQUIVALENCE_MODES}")
+    for mode, entry in modes.items():
+        if entry["within_tolerance"] is not True:
+            refuse(source, ("equivalence", "modes", mode, "within_tolerance"), f"is {entry['within_tolerance']}: the "
+                   "benchmark stops before timing when a mode disagrees, so a timed record cannot hold a miss")
+        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        if entry["max_abs_diff"] > bound:
+            refuse(source, ("equivalence", "modes", mode, "max_abs_diff"), f"is {entry['max_abs_diff']:g}, beyond "
+                   f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
+
+
+def check_hardware(machine: dict[str, Any], source: str) -> None:
+    llc = machine["last_level_cache_bytes"]
+    if llc is not None and machine["buffer_bytes"] < 4 * llc:
+        refuse(source, ("hardware", "buffer_bytes"), f"is {machine['buffer_bytes']}, under 4 x the last-level cache ({llc})")
+    for threads, entry in machine["bandwidth"].items():
+        where: JsonPath = ("hardware", "bandwidth", threads)
+        if entry["passes"] < MIN_BANDWIDTH_PASSES:
+            refuse(source, (*where, "passes"), f"is {entry['passes']}, under the {MIN_BANDWIDTH_PASSES} passes the floor needs")
+        if entry["buffer_bytes"] != machine["buffer_bytes"]:
+            refuse(source, (*where, "buffer_bytes"), f"is {entry['buffer_bytes']}, not the {machine['buffer_bytes']} "
+                   f"bytes of $.hardware.buffer_bytes")
+        if sorted(entry["kernels"]) != sorted(READ_KERNELS):
+            refuse(source, (*where, "kernels"), f"are {sorted(entry['kernels'])}, but the floor reads with "
+                   f"{sorted(READ_KERNELS)}")
+        for name, kernel in entry["kernels"].items():
+            if len(kernel["durations_ns"]) != entry["passes"]:
+                refuse(source, (*where, "kernels", name, "durations_ns"), f"holds {len(kernel['durations_ns'])} "
+                       f"passes, not the {entry['passes']} its entry states")
+            if kernel["bytes"] != kernel_bytes(name, entry["buffer_bytes"]):
+                refuse(source, (*where, "kernels", name, "bytes"), f"is {kernel['bytes']}, but the {name} kernel "
+                       f"moves {kernel_bytes(name, entry['buffer_bytes'])} bytes over its buffer")
+    for key, entry in machine["matmul"].items():
+        if entry["passes"] != len(entry["durations_ns"]):
+            refuse(source, ("hardware", "matmul", key, "passes"), f"is {entry['passes']}, but it holds "
+                   f"{len(entry['durations_ns'])} durations")
+
+
+def check_groups(record: dict[str, Any], source: str) -> None:
+    bench, machine = record["config"]["benchmark"], record["hardware"]
+    repeats = bench["repeats"]
+    keys = [(g["dtype"], g["threads"], g["batch"], g["context"]) for g in record["groups"]]
+    if keys != grid(bench):
+        refuse(source, ("groups",), f"cover {keys}, the config asks for {grid(bench)}")
+    cells: dict[Cell, int] = {}
+    for index, cell in enumerate(record["cells"]):
+        key = (cell["dtype"], cell["threads"], cell["batch"], cell["context"], cell["mode"])
+        if key in cells:
+            refuse(source, ("cells", index), f"repeats the cell {key}")
+        cells[key] = index
+        for name, what in (("durations_ns", "repetitions"), ("minor_faults", "counts")):
+            if len(cell[name]) != repeats:
+                refuse(source, ("cells", index, name), f"has {len(cell[name])} {what}, one per repetition needs "
+                       f"repeats = {repeats}")
+    if len(cells) != len(keys) * len(MODES):
+        refuse(source, ("cells",), f"hold {len(cells)} cells, {len(keys)} groups x {len(MODES)} modes need "
+               f"{len(keys) * len(MODES)}")
+    for index, (group, key) in enumerate(zip(record["groups"], keys)):
+        if group["order"] != rotations(MODES, repeats):
+            refuse(source, ("groups", index, "order"), f"is not {repeats} rotations of {MODES}")
+        if str(group["threads"]) not in machine["bandwidth"] or f"{group['dtype']}/{group['threads']}" not in machine["matmul"]:
+            refuse(source, ("groups", index), f"ran at {group['threads']} threads in {group['dtype']}, which the "
+                   "hardware section did not measure")
+        for mode in MODES:
+            if (*key, mode) not in cells:
+                refuse(source, ("cells",), f"lack the {mode} cell of {key}")
+
+
+def check_layouts(record: dict[str, Any], source: str) -> None:
+    """The layout measurements: every matrix kind, counted from the model's tensors as the config gives them."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    check_layout(model, record["layout"], ("layout",), source)
+    if record["layout"]["dtype"] != "float32" or record["layout"]["batch"] != 1:
+        refuse(source, ("layout",), f"is measured in {record['layout']['dtype']} at batch {record['layout']['batch']}; "
+               "the stored layout is chosen on the float32 model at batch 1")
+    larger = [batch for batch in bench["batches"] if batch > 1]
+    measured = [layout["batch"] for layout in record["layout_batches"]]
+    if measured != larger:
+        refuse(source, ("layout_batches",), f"measure batches {measured}; the headline grid's batches above 1 are {larger}")
+    for index, layout in enumerate(record["layout_batches"]):
+        if layout["dtype"] != "float32":
+            refuse(source, ("layout_batches", index, "dtype"), f"is {layout['dtype']}; these repeat the float32 measurement")
+        check_layout(model, layout, ("layout_batches", index), source)
+    timed = {bench["dtype"], bench["variant_dtype"]} - {None, "float32"}
+    for dtype, layout in record.get("layout_other_dtypes", {}).items():
+        if dtype not in timed or layout["dtype"] != dtype:
+            refuse(source, ("layout_other_dtypes", dtype), f"holds a {layout['dtype']} measurement; the run timed "
+                   f"{sorted(timed) or 'no dtype'} besides float32")
+        check_layout(model, layout, ("layout_other_dtypes", dtype), source)
+
+
+def check_layout(model: dict[str, Any], layout: dict[str, Any], where: JsonPath, source: str) -> None:
+    expected, size = matrix_shapes(model), BYTES_PER_ELEMENT[layout["dtype"]]
+    kinds = [row["kind"] for row in layout["rows"]]
+    if kinds != list(expected):
+        refuse(source, (*where, "rows"), f"list {kinds}, expected {list(expected)}")
+    for index, row in enumerate(layout["rows"]):
+        (rows, cols), count = expected[row["kind"]]
+        if row["stored"] != LAYOUT[row["kind"]]:
+            refuse(source, (*where, "rows", index, "stored"), f"is {row['stored']}, the decoder stores {row['kind']} "
+                   f"{LAYOUT[row['kind']]}")
+        if row["shape_in_out"] != [rows, cols] or row["matrices"] != count or row["bytes_per_matrix"] != rows * cols * size:
+            refuse(source, (*where, "rows", index), f"describes {row['matrices']} matrices of {row['shape_in_out']}, "
+                   f"{row['bytes_per_matrix']} bytes each; the config gives {count} of {[rows, cols]}")
+
+
+def check_profile(record: dict[str, Any], source: str) -> None:
+    profile = record["profile"]
+    if str(profile["threads"]) not in record["hardware"]["bandwidth"]:
+        refuse(source, ("profile", "threads"), f"is {profile['threads']}, a thread count the hardware section did not measure")
+    for mode, entry in profile["modes"].items():
+        kinds = [row["kind"] for row in entry["rows"]]
+        if kinds != KINDS:
+            refuse(source, ("profile", "modes", mode, "rows"), f"list {kinds}, expected {KINDS}")
+
+
+def check_client(client: dict[str, Any], source: str) -> None:
+    for mode, entry in client["modes"].items():
+        for run, stamps in enumerate(entry["token_times_ns"]):
+            if len(stamps) != client["new_tokens"] or stamps != sorted(stamps):
+                refuse(source, ("client", "modes", mode, "token_times_ns", run), f"holds {len(stamps)} times "
+                       f"(ascending: {stamps == sorted(stamps)}), expected {client['new_tokens']} ascending")

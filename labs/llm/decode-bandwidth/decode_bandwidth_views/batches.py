@@ -1,0 +1,61 @@
+"""Bigger batches, the same weight bytes: the layout measurement repeated at every batch of the grid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from decode_bandwidth.formulas import cell_table, headline_key, stored_matrix_ns
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ms, format_ratio, join
+
+from .wording import gbs
+
+
+def other_layout(stored: str) -> str:
+    return "out_in" if stored == "in_out" else "in_out"
+
+
+def batches_view(record: dict[str, Any]) -> Block:
+    """The weight multiplies of one step at each batch: the same bytes, a different kernel."""
+    dtype, threads = headline_key(record)
+    cells = cell_table(record)
+    context = record["config"]["benchmark"]["contexts"][0]
+    matrix_bytes = sum(row["bytes_per_matrix"] * row["matrices"] for row in record["layout"]["rows"])
+    rows = []
+    for layout in [record["layout"], *record["layout_batches"]]:
+        stored = stored_matrix_ns(layout)
+        best = sum(min(row["in_out_ns"], row["out_in_ns"]) * row["matrices"] for row in layout["rows"])
+        flipped = [row["kind"] for row in layout["rows"] if row[f"{row['stored']}_ns"] > row[f"{other_layout(row['stored'])}_ns"]]
+        cell = cells[(dtype, threads, layout["batch"], context, "ours-prealloc")]
+        rows.append({"batch": layout["batch"], "stored_ns": stored, "best_ns": best, "rate": gbs(matrix_bytes / stored * 1e9),
+                     "flipped": ", ".join(flipped) or "none", "step_ns": cell["median_ns_per_step"],
+                     "floor_ns": cell["floor_ns_per_step"]})
+    first, last = rows[0], rows[-1]
+    sentences = [] if len(rows) == 1 else [
+        f"From batch {first['batch']} to batch {last['batch']} the weight multiplies went from "
+        f"{format_ms(first['stored_ns'])} to {format_ms(last['stored_ns'])} ms "
+        f"({format_ratio(last['stored_ns'] / first['stored_ns'])}) for the same bytes, while the step's memory floor "
+        f"at context {context} rose {format_ratio(last['floor_ns'] / first['floor_ns'])} and the timed step "
+        f"{format_ratio(last['step_ns'] / first['step_ns'])}. "
+        + "".join(f"At batch {r['batch']} they took {format_ratio(r['stored_ns'] / first['stored_ns'])} their "
+                  f"batch-{first['batch']} time. " for r in rows[1:-1])
+        + "A batch-1 multiply is a matrix-vector product and a larger batch a matrix-matrix product, which the "
+          "library runs with other kernels: on these short, wide shapes their speed, not the bytes, sets the time.",
+    ]
+    if any(r["flipped"] != "none" for r in rows):
+        sentences.append("The stored layout was chosen at batch 1; " + join(
+            [f"at batch {r['batch']} the other layout would have been faster for {r['flipped']} "
+             f"({format_ms(r['best_ns'])} ms with the faster layout of every kind)" for r in rows if r["flipped"] != "none"])
+            + ". One layout serves every batch here, because a second copy of the weights would double the bytes "
+              "held.")
+    table = Table(headings=["Batch", "Weight multiplies, stored layout (ms)", "Their weights read at",
+                            "Faster layout per kind (ms)", "Kinds faster the other way",
+                            f"ours-prealloc step at context {context} (ms)", "Its memory floor (ms)"],
+                  rows=[(r["batch"], format_ms(r["stored_ns"]), r["rate"], format_ms(r["best_ns"]), r["flipped"],
+                         format_ms(r["step_ns"]), format_ms(r["floor_ns"])) for r in rows])
+    layout = record["layout"]
+    legend = (f"The layout measurement above, repeated at every batch of the headline grid ({layout['dtype']}): all of "
+              f"one step's weight multiplies, each matrix kind timed alone (best of {layout['passes']} passes) and "
+              f"summed over its matrices. The same {matrix_bytes:,} bytes of weight matrices are read at every batch; "
+              "only the kernel that multiplies them changes.")
+    return Block(css="lab-decode-batches", tables=[table], notes=[legend, *sentences])

@@ -1,0 +1,83 @@
+"""The targets, met or missed: the faster of this lab's caches against hf-dynamic and against the memory floor at
+batch 1, what limits the cells that miss, and the run's wall time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from decode_bandwidth.formulas import MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, headline_key
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ms, format_ratio, join
+
+from .wording import threads_text
+
+
+def limit_sentence(record: dict[str, Any], group: dict[str, Any]) -> str:
+    """What holds a cell above its memory floor, from the record's own figures."""
+    if group["compute_floor_ns_per_step"] > group["floor_ns_per_step"]:
+        return (f"at this batch the arithmetic floor ({format_ms(group['compute_floor_ns_per_step'])} ms at the "
+                f"measured matmul rate) is above the memory floor, so the step is bound by compute, not by bytes")
+    profile, target = record["profile"], record["config"]["benchmark"]["targets"]["step_over_floor"]
+    rows = {row["kind"]: row for row in profile["modes"]["ours-prealloc"]["rows"]}
+    spent = sum(rows[kind]["ns_per_step"] for kind in MATRICES)
+    floor = sum(rows[kind]["floor_ns"] for kind in MATRICES)
+    small = rows["other"]["ns_per_step"] + rows["cache writes and copies"]["ns_per_step"]
+    cell = cell_table(record)[(profile["dtype"], profile["threads"], profile["batch"], profile["context"], "ours-prealloc")]
+    timed = cell["median_ns_per_step"]
+    profiled = profile["modes"]["ours-prealloc"]["total_ns_per_step"]
+    budget = target * cell["floor_ns_per_step"]
+    gap = (f"{format_ms(timed - profiled)} ms of the timed step's {format_ms(timed)} ms is time between operators "
+           f"(Python and dispatch) that no row holds" if profiled < timed else
+           f"the profiled rows add to {format_ms(profiled - timed)} ms more than the timed step, the profiler's own cost")
+    return (f"in the profile of ours-prealloc (batch {profile['batch']}, context {profile['context']}) the five weight "
+            f"matrices took {format_ms(spent)} ms against their own floor of {format_ms(floor)} ms "
+            f"({format_ratio(spent / floor)}, {'within' if spent <= target * floor else 'beyond'} {target:g}× on "
+            f"their own); attention read the KV cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
+            f"{format_ms(rows['attention']['floor_ns'])} ms ({format_ratio(rows['attention']['ratio_to_floor'])}); "
+            f"operators that move almost no bytes (norms, GELU, residual adds, the cache write) took "
+            f"{format_ms(small)} ms; and {gap}. Within {target:g}× of that cell's floor the whole step would have "
+            f"to take at most {format_ms(budget)} ms, and the weights alone used {spent / budget:.0%} of that. The "
+            f"profile is of the longest context; at shorter ones the KV cache is a smaller share of the bytes, so "
+            f"the weights and the small operators weigh more")
+
+
+def targets_view(record: dict[str, Any]) -> Block:
+    targets = record["config"]["benchmark"]["targets"]
+    dtype, threads = headline_key(record)
+    cells = cell_table(record)
+    bound = [g for g in record["groups"] if (g["dtype"], g["threads"], g["batch"]) == (dtype, threads, 1)]
+    rows, sentences = [], []
+    for group in bound:
+        key = (dtype, threads, 1, group["context"])
+        best, hf = best_ours(cells, key), cells[(*key, "hf-dynamic")]
+        over_hf = best["median_ns_per_step"] / hf["median_ns_per_step"]
+        rows.append({"context": group["context"], "best": best["mode"], "over_hf": over_hf,
+                     "met_hf": over_hf <= targets["best_over_hf_dynamic"], "over_floor": best["step_over_floor"],
+                     "met_floor": best["step_over_floor"] <= targets["step_over_floor"],
+                     "hf_over_floor": hf["step_over_floor"]})
+    for name, target, key, label in (("hf", targets["best_over_hf_dynamic"], "over_hf", "hf-dynamic's step"),
+                                      ("floor", targets["step_over_floor"], "over_floor", "the memory floor")):
+        missed = [r for r in rows if not r[f"met_{name}"]]
+        if missed:
+            sentences.append(
+                f"Missed ≤ {target:g}× {label} at context{'s' if len(missed) > 1 else ''} "
+                + join([f"{r['context']} ({format_ratio(r[key])})" for r in missed]) + ".")
+    if any(not (r["met_hf"] and r["met_floor"]) for r in rows):
+        compute = [g for g in bound if g["compute_floor_ns_per_step"] > g["floor_ns_per_step"]]
+        sentences.append("What limits them: " + limit_sentence(record, compute[0] if compute else bound[0]) + ".")
+    summary = (f"At batch 1, {dtype}, {threads_text(threads)}: this lab's faster cache took at most "
+               f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {sum(r['met_hf'] for r in rows)} of "
+               f"{len(rows)} contexts, and stayed within {targets['step_over_floor']:g}× the measured memory floor at "
+               f"{sum(r['met_floor'] for r in rows)} of {len(rows)}.")
+    wall = record["wall_time_s"]
+    sentences.append(
+        f"The whole benchmark, from building the models to the end of the client workload (starting Python and "
+        f"importing torch and transformers come on top), took {wall:.0f} s: "
+        f"{'within' if wall <= WALL_TIME_TARGET_S else 'beyond'} the {WALL_TIME_TARGET_S / 60:g}-minute "
+        f"({WALL_TIME_TARGET_S} s) target.")
+    table = Table(headings=["Context", "Faster of ours", f"÷ hf-dynamic (target ≤ {targets['best_over_hf_dynamic']})",
+                            "Met", f"÷ floor (target ≤ {targets['step_over_floor']})", "Met", "hf-dynamic ÷ floor"],
+                  rows=[(r["context"], r["best"], format_ratio(r["over_hf"]), "yes" if r["met_hf"] else "no",
+                         format_ratio(r["over_floor"]), "yes" if r["met_floor"] else "no",
+                         format_ratio(r["hf_over_floor"])) for r in rows])
+    return Block(css="lab-decode-targets", paragraphs=[summary], tables=[table], notes=sentences)

@@ -1,0 +1,100 @@
+"""The committed record as the site build reads it: every derived figure checked against its derivation,
+a hand-edited one refused in one line naming its JSON path and both values. Torch-free, as the build is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from typing import Any
+
+from labkit.figures import JsonPath, path_text, shown
+from labkit.manifest import load_lab
+from site_hooks.errors import SiteBuildError
+from site_hooks.orchestrate import read_record
+
+ROOT = Path(__file__).resolve().parents[3]
+LAB = load_lab(Path(__file__).with_name("lab.toml"), ROOT)
+SOURCE = LAB.record.as_posix()
+
+# One figure of each kind the lab's derive covers, with the words its refusal gives for where it comes from.
+EDITS: list[tuple[JsonPath, str]] = [
+    (("hardware", "bandwidth", "1", "kernels", "dot", "best_ns"), "the fastest of its passes"),
+    (("hardware", "bandwidth", "1", "kernels", "matvec", "bytes_per_s"), "its bytes / its fastest pass"),
+    (("hardware", "bandwidth", "2", "bytes_per_s"), "the fastest read kernel's rate"),
+    (("hardware", "matmul", "float32/1", "flops"), "2 x size^3"),
+    (("hardware", "matmul", "bfloat16/1", "flops_per_s"), "its flops / its fastest pass"),
+    (("groups", 0, "bytes", "kv_read"), "the model config"),
+    (("groups", 2, "bytes", "total"), "the model config"),
+    (("groups", 4, "floor_ns_per_step"), "its bytes / the measured read bandwidth"),
+    (("groups", 5, "compute_floor_ns_per_step"), "its flops / the measured matmul rate"),
+    (("cells", 0, "min_ns_per_step"), "its raw durations"),
+    (("cells", 3, "median_ns_per_step"), "its raw durations"),
+    (("cells", 7, "max_ns_per_step"), "its raw durations"),
+    (("cells", 9, "floor_ns_per_step"), "its group's bytes / the measured read bandwidth"),
+    (("cells", 11, "step_over_floor"), "its median / its group's floor"),
+    (("kv_crossover", "batch_x_context"), "the model config"),
+    (("kv_crossover", "kv_bytes_per_position"), "the model config"),
+    (("profile", "modes", "ours-prealloc", "rows", 0, "bytes"), "the model config"),
+    (("profile", "modes", "hf-dynamic", "rows", 5, "floor_ns"), "its bytes / the measured read bandwidth"),
+    (("profile", "modes", "ours-prealloc", "rows", 3, "ratio_to_floor"), "its time / its floor"),
+    (("profile", "modes", "hf-dynamic", "total_ns_per_step"), "the sum of its rows"),
+    (("client", "modes", "ours", "ttft_ns"), "its token times"),
+    (("client", "modes", "transformers", "itl_p90_ns"), "its token times"),
+    (("client", "modes", "ours", "tokens_per_s"), "its token times"),
+]
+
+
+def at(record: Any, path: JsonPath) -> tuple[Any, Any]:
+    """The object holding the field at ``path``, and the field's key."""
+    for key in path[:-1]:
+        record = record[key]
+    return record, path[-1]
+
+
+class CommittedRecord(unittest.TestCase):
+    def refusal(self, record: dict[str, Any]) -> str:
+        """The build's one-line refusal of ``record`` in place of the committed one."""
+        with tempfile.TemporaryDirectory() as folder:
+            root = Path(folder)
+            shutil.copytree(ROOT / "results", root / "results", ignore=shutil.ignore_patterns("*-results.json", "machines"))
+            (root / LAB.record).write_text(json.dumps(record, indent=1))
+            with self.assertRaises(SiteBuildError) as refused:
+                read_record(LAB, root)
+        message = str(refused.exception)
+        self.assertNotIn("\n", message)
+        return message
+
+    def test_the_committed_record_passes_its_invariants_and_every_derived_figure(self) -> None:
+        self.assertIsNotNone(read_record(LAB, ROOT))
+
+    def test_a_hand_edited_figure_is_refused_naming_its_path_and_both_values(self) -> None:
+        committed = json.loads((ROOT / LAB.record).read_text())
+        for path, how in EDITS:
+            with self.subTest(path=path_text(path)):
+                record = json.loads(json.dumps(committed))
+                parent, key = at(record, path)
+                original = parent[key]
+                parent[key] = original * 3 + 1 if isinstance(original, int) else original * 1.5
+                self.assertEqual(self.refusal(record), f"{SOURCE}: field {path_text(path)} is {shown(parent[key])}, "
+                                                       f"but {how} gives {shown(original)}")
+
+    def test_an_invariant_is_refused_before_any_figure_is_derived(self) -> None:
+        record = json.loads((ROOT / LAB.record).read_text())
+        record["equivalence"]["modes"]["hf-static"]["max_abs_diff"] = 0.5
+        record["cells"][0]["median_ns_per_step"] = 1  # a figure the check would refuse next
+        self.assertIn(f"{SOURCE}: field $.equivalence.modes.hf-static.max_abs_diff is 0.5, beyond atol + rtol x "
+                      "max|reference|", self.refusal(record))
+
+    def test_the_figures_and_views_import_no_torch(self) -> None:
+        code = ("import sys, decode_bandwidth.figures, decode_bandwidth_views; "
+                "sys.exit('torch' in sys.modules)")
+        self.assertEqual(subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent).returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

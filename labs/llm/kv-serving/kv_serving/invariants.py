@@ -1,0 +1,206 @@
+"""What the serving record's raw data must satisfy before any figure is derived from them.
+
+Each is a relation between independent measurements (a server's counters against what its clients
+received, a peak against its /metrics samples) or the bounds a figure the record cannot recompute exactly
+must lie within (a peak between two samples, percentiles of gaps the record does not store). Deriving
+these would overwrite a measurement, so they are checked, never filled; each refusal names its JSON path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.figures import JsonPath, refuse
+
+from .formulas import OUTCOMES, blocks_for, budget_blocks, runs
+
+SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
+MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
+POLICIES = ["kv_budget_bytes", "count_safe", "count_average"]  # the admission experiment's servers, in order
+DISCONNECTS = [True, False]  # the cancellation experiment's servers: disconnects honoured, then ignored
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    names = [p["name"] for p in record["admission"]["policies"]]
+    if names != POLICIES:
+        refuse(source, ("admission", "policies"), f"are {names}, but this lab measures {POLICIES}")
+    honour = [m["honor_disconnect"] for m in record["cancellation"]["modes"]]
+    if honour != DISCONNECTS:
+        refuse(source, ("cancellation", "modes"), f"honour disconnects {honour}, but this lab measures {DISCONNECTS}")
+    check_config_and_gate(record, source)
+    check_pools(record, source)
+    for path, run in runs(record):
+        check_client_side(run, path, source)
+        check_server_side(run, path, source)
+    check_admission(record, source)
+    check_cancellation(record, source)
+    serial, highest = record["rates"]["serial"], max(p["rate"] for p in record["rates"]["points"])
+    if serial["rate"] != highest:
+        refuse(source, ("rates", "serial", "rate"), f"is {serial['rate']}, but the serial run is made at the "
+               f"sweep's highest rate, {highest}")
+    if serial["server"]["peak_running"] > 1:
+        refuse(source, ("rates", "serial", "server", "peak_running"), f"is {serial['server']['peak_running']}, but "
+               f"the serial server admits one request at a time (--max-running 1)")
+
+
+def check_config_and_gate(record: dict[str, Any], source: str) -> None:
+    config = record["config"]["benchmark"]
+    budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])  # raw data only: the share, the pool
+    if not budget < config["num_blocks"]:
+        refuse(source, ("config", "benchmark", "byte_budget_blocks"), f"= {budget} (num_blocks x byte_budget_share) "
+               f"is not below the pool's {config['num_blocks']} blocks: the allocator alone would keep reservations "
+               f"within such a budget")
+    tolerance, gate = record["tolerance"], record["equivalence"]
+    for flag in ("tokens_identical", "within_tolerance"):
+        if gate[flag] is not True:
+            refuse(source, ("equivalence", flag), f"is {gate[flag]!r}: a run whose equivalence gate failed measures "
+                   f"nothing")
+    if gate["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * gate["max_abs_reference"]:
+        refuse(source, ("equivalence", "max_abs_diff"), f"= {gate['max_abs_diff']} exceeds atol + rtol x max |reference|")
+    for index, row in enumerate(record["step_times"]):
+        for path, timings in ((("step_times", index), row), (("step_times", index, "weights"), row["weights"])):
+            if len(timings["durations_ns"]) != config["repeats"]:
+                refuse(source, (*path, "durations_ns"), f"holds {len(timings['durations_ns'])} timings, config says "
+                       f"repeats = {config['repeats']}")
+
+
+def check_pools(record: dict[str, Any], source: str) -> None:
+    """Every server reports the pool the config says it was started with."""
+    config = record["config"]["benchmark"]
+    if record["admission"]["pool_blocks"] != config["num_blocks"]:
+        refuse(source, ("admission", "pool_blocks"), f"is {record['admission']['pool_blocks']}, but "
+               f"$.config.benchmark.num_blocks is {config['num_blocks']}")
+    for path, run in runs(record):
+        key = "sweep_blocks" if path[0] == "rates" else "num_blocks"
+        if run["server"]["num_blocks"] != config[key]:
+            refuse(source, (*path, "server", "num_blocks"), f"is {run['server']['num_blocks']}, but the server was "
+                   f"started with $.config.benchmark.{key} = {config[key]}")
+
+
+def check_client_side(run: dict[str, Any], path: JsonPath, source: str) -> None:
+    for index, r in enumerate(run["requests"]):
+        if r["outcome"] == "completed" and r["tokens"] != r["max_tokens"]:
+            refuse(source, (*path, "requests", index, "tokens"), f"is {r['tokens']}, but a completed request runs "
+                   f"to its max_tokens {r['max_tokens']}")
+        if r["ttft_s"] is not None and r["e2e_s"] is not None and r["ttft_s"] > r["e2e_s"] + SLACK_S:
+            refuse(source, (*path, "requests", index, "ttft_s"), f"= {r['ttft_s']} is after the request's end "
+                   f"({r['e2e_s']})")
+    check_gaps(run["summary"]["itl_s"], [r for r in run["requests"] if r["outcome"] == "completed"],
+               (*path, "summary", "itl_s"), source)
+
+
+def check_gaps(itl: dict[str, float] | None, done: list[dict[str, Any]], path: JsonPath, source: str) -> None:
+    """The gaps themselves are not stored (thousands per run); what the requests' rows imply about them is
+    checked: their number, the order of the percentiles, and their sum, which cannot exceed the time from
+    each completed request's first token to its end."""
+    gaps = sum(r["tokens"] - 1 for r in done if r["tokens"] > 0)
+    if (itl or {"count": 0})["count"] != gaps:
+        refuse(source, (*path, "count"), f"should be {gaps}: one gap per token after the first, completed requests")
+    if itl is None:
+        return
+    if not itl["p50"] <= itl["p90"] <= itl["p99"]:
+        refuse(source, (*path, "p90"), f"percentiles out of order: p50 {itl['p50']}, p90 {itl['p90']}, p99 {itl['p99']}")
+    span = sum(r["e2e_s"] - r["ttft_s"] for r in done if r["ttft_s"] is not None and r["e2e_s"] is not None)
+    if itl["mean"] * itl["count"] > span + SLACK_S * max(1, len(done)):
+        refuse(source, (*path, "mean"), f"= {itl['mean']} makes the {itl['count']} gaps sum to "
+               f"{itl['mean'] * itl['count']:.6g} s, more than the {span:.6g} s between the completed requests' first "
+               f"tokens and ends")
+    if itl["count"] > 1 and itl["p50"] > 2 * itl["mean"] + SLACK_S:  # at least half the gaps are >= p50
+        refuse(source, (*path, "p50"), f"= {itl['p50']} is more than twice the mean {itl['mean']}: half the gaps "
+               f"cannot exceed it")
+
+
+def check_server_side(run: dict[str, Any], path: JsonPath, source: str) -> None:
+    server, requests = run["server"], run["requests"]
+    clients = {outcome: sum(r["outcome"] == outcome for r in requests) for outcome in OUTCOMES}  # from the rows:
+    # a hand-edited summary is refused by the derived figures, at its own path
+    p = (*path, "server")
+    for name in ("peak_used_blocks", "budget_blocks"):
+        if not server[name] <= server["num_blocks"]:
+            refuse(source, (*p, name), f"= {server[name]} exceeds the pool's {server['num_blocks']}")
+    samples = run["occupancy"]
+    for index, (before, after) in enumerate(zip(samples, samples[1:])):
+        if after["t_s"] < before["t_s"]:
+            refuse(source, (*path, "occupancy", index + 1, "t_s"), f"= {after['t_s']} is before the previous sample "
+                   f"({before['t_s']})")
+    for field, peak in (("used_blocks", "peak_used_blocks"), ("running", "peak_running")):
+        highest = max(s[field] for s in samples)
+        if highest > server[peak]:
+            refuse(source, (*p, peak), f"is {server[peak]}, but a /metrics sample of this run saw {highest}")
+    budgets = {s["budget_blocks"] for s in samples}
+    if budgets != {server["budget_blocks"]}:
+        refuse(source, (*path, "occupancy"), f"samples report budgets {sorted(budgets)}, the server "
+               f"{server['budget_blocks']}")
+    steps, rows = server["decode_steps"], server["decode_rows"]
+    received = sum(r["tokens"] for r in requests)
+    memory = sum(r["outcome"] == "failed" and MEMORY_FAILURE in (r["error"] or "") for r in requests)
+    counted = [("failed_for_memory", memory, "the failed requests' errors")]
+    if clients["left"] == 0 and clients["failed"] == memory:
+        # nobody left and no connection failed: the server's counts are exactly what the clients saw
+        counted += [("tokens_generated", received, "the tokens its clients received"),
+                    ("completed", clients["completed"], "its clients' completed requests"),
+                    ("prefills", sum(r["tokens"] > 0 for r in requests), "its clients' first tokens"),
+                    ("decode_rows", sum(r["tokens"] - 1 for r in requests if r["tokens"] > 0),
+                     "its clients' tokens after the first")]
+        if server["cancelled"] or server["decode_rows_after_disconnect"] or server["tokens_after_disconnect"]:
+            refuse(source, (*p, "cancelled"), "or another count of work for departed clients is not 0 in a run "
+                   "where no client left")
+    # every computed row is either streamed or dropped; rows for departed clients are streamed only if ignored
+    counted += [("rows_dropped", rows + server["prefills"] - server["tokens_generated"],
+                 "decode_rows + prefills - tokens_generated"),
+                ("tokens_after_disconnect", server["decode_rows_after_disconnect"]
+                 + server["prefills_after_disconnect"] - server["rows_dropped"],
+                 "decode_rows_after_disconnect + prefills_after_disconnect - rows_dropped")]
+    for name, count, how in counted:
+        if server[name] != count:
+            refuse(source, (*p, name), f"is {server[name]}, but {how} give {count}")
+    if rows < steps:
+        refuse(source, (*p, "decode_rows"), f"= {rows} is below decode_steps {steps}: every step decodes at least "
+               f"one request")
+    if rows > steps * server["peak_running"]:
+        refuse(source, (*p, "decode_rows"), f"= {rows} exceeds {steps} steps x the {server['peak_running']} requests "
+               f"that ever ran at once")
+    longest = max((r["tokens"] - 1 for r in requests), default=0)
+    if steps < longest:
+        refuse(source, (*p, "decode_steps"), f"= {steps}, but a client received {longest + 1} tokens, one per step "
+               f"after the first")
+    departed = server["decode_rows_after_disconnect"]
+    if not min(departed, 1) <= server["decode_steps_with_departed"] <= min(departed, steps):
+        refuse(source, (*p, "decode_steps_with_departed"), f"= {server['decode_steps_with_departed']} is impossible "
+               f"with {departed} such rows in {steps} steps")
+    streamed = server["tokens_generated"] - server["tokens_after_disconnect"]  # to clients still there
+    if received > streamed:
+        refuse(source, (*p, "tokens_generated"), f"= {server['tokens_generated']} minus "
+               f"{server['tokens_after_disconnect']} streamed after disconnects is less than the {received} tokens "
+               f"clients received")
+
+
+def check_cancellation(record: dict[str, Any], source: str) -> None:
+    for index, run in enumerate(record["cancellation"]["modes"]):
+        s, p = run["server"], ("cancellation", "modes", index, "server")
+        if run["honor_disconnect"]:
+            if s["tokens_after_disconnect"]:
+                refuse(source, (*p, "tokens_after_disconnect"), f"= {s['tokens_after_disconnect']}, but an honoured "
+                       f"disconnect drops every row computed after it")
+            if s["rows_dropped"] > s["cancelled"]:
+                refuse(source, (*p, "rows_dropped"), f"= {s['rows_dropped']} exceeds the {s['cancelled']} cancelled "
+                       f"requests: at most the step under way is lost for each")
+        elif s["rows_dropped"] or s["cancelled"]:
+            refuse(source, (*p, "rows_dropped"), "is not 0 (or cancelled is not), but this server ignores disconnects")
+
+
+def check_admission(record: dict[str, Any], source: str) -> None:
+    admission, config = record["admission"], record["config"]["benchmark"]
+    size = config["block_size"]
+    for index, run in enumerate(admission["policies"]):
+        rows = sorted(run["requests"], key=lambda r: r["index"])
+        need = [blocks_for(r["prompt_tokens"] + r["max_tokens"] - 1, size) for r in rows]
+        if need != admission["request_blocks"]:
+            refuse(source, ("admission", "policies", index, "requests"), "are not the workload whose block needs "
+                   "the record lists")
+        # the byte server reports its budget; a count server has none and reports its whole pool
+        budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])
+        expected = budget if run["name"] == "kv_budget_bytes" else config["num_blocks"]
+        if run["server"]["budget_blocks"] != expected:
+            refuse(source, ("admission", "policies", index, "server", "budget_blocks"), f"is "
+                   f"{run['server']['budget_blocks']}, but a {run['name']} server reports {expected}")

@@ -1,0 +1,46 @@
+"""The article's model and pool sections: what one decode step costs here, the pool's bytes, the equivalence gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from site_hooks.blocks import Block
+from site_hooks.formatting import plural
+
+
+def model_cost_view(record: dict[str, Any]) -> Block:
+    """What one request's decode step costs on the machine that made the record: the work a batch can share."""
+    rows, config = record["step_times"], record["config"]["benchmark"]
+    one = min(rows, key=lambda r: r["batch"])
+    model, cpu = record["config"]["model"], record["environment"]["cpu"]
+    cores = cpu["logical_cores"]
+    targets = record["targets"]
+    paragraphs = [
+        f"The record was made on {cpu['model']} with {plural(cores, 'logical core') if cores else 'an unknown number of cores'}. "
+        f"There, one decode step for "
+        f"{'a single request' if one['batch'] == 1 else plural(one['batch'], 'request')} through the "
+        f"{config['layers']} layers of width {model['width']} took {one['median_ns'] / 1e6:.2f} ms (median of "
+        f"{len(one['durations_ns'])} steps, {one['min_ns'] / 1e6:.2f} to {one['max_ns'] / 1e6:.2f} ms), timed "
+        f"in-process with {plural(config['threads'], 'torch thread')}, and the whole benchmark took "
+        f"{record['wall_time_s']:.0f} s against a limit of {targets['wall_time_limit_s']:.0f} s; the step-time "
+        f"table further down gives larger batches."]
+    return Block(css="lab-config", paragraphs=paragraphs)
+
+
+def pool_view(record: dict[str, Any]) -> Block:
+    """The pool's bytes from the config, then the equivalence gate's verdict."""
+    model, config = record["config"]["model"], record["config"]["benchmark"]
+    paragraphs = [
+        f"One token's keys and values take 2 × {config['layers']} layers × {model['kv_heads']} key/value heads × "
+        f"{model['head_dim']} features × {model['bytes_per_element']} bytes = {config['kv_bytes_per_token']:,} bytes, "
+        f"so a block of {config['block_size']} positions is {config['block_bytes']:,} bytes and the pool of "
+        f"{config['num_blocks']} blocks is {config['pool_bytes']:,} bytes ({config['pool_bytes'] / 2**20:.2f} MiB).",
+    ]
+    gate = record["equivalence"]
+    paragraphs.append(
+        f"Before any load, prompts of {', '.join(map(str, gate['prompt_lengths']))} tokens were decoded for "
+        f"{gate['steps']} greedy steps, all together in one batch and then each alone: the tokens "
+        f"{'were identical' if gate['tokens_identical'] else 'differed'} and the logits differed by at most "
+        f"{gate['max_abs_diff']:.2e}, {'within' if gate['within_tolerance'] else 'beyond'} atol = "
+        f"{record['tolerance']['atol']:g}, rtol = {record['tolerance']['rtol']:g}.")
+    return Block(css="lab-config", paragraphs=paragraphs)

@@ -1,0 +1,102 @@
+""""What one step costs": the batched decode step against batch size, and where a larger batch stepped faster."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from site_hooks.blocks import Block, Chart, Table
+from site_hooks.chart import Series, line_chart
+from site_hooks.formatting import format_ms, plural, spelled
+
+
+def step_view(record: dict[str, Any]) -> Block:
+    """The step at every batch size, charted and tabled, with the weight multiplications timed apart."""
+    rows = record["step_times"]
+    first, last = rows[0], rows[-1]
+    chart = line_chart(
+        [Series("one decode step (ms)", [r["batch"] for r in rows], [r["median_ns"] / 1e6 for r in rows],
+                [r["min_ns"] / 1e6 for r in rows], [r["max_ns"] / 1e6 for r in rows]),
+         Series("its weight multiplications alone (ms)", [r["batch"] for r in rows],
+                [r["weights"]["median_ns"] / 1e6 for r in rows], [r["weights"]["min_ns"] / 1e6 for r in rows],
+                [r["weights"]["max_ns"] / 1e6 for r in rows]),
+         Series("per token (ms)", [r["batch"] for r in rows], [r["median_ns"] / 1e6 / r["batch"] for r in rows],
+                [r["min_ns"] / 1e6 / r["batch"] for r in rows], [r["max_ns"] / 1e6 / r["batch"] for r in rows])],
+        title="One batched decode step against batch size", x_label="requests in the batch", y_label="milliseconds",
+        description="; ".join(f"batch {r['batch']}: {format_ms(r['median_ns'], 2)} ms per step, {format_ms(r['weights']['median_ns'], 2)} "
+                              f"ms of weight multiplications" for r in rows))
+    growth = last["median_ns"] / first["median_ns"]
+    paragraphs = [
+        f"A step for {last['batch']} requests took {format_ms(last['median_ns'], 2)} ms (median), "
+        f"{growth:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while producing "
+        f"{last['batch'] / first['batch']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
+        f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way.",
+        *step_order_sentences(record)]
+    config = record["config"]["benchmark"]
+    rows_out = [(r["batch"], format_ms(r["median_ns"], 2), f"{format_ms(r['min_ns'], 2)} – {format_ms(r['max_ns'], 2)}", format_ms(r["weights"]["median_ns"], 2),
+                 format_ms(r["median_ns"] - r["weights"]["median_ns"], 2), format_ms(r["weights"]["median_ns"] / r["batch"], 2),
+                 f"{r['tokens_per_s']:,.0f}") for r in rows]
+    return Block(css="lab-medians", paragraphs=paragraphs,
+                 charts=[Chart(chart, f"Median of {config['repeats']} timed steps after "
+                                      f"{plural(config['step_warmup'], 'untimed one')}; whiskers from the fastest to "
+                                      f"the slowest.")],
+                 tables=[Table(["Batch", "Median step (ms)", "Range (ms)", "Weights alone (ms)", "Rest of the step (ms)",
+                                "Weights per request (ms)", "Tokens per second"], rows_out)],
+                notes=["“Weights alone” times the step's multiplications by weight matrices (every layer's fused "
+                       "projection, output projection and feed-forward network, and the output head) on a batch of "
+                       "that many rows, without attention, the block gather or the cache writes. “Rest of the step” is "
+                       "the median step minus that median: attention over the gathered blocks, the writes, and "
+                       "Python."
+                       + (" The two medians come from separate timings, so where the rest is small their difference "
+                          "can fall below zero, as it does here." if any(r["median_ns"] < r["weights"]["median_ns"]
+                                                                         for r in rows) else "")])
+
+
+def step_order_sentences(record: dict[str, Any]) -> list[str]:
+    """Where a larger batch stepped faster than a smaller one: whether that is noise, and what the weight
+    multiplications alone show about it."""
+    rows = sorted(record["step_times"], key=lambda r: r["batch"])
+    inversions = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if b["median_ns"] < a["median_ns"]]
+    if not inversions:
+        return [f"The median step grew with the batch at every measured size, from {format_ms(rows[0]['median_ns'], 2)} ms "
+                f"for {rows[0]['batch']} to {format_ms(rows[-1]['median_ns'], 2)} ms for {rows[-1]['batch']}."]
+    slow, fast = max(inversions, key=lambda pair: pair[0]["median_ns"] - pair[1]["median_ns"])
+    separate = slow["min_ns"] > fast["max_ns"]
+    repeats = len(slow["durations_ns"])
+    sentences = [
+        f"The step time does not grow with the batch everywhere: a step for {slow['batch']} requests took "
+        f"{format_ms(slow['median_ns'], 2)} ms ({format_ms(slow['min_ns'], 2)} to {format_ms(slow['max_ns'], 2)}), longer than one for "
+        f"{fast['batch']} at {format_ms(fast['median_ns'], 2)} ms ({format_ms(fast['min_ns'], 2)} to {format_ms(fast['max_ns'], 2)}). "
+        + (f"Even the fastest of the {repeats} timed steps for {slow['batch']} was slower than the slowest for "
+           f"{fast['batch']}, so this is not noise between repeats." if separate else
+           f"The two ranges of {repeats} timed steps overlap, so the order may be noise between repeats.")]
+    one = rows[0]
+    w_slow, w_fast, w_one = (r["weights"]["median_ns"] for r in (slow, fast, one))
+    if w_slow > w_fast:
+        per_slow, per_fast, per_one = w_slow / slow["batch"], w_fast / fast["batch"], w_one / one["batch"]
+        rest = [slow["median_ns"] - w_slow, fast["median_ns"] - w_fast]
+        sentences.append(
+            f"The weight multiplications alone show the same inversion: {format_ms(w_slow, 2)} ms for {slow['batch']} rows "
+            f"against {format_ms(w_fast, 2)} ms for {fast['batch']}, and {format_ms(w_one, 2)} ms for {one['batch']}. Per request, they "
+            f"cost {format_ms(per_slow, 2)} ms at batch {slow['batch']}, against {format_ms(per_one, 2)} ms at batch {one['batch']} and "
+            f"{format_ms(per_fast, 2)} ms at batch {fast['batch']}: with {spelled(slow['batch'])} rows the matrix library "
+            f"({blas(record)}, as this PyTorch build names it, on "
+            f"{plural(record['config']['benchmark']['threads'], 'thread')}) shares "
+            f"{'little' if per_slow > 0.6 * per_one else 'some'} of the reading of the weights between the rows, "
+            f"and with {spelled(fast['batch'])} it shares {'far ' if per_fast < 0.5 * per_slow else ''}more. It "
+            f"evidently multiplies these two row counts in different ways, and the step inherits that. "
+            + (f"The rest of the step (attention, the gather, the writes) took {format_ms(rest[0], 2)} and {format_ms(rest[1], 2)} ms at "
+               f"these two sizes, so it is not the cause." if min(rest) > 0 else
+               "The rest of the step (attention, the gather, the writes) is within the noise of the two timings at "
+               "these sizes, so it is not the cause."))
+    else:
+        sentences.append(
+            f"The weight multiplications alone do not show it ({format_ms(w_slow, 2)} ms for {slow['batch']} rows, "
+            f"{format_ms(w_fast, 2)} ms for {fast['batch']}), so the difference lies in the rest of the step.")
+    return sentences
+
+
+def blas(record: dict[str, Any]) -> str:
+    """The matrix library the record's PyTorch build names, if it names one."""
+    found = re.search(r"BLAS_INFO=(\w+)", record["environment"]["torch"].get("build_config") or "")
+    return found.group(1) if found else "unknown"

@@ -1,0 +1,40 @@
+""""Targets": each of the issue's targets with the evidence beside its verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kv_serving.formulas import best_point, mode, over_serial, policy
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import join
+
+
+def targets_view(record: dict[str, Any]) -> Block:
+    """Each target, its verdict and the measurement behind it."""
+    t = record["targets"]
+    by_bytes = policy(record, "kv_budget_bytes")
+    b = by_bytes["server"]
+    config = record["config"]["benchmark"]
+    honoured, ignored = mode(record, True)["server"], mode(record, False)["server"]
+    points = record["rates"]["points"]
+    best = best_point(record)
+    others = [f"{over_serial(p, record['rates']['serial']):.2f}× at {p['rate']:g}/s" for p in points if p is not best]
+    verdict = lambda ok: "met" if ok else "not met"  # noqa: E731
+    rows = [
+        (f"Byte admission: reserved blocks never exceed the budget ({b['budget_blocks']} blocks, "
+         f"{config['byte_budget_share']:g} of the {b['num_blocks']}-block pool)",
+         f"{verdict(t['bytes_peak_within_budget'])}: peak {b['peak_used_blocks']} of {b['budget_blocks']} blocks"),
+        ("Byte admission: no request fails for memory",
+         f"{verdict(t['bytes_failed_for_memory'] == 0)}: {t['bytes_failed_for_memory']} of "
+         f"{by_bytes['summary']['requests']} failed"),
+        ("Zero blocks leaked after the cancellation experiment",
+         f"{verdict(t['blocks_leaked_after_cancellation'] == 0)}: {honoured['num_used_blocks']} blocks in use once "
+         f"idle with disconnects honoured, {ignored['num_used_blocks']} with them ignored"),
+        (f"Batched throughput at least {t['speedup_target']:g}× serial, at the best of the {len(points)} arrival rates",
+         f"{verdict(t['speedup_met'])}: {t['speedup_over_serial']:.2f}× at {best['rate']:g}/s"
+         + (f" (other rates: {join(others)})" if others else "")),
+        (f"The benchmark finishes within {t['wall_time_limit_s']:.0f} s (timed inside it, from building the model "
+         f"to the last server's stop; starting Python and writing the record are not included)",
+         f"{verdict(t['wall_time_met'])} ({t['wall_time_s']:.0f} s)"),
+    ]
+    return Block(css="lab-findings", tables=[Table(["Target", "Result"], rows)])

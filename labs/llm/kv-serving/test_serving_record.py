@@ -1,0 +1,78 @@
+"""The committed serving record against the site's one check: it passes, and each kind of derived figure,
+hand-edited in the record's text, is refused in one line naming its JSON path and both values."""
+
+from __future__ import annotations
+
+import copy
+import unittest
+from typing import Any
+
+from kv_serving import figures
+from labkit.figures import JsonPath, check, path_text, shown
+from labkit.manifest import lab_for
+from labkit.records import RecordError, load_record
+from site_hooks.labviews import lab_check
+
+LAB, ROOT = lab_for(figures.__file__)
+SOURCE = LAB.record.as_posix()
+
+
+# One derived figure of each kind: (JSON path, a hand-edited value the derivation contradicts).
+EDITS: list[tuple[JsonPath, Any]] = [
+    (("config", "benchmark", "block_bytes"), 1),
+    (("step_times", 0, "median_ns"), 1),
+    (("step_times", 0, "tokens_per_s"), 1.5),
+    (("admission", "policies", 0, "summary", "completed"), 10**6),
+    (("admission", "policies", 0, "summary", "duration_s"), 1.0),
+    (("admission", "policies", 0, "summary", "throughput_tokens_per_s"), 9.0),
+    (("admission", "policies", 0, "summary", "ttft_s", "p50"), 1e6),
+    (("admission", "policies", 0, "server", "mean_batch"), 1e6),
+    (("admission", "mean_request_blocks"), 1e6),
+    (("rates", "best_rate"), 1e6),
+]
+
+
+def at(record: Any, path: JsonPath) -> Any:
+    for key in path:
+        record = record[key]
+    return record
+
+
+class CommittedRecordTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.record = load_record(ROOT / LAB.record, ROOT / LAB.schema)
+        cls.derived = {figure.path: figure for figure in figures.derive(cls.record)}
+
+    def test_the_committed_record_passes_its_invariants_and_every_derived_figure(self) -> None:
+        figures.check_invariants(self.record, SOURCE)
+        check(self.record, figures.derive(self.record), SOURCE)
+        runs = len(self.record["admission"]["policies"]) + len(self.record["cancellation"]["modes"]) \
+            + len(self.record["rates"]["points"]) + 1  # the serial run
+        summaries = {path[:-1] for path in self.derived if "summary" in path and path[-1] == "completed"}
+        self.assertEqual(len(summaries), runs)  # every run's summary is derived, not only some
+
+    def refusal(self, path: JsonPath, value: Any) -> str:
+        record = copy.deepcopy(self.record)
+        parent = at(record, path[:-1])
+        parent[path[-1]] = value
+        with self.assertRaises(RecordError) as refused:
+            lab_check(LAB)(record, SOURCE)
+        return str(refused.exception)
+
+    def test_a_hand_edited_figure_of_each_kind_is_refused_naming_its_path_and_both_values(self) -> None:
+        for path, value in EDITS:
+            with self.subTest(path=path_text(path)):
+                figure = self.derived[path]
+                self.assertEqual(self.refusal(path, value), f"{SOURCE}: field {path_text(path)} is {shown(value)}, "
+                                                            f"but {figure.how} gives {shown(figure.value)}")
+
+    def test_a_verdict_the_runs_contradict_is_refused(self) -> None:
+        path = ("targets", "speedup_met")
+        figure = self.derived[path]
+        self.assertEqual(self.refusal(path, not figure.value),
+                         f"{SOURCE}: field $.targets.speedup_met is {not figure.value}, but {figure.how} gives {figure.value}")
+
+
+if __name__ == "__main__":
+    unittest.main()

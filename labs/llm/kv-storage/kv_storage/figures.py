@@ -1,0 +1,156 @@
+"""Every figure of the storage record that follows from its raw data, and what the raw data must satisfy.
+
+Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), after holding the counts it
+took from its caches and pools to the same formulas; the site build checks the stored figures against it
+(labkit.figures.check); the views import the constants below. The shared timing statistics (min/median/max,
+speedups) come from labkit.summary.sweep_figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kv_cache.memory import kv_cache_bytes
+from labkit.figures import Figures, JsonPath, refuse
+
+MODES = ("full", "concat", "prealloc", "paged")  # full recompute, then the three cached layouts, in run order
+BASELINE = "full"
+CACHED = MODES[1:]
+TIE_SHARE = 0.02  # medians closer than this share of the faster one count as a tie, as do overlapping ranges
+SMALL_TRANSIENT = 0.05  # a peak within this share of the retained bytes draws as two bars of one length
+
+
+def cache_bytes(model: dict[str, Any], kv_heads: int, length: int) -> int:
+    """2 x Hkv x T x D x bytes for one request (the storage lab decodes one at a time)."""
+    return kv_cache_bytes(1, kv_heads, length, model["head_dim"], model["bytes_per_element"])
+
+
+def blocks(positions: int, block_size: int) -> int:
+    """Blocks of ``block_size`` that ``positions`` positions occupy: the last one may be partly filled."""
+    return -(-positions // block_size)
+
+
+def retained(model: dict[str, Any], kv_heads: int, length: int, block_size: int) -> dict[str, int]:
+    """Bytes each layout holds after a loop of ``length`` positions: exact, capacity, whole blocks."""
+    exact = cache_bytes(model, kv_heads, length)
+    return {"concat": exact, "prealloc": exact,
+            "paged": blocks(length, block_size) * cache_bytes(model, kv_heads, block_size)}
+
+
+def expect(source: str, path: JsonPath, stored: Any, wanted: Any, how: str) -> None:
+    if stored != wanted:
+        refuse(source, path, f"is {stored}, but {how} gives {wanted}")
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    """The raw data must describe this lab's experiment: its four modes, one request, one block size
+    everywhere, a position table as long as the longest use, the timed window, peaks at least what is
+    retained, every grouped-query layout within tolerance of full recompute at every position."""
+    bench, model = record["config"]["benchmark"], record["config"]["model"]
+    if bench["modes"] != list(MODES) or bench["baseline"] != BASELINE:
+        refuse(source, ("config", "benchmark", "modes"), f"are {bench['modes']} with baseline {bench['baseline']!r}, "
+               f"but this lab measures {list(MODES)} with baseline {BASELINE!r}")
+    expect(source, ("config", "benchmark", "batch"), bench["batch"], 1, "the storage lab (one request at a time)")
+    memory, sharing, paging = record["memory"], record["sharing"], record["paging"]
+    for section in ("memory", "sharing"):
+        expect(source, (section, "block_size"), record[section]["block_size"], bench["block_size"],
+               "config.benchmark.block_size")
+    longest = max(bench["lengths"][-1] + bench["window"], memory["length"], sharing["prompt"] + sharing["tokens"])
+    expect(source, ("config", "model", "max_positions"), model["max_positions"], longest,
+           "the longest prefix + window, memory loop or shared prompt + tokens")
+    expect(source, ("paging", "length_range"), paging["length_range"], [1, model["max_positions"]],
+           "[1, config.model.max_positions]")
+    for index, entry in enumerate(record["lengths"]):
+        expect(source, ("lengths", index, "steps"), entry["steps"], bench["window"],
+               "the timed window (config.benchmark.window)")
+    expect(source, ("memory", "variants"), sorted(memory["variants"]), sorted(CACHED), "the cached modes")
+    for mode, values in memory["variants"].items():
+        if values["peak_bytes"] < values["retained_bytes"]:
+            refuse(source, ("memory", "variants", mode, "peak_bytes"), f"is {values['peak_bytes']}, below the "
+                   f"{values['retained_bytes']} bytes retained at the end")
+    grouped_query_invariants(record, source)
+    low, high = paging["length_range"]
+    if not all(low <= n <= high for n in paging["request_lengths"]):
+        refuse(source, ("paging", "request_lengths"), f"holds a length outside length_range [{low}, {high}]")
+
+
+def grouped_query_invariants(record: dict[str, Any], source: str) -> None:
+    """Every variant has the model's query heads, decodes the memory loop, compares every position of it,
+    covers every cached layout, and lies within the tolerance everywhere."""
+    model, tolerance = record["config"]["model"], record["tolerance"]
+    for index, row in enumerate(record["gqa"]):
+        at = ("gqa", index)
+        expect(source, (*at, "heads"), row["heads"], model["heads"], "config.model.heads")
+        expect(source, (*at, "length"), row["length"], record["memory"]["length"],
+               "the memory loop's length (memory.length)")
+        expect(source, (*at, "positions_compared"), row["positions_compared"], row["length"],
+               "every position of the loop")
+        expect(source, (*at, "layouts"), sorted(row["layouts"]), sorted(CACHED),
+               "the cached modes of config.benchmark.modes")
+        for mode, layout in row["layouts"].items():
+            bound = tolerance["atol"] + tolerance["rtol"] * layout["max_abs_reference"]
+            if layout["max_abs_diff"] > bound:
+                refuse(source, (*at, "layouts", mode, "max_abs_diff"), f"is {layout['max_abs_diff']:g}, beyond "
+                       f"atol + rtol x max|reference| = {bound:g}")
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """The byte formulas of the memory loop and the grouped-query variants, the paging table's counts from
+    its request lengths, and the blocks and bytes prefix sharing needs."""
+    figures = Figures()
+    model = record["config"]["model"]
+    memory, block_size = record["memory"], record["config"]["benchmark"]["block_size"]
+    figures.add(("memory", "formula_bytes"), cache_bytes(model, model["kv_heads"], memory["length"]),
+                "2 x Hkv x T x D x bytes from the record's config")
+    for mode, value in retained(model, model["kv_heads"], memory["length"], block_size).items():
+        figures.add(("memory", "variants", mode, "retained_bytes"), value,
+                    f"{mode} storage of {memory['length']} positions")
+    for index, row in enumerate(record["gqa"]):
+        figures.add(("gqa", index, "formula_bytes"), cache_bytes(model, row["kv_heads"], row["length"]),
+                    "2 x Hkv x T x D x bytes")
+        for mode, value in retained(model, row["kv_heads"], row["length"], block_size).items():
+            figures.add(("gqa", index, "layouts", mode, "bytes"), value, f"{mode} storage")
+    paging_figures(record["paging"], figures)
+    sharing_figures(model, record["sharing"], figures)
+    return figures
+
+
+def paging_figures(paging: dict[str, Any], figures: Figures) -> None:
+    """Per block size: the blocks the request lengths occupy, one table entry each, and the empty slots."""
+    lengths = paging["request_lengths"]
+    used = sum(lengths)
+    figures.add(("paging", "requests"), len(lengths), "the number of request_lengths")
+    figures.add(("paging", "used_slots"), used, "the sum of request_lengths")
+    for index, row in enumerate(paging["rows"]):
+        size, at = row["block_size"], ("paging", "rows", index)
+        in_use = sum(blocks(n, size) for n in lengths)
+        figures.add((*at, "blocks_in_use"), in_use, f"blocks of {size} for request_lengths")
+        figures.add((*at, "table_entries"), in_use, "one table entry per block")
+        figures.add((*at, "allocated_slots"), in_use * size, "blocks x block_size")
+        figures.add((*at, "wasted_slots"), in_use * size - used, "allocated - used slots")
+        figures.add((*at, "waste_share"), (in_use * size - used) / (in_use * size), "wasted / allocated slots")
+
+
+def sharing_figures(model: dict[str, Any], sharing: dict[str, Any], figures: Figures) -> None:
+    """Blocks and bytes of N requests that each keep their own prompt, and of N forks of one prompt."""
+    n, prompt, tokens, size = sharing["requests"], sharing["prompt"], sharing["tokens"], sharing["block_size"]
+    per_request = blocks(prompt + tokens, size)
+    full_prompt_blocks, partial = divmod(prompt, size)
+    # Every request but the last copies a partly filled shared block on its first write; the last one
+    # finds itself its sole owner and writes in place.
+    copying = bool(partial and tokens)
+    block_bytes = cache_bytes(model, model["kv_heads"], size)
+    shared_total = full_prompt_blocks + n * (per_request - full_prompt_blocks)
+    how = f"{n} requests, a {prompt}-token prompt, {tokens} tokens each and blocks of {size}"
+    for path, value in (
+        (("block_bytes",), block_bytes),
+        (("without", "blocks"), n * per_request),
+        (("without", "bytes"), n * per_request * block_bytes),
+        (("with", "prompt_blocks"), blocks(prompt, size)),
+        (("with", "shared_blocks"), full_prompt_blocks if copying else blocks(prompt, size)),
+        (("with", "copied_blocks"), n - 1 if copying else 0),
+        (("with", "blocks"), shared_total),
+        (("with", "bytes"), shared_total * block_bytes),
+        (("saved_bytes",), (n * per_request - shared_total) * block_bytes),
+    ):
+        figures.add(("sharing", *path), value, how)

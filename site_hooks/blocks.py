@@ -1,0 +1,52 @@
+"""What a lab's view returns: a block of paragraphs, tables, charts and notes, rendered by one shared template.
+
+A view is ``record -> Block``: it reads the record's stored, already-checked figures and words them; it
+knows nothing of subprocesses, freshness or MkDocs, and writes no HTML. Every string in a block is escaped
+when rendered; a chart's SVG comes from site_hooks.chart, which escapes what it draws from the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .templating import render
+
+
+@dataclass(frozen=True)
+class Strong:
+    """A table cell shown in bold: the one of its row that the table's note singles out."""
+    strong: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headings: Sequence[str]
+    rows: Sequence[Sequence[Any]]  # one cell per heading; numbers are shown as given (format them first)
+    caption: str = ""
+    lead: str = ""  # a sentence introducing the table, printed above it
+    header_rows: Sequence[Sequence[tuple[str, int]]] = ()  # grouped headings above ``headings``: (text, span)
+
+
+@dataclass(frozen=True)
+class Chart:
+    svg: str  # SVG markup drawn by site_hooks.chart, whose templates escaped every text taken from a record
+    caption: str
+
+
+@dataclass(frozen=True)
+class Block:
+    css: str  # the block's own class, so a page's stylesheet and its tests can find it
+    paragraphs: Sequence[str] = ()
+    tables: Sequence[Table] = ()
+    charts: Sequence[Chart] = ()
+    notes: Sequence[str] = ()  # after the tables: caveats, what a reader should not conclude
+    items: Sequence[str] = field(default=())  # a bullet list after the paragraphs (key results)
+
+
+View = Callable[[dict[str, Any]], Block]
+
+
+def render_block(block: Block) -> str:
+    return render("block.html.j2", block=block)
