@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kv_cache import DecoderBlock, causal_attention
+from kv_cache.attention import causal_attention
+from kv_cache.model import DecoderBlock
 
 from .cache import LayerCache, new_cache
 from .config import LlamaDecoderConfig
