@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .diagrams import Diagram
 from .templating import render
 
 
@@ -37,10 +38,12 @@ class Block:
     charts: Sequence[Chart] = ()
     notes: Sequence[str] = ()  # after the tables: caveats, what a reader should not conclude
     items: Sequence[str] = field(default=())  # a bullet list after the paragraphs (key results)
+    diagrams: Sequence[Diagram] = ()  # concept pictures (site_hooks.diagrams), side by side where they fit
 
 
 View = Callable[[dict[str, Any]], Block]
 
 
-def render_block(block: Block) -> str:
-    return render("block.html.j2", block=block)
+def render_block(block: Block, source: str = "") -> str:
+    """``source``: the line naming the record and machine, put under each of the block's charts."""
+    return render("block.html.j2", block=block, source=source)
