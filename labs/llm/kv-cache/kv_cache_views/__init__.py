@@ -14,8 +14,7 @@ from site_hooks.formatting import format_number
 
 from .capacity import calculator_view, models_view
 from .pictures import cache_growth_view, mask_view, work_view
-from .results import (answer_capacity_view, answer_mask_view, answer_overhead_view, key_results_view,
-                      regime_view)
+from .results import answer_capacity_view, answer_mask_view, answer_overhead_view, key_results_view, regime_view
 
 
 def cache_bytes_view(record: dict[str, Any]) -> Block:

@@ -55,7 +55,8 @@ def kib(value: float) -> str:
 
 
 def gib(value: float) -> str:
-    return f"{value / GIB:,.1f}" if value / GIB < 100 else f"{value / GIB:,.0f}"
+    amount = value / GIB
+    return f"{amount:.2f}" if amount < 1 else f"{amount:,.1f}" if amount < 100 else f"{amount:,.0f}"
 
 
 def models_view(record: dict[str, Any]) -> Block:
@@ -71,7 +72,7 @@ def models_view(record: dict[str, Any]) -> Block:
             tokens = fit(m, fmt)
             rows.append((m["name"] if index == 0 else "", fmt, kib(bytes_),
                          *(gib(bytes_ * n) for n in CONTEXTS),
-                         f"{tokens:,}" if tokens else f"none: weights {gib(weight_bytes(m))} GiB"))
+                         f"{tokens:,}" if tokens else f"none (weights {gib(weight_bytes(m))} GiB)"))
     capacity = Table(
         headings=["Model", "KV format", "Bytes per token", "GiB at 8k tokens", "GiB at 128k tokens",
                   f"Tokens in {MEMORY_GIB} GiB beside fp16 weights"],

@@ -20,7 +20,7 @@ def cache_growth_view(record: dict[str, Any]) -> Block:
     heads, dim, size = model["kv_heads"], model["head_dim"], model["bytes_per_element"]
     cell, left, gap = 22, 150, 36
     row_h = heads * cell + 30
-    canvas = Canvas(width=left + 2 * STEPS * cell + gap + 170, height=40 + STEPS * row_h + 10,
+    canvas = Canvas(width=left + 2 * STEPS * cell + gap + 110, height=40 + STEPS * row_h + 34,
                     title=f"The cache after each of the first {STEPS} decode steps",
                     description=(f"Keys and values each have shape [B, H_kv, T, D] = [{batch}, {heads}, T, {dim}]. "
                                  f"After step t the position axis T holds t positions: every step appends one "
@@ -39,8 +39,9 @@ def cache_growth_view(record: dict[str, Any]) -> Block:
         per_token = 2 * batch * heads * dim * size
         canvas.text(values_x + STEPS * cell + 14, y + heads * cell / 2 + 4, f"{format_bytes(per_token * step)}",
                     anchor="start", size=12)
-    legend(canvas, values_x + STEPS * cell + 14, 30 + STEPS * row_h - 64,
-           [("old", "kept from earlier steps"), ("new", "appended by this step")])
+    bottom = 40 + STEPS * row_h
+    legend(canvas, keys_x - 110, bottom, [("old", "kept from earlier steps")])
+    legend(canvas, values_x - 10, bottom, [("new", "appended by this step")])
     caption = (f"One row per key/value head (H_kv = {heads}); one cell per position, holding D = {dim} "
                f"{model['dtype']} values ({dim * size} bytes). Every step adds one column to keys and to values, "
                f"{format_bytes(2 * batch * heads * dim * size)} in all at batch {batch}; the figure at the right "
