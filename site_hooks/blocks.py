@@ -7,10 +7,11 @@ when rendered; a chart's SVG comes from site_hooks.chart, which escapes what it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .diagrams import Diagram
 from .templating import render
 
 
@@ -36,6 +37,14 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class Widget:
+    """An interactive part of a block, in a shared template of site_hooks/templates/ (autoescaped)."""
+
+    template: str
+    context: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Block:
     css: str  # the block's own class, so a page's stylesheet and its tests can find it
     paragraphs: Sequence[str] = ()
@@ -43,10 +52,14 @@ class Block:
     charts: Sequence[Chart] = ()
     notes: Sequence[str] = ()  # after the tables: caveats, what a reader should not conclude
     items: Sequence[str] = field(default=())  # a bullet list after the paragraphs (key results)
+    widgets: Sequence[Widget] = ()  # interactive parts (a form and its script's data), after the tables
+    diagrams: Sequence[Diagram] = ()  # concept pictures (site_hooks.diagrams), side by side where they fit
 
 
 View = Callable[[dict[str, Any]], Block]
 
 
-def render_block(block: Block) -> str:
-    return render("block.html.j2", block=block)
+def render_block(block: Block, source: str = "") -> str:
+    """``source``: the line naming the record and machine, put under each of the block's charts."""
+    widgets = [render(widget.template, **widget.context) for widget in block.widgets]
+    return render("block.html.j2", block=block, source=source, widgets=widgets)

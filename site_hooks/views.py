@@ -13,6 +13,7 @@ from labkit.summary import STATISTICS, repetitions_frame
 
 from . import prose
 from .blocks import render_block
+from .captions import source_line
 from .chart import Series, line_chart
 from .errors import SiteBuildError
 from .evidence import Evidence
@@ -20,6 +21,7 @@ from .formatting import join, plural
 from .labviews import lab_views
 from .machine import LABELS, recording_machine
 from .machines_view import machines_view
+from .reproduce import commands_view
 from .templating import render
 
 SharedView = Callable[[Evidence], str]
@@ -171,11 +173,9 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
                      x_label="Prefix length (tokens, log scale)", y_label=f"Median {unit} (log scale)",
                      description=description)
     repeats = {len(entry["order"]) for entry in record["lengths"]}
-    caption = (f"Each point is the median of {join(sorted(map(str, repeats)))} repetitions"
-               + (", each divided by its steps" if per_step else "") + f". Workload: {bench['workload']}. "
-               "Whiskers span min to max, hidden behind the marker where the repetitions agree closely. "
-               f"Drawn at build time from {evidence.lab.record.as_posix()}.")
-    return render("chart.html.j2", svg=svg, caption=caption)
+    caption = (f"Median of {join(sorted(map(str, repeats)))} repetitions per point"
+               + (", divided by its decode steps" if per_step else "") + "; whiskers min to max.")
+    return render("chart.html.j2", svg=svg, caption=caption, source=source_line(evidence))
 
 
 def chart_view(evidence: Evidence) -> str:
@@ -207,8 +207,9 @@ VIEWS: dict[str, SharedView] = {
     "step-chart": step_chart_view,
     "equivalence": equivalence_view,
     "machines": machines_view,
+    "commands": commands_view,
 }
-ANY_RECORD = {"tests", "environment", "config", "provenance", "machines"}  # the others render a timing sweep
+ANY_RECORD = {"tests", "environment", "config", "provenance", "machines", "commands"}  # the others render a timing sweep
 
 
 def views_for(lab: Lab) -> set[str]:
@@ -220,7 +221,7 @@ def render_view(name: str, evidence: Evidence) -> str:
     """A lab's own view (which may override a shared one) reads the record alone; a shared view the evidence."""
     own = lab_views(evidence.lab)
     if name in own:
-        return render_block(own[name](evidence.record))
+        return render_block(own[name](evidence.record), source=source_line(evidence))
     if name not in ANY_RECORD and "lengths" not in evidence.record:
         raise SiteBuildError(f"{evidence.lab.record}: view {name!r} renders a timing sweep, and this record "
                              f"has none (no field 'lengths')")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import OUTPUT
+from conftest import LAB, OUTPUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium as root in a container, with no network beyond loopback: no sandbox, no background calls.
@@ -85,6 +85,8 @@ def test_landing_page_links_to_the_article(browser_page: tuple[Page, list[str]])
 def test_rendered_tables_and_chart_are_visible(browser_page: tuple[Page, list[str]], selector: str) -> None:
     page, _ = browser_page
     element = page.locator(selector).first
+    # Method and provenance sit in the collapsed "Reproduce" appendix: open it as a reader would.
+    element.evaluate("el => { for (let e = el; e; e = e.parentElement) if (e.tagName === 'DETAILS') e.open = true; }")
     details = page.locator(".lab-raw details").first
     if selector.startswith(".lab-raw") and details.get_attribute("open") is None:
         details.locator("summary").click()  # the raw data is collapsed by default: open it as a reader would
@@ -99,8 +101,10 @@ def test_rendered_tables_and_chart_are_visible(browser_page: tuple[Page, list[st
 
 def test_chart_draws_one_line_per_mode_with_axis_titles(browser_page: tuple[Page, list[str]]) -> None:
     page, _ = browser_page
-    assert page.locator(".lab-chart svg polyline").count() == 2
-    labels = page.locator(".lab-chart svg text").all_text_contents()
+    chart = page.locator(".lab-chart").first
+    assert chart.locator("svg polyline").count() == 2
+    assert "Record results/cache-results.json, measured on" in chart.locator("figcaption").inner_text()
+    labels = chart.locator("svg text").all_text_contents()
     assert "Prefix length (tokens, log scale)" in labels and "Median ms per measured run (log scale)" in labels
 
 
@@ -142,5 +146,75 @@ def test_every_lab_page_renders_its_views_without_errors(browser: Browser, serve
         assert (chart.bounding_box() or {"width": 0})["width"] > 400, page_path  # charts use the column
     OUTPUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUTPUT / f"{page_path.strip('/').replace('/', '-')}.png"), full_page=True)
+    page.close()
+    assert problems == []
+
+
+PAGES = ["", "llm/kv-cache/", "llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/"]
+# The page's widest element may exceed the viewport only inside something that scrolls by itself.
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const scrolls = el => { for (let e = el; e; e = e.parentElement) {
+    const s = getComputedStyle(e); if (['auto', 'scroll'].includes(s.overflowX) && e.scrollWidth > e.clientWidth) return true;
+  } return false; };
+  const out = [...document.querySelectorAll('article *')].filter(e => {
+    const r = e.getBoundingClientRect(); return r.width > 0 && r.right > width + 1 && !scrolls(e);
+  }).map(e => e.tagName + '.' + e.className).slice(0, 5);
+  return {page: document.documentElement.scrollWidth - width, out};
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [1366, 390])
+@pytest.mark.parametrize("page_path", PAGES)
+def test_every_page_fits_its_width_in_both_schemes_with_every_diagram_visible(
+    browser: Browser, server: str, page_path: str, width: int, scheme: str
+) -> None:
+    page = browser.new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(f"{server}/{page_path}")
+    page.wait_for_load_state("networkidle")
+    overflow = page.evaluate(OVERFLOW)
+    assert overflow["page"] <= 0 and overflow["out"] == [], (page_path, width, overflow)
+    for diagram in page.locator("figure.lab-diagram svg").all():
+        box = diagram.bounding_box()
+        assert diagram.is_visible() and box is not None and box["width"] > 150 and box["height"] > 80, (page_path, box)
+    folder = OUTPUT / "pages"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = (page_path.strip("/").replace("llm/", "") or "index") + f"-{width}-{scheme}.png"
+    page.screenshot(path=str(folder / name), full_page=True)
+    page.close()
+    assert problems == [], problems
+
+
+def test_the_calculator_agrees_with_the_python_function_for_every_model_and_format(
+    browser: Browser, server: str
+) -> None:
+    from kv_cache.memory import KV_FORMATS
+    from site_hooks.labviews import lab_module
+
+    capacity = lab_module(LAB, "kv_cache_views.capacity")  # the lab's views, loaded from its folder as the build does
+    assert capacity is not None
+
+    page, problems = open_page(browser, f"{server}/llm/kv-cache/")
+    calculator = page.locator("[data-calculator]")
+    for model in capacity.models():
+        calculator.locator("select[name=model]").select_option(model["name"])
+        for fmt in KV_FORMATS:
+            calculator.locator("select[name=format]").select_option(fmt)
+            for batch, context in ((1, 8192), (8, 131072)):
+                calculator.locator("input[name=batch]").fill(str(batch))
+                calculator.locator("input[name=context]").fill(str(context))
+                value = {k: float(calculator.locator(f'[data-out="{k}"]').get_attribute("data-value") or "nan")
+                         for k in ("per_token", "total", "fit")}
+                expected = capacity.per_token(model, fmt)
+                assert value["per_token"] == expected, (model["name"], fmt)
+                assert value["total"] == expected * batch * context, (model["name"], fmt, batch)
+                assert value["fit"] == capacity.fit(model, fmt), (model["name"], fmt)
+    calculator.locator("input[name=layers]").fill("4")  # typed numbers leave the model list
+    assert calculator.locator("select[name=model]").input_value() == ""
+    page.screenshot(path=str(OUTPUT / "kv-cache-calculator.png"), full_page=False)
     page.close()
     assert problems == []

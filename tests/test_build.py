@@ -110,3 +110,17 @@ def test_record_text_reaches_the_page_as_inert_escaped_text(toy_site: ToySite) -
     cell = re.search(r"<td>CPU</td><td>(.*?)</td>", html, re.S)
     assert cell is not None and html_lib.unescape(cell.group(1)) == hostile
     assert 'id="evil"' not in html and "data-x" not in html.replace("data-x=1", "") and "<em>em</em>" not in html
+
+
+def test_a_placeholder_inside_a_collapsed_appendix_is_rendered_there(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    toy_site.set_page('# Toy\n\n??? note "Reproduce: settings"\n    Before.\n\n    {{ lab:toy:config }}\n\n'
+                      '    {{ lab:toy:commands }}\n\nAfter.\n')
+    (toy_site.root / "mkdocs.yml").write_text((toy_site.root / "mkdocs.yml").read_text()
+                                               + "markdown_extensions:\n  - admonition\n  - pymdownx.details\n")
+    finished = toy_site.build()
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    html = (toy_site.root / "site" / "index.html").read_text(encoding="utf-8")
+    details = html[html.index("<details"):html.index("</details>")]
+    assert 'class="lab-view lab-config' in details and 'class="lab-view lab-commands' in details
+    assert "LABVIEW" not in html and "<p><div" not in html

@@ -286,3 +286,68 @@ def test_an_edited_views_package_is_reloaded_and_an_unchanged_one_is_not(tmp_pat
     finally:
         labviews.forget("reload_probe_views")
         labviews._stamps.pop("reload_probe_views", None)
+
+
+def test_chart_captions_name_the_record_and_the_machine(evidence: Evidence) -> None:
+    record = evidence.record
+    for view in ("chart", "step-chart"):
+        html = render_view(view, evidence)
+        assert f"Record results/cache-results.json, measured on {record['machine']}" in html
+        assert record["created_utc"].partition("T")[0] in html
+
+
+def test_the_regime_verdict_is_computed_from_the_per_step_medians(evidence: Evidence) -> None:
+    record = evidence.record
+    flat = {n: (n * 400_000 * n // 16, n * 165_000) for n in (16, 32, 64, 128, 256, 512)}
+    set_medians(record, flat)
+    text = render_view("regime", evidence)
+    assert "From 16 to 512 tokens a cached step stayed within 10% of 165 µs" in text and "overhead-bound" in text
+    assert "Overhead-bound: a cached step took about 165 µs from 16 to 512 tokens" in render_view("key-results", evidence)
+    growing = {n: (n * 400_000 * n // 16, n * 1_000 * n) for n in (16, 32, 64, 128, 256, 512)}
+    set_medians(record, growing)
+    assert "no overhead-bound span" in render_view("regime", evidence)
+    assert "no span of this record is flat enough" in render_view("key-results", evidence)
+
+
+def test_key_results_say_slower_where_the_cached_loop_was_slower(evidence: Evidence) -> None:
+    slow = {n: (n * 100_000, n * 200_000) for n in (16, 32, 64, 128, 256, 512)}
+    set_medians(evidence.record, slow)
+    for entry in evidence.record["lengths"]:
+        entry["speedup"]["cached"]["ratio_of_medians"] = 0.5
+    assert "ran slower (0.50×) at 16 tokens" in render_view("key-results", evidence)
+
+
+def test_diagrams_are_accessible_column_sized_svgs_with_unique_ids(evidence: Evidence) -> None:
+    html = "".join(render_view(view, evidence) for view in ("cache-growth", "work", "mask"))
+    svgs = re.findall(r"<svg[^>]*>", html)
+    assert len(svgs) == 5 and all('width="100%"' in s and "viewBox" in s and 'role="img"' in s for s in svgs)
+    ids = re.findall(r'<title id="([^"]+)"', html)
+    assert len(ids) == len(set(ids)) == 5 and html.count("<desc id=") == 5
+    assert "currentColor" in html and "#" not in re.sub(r'fill="#[0-9a-f]{6}"', "", "".join(re.findall(r'fill="[^"]*"', html)))
+
+
+def test_the_mask_picture_is_drawn_from_the_offset_rule(evidence: Evidence) -> None:
+    html = render_view("mask", evidence)
+    assert "Correct: aligned to the bottom right (50 visible pairs)" in html
+    assert "Wrong: a top-left triangle (15 visible pairs)" in html
+    assert "query 7 sees 8 keys" in html and "query 11 sees 12 keys" in html
+
+
+def test_models_table_prices_real_models_with_the_labs_function(evidence: Evidence) -> None:
+    html = render_view("models", evidence)
+    assert "<td>Llama-3-8B</td><td>fp16</td><td>131,072 (128 KiB)</td><td>1.0</td><td>16.0</td>" in html
+    assert "none (weights 131 GiB)" in html  # Llama-3-70B's fp16 weights alone exceed 80 GiB
+    assert "meta-llama/Meta-Llama-3-70B" in html
+
+
+def test_calculator_ships_its_models_as_json_that_cannot_close_the_script(evidence: Evidence) -> None:
+    html = render_view("calculator", evidence)
+    data = re.search(r'<script type="application/json" class="lab-calculator-data">(.*?)</script>', html, re.S)
+    assert data is not None and "<" not in data.group(1)
+    assert '"Llama-3-70B"' in data.group(1) and '"int4": 4.5' in data.group(1)
+
+
+def test_commands_view_gives_the_labs_own_commands(evidence: Evidence) -> None:
+    html = render_view("commands", evidence)
+    assert "make bench LAB=kv-cache" in html
+    assert "labs/.venv/bin/python -m unittest discover -s labs/llm/kv-cache -p &#39;test_*.py&#39; -v" in html

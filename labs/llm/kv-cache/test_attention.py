@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from kv_cache.attention import causal_attention, causal_mask, reference_attention
+from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
 
 # Same inputs, two float32 kernels: they differ only by summation order.
 ATOL = RTOL = 1e-6
@@ -37,6 +38,23 @@ class CausalMask(unittest.TestCase):
         top_left = torch.ones(5, 12, dtype=torch.bool).tril()
         self.assertFalse(torch.equal(causal_mask(5, 7), top_left))
         self.assertTrue(torch.equal(causal_mask(5, 0), torch.ones(5, 5, dtype=torch.bool).tril()))
+
+
+class DrawnMasks(unittest.TestCase):
+    """The page draws its masks from kv_cache.figures; they must be the masks the code uses."""
+
+    def test_the_drawn_offset_mask_is_causal_mask(self) -> None:
+        for query_len, offset in (MASK_EXAMPLE, (1, 0), (1, 9), (4, 0), (3, 2)):
+            with self.subTest(query_len=query_len, offset=offset):
+                mask = causal_mask(query_len, offset)
+                pairs = {(r, k) for r, k in mask.nonzero().tolist()}
+                self.assertEqual(causal_visible(query_len, offset), pairs)
+
+    def test_the_drawn_wrong_mask_is_the_top_left_triangle(self) -> None:
+        query_len, offset = MASK_EXAMPLE
+        triangle = torch.ones(query_len, offset + query_len, dtype=torch.bool).tril()
+        self.assertEqual(top_left_visible(query_len, offset + query_len),
+                         {(r, k) for r, k in triangle.nonzero().tolist()})
 
 
 class FusedAttentionMatchesReferences(unittest.TestCase):

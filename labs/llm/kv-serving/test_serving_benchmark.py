@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from unittest import mock
 import httpx
 
 import kv_serving_views
-from kv_serving import benchmark, figures
+from kv_serving import benchmark, figures, formulas
 from kv_serving.formulas import policy
 from kv_serving.launch import free_port, healthy
 from labkit.figures import check_record
@@ -170,6 +171,26 @@ class QuickRun(QuickBenchmarkRun):
     def test_check_record_refuses_a_serial_server_that_ran_two_requests_at_once(self) -> None:
         self.assert_refused("$.rates.serial.server.peak_running",
                             lambda r: r["rates"]["serial"]["server"].update(peak_running=2))
+
+    def test_the_model_runs_in_the_dtype_whose_weight_multiplies_were_faster_gated_with_its_tolerance(self) -> None:
+        record = self.record
+        choice, dtype = record["config"]["benchmark"]["dtype_choice"], record["config"]["model"]["dtype"]
+        medians = {name: statistics.median(probe["durations_ns"]) for name, probe in choice["probes"].items()}
+        self.assertEqual(sorted(medians), ["bfloat16", "float32"])
+        self.assertEqual(dtype, min(medians, key=lambda name: medians[name]))
+        self.assertEqual(record["tolerance"], formulas.TOLERANCES[dtype])
+
+    def test_check_record_refuses_a_dtype_choice_its_probes_or_its_model_contradict(self) -> None:
+        def slower(record: dict[str, Any]) -> None:
+            choice = record["config"]["benchmark"]["dtype_choice"]
+            other = next(name for name in choice["probes"] if name != choice["chosen"])
+            choice["probes"][other]["durations_ns"] = [1] * len(choice["probes"][other]["durations_ns"])
+        self.assert_refused("$.config.benchmark.dtype_choice.chosen", slower)
+
+        def other_tolerance(record: dict[str, Any]) -> None:
+            other = next(name for name in formulas.TOLERANCES if name != record["config"]["model"]["dtype"])
+            record["tolerance"] = dict(formulas.TOLERANCES[other])
+        self.assert_refused("$.tolerance", other_tolerance)
 
     def test_check_record_refuses_a_failed_equivalence_gate(self) -> None:
         for flag in ("tokens_identical", "within_tolerance"):

@@ -16,6 +16,21 @@ from .memory import kv_cache_bytes
 MODES = ("full", "cached")  # the benchmark's modes, in its run order: recompute the prefix, or read the cache
 BASELINE = "full"
 WORKED_EXAMPLE = 128  # positions: the article's worked example of the byte formula
+MASK_EXAMPLE = (5, 7)  # (new queries, cached prefix): the chunked-prefill test's chunk, drawn on the page
+
+
+def causal_visible(query_len: int, offset: int) -> set[tuple[int, int]]:
+    """(row, key) pairs a query may see: row i sits at absolute position offset + i and sees keys 0..offset + i.
+    The torch-free twin of kv_cache.attention.causal_mask (test_attention checks they agree)."""
+    if query_len < 1 or offset < 0:
+        raise ValueError(f"need query_len >= 1 and offset >= 0, got {query_len} and {offset}")
+    return {(row, key) for row in range(query_len) for key in range(offset + row + 1)}
+
+
+def top_left_visible(query_len: int, keys: int) -> set[tuple[int, int]]:
+    """The wrong mask on a rectangular score matrix: a lower triangle anchored at the top-left corner, as
+    scaled_dot_product_attention(is_causal=True) builds it (row i sees keys 0..i)."""
+    return {(row, key) for row in range(query_len) for key in range(min(row + 1, keys))}
 
 
 def cache_bytes(model: dict[str, Any], batch: int, length: int) -> int:

@@ -34,3 +34,27 @@ def kv_cache_bytes(
 def cache_storage_bytes(cache: tuple[Tensor, Tensor]) -> int:
     """Bytes held by the cache tensors' elements, counted from the tensors themselves."""
     return sum(tensor.numel() * tensor.element_size() for tensor in cache)
+
+
+# Bits one cached element takes in each format the article prices, scales included. int4: two values
+# per byte plus one fp16 scale per group of 32 values (4 + 16 / 32 bits); fp8: one scale per tensor,
+# which adds nothing per token.
+KV_FORMATS = {"fp32": 32.0, "fp16": 16.0, "fp8": 8.0, "int4": 4.5}
+INT4_GROUP = 32  # values sharing one fp16 scale in the int4 format
+
+
+# --8<-- [start:kv_bytes_per_token]
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bits_per_element: float) -> float:
+    """Bytes one token adds to a decoder's cache: 2 (keys and values) x layers x KV heads x head dim x
+    bits / 8. The whole cache is this x batch x tokens; the page's calculator computes the same."""
+    for name, value in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                        ("bits_per_element", bits_per_element)):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    return 2 * layers * kv_heads * head_dim * bits_per_element / 8
+# --8<-- [end:kv_bytes_per_token]
+
+
+def tokens_that_fit(memory_bytes: float, weight_bytes: float, bytes_per_token: float) -> int:
+    """Cached tokens (summed over the batch) that fit in the memory left beside the weights; 0 if none."""
+    return max(0, int((memory_bytes - weight_bytes) // bytes_per_token))

@@ -1,4 +1,4 @@
-"""The KV-cache lab's own views: the cache's bytes against the formula, and the headline ratios.
+"""The KV-cache lab's own views: key results, pictures, the cache's bytes, real models, and the headline ratios.
 
 Torch-free: views read the record's stored figures, already checked against kv_cache.figures.derive by
 the build; the shared views (tests, environment, timing sweep, ...) come from site_hooks.
@@ -11,6 +11,10 @@ from typing import Any
 from kv_cache.figures import WORKED_EXAMPLE, cache_bytes
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_number
+
+from .capacity import calculator_view, models_view
+from .pictures import cache_growth_view, mask_view, work_view
+from .results import answer_capacity_view, answer_mask_view, answer_overhead_view, key_results_view, regime_view
 
 
 def cache_bytes_view(record: dict[str, Any]) -> Block:
@@ -44,4 +48,16 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
             for entry in (first, last)]
 
 
-VIEWS = {"cache-bytes": cache_bytes_view}
+VIEWS = {
+    "key-results": key_results_view,
+    "cache-bytes": cache_bytes_view,
+    "cache-growth": cache_growth_view,
+    "work": work_view,
+    "mask": mask_view,
+    "regime": regime_view,
+    "models": models_view,
+    "calculator": calculator_view,
+    "answer-overhead": answer_overhead_view,
+    "answer-capacity": answer_capacity_view,
+    "answer-mask": answer_mask_view,
+}

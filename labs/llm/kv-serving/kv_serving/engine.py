@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
+from .formulas import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .scheduler import Scheduler
@@ -20,6 +21,13 @@ from .scheduler import Scheduler
 # vocabulary keeps the output head from dominating.
 SERVING_MODEL = ModelConfig(vocab_size=512, width=768, heads=12, kv_heads=2, max_positions=512)
 SERVING_LAYERS = 4
+
+
+def serving_model(dtype: str) -> ModelConfig:
+    """The served model in ``dtype`` (float32 or bfloat16): the same seeded weights, rounded once to that dtype."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return replace(SERVING_MODEL, dtype=getattr(torch, dtype))
 
 
 @dataclass(frozen=True)
@@ -68,4 +76,4 @@ def policy_from(max_running: int | None, kv_budget_bytes: int | None) -> Admissi
     return MaxRunning(max_running) if max_running is not None else KVBudget(kv_budget_bytes)
 
 
-__all__ = ["EngineConfig", "SERVING_LAYERS", "SERVING_MODEL", "policy_from"]
+__all__ = ["EngineConfig", "SERVING_LAYERS", "SERVING_MODEL", "policy_from", "serving_model"]

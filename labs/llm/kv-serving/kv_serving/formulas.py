@@ -16,6 +16,11 @@ from labkit.summary import percentile
 
 OUTCOMES = ("completed", "refused", "failed", "left")  # a request's outcome, as the load generator records it
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+# The equivalence gate's tolerance per dtype the model runs in. float32: the first lab's (kv_cache.equivalence).
+# bfloat16 keeps 8 significant bits (a unit in the last place is 2^-7 of a value's magnitude, 0.0078 at 1 to 2):
+# batched and alone, a row's matrix products may round once differently, so one such unit is allowed, not more.
+TOLERANCES = {"float32": {"atol": 1e-5, "rtol": 1e-5}, "bfloat16": {"atol": 1e-2, "rtol": 1e-2}}
+DTYPES = tuple(TOLERANCES)
 LATENCIES = ("ttft_s", "e2e_s")  # per completed request in its row; the gaps between tokens are not stored
 
 

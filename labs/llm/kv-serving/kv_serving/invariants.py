@@ -8,11 +8,12 @@ these would overwrite a measurement, so they are checked, never filled; each ref
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from labkit.figures import JsonPath, refuse
 
-from .formulas import OUTCOMES, blocks_for, budget_blocks, runs
+from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, runs
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
@@ -43,7 +44,25 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
                f"the serial server admits one request at a time (--max-running 1)")
 
 
+def check_dtype(record: dict[str, Any], source: str) -> None:
+    """The model ran in the dtype the choice names, was gated with that dtype's tolerance, and an automatic
+    choice took the dtype whose weight multiplies were faster."""
+    dtype, choice = record["config"]["model"]["dtype"], record["config"]["benchmark"]["dtype_choice"]
+    if choice["chosen"] != dtype:
+        refuse(source, ("config", "benchmark", "dtype_choice", "chosen"), f"is {choice['chosen']!r}, but the model "
+               f"ran in {dtype!r} ($.config.model.dtype)")
+    if record["tolerance"] != TOLERANCES[dtype]:
+        refuse(source, ("tolerance",), f"is {record['tolerance']}, but the gate's tolerance in {dtype} is {TOLERANCES[dtype]}")
+    if choice["how"].startswith("auto"):
+        medians = {name: statistics.median(probe["durations_ns"]) for name, probe in choice["probes"].items()}
+        faster = min(medians, key=lambda name: medians[name])
+        if sorted(medians) != sorted(TOLERANCES) or faster != dtype:
+            refuse(source, ("config", "benchmark", "dtype_choice", "chosen"), f"is {dtype!r}, but the probes' medians "
+                   f"{ {name: round(value) for name, value in medians.items()} } make {faster!r} the faster")
+
+
 def check_config_and_gate(record: dict[str, Any], source: str) -> None:
+    check_dtype(record, source)
     config = record["config"]["benchmark"]
     budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])  # raw data only: the share, the pool
     if not budget < config["num_blocks"]:

@@ -51,7 +51,8 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .engine import EngineConfig, policy_from
+from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
+from .formulas import DTYPES
 from .pool import block_bytes
 from .protocol import (
     BODY_SLACK_BYTES,
@@ -336,6 +337,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--max-waiting", type=int, default=256, help="waiting-queue length beyond which requests get 503")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
+    add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
         help="seconds a request's headers (from their first byte), then its body, may take to arrive before a 408 "
              "(default: %(default)s)")
@@ -350,8 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
-    base = EngineConfig()
-    needed, available = args.num_blocks * block_bytes(base.model, base.layers, args.block_size), available_memory()
+    needed = args.num_blocks * block_bytes(serving_model(args.dtype), SERVING_LAYERS, args.block_size)
+    available = available_memory()
     if available is not None and needed > available:
         parser.error(f"--num-blocks {args.num_blocks} of --block-size {args.block_size} needs {needed} bytes "
                      f"({needed / 2**30:.1f} GiB) of KV memory; this machine has {available} bytes "
@@ -375,11 +377,11 @@ def available_memory() -> int | None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    base = EngineConfig()
+    model = serving_model(args.dtype)
     budget = args.kv_budget_bytes
     if budget is None and args.max_running is None:
-        budget = args.num_blocks * block_bytes(base.model, base.layers, args.block_size)
-    return EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
+        budget = args.num_blocks * block_bytes(model, SERVING_LAYERS, args.block_size)
+    return EngineConfig(model=model, block_size=args.block_size, num_blocks=args.num_blocks,
                         policy=policy_from(args.max_running, budget), max_waiting=args.max_waiting,
                         honor_disconnect=not args.ignore_disconnects, threads=args.threads)
 

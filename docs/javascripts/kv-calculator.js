@@ -1,0 +1,90 @@
+// The KV-cache page's calculator: the formula of kv_cache.memory.kv_bytes_per_token, in the same order of
+// operations, so the browser and the Python table give identical numbers (tests/test_browser.py checks).
+// Plain script, no dependencies; it does nothing on a page without a [data-calculator] element.
+(function () {
+  "use strict";
+  var GIB = Math.pow(2, 30);
+
+  function bytesPerToken(layers, kvHeads, headDim, bits) {
+    return 2 * layers * kvHeads * headDim * bits / 8;
+  }
+
+  function tokensThatFit(memoryBytes, weightBytes, perToken) {
+    return Math.max(0, Math.floor((memoryBytes - weightBytes) / perToken));
+  }
+
+  function exact(value) {
+    return value.toLocaleString("en-US", { maximumFractionDigits: 1 });
+  }
+
+  function binary(value) {
+    var units = [[Math.pow(2, 40), "TiB"], [GIB, "GiB"], [Math.pow(2, 20), "MiB"], [1024, "KiB"]];
+    for (var i = 0; i < units.length; i++) {
+      if (value >= units[i][0]) {
+        var scaled = value / units[i][0];
+        return (scaled < 100 ? scaled.toPrecision(3) : Math.round(scaled).toLocaleString("en-US")) + " " + units[i][1];
+      }
+    }
+    return exact(value) + " bytes";
+  }
+
+  function setup(root) {
+    var data = JSON.parse(root.querySelector(".lab-calculator-data").textContent);
+    var form = root.querySelector("form");
+    var field = function (name) { return form.elements[name]; };
+    var out = function (name) { return root.querySelector('[data-out="' + name + '"]'); };
+
+    function pick() {
+      var chosen = data.models.filter(function (m) { return m.name === field("model").value; })[0];
+      if (chosen) {
+        ["layers", "kv_heads", "head_dim", "parameters"].forEach(function (k) { field(k).value = chosen[k]; });
+      }
+      update();
+    }
+
+    function number(name) {
+      var value = Number(field(name).value);
+      return field(name).value !== "" && isFinite(value) ? value : NaN;
+    }
+
+    function show(name, value, text) {
+      out(name).textContent = text;
+      out(name).setAttribute("data-value", String(value));
+    }
+
+    function update() {
+      var layers = number("layers"), kvHeads = number("kv_heads"), headDim = number("head_dim");
+      var params = number("parameters"), batch = number("batch"), context = number("context");
+      var memory = number("memory"), bits = data.formats[field("format").value];
+      if (!(layers > 0 && kvHeads > 0 && headDim > 0 && batch > 0 && context > 0 && memory >= 0 && params >= 0)) {
+        ["per_token", "total", "fit"].forEach(function (k) { show(k, "", "enter positive numbers"); });
+        return;
+      }
+      var perToken = bytesPerToken(layers, kvHeads, headDim, bits);
+      var total = perToken * batch * context;
+      var weights = params * data.weight_bits / 8;
+      var fit = tokensThatFit(memory * GIB, weights, perToken);
+      show("per_token", perToken, exact(perToken) + " bytes (" + binary(perToken) + ")");
+      show("total", total, binary(total) + " for " + exact(batch) + " × " + exact(context) + " tokens");
+      var verdict = fit === 0 ? "none: the weights take " + binary(weights) + " of " + exact(memory) + " GiB"
+        : exact(fit) + " tokens in total, " + exact(Math.floor(fit / batch)) + " per sequence at batch " + exact(batch)
+          + (fit >= batch * context ? ": this context fits" : ": this context does not fit");
+      show("fit", fit, verdict);
+    }
+
+    field("model").addEventListener("change", pick);
+    ["layers", "kv_heads", "head_dim", "parameters"].forEach(function (k) {
+      field(k).addEventListener("input", function () { field("model").value = ""; update(); });
+    });
+    ["format", "batch", "context", "memory"].forEach(function (k) {
+      field(k).addEventListener("input", update);
+      field(k).addEventListener("change", update);
+    });
+    pick();
+  }
+
+  function start() {
+    Array.prototype.forEach.call(document.querySelectorAll("[data-calculator]"), setup);
+  }
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", start); } else { start(); }
+})();
