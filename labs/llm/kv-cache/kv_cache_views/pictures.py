@@ -24,7 +24,8 @@ def cache_growth_view(record: dict[str, Any]) -> Block:
                     title=f"The cache after each of the first {STEPS} decode steps",
                     description=(f"Keys and values each have shape [B, H_kv, T, D] = [{batch}, {heads}, T, {dim}]. "
                                  f"After step t the position axis T holds t positions: every step appends one "
-                                 f"column per head to both tensors and rewrites none."), slug="cache-growth")
+                                 f"column per head to both tensors and rewrites none."), slug="cache-growth",
+                    max_width="34rem")
     keys_x = left
     values_x = left + STEPS * cell + gap
     canvas.text(keys_x + STEPS * cell / 2, 22, "keys", weight="bold")
