@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import signal
@@ -12,13 +13,16 @@ import sys
 import tempfile
 import time
 import unittest
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import labkit.testing
-from kv_cache import benchmark
+from kv_cache import benchmark, figures, trained
 from kv_cache.broken import PositionResetBlock
-from labkit.records import load_record
+from labkit.figures import check
+from labkit.records import RecordError, load_record
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 
@@ -47,6 +51,42 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                                    statistics.median(full) / statistics.median(cached), places=12)
             self.assertAlmostEqual(speedup["median_of_paired_ratios"],
                                    statistics.median(f / c for f, c in zip(full, cached)), places=12)
+
+    def test_the_trained_models_answers_and_their_verdicts_are_derived_from_its_tokens(self) -> None:
+        record = self.record
+        section = record["trained"]
+        figures.check_invariants(record, "record.json")
+        check(record, figures.derive(record), "record.json")
+        self.assertTrue(section["same_answer_without_cache"])  # the cache changes the work, never the tokens
+        self.assertEqual(section["float32"]["ids"], section["float32"]["full_recompute_ids"])
+        self.assertEqual(len(section["float32"]["ids"]), trained.QUICK_NEW_TOKENS)
+
+    def test_check_record_refuses_trained_verdicts_the_tokens_contradict(self) -> None:
+        def refused(edit: Callable[[dict[str, Any]], None]) -> str:
+            record = copy.deepcopy(self.record)
+            edit(record)
+            with self.assertRaises(RecordError) as caught:
+                figures.check_invariants(record, "record.json")
+                check(record, figures.derive(record), "record.json")
+            return str(caught.exception)
+
+        def flip(record: dict[str, Any]) -> None:
+            record["trained"]["same_answer_without_cache"] = not record["trained"]["same_answer_without_cache"]
+        self.assertIn("field $.trained.same_answer_without_cache is", refused(flip))
+
+        def parted(record: dict[str, Any]) -> None:
+            record["trained"]["bfloat16_parts_at"] = 0
+        if self.record["trained"]["bfloat16_parts_at"] != 0:
+            self.assertIn("field $.trained.bfloat16_parts_at is 0, but the first token where", refused(parted))
+
+        def drifted(record: dict[str, Any]) -> None:
+            record["trained"]["teacher_forced"]["cached_vs_full_max_abs_diff"] = 1.0
+        self.assertIn("field $.trained.teacher_forced.cached_vs_full_max_abs_diff is 1, beyond", refused(drifted))
+
+    def test_the_first_difference_of_two_answers_is_where_they_part_or_where_one_ends(self) -> None:
+        self.assertIsNone(figures.first_difference([1, 2, 3], [1, 2, 3]))
+        self.assertEqual(figures.first_difference([1, 2, 3], [1, 5, 3]), 1)
+        self.assertEqual(figures.first_difference([1, 2], [1, 2, 3]), 2)
 
     def test_each_repetition_reverses_the_previous_order(self) -> None:
         for entry in self.record["lengths"]:

@@ -21,6 +21,7 @@ import torch
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
+from . import trained
 from .config import ModelConfig
 from .decode import cached_step_logits, full_prefix_step_logits
 from .equivalence import ATOL, RTOL, compare_paths
@@ -78,6 +79,13 @@ def measure_length(model: DecoderBlock, length: int, args: argparse.Namespace, p
     return entry
 
 
+def trained_model(args: argparse.Namespace) -> dict[str, Any]:
+    """The cache on SmolLM2-135M: cached and full answers in float32, the cached one in bfloat16."""
+    tokens = trained.QUICK_NEW_TOKENS if args.quick else trained.NEW_TOKENS
+    bench.progress(f"trained model: {tokens} greedy tokens with and without the cache, float32 and bfloat16")
+    return trained.measure(tokens)
+
+
 def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) -> dict[str, Any]:
     """Same ids in float32 and float64: if the differences are rounding, float64 shrinks them."""
     bench.progress(f"precision check at length {length} in float32 and float64")
@@ -107,6 +115,7 @@ def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[
         },
         "tolerance": {"atol": ATOL, "rtol": RTOL},
         "precision": precision_check(config, args, args.lengths[-1]),
+        "trained": trained_model(args),
         "lengths": lengths,
     }
 

@@ -49,6 +49,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     if record["precision"]["length"] != last:
         refuse(source, ("precision", "length"), f"is {record['precision']['length']}, but the precision check "
                f"runs at the longest length, {last}")
+    check_trained(record, source)
     model, batch = record["config"]["model"], bench["batch"]
     for index, entry in enumerate(record["lengths"]):
         if entry["steps"] != entry["length"]:
@@ -60,6 +61,38 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
                    f"but the cache tensors of 2 x B x Hkv x T x D x bytes hold {formula} from the record's config")
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position where two token sequences differ (a shorter one differs where it ends); None if equal."""
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def check_trained(record: dict[str, Any], source: str) -> None:
+    """The trained model's answers are as long as asked (or end at a stop token), and the cached logits equal
+    the full recompute's within the stated tolerance at every position."""
+    section = record["trained"]
+    for dtype in ("float32", "bfloat16"):
+        count = len(section[dtype]["ids"])
+        if not 1 <= count <= section["new_tokens"]:
+            refuse(source, ("trained", dtype, "ids"), f"holds {count} tokens, but the answer was {section['new_tokens']} "
+                   f"tokens at most")
+    forced = section["teacher_forced"]
+    if forced["positions"] != section["prompt_tokens"] + len(section["float32"]["ids"]):
+        refuse(source, ("trained", "teacher_forced", "positions"), f"is {forced['positions']}, but the prompt's "
+               f"{section['prompt_tokens']} tokens and the float32 answer's {len(section['float32']['ids'])} make "
+               f"{section['prompt_tokens'] + len(section['float32']['ids'])}")
+    if forced["bfloat16_argmax_agrees"] > forced["positions"]:
+        refuse(source, ("trained", "teacher_forced", "bfloat16_argmax_agrees"), f"is {forced['bfloat16_argmax_agrees']}, "
+               f"more than the {forced['positions']} positions compared")
+    tolerance = section["tolerance"]
+    bound = tolerance["atol"] + tolerance["rtol"] * forced["max_abs_reference"]
+    if forced["cached_vs_full_max_abs_diff"] > bound:
+        refuse(source, ("trained", "teacher_forced", "cached_vs_full_max_abs_diff"), f"is "
+               f"{forced['cached_vs_full_max_abs_diff']:g}, beyond atol + rtol x max|reference| = {bound:g}")
+
+
 def derive(record: dict[str, Any]) -> Figures:
     """Per length, the byte formula's count for the record's config."""
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
@@ -67,4 +100,10 @@ def derive(record: dict[str, Any]) -> Figures:
     for index, entry in enumerate(record["lengths"]):
         figures.add(("lengths", index, "cache_bytes", "formula"), cache_bytes(model, batch, entry["length"]),
                     "2 x B x Hkv x T x D x bytes from the record's config")
+    section = record["trained"]
+    exact = section["float32"]
+    figures.add(("trained", "same_answer_without_cache"), exact["ids"] == exact["full_recompute_ids"],
+                "comparing the cached and the full-recompute float32 answers")
+    figures.add(("trained", "bfloat16_parts_at"), first_difference(exact["ids"], section["bfloat16"]["ids"]),
+                "the first token where the bfloat16 answer differs from the float32 one")
     return figures
