@@ -261,6 +261,69 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertIn(f"{ours['tokens_per_s']:.1f}", pages["client"])
         self.assertIn(f"{record['kv_crossover']['batch_x_context']:,.0f}", pages["floor"])
 
+    def test_the_key_results_follow_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        bench = record["config"]["benchmark"]
+        items = decode_bandwidth_views.VIEWS["key-results"](record).items
+        self.assertEqual(len(items), 6)
+        floors = {(g["dtype"], g["threads"], g["batch"], g["context"]): g for g in record["groups"]}
+        for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at half of it
+            group = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
+            group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 10
+            share = {"ours-prealloc": 1.2, "ours-concat": 1.3}.get(cell["mode"], 0.6)
+            cell["median_ns_per_step"] = group["floor_ns_per_step"] * share
+            cell["step_over_floor"] = share
+        items = decode_bandwidth_views.VIEWS["key-results"](record).items
+        self.assertTrue(items[2].startswith("Batch 1, bandwidth-bound"), items[2])
+        self.assertIn("1.20× the floor", items[2])
+        self.assertTrue(items[3].startswith("Slower than transformers"), items[3])
+        self.assertIn(f"{len(bench['batches']) * len(bench['contexts'])} cells, "
+                      f"{len(bench['batches']) * len(bench['contexts'])} are bandwidth-bound", items[4])
+        for cell in record["cells"]:
+            if cell["mode"] == "hf-dynamic":
+                cell["median_ns_per_step"] *= 10
+        self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](record).items[3].startswith("Faster than"))
+
+    def test_the_step_bytes_diagram_draws_the_labs_byte_formula(self) -> None:
+        from decode_bandwidth_views import pictures
+        record, model = self.record, self.record["config"]["model"]
+        groups = pictures.headline_groups(record)
+        for batch, context, parts in pictures.bar_rows(record):
+            needed = formulas.step_bytes(model, formulas.BYTES_PER_ELEMENT[record["config"]["benchmark"]["dtype"]],
+                                         batch, context)
+            self.assertEqual(parts["weights"] + parts["kv_read"] + parts["rest"], needed["total"])
+            self.assertEqual(groups[(batch, context)]["bytes"], needed)  # what the benchmark stored and the build checked
+        html = self.page("step-bytes", record)
+        self.assertIn('id="lab-diagram-step-bytes-title"', html)
+        self.assertEqual(html.count("B 1 × T"), len(record["config"]["benchmark"]["contexts"]))
+
+    def test_the_regime_grid_names_each_cell_by_the_labs_rule(self) -> None:
+        from decode_bandwidth_views import pictures
+        self.assertEqual(formulas.regime(100, 60, 10), "memory")
+        self.assertEqual(formulas.regime(100, 10, 60), "compute")
+        self.assertEqual(formulas.regime(100, 40, 30), "overhead")
+        record = copy.deepcopy(self.record)
+        for (batch, context), (key, _times, mode) in pictures.cell_regimes(record, "hf-dynamic").items():
+            group = pictures.headline_groups(record)[(batch, context)]
+            cell = formulas.cell_table(record)[(*formulas.headline_key(record), batch, context, mode)]
+            self.assertEqual(key, formulas.regime(cell["median_ns_per_step"], group["floor_ns_per_step"],
+                                                  group["compute_floor_ns_per_step"]))
+        for group in record["groups"]:  # every floor of arithmetic just under every step
+            group["compute_floor_ns_per_step"] = 0.9 * max(c["median_ns_per_step"] for c in record["cells"])
+        html = self.page("regimes", record)
+        self.assertIn(">compute<", html)
+        self.assertNotIn(">overhead<", html)
+        self.assertIn("compute floor", html)
+
+    def test_the_answers_quote_the_record(self) -> None:
+        record = self.record
+        crossover = record["kv_crossover"]
+        self.assertIn(f"{crossover['batch_x_context']:,.0f} positions", self.page("answer-crossover", record))
+        profile = record["profile"]
+        self.assertIn(f"At batch {profile['batch']}, context {profile['context']:,}", self.page("answer-gap", record))
+        bench = record["config"]["benchmark"]
+        self.assertIn(f"At batch {bench['batches'][-1]}, context {bench['contexts'][-1]:,}", self.page("answer-bound", record))
+
     def test_target_verdicts_follow_the_medians_in_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         bench = record["config"]["benchmark"]
