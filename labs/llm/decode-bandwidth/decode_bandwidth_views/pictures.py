@@ -52,29 +52,29 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
     groups = headline_groups(record)
     rows = bar_rows(record)
     widest = max(parts["total"] for _, _, parts in rows)
-    left, bar_w, row_h, gap = 118, 330, 24, 12
+    left, bar_w, row_h, gap = 128, 230, 26, 12
     batches = sorted({batch for batch, _, _ in rows})
     height = 30 + len(rows) * row_h + (len(batches) - 1) * gap + 24 * len(SEGMENTS) + 16
-    canvas = Canvas(width=left + bar_w + 190, height=height, slug="step-bytes",
+    canvas = Canvas(width=left + bar_w + 170, height=height, slug="step-bytes",
                     title=f"The bytes one decode step must move, {dtype}",
                     description="; ".join(f"batch {b}, context {c}: {format_bytes(p['weights'])} of weights, "
                                           f"{format_bytes(p['kv_read'])} of KV, floor "
                                           f"{format_ms(groups[(b, c)]['floor_ns_per_step'])} ms" for b, c, p in rows))
-    canvas.text(left + bar_w + 14, 16, "total → memory floor", anchor="start", size=12, weight="bold")
+    canvas.text(left + bar_w + 14, 16, "bytes → floor", anchor="start", size=14, weight="bold")
     y = 30
     for index, (batch, context, parts) in enumerate(rows):
         if index and batch != rows[index - 1][0]:
             y += gap
-        canvas.text(left - 10, y + row_h / 2 + 3, f"B {batch} × T {context:,}", anchor="end", size=12)
+        canvas.text(left - 10, y + row_h / 2 + 5, f"B {batch} × T {context:,}", anchor="end", size=14)
         x = left
         for key, fill, _ in SEGMENTS:
             width = parts[key] / widest * bar_w
             if width >= 0.5:
-                canvas.rect(x, y + 3, width, row_h - 6, fill)
+                canvas.rect(x, y + 4, width, row_h - 8, fill)
             x += width
         floor = groups[(batch, context)]["floor_ns_per_step"]
-        canvas.text(left + bar_w + 14, y + row_h / 2 + 3, f"{format_bytes(parts['total'])} → {format_ms(floor)} ms",
-                    anchor="start", size=12)
+        canvas.text(left + bar_w + 14, y + row_h / 2 + 5, f"{format_bytes(parts['total'])} → {format_ms(floor)} ms",
+                    anchor="start", size=14)
         y += row_h
     legend(canvas, left, y + 12, [(fill, text) for _, fill, text in SEGMENTS])
     over = [(b, c) for b, c, p in rows if p["kv_read"] > p["weights"]]
