@@ -184,3 +184,18 @@ def best_ours(cells: Mapping[Cell, dict[str, Any]], key: Group) -> dict[str, Any
 def stored_matrix_ns(layout: Mapping[str, Any]) -> float:
     """One step's weight multiplies in the stored layout: per-matrix time x matrices, summed."""
     return sum(row[f"{row['stored']}_ns"] * row["matrices"] for row in layout["rows"])
+
+
+# Horace He's three regimes, named per cell from the two floors measured in the same run and the step's
+# median: the higher floor says whether bytes or flops bound the step; a step more than 1 / OVERHEAD_SHARE
+# times that floor spends most of its time on neither (dispatch, Python, kernels far below their peak).
+REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound"}
+OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhead-bound
+
+
+def regime(median_ns: float, memory_floor_ns: float, compute_floor_ns: float) -> str:
+    """'memory', 'compute' or 'overhead' (keys of REGIMES) for one step against its two floors."""
+    higher = max(memory_floor_ns, compute_floor_ns)
+    if higher < OVERHEAD_SHARE * median_ns:
+        return "overhead"
+    return "memory" if memory_floor_ns >= compute_floor_ns else "compute"

@@ -25,8 +25,9 @@ def profile_view(record: dict[str, Any]) -> Block:
     sentences = [
         f"Of the weight matrices, {worst['kind']} is farthest from its own floor ({format_ratio(worst['ratio_to_floor'])}) "
         f"and {best['kind']} closest ({format_ratio(best['ratio_to_floor'])}); the most time above a floor is spent in "
-        f"{excess['kind']} ({format_ms(excess['ns_per_step'] - excess['floor_ns'])} ms per step)."
-        + streaming_sentence(record["layout"], worst["kind"]) + per_call_sentence(record, worst),
+        f"{excess['kind']} ({format_ms(excess['ns_per_step'] - excess['floor_ns'])} ms per step).",
+        *(text.strip() for text in (streaming_sentence(record["layout"], worst["kind"]), per_call_sentence(record, worst))
+          if text),
     ]
     cells = cell_table(record)
     key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
@@ -67,7 +68,7 @@ def per_call_sentence(record: dict[str, Any], worst: dict[str, Any]) -> str:
     shortest = min(layout, key=lambda kind: layout[kind]["bytes_per_matrix"])
     if shortest != worst["kind"]:
         return ""
-    return (f" One multiply by it took {worst['ns_per_step'] / calls / 1e3:.0f} µs in the profiled step ({calls} per "
+    return (f" One multiply by {worst['kind']} took {worst['ns_per_step'] / calls / 1e3:.0f} µs in the profiled step ({calls} per "
             "step), the shortest call of the five kinds, so any fixed cost per call (dispatch, and the profiler's own "
             "bookkeeping per operator) is the largest share of it.")
 

@@ -54,4 +54,4 @@ def roofline_view(record: dict[str, Any]) -> Block:
         "Median time of one decode step against the number of positions it attends over, first every batch against "
         "its floor, then one chart per batch size with all modes; whiskers span the fastest and slowest repetition. "
         "The memory floor is the bytes the step must move ÷ the read bandwidth measured in the same run. hf-static "
-        "is in the table below."])
+        "is in the table of every cell, in the appendix."])

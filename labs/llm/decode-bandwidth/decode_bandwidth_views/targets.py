@@ -12,11 +12,11 @@ from site_hooks.formatting import format_ms, format_ratio, join
 from .wording import threads_text
 
 
-def limit_sentence(record: dict[str, Any], group: dict[str, Any]) -> str:
-    """What holds a cell above its memory floor, from the record's own figures."""
+def limit_sentences(record: dict[str, Any], group: dict[str, Any]) -> list[str]:
+    """What holds a cell above its memory floor, from the record's own figures, a few short sentences."""
     if group["compute_floor_ns_per_step"] > group["floor_ns_per_step"]:
-        return (f"at this batch the arithmetic floor ({format_ms(group['compute_floor_ns_per_step'])} ms at the "
-                f"measured matmul rate) is above the memory floor, so the step is bound by compute, not by bytes")
+        return [f"What limits them: at this batch the arithmetic floor ({format_ms(group['compute_floor_ns_per_step'])} "
+                "ms at the measured matmul rate) is above the memory floor, so the step is bound by compute, not by bytes."]
     profile, target = record["profile"], record["config"]["benchmark"]["targets"]["step_over_floor"]
     rows = {row["kind"]: row for row in profile["modes"]["ours-prealloc"]["rows"]}
     spent = sum(rows[kind]["ns_per_step"] for kind in MATRICES)
@@ -29,16 +29,18 @@ def limit_sentence(record: dict[str, Any], group: dict[str, Any]) -> str:
     gap = (f"{format_ms(timed - profiled)} ms of the timed step's {format_ms(timed)} ms is time between operators "
            f"(Python and dispatch) that no row holds" if profiled < timed else
            f"the profiled rows add to {format_ms(profiled - timed)} ms more than the timed step, the profiler's own cost")
-    return (f"in the profile of ours-prealloc (batch {profile['batch']}, context {profile['context']}) the five weight "
-            f"matrices took {format_ms(spent)} ms against their own floor of {format_ms(floor)} ms "
-            f"({format_ratio(spent / floor)}, {'within' if spent <= target * floor else 'beyond'} {target:g}× on "
-            f"their own); attention read the KV cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
-            f"{format_ms(rows['attention']['floor_ns'])} ms ({format_ratio(rows['attention']['ratio_to_floor'])}); "
-            f"operators that move almost no bytes (norms, GELU, residual adds, the cache write) took "
-            f"{format_ms(small)} ms; and {gap}. Within {target:g}× of that cell's floor the whole step would have "
-            f"to take at most {format_ms(budget)} ms, and the weights alone used {spent / budget:.0%} of that. The "
-            f"profile is of the longest context; at shorter ones the KV cache is a smaller share of the bytes, so "
-            f"the weights and the small operators weigh more")
+    return [
+        (f"What limits them: in the profile of ours-prealloc (batch {profile['batch']}, context {profile['context']}) "
+         f"the five weight matrices took {format_ms(spent)} ms against their own floor of {format_ms(floor)} ms "
+         f"({format_ratio(spent / floor)}, {'within' if spent <= target * floor else 'beyond'} {target:g}× on their "
+         f"own); attention read the KV cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
+         f"{format_ms(rows['attention']['floor_ns'])} ms ({format_ratio(rows['attention']['ratio_to_floor'])})."),
+        (f"Operators that move almost no bytes (norms, GELU, residual adds, the cache write) took {format_ms(small)} ms; "
+         f"{gap}."),
+        (f"Within {target:g}× of that cell's floor the whole step would have to take at most {format_ms(budget)} ms, "
+         f"and the weights alone used {spent / budget:.0%} of that. The profile is of the longest context; at shorter "
+         "ones the KV cache is a smaller share of the bytes, so the weights and the small operators weigh more."),
+    ]
 
 
 def targets_view(record: dict[str, Any]) -> Block:
@@ -64,7 +66,7 @@ def targets_view(record: dict[str, Any]) -> Block:
                 + join([f"{r['context']} ({format_ratio(r[key])})" for r in missed]) + ".")
     if any(not (r["met_hf"] and r["met_floor"]) for r in rows):
         compute = [g for g in bound if g["compute_floor_ns_per_step"] > g["floor_ns_per_step"]]
-        sentences.append("What limits them: " + limit_sentence(record, compute[0] if compute else bound[0]) + ".")
+        sentences += limit_sentences(record, compute[0] if compute else bound[0])
     summary = (f"At batch 1, {dtype}, {threads_text(threads)}: this lab's faster cache took at most "
                f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {sum(r['met_hf'] for r in rows)} of "
                f"{len(rows)} contexts, and stayed within {targets['step_over_floor']:g}× the measured memory floor at "

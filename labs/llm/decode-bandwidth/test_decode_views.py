@@ -1,0 +1,109 @@
+"""The page's own views on a quick record: key results worded from the record, the concept diagrams drawn from
+the lab's formulas, the check-yourself answers quoting the record, the batch-1 verdicts following the medians."""
+
+from __future__ import annotations
+
+import copy
+import unittest
+from typing import Any
+
+import decode_bandwidth_views
+import labkit.testing
+from decode_bandwidth import benchmark, formulas
+from site_hooks.blocks import render_block
+
+
+class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
+    main = staticmethod(benchmark.main)
+    schema = benchmark.ROOT / benchmark.LAB.schema
+
+    def page(self, view: str, record: dict[str, Any]) -> str:
+        """The HTML one of the lab's views puts into the page."""
+        return render_block(decode_bandwidth_views.VIEWS[view](record))
+
+    def test_the_key_results_follow_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        bench = record["config"]["benchmark"]
+        items = decode_bandwidth_views.VIEWS["key-results"](record).items
+        self.assertEqual(len(items), 6)
+        floors = {(g["dtype"], g["threads"], g["batch"], g["context"]): g for g in record["groups"]}
+        for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at half of it
+            group = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
+            group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 10
+            share = {"ours-prealloc": 1.2, "ours-concat": 1.3}.get(cell["mode"], 0.6)
+            cell["median_ns_per_step"] = group["floor_ns_per_step"] * share
+            cell["step_over_floor"] = share
+        items = decode_bandwidth_views.VIEWS["key-results"](record).items
+        self.assertTrue(items[2].startswith("Batch 1, bandwidth-bound"), items[2])
+        self.assertIn("1.20× the floor", items[2])
+        self.assertTrue(items[3].startswith("Slower than transformers"), items[3])
+        self.assertIn(f"{len(bench['batches']) * len(bench['contexts'])} cells, "
+                      f"{len(bench['batches']) * len(bench['contexts'])} are bandwidth-bound", items[4])
+        for cell in record["cells"]:
+            if cell["mode"] == "hf-dynamic":
+                cell["median_ns_per_step"] *= 10
+        self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](record).items[3].startswith("Faster than"))
+
+    def test_the_step_bytes_diagram_draws_the_labs_byte_formula(self) -> None:
+        from decode_bandwidth_views import pictures
+        record, model = self.record, self.record["config"]["model"]
+        groups = pictures.headline_groups(record)
+        for batch, context, parts in pictures.bar_rows(record):
+            needed = formulas.step_bytes(model, formulas.BYTES_PER_ELEMENT[record["config"]["benchmark"]["dtype"]],
+                                         batch, context)
+            self.assertEqual(parts["weights"] + parts["kv_read"] + parts["rest"], needed["total"])
+            self.assertEqual(groups[(batch, context)]["bytes"], needed)  # what the benchmark stored and the build checked
+        html = self.page("step-bytes", record)
+        self.assertIn('id="lab-diagram-step-bytes-title"', html)
+        self.assertEqual(html.count("B 1 × T"), len(record["config"]["benchmark"]["contexts"]))
+
+    def test_the_regime_grid_names_each_cell_by_the_labs_rule(self) -> None:
+        from decode_bandwidth_views import pictures
+        self.assertEqual(formulas.regime(100, 60, 10), "memory")
+        self.assertEqual(formulas.regime(100, 10, 60), "compute")
+        self.assertEqual(formulas.regime(100, 40, 30), "overhead")
+        record = copy.deepcopy(self.record)
+        for (batch, context), (key, _times, mode) in pictures.cell_regimes(record, "hf-dynamic").items():
+            group = pictures.headline_groups(record)[(batch, context)]
+            cell = formulas.cell_table(record)[(*formulas.headline_key(record), batch, context, mode)]
+            self.assertEqual(key, formulas.regime(cell["median_ns_per_step"], group["floor_ns_per_step"],
+                                                  group["compute_floor_ns_per_step"]))
+        for group in record["groups"]:  # every floor of arithmetic just under every step
+            group["compute_floor_ns_per_step"] = 0.9 * max(c["median_ns_per_step"] for c in record["cells"])
+        html = self.page("regimes", record)
+        self.assertIn(">compute<", html)
+        self.assertNotIn(">overhead<", html)
+        self.assertIn("compute floor", html)
+
+    def test_the_answers_quote_the_record(self) -> None:
+        record = self.record
+        crossover = record["kv_crossover"]
+        self.assertIn(f"{crossover['batch_x_context']:,.0f} positions", self.page("answer-crossover", record))
+        profile = record["profile"]
+        self.assertIn(f"At batch {profile['batch']}, context {profile['context']:,}", self.page("answer-gap", record))
+        bench = record["config"]["benchmark"]
+        self.assertIn(f"At batch {bench['batches'][-1]}, context {bench['contexts'][-1]:,}", self.page("answer-bound", record))
+
+    def test_target_verdicts_follow_the_medians_in_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        bench = record["config"]["benchmark"]
+        for cell in record["cells"]:
+            if (cell["dtype"], cell["threads"], cell["batch"]) == (bench["dtype"], bench["threads"], 1):
+                scale = 1.0 if cell["mode"].startswith("ours") else 2.0  # ours at its floor, transformers at twice it
+                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * scale
+                cell["step_over_floor"] = scale
+        html = self.page("targets", record)
+        contexts = len(bench["contexts"])
+        self.assertIn(f"at {contexts} of {contexts} contexts, and stayed within", html)
+        self.assertNotIn("Missed", html)
+        for cell in record["cells"]:
+            if cell["mode"].startswith("ours") and cell["batch"] == 1:
+                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * 3
+                cell["step_over_floor"] = 3.0
+        html = self.page("targets", record)
+        self.assertIn("Missed", html)
+        self.assertIn("What limits them", html)
+
+
+if __name__ == "__main__":
+    unittest.main()
