@@ -117,33 +117,59 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
     ]
 
 
-def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
-    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix."""
+@dataclass(frozen=True)
+class PagedGap:
+    """Paged's median step minus prealloc's, per prefix length (µs), and a least-squares line through it."""
+
+    gaps: dict[int, float]
+    fixed: float  # µs: the line's value at zero prefix length
+    growth: float  # µs per cached position
+
+    @property
+    def fixed_share(self) -> float:
+        """The line's intercept as a share of the gap at the shortest prefix."""
+        return self.fixed / next(iter(self.gaps.values()))
+
+    @property
+    def mostly_fixed(self) -> bool:
+        return self.fixed > 0 and self.fixed_share >= 0.5
+
+
+def paged_gap(record: dict[str, Any]) -> PagedGap | None:
+    """None when the sweep has one length or lacks paged or prealloc."""
     table = per_step(record)
     if len(table) < 2 or not all({"paged", "prealloc"} <= steps.keys() for steps in table.values()):
+        return None
+    gaps = {n: steps["paged"].median - steps["prealloc"].median for n, steps in table.items()}
+    lengths, values = list(gaps), list(gaps.values())
+    mean_n, mean_gap = sum(lengths) / len(lengths), sum(values) / len(values)
+    growth = (sum((n - mean_n) * (g - mean_gap) for n, g in gaps.items())
+              / sum((n - mean_n) ** 2 for n in lengths))
+    return PagedGap(gaps=gaps, fixed=mean_gap - growth * mean_n, growth=growth)
+
+
+def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
+    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix."""
+    fit = paged_gap(record)
+    if fit is None:
         return []
-    lengths = list(table)
-    gaps = [table[n]["paged"].median - table[n]["prealloc"].median for n in lengths]
+    table = per_step(record)
+    lengths = list(fit.gaps)
     first, last = lengths[0], lengths[-1]
-    if gaps[0] <= 0:
+    if fit.gaps[first] <= 0:
         return [f"At {first} tokens the median paged step was not slower than the preallocated one "
                 f"({format_us(table[first]['paged'].median)} against {format_us(table[first]['prealloc'].median)} µs)."]
-    # Least squares: gap = fixed + growth x length.
-    mean_n, mean_gap = sum(lengths) / len(lengths), sum(gaps) / len(gaps)
-    growth = (sum((n - mean_n) * (g - mean_gap) for n, g in zip(lengths, gaps))
-              / sum((n - mean_n) ** 2 for n in lengths))
-    fixed = mean_gap - growth * mean_n
-    share = fixed / gaps[0]
     verdict = (
         f"so most of the gap at {first} tokens is a cost each step pays whatever the prefix length, "
         f"not the copying of cached positions"
-        if fixed > 0 and share >= 0.5 else
+        if fit.mostly_fixed else
         f"so most of the gap at {first} tokens grows with the prefix, as the gather's copying does"
     )
-    return [f"The median paged step took {format_us(gaps[0])} µs more than the preallocated one at {first} tokens "
-            f"and {format_us(gaps[-1])} µs more at {last} tokens. A least-squares line through that gap at "
-            f"{'both' if len(lengths) == 2 else f'all {len(lengths)}'} lengths has an intercept of {format_us(fixed)} µs (its value at zero prefix length) and rises by {growth * 1e3:,.0f} ns per cached "
-            f"position, {verdict}."]
+    return [f"The median paged step took {format_us(fit.gaps[first])} µs more than the preallocated one at {first} "
+            f"tokens and {format_us(fit.gaps[last])} µs more at {last} tokens. A least-squares line through that gap "
+            f"at {'both' if len(lengths) == 2 else f'all {len(lengths)}'} lengths has an intercept of "
+            f"{format_us(fit.fixed)} µs (its value at zero prefix length) and rises by {fit.growth * 1e3:,.0f} ns "
+            f"per cached position, {verdict}."]
 
 
 def findings_sentences(record: dict[str, Any]) -> list[str]:
