@@ -140,7 +140,21 @@ class Pictures(unittest.TestCase):
         self.assertIn("parent table [0, 1, 2]; child table [0, 1, 2]", before)
         (_, shared, copied), = forked(FORK_EXAMPLE, 1, 1).copies
         self.assertIn(f"child table [0, 1, {copied}]", after)
-        self.assertIn(f"lands in block {shared}", block.notes[0])
+        self.assertIn(f"lands in block {shared}", block.notes[1])
+
+
+class RepeatedSentencesAreTables(unittest.TestCase):
+    def test_memory_gives_each_layout_a_row_and_keeps_only_the_comparisons_as_sentences(self) -> None:
+        from kv_storage_views.memory import memory_view
+        block = memory_view(record())
+        self.assertIn("Peak ÷ retained", block.tables[0].headings)
+        self.assertFalse(any(note.startswith(("concat:", "prealloc:", "paged:")) for note in block.notes))
+
+    def test_grouped_query_shares_are_a_column_not_a_sentence_per_variant(self) -> None:
+        from kv_storage_views.grouped_query import gqa_view
+        block = gqa_view(record())
+        self.assertIn("25%", [row[3] for row in block.tables[0].rows])
+        self.assertFalse(any(note.startswith("With ") for note in block.notes))
 
 
 class KeyResults(unittest.TestCase):

@@ -195,28 +195,29 @@ def findings_view(record: dict[str, Any]) -> Block:
     return Block(css="lab-findings", paragraphs=findings_sentences(record))
 
 
-def equivalence_sentences(record: dict[str, Any]) -> list[str]:
-    """Per cached mode: within tolerance everywhere, the largest difference, and every length it occurred at."""
-    tolerance = record["tolerance"]
+def equivalence_rows(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Per cached mode: the largest difference over every length, every length it occurred at, the greedy token."""
     bench = record["config"]["benchmark"]
-    sentences = []
+    rows = []
     for mode in (m for m in bench["modes"] if m != bench["baseline"]):
         diffs = [(entry["length"], entry["equivalence"][mode]["max_abs_diff"]) for entry in record["lengths"]]
         worst = max(diff for _, diff in diffs)
         at = [str(length) for length, diff in diffs if diff == worst]
         where = (f"at {at[0]} tokens" if len(at) == 1 else
                  "at every measured length" if len(at) == len(diffs) else
-                 f"first reached at {at[0]} tokens and again at {join(at[1:])} tokens")
+                 f"first at {at[0]} tokens, again at {join(at[1:])} tokens")
         agree = all(entry["equivalence"][mode]["argmax_agrees_every_step"] for entry in record["lengths"])
-        sentences.append(
-            f"Before any timing, the {mode} logits matched the {bench['baseline']} logits at every compared step "
-            f"of every measured length within atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}; "
-            f"the largest absolute difference was {format_sci(worst)}, {where}. "
-            + ("The greedy (argmax) token was the same at every step." if agree else
-               "The greedy (argmax) token differed at some step: a near-tie that rounding tipped, "
-               "although the logits stayed within tolerance.")
-        )
-    return sentences
+        rows.append((mode, format_sci(worst), where, "yes" if agree else "no: a near-tie tipped by rounding"))
+    return rows
+
+
+def equivalence_sentence(record: dict[str, Any]) -> str:
+    tolerance, bench = record["tolerance"], record["config"]["benchmark"]
+    agree = all(entry["equivalence"][m]["within_tolerance"] for entry in record["lengths"]
+                for m in bench["modes"] if m != bench["baseline"])
+    return (f"Before any timing, every cached layout's logits {'matched' if agree else 'did not all match'} the "
+            f"{bench['baseline']} logits at every compared step of every measured length within "
+            f"atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}.")
 
 
 def equivalence_view(record: dict[str, Any]) -> Block:
@@ -231,4 +232,6 @@ def equivalence_view(record: dict[str, Any]) -> Block:
     table = Table(headings=["Prefix (tokens)", f"Compared with {bench['baseline']}", "Steps × batch",
                             "Max |difference|", f"Within atol = {tolerance['atol']}, rtol = {tolerance['rtol']}",
                             "Same greedy token at every step"], rows=rows)
-    return Block(css="lab-equivalence", paragraphs=equivalence_sentences(record), tables=[table])
+    summary = Table(headings=["Layout", "Largest |difference|", "Where", "Same greedy token at every step"],
+                    rows=equivalence_rows(record))
+    return Block(css="lab-equivalence", paragraphs=[equivalence_sentence(record)], tables=[summary, table])

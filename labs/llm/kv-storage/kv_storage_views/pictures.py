@@ -116,16 +116,18 @@ def fork_view(record: dict[str, Any]) -> Block:
     diagrams = [fork_panel(before, prompt, "fork-before", f"After fork(): one {prompt}-token prompt, two tables"),
                 fork_panel(after, prompt, "fork-after", "After one more token each: copy-on-write")]
     sharing = record["sharing"]
-    note = (f"Green: a block both tables hold; blue: a prompt position in a block one request holds alone; "
-            f"orange: a token written after the fork; grey: an empty slot. fork() copies the table and adds a reference to each of the prompt's {plural(full + bool(partial), 'block')}; "
+    colours = ("Green: a block both tables hold; blue: a prompt position in a block one request holds alone; "
+               "orange: a token written after the fork; grey: an empty slot.")
+    note = (f"fork() copies the table and adds a reference to each of the prompt's {plural(full + bool(partial), 'block')}; "
             f"no key or value moves. The {who}'s first write lands in block {shared}, shared and holding "
             f"{partial} of {size} positions, so the pool copies that one block to block {copy} and the {who}'s "
             f"table moves to the copy; the other request, now its sole holder, writes in place. Full blocks are "
-            f"never written again and stay shared. In the record's run, {sharing['requests']} requests forked from "
+            f"never written again and stay shared.")
+    measured = (f"In the record's run, {sharing['requests']} requests forked from "
             f"a {sharing['prompt']}-token prompt in blocks of {sharing['block_size']}: "
             f"{plural(sharing['with']['shared_blocks'], 'block')} stayed shared and "
             f"{plural(sharing['with']['copied_blocks'], 'request')} copied the partial one.")
-    return Block(css="lab-picture", diagrams=diagrams, notes=[note])
+    return Block(css="lab-picture", diagrams=diagrams, notes=[colours, note, measured])
 
 
 def example_summary() -> str:
