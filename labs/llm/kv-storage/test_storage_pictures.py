@@ -16,7 +16,7 @@ import torch
 from kv_storage.figures import FORK_EXAMPLE, TABLE_EXAMPLE, TableModel, forked, interleaved, locate
 from kv_storage.paged import BlockPool, PagedSequence
 from kv_storage_views.pictures import block_table_view, fork_view
-from kv_storage_views.results import key_results_view, regime_item
+from kv_storage_views.results import answer_peak_view, answer_sharing_view, key_results_view, regime_item
 
 RECORD = Path(__file__).resolve().parents[3] / "results" / "storage-results.json"
 HEADS, DIM = 1, 2
@@ -165,6 +165,13 @@ class KeyResults(unittest.TestCase):
         changed = copy.deepcopy(base)
         changed["sharing"]["with"]["blocks"] += 1
         self.assertNotEqual(key_results_view(changed).items, items)
+
+    def test_the_answers_quote_the_record(self) -> None:
+        base = record()
+        sharing, concat = base["sharing"], base["memory"]["variants"]["concat"]
+        self.assertIn(f"= {sharing['with']['blocks']}.", answer_sharing_view(base).paragraphs[0])
+        self.assertIn(f"{sharing['with']['copied_blocks']} copies", answer_sharing_view(base).paragraphs[0])
+        self.assertIn(f"{concat['peak_bytes']:,} bytes", answer_peak_view(base).paragraphs[0])
 
     def test_the_regime_bullet_is_chosen_from_the_per_step_medians(self) -> None:
         flat = record()

@@ -148,8 +148,8 @@ def answer_sharing_view(record: dict[str, Any]) -> Block:
     full, partial = divmod(prompt, size)
     own = s["without"]["blocks"] // n
     text = (f"Alone, each request needs ⌈({prompt} + {tokens}) / {size}⌉ = {own} blocks: {s['without']['blocks']} "
-            f"for {n}. Shared, the prompt's {full} full blocks are stored once; each request then holds its own "
-            f"{own - full} blocks, the last prompt block (holding {partial} of {size} positions) and its "
+            f"for {n}. Shared, the prompt's {plural(full, 'full block')} {'is' if full == 1 else 'are'} stored once; "
+            f"each request then holds its own {plural(own - full, 'block')}, the last prompt block (holding {partial} of {size} positions) and its "
             f"continuation: {full} + {n} × {own - full} = {s['with']['blocks']}. That last block is shared and "
             f"partly filled, so every request but the one left as its sole holder copies it on first write: "
             f"{s['with']['copied_blocks']} copies.")
@@ -180,12 +180,12 @@ def answer_paged_view(record: dict[str, Any]) -> Block:
         return Block(css="lab-answer", paragraphs=["This record has too few lengths to split the paged step's cost."])
     first, last = next(iter(fit.gaps)), list(fit.gaps)[-1]
     share = max(0.0, min(1.0, fit.fixed_share))
-    text = (f"Not mostly. At {first} tokens the paged step cost {us(fit.gaps[first])} more than preallocation; a line "
+    lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit.mostly_fixed else
+            "Most of it grows with the prefix, as the gather's copy does.")
+    text = (f"{lead} At {first} tokens the paged step cost {us(fit.gaps[first])} more than preallocation; a line "
             f"through the gap at every length puts {us(fit.fixed)} of it ({share:.0%}) at zero prefix, where there is "
             f"nothing to copy, and adds {fit.growth * 1e3:,.0f} ns per cached position. The fixed part is Python "
             f"bookkeeping per call (index tensors from the table, a scatter, the gather's setup); the growing part is "
-            f"the gather, {us(fit.gaps[last])} at {last} tokens. A kernel that reads blocks in place avoids the "
+            f"the gather's copy, which takes the gap to {us(fit.gaps[last])} at {last} tokens. A kernel that reads blocks in place avoids the "
             f"gather, and batching many requests per call spreads the fixed part.")
-    if not fit.mostly_fixed:
-        text = text.replace("Not mostly.", "Partly.")
     return Block(css="lab-answer", paragraphs=[text])
