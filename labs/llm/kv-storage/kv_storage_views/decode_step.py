@@ -177,9 +177,10 @@ def findings_sentences(record: dict[str, Any]) -> list[str]:
     baseline = bench["baseline"]
     medians = stored_medians(record)
     paragraphs = [prose.environment_sentence(record), prose.protocol_sentence(record)]
-    for mode in (m for m in bench["modes"] if m != baseline):
-        paragraphs.append(" ".join([prose.lower_median_sentence(medians, mode, baseline),
-                                    *gap_sentences(record, mode)]))
+    if len(record["lengths"]) < 2:  # no trend to tabulate: the sentences say so
+        for mode in (m for m in bench["modes"] if m != baseline):
+            paragraphs.append(" ".join([prose.lower_median_sentence(medians, mode, baseline),
+                                        *gap_sentences(record, mode)]))
     paragraphs.append(ranking_sentence(record))
     paragraphs.extend(paged_overhead_sentences(record))
     return paragraphs
@@ -191,8 +192,30 @@ def stored_medians(record: dict[str, Any]) -> pd.DataFrame:
                          for entry in record["lengths"]], index=[entry["length"] for entry in record["lengths"]])
 
 
+def findings_table(record: dict[str, Any]) -> Table:
+    """Per cached mode, the baseline's ratio and its gap per decode step at both ends, and the ratio's trend."""
+    baseline = record["config"]["benchmark"]["baseline"]
+    table = per_step(record)
+    lengths = list(table)
+    first, last = lengths[0], lengths[-1]
+    rows = []
+    for mode in (m for m in record["config"]["benchmark"]["modes"] if m != baseline):
+        ratio = {n: table[n][baseline].median / table[n][mode].median for n in lengths}
+
+        def gap(n: int, m: str = mode) -> str:
+            return format_us(table[n][baseline].median - table[n][m].median)
+
+        rows.append((mode, format_ratio(ratio[first]) + noise_note(record, first, [baseline, mode]),
+                     format_ratio(ratio[last]) + noise_note(record, last, [baseline, mode]),
+                     prose.trend_text(ratio), gap(first), gap(last)))
+    return Table(headings=["Layout", f"{baseline} ÷ layout at {first} tokens", f"at {last} tokens",
+                           "The ratio over the sweep", f"{baseline} − layout, µs per step, at {first}",
+                           f"at {last}"], rows=rows)
+
+
 def findings_view(record: dict[str, Any]) -> Block:
-    return Block(css="lab-findings", paragraphs=findings_sentences(record))
+    tables = [findings_table(record)] if len(record["lengths"]) >= 2 else []
+    return Block(css="lab-findings", paragraphs=findings_sentences(record), tables=tables)
 
 
 def equivalence_rows(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
