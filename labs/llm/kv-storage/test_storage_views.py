@@ -8,7 +8,7 @@ from typing import Any
 from kv_storage.figures import TIE_SHARE
 from kv_storage_views import headline
 from kv_storage_views.decode_step import (
-    equivalence_sentences,
+    equivalence_rows,
     gap_sentences,
     paged_overhead_sentences,
     ranking_sentence,
@@ -96,8 +96,7 @@ class Equivalence(unittest.TestCase):
     def test_a_maximum_reached_at_several_lengths_names_each_of_them(self) -> None:
         windows = {n: {mode: exact(1000) for mode in MODES} for n in (16, 32, 64, 256)}
         record = sweep(windows, diffs={16: 4e-7, 32: 4e-7, 64: 3e-7, 256: 4e-7})
-        self.assertIn("4.00e-07, first reached at 16 tokens and again at 32 and 256 tokens",
-                      equivalence_sentences(record)[0])
+        self.assertEqual(equivalence_rows(record)[0][1:3], ("4.00e-07", "first at 16 tokens, again at 32 and 256 tokens"))
 
 
 def layouts(concat: int, prealloc: int, paged: int) -> dict[str, dict[str, Any]]:

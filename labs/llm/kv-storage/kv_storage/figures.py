@@ -154,3 +154,94 @@ def sharing_figures(model: dict[str, Any], sharing: dict[str, Any], figures: Fig
         (("saved_bytes",), (n * per_request - shared_total) * block_bytes),
     ):
         figures.add(("sharing", *path), value, how)
+
+
+# --- The page's concept diagrams: the block pool's bookkeeping without tensors -----------------------
+# kv_storage.paged keeps these same rules beside the tensors; test_storage_pictures.py replays every
+# script below (and random ones) on a real BlockPool and requires the same tables, counts and free list.
+
+TABLE_EXAMPLE = {"block_size": 4, "pool": 8, "lengths": {"A": 10, "B": 7}}  # two requests, decoded in alternation
+FORK_EXAMPLE = {"block_size": 4, "pool": 8, "prompt": 10}  # a 10-token prompt: two full blocks and half of a third
+
+
+def locate(position: int, block_size: int) -> tuple[int, int]:
+    """Logical block and slot of a position: the table entry ``position // S`` and slot ``position % S``."""
+    return divmod(position, block_size)
+
+
+class TableModel:
+    """Block tables, reference counts and the free stack of a BlockPool, with the same allocation order."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.refcount = [0] * num_blocks
+        self.free = list(range(num_blocks - 1, -1, -1))  # a stack: last released, first reused
+        self.tables: dict[str, list[int]] = {}
+        self.lengths: dict[str, int] = {}
+        self.copies: list[tuple[str, int, int]] = []  # (request, shared block, its private copy)
+
+    def admit(self, name: str) -> None:
+        self.tables[name], self.lengths[name] = [], 0
+
+    def _allocate(self) -> int:
+        if not self.free:
+            raise ValueError(f"all {len(self.refcount)} blocks are in use")
+        block = self.free.pop()
+        self.refcount[block] = 1
+        return block
+
+    def _release(self, block: int) -> None:
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self.free.append(block)
+
+    def append(self, name: str, count: int = 1) -> None:
+        """Copy a shared, partly filled last block first (copy-on-write), then take blocks as positions need."""
+        table, length = self.tables[name], self.lengths[name]
+        if count and length % self.block_size and self.refcount[table[-1]] > 1:
+            shared = table[-1]
+            table[-1] = self._allocate()
+            self._release(shared)
+            self.copies.append((name, shared, table[-1]))
+        while len(table) * self.block_size < length + count:
+            table.append(self._allocate())
+        self.lengths[name] = length + count
+
+    def fork(self, parent: str, child: str) -> None:
+        for block in self.tables[parent]:
+            self.refcount[block] += 1
+        self.tables[child], self.lengths[child] = list(self.tables[parent]), self.lengths[parent]
+
+    def release(self, name: str) -> None:
+        for block in self.tables.pop(name):
+            self._release(block)
+        del self.lengths[name]
+
+    def filled(self, name: str) -> list[int]:
+        """Positions held in each of the request's blocks, in table order (the last may be partial)."""
+        length, size = self.lengths[name], self.block_size
+        return [min(size, length - i * size) for i in range(len(self.tables[name]))]
+
+
+def interleaved(example: dict[str, Any] = TABLE_EXAMPLE) -> TableModel:
+    """Requests admitted together and decoded one position each in turn, until each has its length."""
+    model = TableModel(example["pool"], example["block_size"])
+    lengths = example["lengths"]
+    for name in lengths:
+        model.admit(name)
+    for step in range(max(lengths.values())):
+        for name, length in lengths.items():
+            if step < length:
+                model.append(name)
+    return model
+
+
+def forked(example: dict[str, Any] = FORK_EXAMPLE, child_tokens: int = 0, parent_tokens: int = 0) -> TableModel:
+    """A parent prefills the prompt and forks a child; then the child appends, then the parent."""
+    model = TableModel(example["pool"], example["block_size"])
+    model.admit("parent")
+    model.append("parent", example["prompt"])
+    model.fork("parent", "child")
+    model.append("child", child_tokens)
+    model.append("parent", parent_tokens)
+    return model

@@ -6,6 +6,8 @@ kv_storage.figures by the build; named by ``views`` in the lab's lab.toml.
 - decode_step.py: "Measuring a decode step" (its findings and equivalence, in place of the shared ones)
 - memory.py: "Memory: what persists, and what passes through"
 - paged_storage.py: "Paged storage in numbers: block size and sharing"
+- pictures.py: the block table and the fork with copy-on-write, drawn from kv_storage.figures.TableModel
+- results.py: the key results, the regime of each layout's step, the check-yourself answers
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from .decode_step import equivalence_view, findings_view
 from .grouped_query import gqa_view
 from .memory import memory_view
 from .paged_storage import paging_view, sharing_view
+from .pictures import block_table_view, fork_view
+from .results import answer_paged_view, answer_peak_view, answer_sharing_view, key_results_view, regime_view
 
 __all__ = ["VIEWS", "headline"]
 
@@ -34,6 +38,9 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     return ratios
 
 
-VIEWS = {"gqa": gqa_view, "memory": memory_view, "paging": paging_view, "sharing": sharing_view,
+
+VIEWS = {"key-results": key_results_view, "regime": regime_view, "answer-sharing": answer_sharing_view,
+         "answer-peak": answer_peak_view, "answer-paged": answer_paged_view,
+         "block-table": block_table_view, "fork": fork_view, "gqa": gqa_view, "memory": memory_view, "paging": paging_view, "sharing": sharing_view,
          # in place of the shared findings and equivalence: ties, per-step gaps and repeated maxima (decode_step.py)
          "findings": findings_view, "equivalence": equivalence_view}

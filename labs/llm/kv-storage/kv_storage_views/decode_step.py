@@ -117,33 +117,59 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
     ]
 
 
-def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
-    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix."""
+@dataclass(frozen=True)
+class PagedGap:
+    """Paged's median step minus prealloc's, per prefix length (µs), and a least-squares line through it."""
+
+    gaps: dict[int, float]
+    fixed: float  # µs: the line's value at zero prefix length
+    growth: float  # µs per cached position
+
+    @property
+    def fixed_share(self) -> float:
+        """The line's intercept as a share of the gap at the shortest prefix."""
+        return self.fixed / next(iter(self.gaps.values()))
+
+    @property
+    def mostly_fixed(self) -> bool:
+        return self.fixed > 0 and self.fixed_share >= 0.5
+
+
+def paged_gap(record: dict[str, Any]) -> PagedGap | None:
+    """None when the sweep has one length or lacks paged or prealloc."""
     table = per_step(record)
     if len(table) < 2 or not all({"paged", "prealloc"} <= steps.keys() for steps in table.values()):
+        return None
+    gaps = {n: steps["paged"].median - steps["prealloc"].median for n, steps in table.items()}
+    lengths, values = list(gaps), list(gaps.values())
+    mean_n, mean_gap = sum(lengths) / len(lengths), sum(values) / len(values)
+    growth = (sum((n - mean_n) * (g - mean_gap) for n, g in gaps.items())
+              / sum((n - mean_n) ** 2 for n in lengths))
+    return PagedGap(gaps=gaps, fixed=mean_gap - growth * mean_n, growth=growth)
+
+
+def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
+    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix."""
+    fit = paged_gap(record)
+    if fit is None:
         return []
-    lengths = list(table)
-    gaps = [table[n]["paged"].median - table[n]["prealloc"].median for n in lengths]
+    table = per_step(record)
+    lengths = list(fit.gaps)
     first, last = lengths[0], lengths[-1]
-    if gaps[0] <= 0:
+    if fit.gaps[first] <= 0:
         return [f"At {first} tokens the median paged step was not slower than the preallocated one "
                 f"({format_us(table[first]['paged'].median)} against {format_us(table[first]['prealloc'].median)} µs)."]
-    # Least squares: gap = fixed + growth x length.
-    mean_n, mean_gap = sum(lengths) / len(lengths), sum(gaps) / len(gaps)
-    growth = (sum((n - mean_n) * (g - mean_gap) for n, g in zip(lengths, gaps))
-              / sum((n - mean_n) ** 2 for n in lengths))
-    fixed = mean_gap - growth * mean_n
-    share = fixed / gaps[0]
     verdict = (
         f"so most of the gap at {first} tokens is a cost each step pays whatever the prefix length, "
         f"not the copying of cached positions"
-        if fixed > 0 and share >= 0.5 else
+        if fit.mostly_fixed else
         f"so most of the gap at {first} tokens grows with the prefix, as the gather's copying does"
     )
-    return [f"The median paged step took {format_us(gaps[0])} µs more than the preallocated one at {first} tokens "
-            f"and {format_us(gaps[-1])} µs more at {last} tokens. A least-squares line through that gap at "
-            f"{'both' if len(lengths) == 2 else f'all {len(lengths)}'} lengths has an intercept of {format_us(fixed)} µs (its value at zero prefix length) and rises by {growth * 1e3:,.0f} ns per cached "
-            f"position, {verdict}."]
+    return [f"The median paged step took {format_us(fit.gaps[first])} µs more than the preallocated one at {first} "
+            f"tokens and {format_us(fit.gaps[last])} µs more at {last} tokens. A least-squares line through that gap "
+            f"at {'both' if len(lengths) == 2 else f'all {len(lengths)}'} lengths has an intercept of "
+            f"{format_us(fit.fixed)} µs (its value at zero prefix length) and rises by {fit.growth * 1e3:,.0f} ns "
+            f"per cached position, {verdict}."]
 
 
 def findings_sentences(record: dict[str, Any]) -> list[str]:
@@ -151,9 +177,10 @@ def findings_sentences(record: dict[str, Any]) -> list[str]:
     baseline = bench["baseline"]
     medians = stored_medians(record)
     paragraphs = [prose.environment_sentence(record), prose.protocol_sentence(record)]
-    for mode in (m for m in bench["modes"] if m != baseline):
-        paragraphs.append(" ".join([prose.lower_median_sentence(medians, mode, baseline),
-                                    *gap_sentences(record, mode)]))
+    if len(record["lengths"]) < 2:  # no trend to tabulate: the sentences say so
+        for mode in (m for m in bench["modes"] if m != baseline):
+            paragraphs.append(" ".join([prose.lower_median_sentence(medians, mode, baseline),
+                                        *gap_sentences(record, mode)]))
     paragraphs.append(ranking_sentence(record))
     paragraphs.extend(paged_overhead_sentences(record))
     return paragraphs
@@ -165,32 +192,55 @@ def stored_medians(record: dict[str, Any]) -> pd.DataFrame:
                          for entry in record["lengths"]], index=[entry["length"] for entry in record["lengths"]])
 
 
+def findings_table(record: dict[str, Any]) -> Table:
+    """Per cached mode, the baseline's ratio and its gap per decode step at both ends, and the ratio's trend."""
+    baseline = record["config"]["benchmark"]["baseline"]
+    table = per_step(record)
+    lengths = list(table)
+    first, last = lengths[0], lengths[-1]
+    rows = []
+    for mode in (m for m in record["config"]["benchmark"]["modes"] if m != baseline):
+        ratio = {n: table[n][baseline].median / table[n][mode].median for n in lengths}
+
+        def gap(n: int, m: str = mode) -> str:
+            return format_us(table[n][baseline].median - table[n][m].median)
+
+        rows.append((mode, format_ratio(ratio[first]) + noise_note(record, first, [baseline, mode]),
+                     format_ratio(ratio[last]) + noise_note(record, last, [baseline, mode]),
+                     prose.trend_text(ratio), gap(first), gap(last)))
+    return Table(headings=["Layout", f"{baseline} ÷ layout at {first} tokens", f"at {last} tokens",
+                           "The ratio over the sweep", f"{baseline} − layout, µs per step, at {first}",
+                           f"at {last}"], rows=rows)
+
+
 def findings_view(record: dict[str, Any]) -> Block:
-    return Block(css="lab-findings", paragraphs=findings_sentences(record))
+    tables = [findings_table(record)] if len(record["lengths"]) >= 2 else []
+    return Block(css="lab-findings", paragraphs=findings_sentences(record), tables=tables)
 
 
-def equivalence_sentences(record: dict[str, Any]) -> list[str]:
-    """Per cached mode: within tolerance everywhere, the largest difference, and every length it occurred at."""
-    tolerance = record["tolerance"]
+def equivalence_rows(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Per cached mode: the largest difference over every length, every length it occurred at, the greedy token."""
     bench = record["config"]["benchmark"]
-    sentences = []
+    rows = []
     for mode in (m for m in bench["modes"] if m != bench["baseline"]):
         diffs = [(entry["length"], entry["equivalence"][mode]["max_abs_diff"]) for entry in record["lengths"]]
         worst = max(diff for _, diff in diffs)
         at = [str(length) for length, diff in diffs if diff == worst]
         where = (f"at {at[0]} tokens" if len(at) == 1 else
                  "at every measured length" if len(at) == len(diffs) else
-                 f"first reached at {at[0]} tokens and again at {join(at[1:])} tokens")
+                 f"first at {at[0]} tokens, again at {join(at[1:])} tokens")
         agree = all(entry["equivalence"][mode]["argmax_agrees_every_step"] for entry in record["lengths"])
-        sentences.append(
-            f"Before any timing, the {mode} logits matched the {bench['baseline']} logits at every compared step "
-            f"of every measured length within atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}; "
-            f"the largest absolute difference was {format_sci(worst)}, {where}. "
-            + ("The greedy (argmax) token was the same at every step." if agree else
-               "The greedy (argmax) token differed at some step: a near-tie that rounding tipped, "
-               "although the logits stayed within tolerance.")
-        )
-    return sentences
+        rows.append((mode, format_sci(worst), where, "yes" if agree else "no: a near-tie tipped by rounding"))
+    return rows
+
+
+def equivalence_sentence(record: dict[str, Any]) -> str:
+    tolerance, bench = record["tolerance"], record["config"]["benchmark"]
+    agree = all(entry["equivalence"][m]["within_tolerance"] for entry in record["lengths"]
+                for m in bench["modes"] if m != bench["baseline"])
+    return (f"Before any timing, every cached layout's logits {'matched' if agree else 'did not all match'} the "
+            f"{bench['baseline']} logits at every compared step of every measured length within "
+            f"atol = {tolerance['atol']:g} and rtol = {tolerance['rtol']:g}.")
 
 
 def equivalence_view(record: dict[str, Any]) -> Block:
@@ -205,4 +255,6 @@ def equivalence_view(record: dict[str, Any]) -> Block:
     table = Table(headings=["Prefix (tokens)", f"Compared with {bench['baseline']}", "Steps × batch",
                             "Max |difference|", f"Within atol = {tolerance['atol']}, rtol = {tolerance['rtol']}",
                             "Same greedy token at every step"], rows=rows)
-    return Block(css="lab-equivalence", paragraphs=equivalence_sentences(record), tables=[table])
+    summary = Table(headings=["Layout", "Largest |difference|", "Where", "Same greedy token at every step"],
+                    rows=equivalence_rows(record))
+    return Block(css="lab-equivalence", paragraphs=[equivalence_sentence(record)], tables=[summary, table])

@@ -13,21 +13,25 @@ def gqa_view(record: dict[str, Any]) -> Block:
     modes = list(rows[0]["layouts"])
     baseline, tolerance = record["config"]["benchmark"]["baseline"], record["tolerance"]
     table = Table(
-        header_rows=[[("Key/value heads", 1), ("Query heads", 1), ("Formula bytes", 1),
+        header_rows=[[("Key/value heads", 1), ("Query heads", 1), ("Formula bytes", 1), ("Of multi-head", 1),
                       ("Bytes held after the loop", len(modes)),
                       (f"Max |diff| from {baseline} recompute, over every position", len(modes))]],
-        headings=["", "", "", *modes, *modes],
+        headings=["", "", "", "", *modes, *modes],
         rows=[(row["kv_heads"], row["heads"], format_number(row["formula_bytes"]),
+               f"{row['formula_bytes'] / full_heads(rows)['formula_bytes']:.0%}",
                *(format_number(row["layouts"][mode]["bytes"]) for mode in modes),
                *(format_sci(row["layouts"][mode]["max_abs_diff"]) for mode in modes)) for row in rows],
     )
     lengths = " or ".join(map(str, sorted({row["length"] for row in rows})))
-    method = (f"One model per number of key/value heads. Each layout decoded the same {lengths} tokens one at a "
-              f"time from an empty cache, and its logits at each of the {positions(rows)} positions were compared "
-              f"with {baseline} recompute of that position's prefix in the same model, within "
-              f"atol = {tolerance['atol']}, rtol = {tolerance['rtol']}; a layout outside the tolerance would have "
-              f"stopped the run. The bytes are what the layout holds when the loop ends.")
-    return Block(css="lab-gqa", tables=[table], notes=[method, *gqa_sentences(rows)])
+    method = (f"One model per key/value head count; each layout decoded {lengths} tokens one at a time and was "
+              f"compared with {baseline} recompute at every position, within atol = {tolerance['atol']}, "
+              f"rtol = {tolerance['rtol']}. Bytes are what each layout holds at the end.")
+    return Block(css="lab-gqa", tables=[table], notes=[method, gqa_sentences(rows)[-1]])
+
+
+def full_heads(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The multi-head row (as many key/value heads as query heads), or the first row if there is none."""
+    return next((r for r in rows if r["kv_heads"] == r["heads"]), rows[0])
 
 
 def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:

@@ -32,17 +32,22 @@ def memory_view(record: dict[str, Any]) -> Block:
                "during the loop, cache included."
                + (f" Peak and retained differ too little to tell the bars apart for {'; '.join(small)}." if small else ""))
     table = Table(
-        headings=["Layout", "Retained after the loop", "Peak during the loop", "Peak − retained",
+        headings=["Layout", "Retained after the loop", "Peak during the loop", "Peak ÷ retained", "Peak − retained",
                   "Allocated in total", "Allocations"],
         rows=[(mode, format_number(values["retained_bytes"]), format_number(values["peak_bytes"]),
+               f"{values['peak_bytes'] / values['retained_bytes']:.2f}×",
                format_number(transient[mode]), format_number(values["allocated_bytes"]),
                format_number(values["allocations"])) for mode, values in variants.items()],
     )
-    method = (f"Bytes, over a {memory['length']}-step decode loop from an empty cache; the formula "
-              f"2 × B × Hkv × T × D × bytes gives {format_number(memory['formula_bytes'])} for the final cache. "
-              f"Method: {memory['method']}.")
+    method = (f"Bytes over a {memory['length']}-step decode loop from an empty cache; the formula gives "
+              f"{format_number(memory['formula_bytes'])} for the final cache.")
     return Block(css="lab-memory", charts=[Chart(svg, caption)], tables=[table],
-                 notes=[method, *memory_sentences(memory)])
+                 notes=[method, *comparison_sentences(memory)])
+
+
+def comparison_sentences(memory: dict[str, Any]) -> list[str]:
+    """How the layouts' peaks and totals compare (each layout's own figures are the table's rows)."""
+    return memory_sentences(memory)[len(memory["variants"]):]
 
 
 def small_transients(variants: dict[str, dict[str, Any]], transient: dict[str, int]) -> list[str]:
