@@ -27,7 +27,10 @@ def cancellation_view(record: dict[str, Any]) -> Block:
                      f"{server['decode_steps_with_departed']:,} of {server['decode_steps']:,}"))
         memory.append((label, f"{server['tokens_generated'] - m['summary']['output_tokens']:,}",
                        f"{server['block_seconds_after_disconnect']:.2f}", server["num_used_blocks"]))
-    return Block(css="lab-medians", paragraphs=cancellation_sentences(record),
+    workload = record["cancellation"]["workload"]
+    lead = (f"{workload['requests']} clients, each leaving after a random number of tokens; a row is one request's "
+            f"token in one step.")
+    return Block(css="lab-medians", paragraphs=[lead],
                  charts=[Chart(chart, "The same workload against two servers; only the handling of disconnects "
                                       "differs.")],
                  tables=[Table(["Disconnects", "Clients that left", "Tokens streamed", "Rows decoded after the server "
@@ -37,8 +40,12 @@ def cancellation_view(record: dict[str, Any]) -> Block:
                                       "step)"),
                         Table(["Disconnects", "Tokens streamed that no client received",
                                "Block-seconds held after the server noticed", "Blocks in use once idle"], memory,
-                              caption="What the departed clients cost afterwards")],
-                notes=[when_counted_sentence(record)])
+                              caption="What the departed clients cost afterwards")])
+
+
+def cancellation_detail_view(record: dict[str, Any]) -> Block:
+    """The cancellation experiment in sentences, and from which moment its counts start."""
+    return Block(css="lab-findings", paragraphs=cancellation_sentences(record), notes=[when_counted_sentence(record)])
 
 
 def cancellation_sentences(record: dict[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ def model_cost_view(record: dict[str, Any]) -> Block:
         f"The record was made on {cpu['model']} with {plural(cores, 'logical core') if cores else 'an unknown number of cores'}. "
         f"There, one decode step for "
         f"{'a single request' if one['batch'] == 1 else plural(one['batch'], 'request')} through the "
-        f"{config['layers']} layers of width {model['width']} took {one['median_ns'] / 1e6:.2f} ms (median of "
+        f"{config['layers']} layers of width {model['width']} in {model['dtype']} took {one['median_ns'] / 1e6:.2f} ms (median of "
         f"{len(one['durations_ns'])} steps, {one['min_ns'] / 1e6:.2f} to {one['max_ns'] / 1e6:.2f} ms), timed "
         f"in-process with {plural(config['threads'], 'torch thread')}, and the whole benchmark took "
         f"{record['wall_time_s']:.0f} s against a limit of {targets['wall_time_limit_s']:.0f} s; the step-time "

@@ -30,8 +30,7 @@ def step_view(record: dict[str, Any]) -> Block:
         f"A step for {last['batch']} requests took {format_ms(last['median_ns'], 2)} ms (median), "
         f"{growth:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while producing "
         f"{last['batch'] / first['batch']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
-        f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way.",
-        *step_order_sentences(record)]
+        f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way."]
     config = record["config"]["benchmark"]
     rows_out = [(r["batch"], format_ms(r["median_ns"], 2), f"{format_ms(r['min_ns'], 2)} – {format_ms(r['max_ns'], 2)}", format_ms(r["weights"]["median_ns"], 2),
                  format_ms(r["median_ns"] - r["weights"]["median_ns"], 2), format_ms(r["weights"]["median_ns"] / r["batch"], 2),
@@ -50,6 +49,11 @@ def step_view(record: dict[str, Any]) -> Block:
                        + (" The two medians come from separate timings, so where the rest is small their difference "
                           "can fall below zero, as it does here." if any(r["median_ns"] < r["weights"]["median_ns"]
                                                                          for r in rows) else "")])
+
+
+def steps_detail_view(record: dict[str, Any]) -> Block:
+    """Where a larger batch stepped faster than a smaller one, and what the weight multiplications show."""
+    return Block(css="lab-findings", paragraphs=step_order_sentences(record))
 
 
 def step_order_sentences(record: dict[str, Any]) -> list[str]:
