@@ -40,12 +40,12 @@ def phases(it: Iteration, before: int) -> list[tuple[str, tuple[str, ...], tuple
     admitted = join(list(it.admitted)) if it.admitted else "nobody"
     freed = sum(need(n) for n in it.finished)
     return [
-        ("1 admit", ("the queue's head", "while its blocks fit"),
+        ("1 admit", ("queue's head,", "if its blocks fit"),
          (admitted, f"{before} + {sum(need(n) for n in it.admitted)} of {REPLAY_BUDGET} blocks")),
-        ("2 prefill", ("each new prompt,", "one at a time"), (admitted, "first token")),
-        ("3 decode", ("one step for every", "running request"), (join(list(it.decoded)), "together")),
+        ("2 prefill", ("each new prompt", "on its own"), (admitted, "first token")),
+        ("3 decode", ("one step for", "all running"), (join(list(it.decoded)), "together")),
         ("4 stream", ("each new token", "to its client"), (f"{len(it.decoded) + len(it.admitted)} tokens", "")),
-        ("5 retire", ("finished or departed:", "blocks go back"),
+        ("5 retire", ("finished or gone:", "blocks back"),
          (join(list(it.finished)), f"{freed} block{'s' if freed != 1 else ''} free") if it.finished else ("nobody", "")),
     ]
 
@@ -55,20 +55,38 @@ def iteration_view(record: dict[str, Any]) -> Block:
     its = example()
     shown = its[SHOWN - 1]
     before = shown.reserved_blocks - sum(need(n) for n in shown.admitted)
-    box, gap = 128, 14
-    strip = Canvas(width=5 * box + 4 * gap + 10, height=156, slug="iteration-phases",
+    box, gap, high = 132, 28, 128
+    # a loop on two rows: admit -> prefill -> decode, then stream <- retire back under them, and round again
+    places = [(0, 0), (1, 0), (2, 0), (2, 1), (1, 1)]
+    strip = Canvas(width=3 * box + 2 * gap + 12, height=2 * high + gap + 12, slug="iteration-phases", max_width="34rem",
                    title=f"One pass of the scheduler loop (iteration {SHOWN} of the example below)",
                    description="; ".join(f"{p}: {' '.join(does)}; here {' '.join(did)}" for p, does, did in phases(shown, before)))
+    centres = []
     for index, (phase, does, did) in enumerate(phases(shown, before)):
-        x = 5 + index * (box + gap)
-        strip.rect(x, 6, box, 144, "new" if index in (1, 2) else "old", rx=6)
-        strip.text(x + box / 2, 30, phase, size=15, weight="bold")
+        col, row = places[index]
+        x, y = 6 + col * (box + gap), 6 + row * (high + gap)
+        centres.append((x, y))
+        strip.rect(x, y, box, high, "new" if index in (1, 2) else "old", rx=6)
+        strip.text(x + box / 2, y + 24, phase, size=15, weight="bold")
         for line, text in enumerate(does):
-            strip.text(x + box / 2, 56 + line * 18, text, size=13)
+            strip.text(x + box / 2, y + 48 + line * 17, text, size=13)
         for line, text in enumerate(did):
-            strip.text(x + box / 2, 108 + line * 18, text, size=13, weight="bold")
-        if index < 4:
-            strip.line(x + box + 2, 78, x + box + gap - 2, 78, width=2)
+            strip.text(x + box / 2, y + 94 + line * 17, text, size=13, weight="bold")
+    for (x0, y0), (x1, y1) in zip(centres, centres[1:]):
+        if y0 == y1 and x1 > x0:
+            strip.line(x0 + box + 4, y0 + high / 2, x1 - 4, y1 + high / 2, width=2)
+            strip.text(x1 - 8, y0 + high / 2 + 5, "▶", size=12, anchor="end")
+        elif y0 == y1:
+            strip.line(x1 + box + 4, y0 + high / 2, x0 - 4, y0 + high / 2, width=2)
+            strip.text(x1 + box + 8, y0 + high / 2 + 5, "◀", size=12, anchor="start")
+        else:
+            strip.line(x0 + box / 2, y0 + high + 4, x1 + box / 2, y1 - 4, width=2)
+            strip.text(x1 + box / 2, y1 - 2, "▼", size=12)
+    (ax, ay), (rx, ry) = centres[0], centres[-1]
+    strip.line(rx - 4, ry + high / 2, ax + box / 2, ry + high / 2, width=2, dash="5 4")
+    strip.line(ax + box / 2, ry + high / 2, ax + box / 2, ay + high + 4, width=2, dash="5 4")
+    strip.text(ax + box / 2, ay + high + 16, "▲", size=12)
+    strip.text(ax + box / 2, ry + high / 2 + 20, "next pass", size=13)
     caption = (f"Iteration {SHOWN} of the example below: what each phase does, and (bold) what it did there. Prefill "
                f"and decode (orange) are the model's work; the rest is bookkeeping between steps.")
     return Block(css="lab-picture", diagrams=[Diagram(strip.svg(), caption)])

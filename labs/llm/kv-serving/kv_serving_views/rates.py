@@ -83,14 +83,12 @@ def burst_sentence(record: dict[str, Any]) -> str:
     """How many requests each rate sent, and whether a run was steady arrivals or a burst and then a drain."""
     rates = record["rates"]
     points = sorted(rates["points"], key=lambda p: p["rate"])
-    spans = [f"{arrival_span(p):.1f} s of a {p['summary']['duration_s']:.1f} s run at {p['rate']:g}/s"
-             for p in points]
     top = points[-1]
     arriving = arrival_span(top) / top["summary"]["duration_s"] if top["summary"]["duration_s"] else 1.0
     return (
         f"Each rate sent the same {rates['requests']} requests to a fresh server with a pool of "
         f"{record['config']['benchmark']['sweep_blocks']} blocks, so every row's counters and peaks are that run's "
-        f"own. With so few requests, arrivals lasted {join(spans)}. "
+        f"own; the table's second column gives how long arrivals lasted in each. "
         + (f"At {top['rate']:g}/s requests kept arriving for only {arriving:.0%} of the run: such a run is a burst "
            f"and then a drain of the queue, not a steady state at that rate, and its tokens per second say how fast "
            f"the server worked through a backlog of {rates['requests']}." if arriving < 0.5 else
