@@ -151,6 +151,11 @@ class ViewsFromTheRecord(unittest.TestCase):
         for row in record["step_times"]:
             row["median_ns"] = 10_000_000 * row["batch"]
         self.assertIn("little of it is shared", self.render("key-results", record))
+        point = best_point(record)
+        point["server"].update(decode_seconds=0.1 * point["summary"]["duration_s"], prefill_seconds=0.0)
+        self.assertIn("computed for only 10% of the run: overhead-bound", self.render("key-results", record))
+        point["server"].update(decode_seconds=0.95 * point["summary"]["duration_s"])
+        self.assertIn("not HTTP, was the limit", self.render("key-results", record))
         average = next(p for p in record["admission"]["policies"] if p["name"] == "count_average")
         average["server"]["failed_for_memory"] = 0
         self.assertIn("happened to fail nobody", self.render("key-results", record))

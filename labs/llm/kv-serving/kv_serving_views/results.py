@@ -7,7 +7,7 @@ from typing import Any
 
 from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
 from site_hooks.blocks import Block
-from site_hooks.formatting import format_latency, format_ms, format_ratio, format_share, plural
+from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural
 from site_hooks.regimes import FLAT_BAND
 
 from .pictures import stall_times
@@ -24,6 +24,26 @@ def step_regime(record: dict[str, Any]) -> tuple[str, float, float]:
     return kind, growth, widening
 
 
+BUSY = 0.9  # a model thread computing for at least this share of a run: the model's work is the limit
+IDLE = 0.5  # computing for less than this share: the limit lies outside the model (overhead, arrivals)
+
+
+def busy_share(point: dict[str, Any]) -> float:
+    """The share of a run's wall time its model thread spent in decode steps and prefills."""
+    server, duration = point["server"], point["summary"]["duration_s"]
+    return (server["decode_seconds"] + server["prefill_seconds"]) / duration if duration > 0 else 0.0
+
+
+def server_regime(point: dict[str, Any]) -> str:
+    share = busy_share(point)
+    if share >= BUSY:
+        return f"its model thread computed for {format_percent(share)} of the run, so the model's work, not HTTP, was the limit"
+    if share < IDLE:
+        return (f"its model thread computed for only {format_percent(share)} of the run: overhead-bound, the rest went "
+                f"to waiting, HTTP and scheduling")
+    return f"its model thread computed for {format_percent(share)} of the run"
+
+
 def batching_item(record: dict[str, Any]) -> str:
     best, serial = best_point(record), record["rates"]["serial"]
     ratio = over_serial(best, serial)
@@ -31,7 +51,7 @@ def batching_item(record: dict[str, Any]) -> str:
     return (f"Batching: at {best['rate']:g} requests per second the server delivered "
             f"{best['summary']['throughput_tokens_per_s']:,.0f} tokens per second, {format_ratio(ratio)} the same "
             f"requests served one at a time ({'at or above' if ratio >= target else 'below'} the "
-            f"{target:g}× this lab aims for).")
+            f"{target:g}× this lab aims for); {server_regime(best)}.")
 
 
 def step_item(record: dict[str, Any]) -> str:
