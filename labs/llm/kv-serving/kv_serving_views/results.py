@@ -114,7 +114,7 @@ def answer_fit_view(record: dict[str, Any]) -> Block:
             f"budget is {budget} blocks, so it "
             + (f"admits it once {blocks} blocks are unreserved, and waits until then."
                if blocks <= budget else "refuses it at once with a 400 that gives these numbers.")
-            + f" A count limit that must be safe for such requests can run only {config['num_blocks']} // {blocks} = "
+            + f" A count limit that must be safe for such requests in the {config['num_blocks']}-block pool runs at most "
             f"{safe} at once, whatever the actual lengths.")
     return Block(css="lab-answer", paragraphs=[text])
 
