@@ -34,7 +34,9 @@ def check(record: dict[str, Any], source: str) -> None:
 
 
 def rendered(name: str, record: dict[str, Any]) -> str:
-    return render_block(kv_serving_views.VIEWS[name](record))
+    """A section's view, with its worded detail (placed in the page's appendix) where it has one."""
+    views = kv_serving_views.VIEWS
+    return "".join(render_block(views[n](record)) for n in (name, f"{name}-detail") if n in views)
 
 
 class QuickRun(QuickBenchmarkRun):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kv_cache.memory import kv_cache_bytes
@@ -130,3 +131,103 @@ def best_point(record: dict[str, Any]) -> dict[str, Any]:
 def over_serial(point: dict[str, Any], serial: dict[str, Any]) -> float:
     """A run's throughput over the serial server's: continuous batching's speedup."""
     return point["summary"]["throughput_tokens_per_s"] / serial["summary"]["throughput_tokens_per_s"]
+
+
+# ---- the scheduler's iterations, replayed without a model (kv_serving.scheduler.Scheduler.run) --------------
+@dataclass(frozen=True)
+class Job:
+    """A request for a replay: it joins ``waiting`` before iteration ``arrives`` (1 is the first)."""
+
+    name: str
+    arrives: int
+    prompt: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One pass of the loop: who was admitted and prefilled, who the batched decode step ran for, who finished
+    (their blocks back in the pool), the blocks reserved when the step ran and who was still waiting."""
+
+    number: int
+    admitted: tuple[str, ...]
+    decoded: tuple[str, ...]
+    finished: tuple[str, ...]
+    reserved_blocks: int
+    waiting: tuple[str, ...]
+
+
+def replay(jobs: Sequence[Job], budget_blocks: int, block_size: int) -> list[Iteration]:
+    """The scheduler's rules on plain numbers, no client leaving: admit from the head of ``waiting`` while the
+    reservations fit the budget (first come, first served, ``len(prompt) + max_tokens - 1`` positions each),
+    prefill each admitted prompt (its first token), one decode step for every running request, retire each
+    request at its ``max_tokens``-th token. A test runs the real Scheduler on the same jobs and compares."""
+    pending = sorted(jobs, key=lambda j: j.arrives)
+    waiting: list[Job] = []
+    running: dict[str, int] = {}  # name -> tokens so far
+    reserved: dict[str, int] = {}
+    by_name = {j.name: j for j in jobs}
+    iterations: list[Iteration] = []
+    number = 0
+    while pending or waiting or running:
+        number += 1
+        waiting += [j for j in pending if j.arrives <= number]
+        pending = [j for j in pending if j.arrives > number]
+        if not waiting and not running:
+            continue
+        admitted, finished = [], []
+        while waiting:
+            need = blocks_for(waiting[0].prompt + waiting[0].max_tokens - 1, block_size)
+            if need > budget_blocks:
+                raise ValueError(f"{waiting[0].name} needs {need} blocks, beyond the budget of {budget_blocks}")
+            if sum(reserved.values()) + need > budget_blocks:
+                break
+            job = waiting.pop(0)
+            reserved[job.name], running[job.name] = need, 1  # the prefill streams the first token
+            admitted.append(job.name)
+        for name in [n for n in admitted if running[n] == by_name[n].max_tokens]:
+            finished.append(name)
+            del running[name]
+        held = sum(reserved.values())
+        decoded = tuple(running)
+        for name in decoded:
+            running[name] += 1
+            if running[name] == by_name[name].max_tokens:
+                finished.append(name)
+                del running[name]
+        for name in finished:
+            del reserved[name]
+        iterations.append(Iteration(number, tuple(admitted), decoded, tuple(finished), held,
+                                    tuple(j.name for j in waiting)))
+    return iterations
+
+
+# The page's example: three requests under a 6-block budget of 4-position blocks, two more arriving later.
+REPLAY_EXAMPLE = (Job("A", 1, 5, 3), Job("B", 1, 3, 6), Job("C", 1, 6, 4), Job("D", 3, 2, 2), Job("E", 4, 7, 2))
+REPLAY_BUDGET, REPLAY_BLOCK = 6, 4
+# The prefill stall: two streams decoding when a third request's prompt arrives.
+STALL_EXAMPLE = (Job("A", 1, 4, 7), Job("B", 1, 4, 7), Job("C", 3, 12, 4))
+
+
+def model_thread(iterations: Sequence[Iteration], step_s: float, prefill_s: float
+                 ) -> list[tuple[str, str, float, float]]:
+    """The worker thread's timeline for a replay: (kind, names, start, end) with kind 'prefill' or 'decode',
+    each prefill taking ``prefill_s`` and each batched step ``step_s``, in the loop's order."""
+    spans, now = [], 0.0
+    for it in iterations:
+        for name in it.admitted:
+            spans.append(("prefill", name, now, now + prefill_s))
+            now += prefill_s
+        if it.decoded:
+            spans.append(("decode", " ".join(it.decoded), now, now + step_s))
+            now += step_s
+    return spans
+
+
+def token_times(spans: Sequence[tuple[str, str, float, float]]) -> dict[str, list[float]]:
+    """When each request's tokens are streamed: at the end of its prefill and of every step that decoded it."""
+    times: dict[str, list[float]] = {}
+    for _, names, _, end in spans:
+        for name in names.split():
+            times.setdefault(name, []).append(end)
+    return times

@@ -13,11 +13,13 @@ from typing import Any
 from kv_serving.formulas import mean_used, policy
 from site_hooks.blocks import View
 
-from .admission import admission_view
-from .cancellation import cancellation_view
+from .admission import admission_detail_view, admission_view
+from .cancellation import cancellation_detail_view, cancellation_view
 from .model import model_cost_view, pool_view
-from .rates import rates_view
-from .steps import step_view
+from .pictures import iteration_view, iterations_view, stall_view
+from .rates import rates_detail_view, rates_view
+from .results import answer_cancel_view, answer_fit_view, answer_stall_view, answer_throughput_view, key_results_view
+from .steps import step_view, steps_detail_view
 from .targets import targets_view
 
 
@@ -34,6 +36,14 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 VIEWS: dict[str, View] = {
+    "key-results": key_results_view,
+    "iteration": iteration_view,
+    "iterations": iterations_view,
+    "prefill-stall": stall_view,
+    "answer-fit": answer_fit_view,
+    "answer-stall": answer_stall_view,
+    "answer-throughput": answer_throughput_view,
+    "answer-cancel": answer_cancel_view,
     "pool": pool_view,
     "model-cost": model_cost_view,
     "steps": step_view,
@@ -41,4 +51,8 @@ VIEWS: dict[str, View] = {
     "cancellation": cancellation_view,
     "rates": rates_view,
     "targets": targets_view,
+    "steps-detail": steps_detail_view,
+    "admission-detail": admission_detail_view,
+    "cancellation-detail": cancellation_detail_view,
+    "rates-detail": rates_detail_view,
 }

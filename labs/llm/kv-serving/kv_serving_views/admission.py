@@ -32,7 +32,7 @@ def admission_view(record: dict[str, Any]) -> Block:
                        f"{s['output_tokens']:,}", f"{s['throughput_tokens_per_s']:,.0f}"))
         latency.append((short_label(p), f"{s['completed']} of {s['requests']} ({s['failed']} failed)",
                         *(spread(s, name) for name in ("ttft_s", "itl_s", "e2e_s"))))
-    return Block(css="lab-medians", paragraphs=admission_sentences(record),
+    return Block(css="lab-medians", paragraphs=[workload_sentence(record)],
                  charts=[Chart(chart, f"Sampled from /metrics every "
                                f"{record['config']['benchmark']['metrics_interval_s'] * 1000:.0f} ms by the load "
                                f"generator. The count limits have no budget of their own: the pool is their only limit.")],
@@ -42,8 +42,23 @@ def admission_view(record: dict[str, Any]) -> Block:
                         Table(["Admission", "Requests measured", "Time to first token p50 / p99",
                                "Between tokens p50 / p99", "End to end p50 / p99"], latency,
                               caption="Latency of completed requests only: a request that failed has no first token "
-                                      "and is in none of these percentiles")],
-                notes=[completed_only_sentence(record)])
+                                      "and is in none of these percentiles")])
+
+
+def admission_detail_view(record: dict[str, Any]) -> Block:
+    """The admission experiment in sentences: the workload and budget, each policy's outcome, what the latency
+    table leaves out."""
+    return Block(css="lab-findings", paragraphs=admission_sentences(record), notes=[completed_only_sentence(record)])
+
+
+def workload_sentence(record: dict[str, Any]) -> str:
+    admission, config = record["admission"], record["config"]["benchmark"]
+    workload = admission["workload"]
+    return (f"{workload['requests']} requests at {workload['rate']:g} per second, each needing "
+            f"{min(admission['request_blocks'])} to {max(admission['request_blocks'])} blocks "
+            f"({admission['mean_request_blocks']:.1f} on average; the longest the workload allows needs "
+            f"{admission['longest_request_blocks']}); a pool of {admission['pool_blocks']} blocks for every server, and "
+            f"a byte budget of {config['byte_budget_blocks']} of them.")
 
 
 def admission_sentences(record: dict[str, Any]) -> list[str]:
@@ -55,7 +70,8 @@ def admission_sentences(record: dict[str, Any]) -> list[str]:
              f"{workload['output_tokens'][0]} to {workload['output_tokens'][1]}: one needs "
              f"{min(admission['request_blocks'])} to {max(admission['request_blocks'])} blocks, "
              f"{admission['mean_request_blocks']:.1f} on average, and the longest the workload allows needs "
-             f"{admission['longest_request_blocks']}. Every server had the same pool of {pool} blocks. The byte "
+             f"{admission['longest_request_blocks']}.")
+    budget = (f"Every server had the same pool of {pool} blocks. The byte "
              f"server's budget was {config['byte_budget_share']:g} of it, {config['byte_budget_blocks']} blocks "
              f"({admission['kv_budget_bytes']:,} bytes), so the "
              f"{pool - config['byte_budget_blocks']} blocks above the budget were free in the allocator all along and "
@@ -86,7 +102,7 @@ def admission_sentences(record: dict[str, Any]) -> list[str]:
            f"their blocks and failed (reserve-at-admission turns over-commitment into failures at admission, "
            f"before any token is computed)." if a["failed_for_memory"] else
            "this time the pool happened to have the blocks for every admitted request, so nothing failed."))
-    return [first, bytes_sentence, safe_sentence, average_sentence]
+    return [first, budget, bytes_sentence, safe_sentence, average_sentence]
 
 
 def completed_only_sentence(record: dict[str, Any]) -> str:

@@ -27,7 +27,10 @@ def cancellation_view(record: dict[str, Any]) -> Block:
                      f"{server['decode_steps_with_departed']:,} of {server['decode_steps']:,}"))
         memory.append((label, f"{server['tokens_generated'] - m['summary']['output_tokens']:,}",
                        f"{server['block_seconds_after_disconnect']:.2f}", server["num_used_blocks"]))
-    return Block(css="lab-medians", paragraphs=cancellation_sentences(record),
+    workload = record["cancellation"]["workload"]
+    lead = (f"{workload['requests']} clients, each leaving after a random number of tokens; a row is one request's "
+            f"token in one step.")
+    return Block(css="lab-medians", paragraphs=[lead],
                  charts=[Chart(chart, "The same workload against two servers; only the handling of disconnects "
                                       "differs.")],
                  tables=[Table(["Disconnects", "Clients that left", "Tokens streamed", "Rows decoded after the server "
@@ -37,8 +40,12 @@ def cancellation_view(record: dict[str, Any]) -> Block:
                                       "step)"),
                         Table(["Disconnects", "Tokens streamed that no client received",
                                "Block-seconds held after the server noticed", "Blocks in use once idle"], memory,
-                              caption="What the departed clients cost afterwards")],
-                notes=[when_counted_sentence(record)])
+                              caption="What the departed clients cost afterwards")])
+
+
+def cancellation_detail_view(record: dict[str, Any]) -> Block:
+    """The cancellation experiment in sentences, and from which moment its counts start."""
+    return Block(css="lab-findings", paragraphs=cancellation_sentences(record), notes=when_counted_sentence(record))
 
 
 def cancellation_sentences(record: dict[str, Any]) -> list[str]:
@@ -72,7 +79,7 @@ def cancellation_sentences(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def when_counted_sentence(record: dict[str, Any]) -> str:
+def when_counted_sentence(record: dict[str, Any]) -> list[str]:
     """Which moment the counts start from, and what the record says about the time before it."""
     parts, early = [], 0
     for label, m in (("honoured", mode(record, True)), ("ignored", mode(record, False))):
@@ -85,16 +92,16 @@ def when_counted_sentence(record: dict[str, Any]) -> str:
                      + ("every token it streamed was received." if unread == 0 else
                         f"of the {unread:,} nobody received, {s['tokens_after_disconnect']:,} were sent after the "
                         f"server noticed and {before:,} before."))
-    return " ".join([
+    return [
         "The counts of work for departed clients (rows, steps, block-seconds) start when the server noticed a "
         "departure, which is when the client's "
         "disconnect reached it and closed its response stream, not when the client closed its end: the server "
         "cannot see that earlier moment. The decode work is bounded all the same, because every computed row is "
         "either streamed or thrown away, and the clients count what they received, so the work no client used is "
         "the rows thrown away plus the tokens streamed that nobody received, whenever they were computed.",
-        *parts,
+        " ".join(parts),
         ("So no streamed token fell between a client's close and the server's noticing." if early == 0 else
          f"So {plural(early, 'token')} went out between a client's close and the server's noticing, work the "
          f"counts after noticing leave out."),
         "The block-seconds have no such check: they start when the server noticed and leave out the cache held "
-        "before, which the record does not measure."])
+        "before, which the record does not measure."]

@@ -14,15 +14,13 @@ def model_cost_view(record: dict[str, Any]) -> Block:
     one = min(rows, key=lambda r: r["batch"])
     model, cpu = record["config"]["model"], record["environment"]["cpu"]
     cores = cpu["logical_cores"]
-    targets = record["targets"]
     paragraphs = [
         f"The record was made on {cpu['model']} with {plural(cores, 'logical core') if cores else 'an unknown number of cores'}. "
         f"There, one decode step for "
         f"{'a single request' if one['batch'] == 1 else plural(one['batch'], 'request')} through the "
-        f"{config['layers']} layers of width {model['width']} took {one['median_ns'] / 1e6:.2f} ms (median of "
+        f"{config['layers']} layers of width {model['width']} in {model['dtype']} took {one['median_ns'] / 1e6:.2f} ms (median of "
         f"{len(one['durations_ns'])} steps, {one['min_ns'] / 1e6:.2f} to {one['max_ns'] / 1e6:.2f} ms), timed "
-        f"in-process with {plural(config['threads'], 'torch thread')}, and the whole benchmark took "
-        f"{record['wall_time_s']:.0f} s against a limit of {targets['wall_time_limit_s']:.0f} s; the step-time "
+        f"in-process with {plural(config['threads'], 'torch thread')}; the step-time "
         f"table further down gives larger batches."]
     return Block(css="lab-config", paragraphs=paragraphs)
 

@@ -54,9 +54,9 @@ def rates_view(record: dict[str, Any]) -> Block:
                      f"{server['peak_used_blocks']} of {server['num_blocks']}",
                      f"{s['throughput_tokens_per_s']:,.0f}", "1 (baseline)" if p is serial else f"{over_serial(p, record['rates']['serial']):.2f}×"))
         latencies.append((name, *(spread(s, n) for n in ("ttft_s", "itl_s", "e2e_s")), format_latency(mean_step_s(server))))
-    paragraphs = [burst_sentence(record), speedup_sentence(record), pool_sentence(points, pool),
-                  *gap_sentences(record), in_process_sentence(record, best_point(record))]
-    return Block(css="lab-medians", paragraphs=paragraphs,
+    lead = (f"The same {rates['requests']} requests at every rate; the serial server ran once, at {serial['rate']:g} "
+            f"per second, and every ratio divides by its {serial_value:,.0f} tokens per second.")
+    return Block(css="lab-medians", paragraphs=[lead],
                  charts=[Chart(latency_chart, "Measured by the load generator, from send to each streamed token."),
                          Chart(throughput_chart, "Output tokens of the run divided by its wall time. The serial server "
                                f"ran once, at {serial['rate']:g} arrivals per second: its point is that run."),
@@ -70,18 +70,25 @@ def rates_view(record: dict[str, Any]) -> Block:
                               caption="Client-side latency per run, and the server's own time per decode step")])
 
 
+def rates_detail_view(record: dict[str, Any]) -> Block:
+    """The sweep in sentences: how long arrivals lasted, the ratios over serial, where the pool filled, what the
+    gaps between tokens did, and why the server delivered less than an in-process batch."""
+    pool = record["config"]["benchmark"]["sweep_blocks"]
+    return Block(css="lab-findings", paragraphs=[burst_sentence(record), speedup_sentence(record),
+                                                 pool_sentence(record["rates"]["points"], pool), *gap_sentences(record),
+                                                 in_process_sentence(record, best_point(record))])
+
+
 def burst_sentence(record: dict[str, Any]) -> str:
     """How many requests each rate sent, and whether a run was steady arrivals or a burst and then a drain."""
     rates = record["rates"]
     points = sorted(rates["points"], key=lambda p: p["rate"])
-    spans = [f"{arrival_span(p):.1f} s of a {p['summary']['duration_s']:.1f} s run at {p['rate']:g}/s"
-             for p in points]
     top = points[-1]
     arriving = arrival_span(top) / top["summary"]["duration_s"] if top["summary"]["duration_s"] else 1.0
     return (
         f"Each rate sent the same {rates['requests']} requests to a fresh server with a pool of "
         f"{record['config']['benchmark']['sweep_blocks']} blocks, so every row's counters and peaks are that run's "
-        f"own. With so few requests, arrivals lasted {join(spans)}. "
+        f"own; the table's second column gives how long arrivals lasted in each. "
         + (f"At {top['rate']:g}/s requests kept arriving for only {arriving:.0%} of the run: such a run is a burst "
            f"and then a drain of the queue, not a steady state at that rate, and its tokens per second say how fast "
            f"the server worked through a backlog of {rates['requests']}." if arriving < 0.5 else
@@ -140,13 +147,14 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
     first = (f"At {rates_list(points)} arrivals per second the mean batch was "
              f"{join([f'{b:.1f}' for b in batches])} requests per step, and the median gap between tokens "
              f"{join([format_latency(g) for g in gaps])}. ")
+    order = ""
     if falls:
         a, b = falls[0]
         first += (f"The gap did not grow with the batch at every rate: from {a['rate']:g} to {b['rate']:g}/s it fell "
                   f"from {format_latency(a['summary']['itl_s']['p50'])} to {format_latency(b['summary']['itl_s']['p50'])} while the "
                   f"mean batch grew from {a['server']['mean_batch']:.1f} to {b['server']['mean_batch']:.1f}. ")
     same_order = sorted(range(len(points)), key=gaps.__getitem__) == sorted(range(len(points)), key=steps.__getitem__)
-    first += (f"The server's own mean decode step (its time in decode steps over their number) was "
+    order += (f"The server's own mean decode step (its time in decode steps over their number) was "
               f"{join([format_latency(s) for s in steps])}, "
               + ("in the same order as the gaps: where the gap was longer, so were the server's own steps. A step's "
                  "cost depends on more than the mean batch (the gather, for one, grows with the longest cache in the "
@@ -172,7 +180,7 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
              f"of each run took {format_latency(min(prefill))} to {format_latency(max(prefill))}, so a gap that spans a few of them "
              f"can last a few times that; the p99 gaps were {format_latency(min(tails))} to {format_latency(max(tails))}."
              if prefill else "")
-    return [first, second, *([third] if third else [])]
+    return [first, order, second, *([third] if third else [])]
 
 
 def in_process_sentence(record: dict[str, Any], point: dict[str, Any]) -> str:

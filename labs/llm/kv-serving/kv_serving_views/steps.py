@@ -31,7 +31,7 @@ def step_view(record: dict[str, Any]) -> Block:
         f"{growth:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while producing "
         f"{last['batch'] / first['batch']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
         f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way.",
-        *step_order_sentences(record)]
+        weights_sentence(record)]
     config = record["config"]["benchmark"]
     rows_out = [(r["batch"], format_ms(r["median_ns"], 2), f"{format_ms(r['min_ns'], 2)} – {format_ms(r['max_ns'], 2)}", format_ms(r["weights"]["median_ns"], 2),
                  format_ms(r["median_ns"] - r["weights"]["median_ns"], 2), format_ms(r["weights"]["median_ns"] / r["batch"], 2),
@@ -50,6 +50,22 @@ def step_view(record: dict[str, Any]) -> Block:
                        + (" The two medians come from separate timings, so where the rest is small their difference "
                           "can fall below zero, as it does here." if any(r["median_ns"] < r["weights"]["median_ns"]
                                                                          for r in rows) else "")])
+
+
+def weights_sentence(record: dict[str, Any]) -> str:
+    """What share of a one-request step its weight multiplications take, and what that does and does not name."""
+    one = min(record["step_times"], key=lambda r: r["batch"])
+    share = one["weights"]["median_ns"] / one["median_ns"]
+    return (f"For {plural(one['batch'], 'request')}, the weight multiplications alone took {share:.0%} of the step: "
+            + ("a one-request step is mostly a pass over the weights, which more rows can share. Whether that pass is "
+               "limited by memory bandwidth needs a floor measured on the same machine, as the decode page does."
+               if share >= 0.5 else
+               "most of a one-request step is attention, the gather, the writes and Python, which each row pays again."))
+
+
+def steps_detail_view(record: dict[str, Any]) -> Block:
+    """Where a larger batch stepped faster than a smaller one, and what the weight multiplications show."""
+    return Block(css="lab-findings", paragraphs=step_order_sentences(record))
 
 
 def step_order_sentences(record: dict[str, Any]) -> list[str]:

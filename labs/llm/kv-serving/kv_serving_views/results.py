@@ -1,0 +1,149 @@
+"""What the serving record establishes, in the reader's terms: the key results and the answers to the page's
+check-yourself questions. Every number comes from the record's checked figures or kv_serving.formulas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
+from site_hooks.blocks import Block
+from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural
+from site_hooks.regimes import FLAT_BAND
+
+from .pictures import stall_times
+from .rates import in_process_sentence
+
+
+def step_regime(record: dict[str, Any]) -> tuple[str, float, float]:
+    """How a batched step grew from the smallest to the largest batch: 'flat' (within FLAT_BAND: a fixed cost
+    per step), 'shared' (grew less than half as fast as the batch) or 'per-row'; with the growth and batch ratio."""
+    rows = sorted(record["step_times"], key=lambda r: r["batch"])
+    growth = rows[-1]["median_ns"] / rows[0]["median_ns"]
+    widening = rows[-1]["batch"] / rows[0]["batch"]
+    kind = "flat" if growth <= 1 + FLAT_BAND else "shared" if growth < widening / 2 else "per-row"
+    return kind, growth, widening
+
+
+BUSY = 0.9  # a model thread computing for at least this share of a run: the model's work is the limit
+IDLE = 0.5  # computing for less than this share: the limit lies outside the model (overhead, arrivals)
+
+
+def busy_share(point: dict[str, Any]) -> float:
+    """The share of a run's wall time its model thread spent in decode steps and prefills."""
+    server, duration = point["server"], point["summary"]["duration_s"]
+    return (server["decode_seconds"] + server["prefill_seconds"]) / duration if duration > 0 else 0.0
+
+
+def server_regime(point: dict[str, Any]) -> str:
+    share = busy_share(point)
+    if share >= BUSY:
+        return f"its model thread computed for {format_percent(share)} of the run, so the model's work, not HTTP, was the limit"
+    if share < IDLE:
+        return (f"its model thread computed for only {format_percent(share)} of the run: overhead-bound, the rest went "
+                f"to waiting, HTTP and scheduling")
+    return f"its model thread computed for {format_percent(share)} of the run"
+
+
+def batching_item(record: dict[str, Any]) -> str:
+    best, serial = best_point(record), record["rates"]["serial"]
+    ratio = over_serial(best, serial)
+    target = record["targets"]["speedup_target"]
+    return (f"Batching: at {best['rate']:g} requests per second the server delivered "
+            f"{best['summary']['throughput_tokens_per_s']:,.0f} tokens per second, {format_ratio(ratio)} the same "
+            f"requests served one at a time ({'at or above' if ratio >= target else 'below'} the "
+            f"{target:g}× this lab aims for); {server_regime(best)}.")
+
+
+def step_item(record: dict[str, Any]) -> str:
+    rows = sorted(record["step_times"], key=lambda r: r["batch"])
+    kind, growth, widening = step_regime(record)
+    first, last = rows[0], rows[-1]
+    said = {"flat": (f"flat within {FLAT_BAND:.0%}: a fixed cost per step (reading the weights, per-call overhead), "
+                     f"which the whole batch shares"),
+            "shared": "most of a step is a cost the batch shares (reading the weights, per-call overhead)",
+            "per-row": "the step's cost grew nearly with its rows: little of it is shared"}[kind]
+    return (f"One step, many requests: a decode step for {last['batch']} requests took {format_ratio(growth)} the "
+            f"{format_ms(first['median_ns'], 2)} ms of a step for {first['batch']} while making "
+            f"{widening:g} times the tokens; {said}.")
+
+
+def admission_item(record: dict[str, Any]) -> str:
+    by_bytes, safe, average = (policy(record, n) for n in ("kv_budget_bytes", "count_safe", "count_average"))
+    b = by_bytes["server"]
+    failed = average["server"]["failed_for_memory"]
+    return (f"Admission by KV bytes: reservations peaked at {b['peak_used_blocks']} of {b['budget_blocks']} budgeted "
+            f"blocks with {plural(b['failed_for_memory'], 'request')} failed for memory, and held "
+            f"{format_ratio(mean_used(by_bytes) / mean_used(safe))} the blocks of a count limit safe for the longest "
+            f"request; a count sized for the mean request " + (f"let {plural(failed, 'request')} fail for memory."
+                                                               if failed else "happened to fail nobody this run."))
+
+
+def cancellation_item(record: dict[str, Any]) -> str:
+    h, i = mode(record, True)["server"], mode(record, False)["server"]
+    held = (f", {i['block_seconds_after_disconnect'] / h['block_seconds_after_disconnect']:.0f} times the block-seconds of cache held"
+            if h["block_seconds_after_disconnect"] > 0 else "")
+    return (f"Cancellation: with disconnects honoured, {plural(h['cancelled'], 'cancelled request')} cost "
+            f"{plural(h['rows_dropped'], 'thrown-away row')} (at most the step under way each) and "
+            f"{plural(max(h['num_used_blocks'], i['num_used_blocks']), 'leaked block')}; ignoring them, the server "
+            f"decoded {plural(i['decode_rows_after_disconnect'], 'row')} for nobody{held}.")
+
+
+def stall_item(record: dict[str, Any]) -> str:
+    step, prefill, point = stall_times(record)
+    itl = point["summary"]["itl_s"]
+    return (f"The prefill stall: at {point['rate']:g}/s a prefill took {format_latency(prefill)} on average, "
+            f"{prefill / step:.1f} times a {format_latency(step)} decode step, and every running stream waits it out; "
+            f"the gap between tokens was {format_latency(itl['p50'])} at the median and {format_latency(itl['p99'])} "
+            f"at p99.")
+
+
+def key_results_view(record: dict[str, Any]) -> Block:
+    return Block(css="lab-key-results", items=[batching_item(record), step_item(record), admission_item(record),
+                                               cancellation_item(record), stall_item(record)])
+
+
+def answer_fit_view(record: dict[str, Any]) -> Block:
+    admission, config = record["admission"], record["config"]["benchmark"]
+    workload = admission["workload"]
+    positions = workload["prompt_tokens"][1] + workload["output_tokens"][1] - 1
+    blocks, budget = admission["longest_request_blocks"], config["byte_budget_blocks"]
+    safe = policy(record, "count_safe")["options"][-1]
+    text = (f"It stores {workload['prompt_tokens'][1]} + {workload['output_tokens'][1]} − 1 = {positions} positions "
+            f"(the last token is never fed back), {blocks} blocks of {config['block_size']}, "
+            f"{blocks * config['block_bytes']:,} bytes at {config['block_bytes']:,} bytes a block. The byte server's "
+            f"budget is {budget} blocks, so it "
+            + (f"admits it once {blocks} blocks are unreserved, and waits until then."
+               if blocks <= budget else "refuses it at once with a 400 that gives these numbers.")
+            + f" A count limit that must be safe for such requests in the {config['num_blocks']}-block pool runs at most "
+            f"{safe} at once, whatever the actual lengths.")
+    return Block(css="lab-answer", paragraphs=[text])
+
+
+def answer_stall_view(record: dict[str, Any]) -> Block:
+    step, prefill, point = stall_times(record)
+    server = point["server"]
+    text = (f"By one prefill: the model thread runs it between two decode steps, so every running stream's next token "
+            f"comes {format_latency(step + prefill)} after the last instead of {format_latency(step)}. At "
+            f"{point['rate']:g}/s the server spent {server['prefill_seconds']:.1f} s in {plural(server['prefills'], 'prefill')} "
+            f"and {server['decode_seconds']:.1f} s in {plural(server['decode_steps'], 'decode step')} "
+            f"({format_share(server['prefill_seconds'], server['prefill_seconds'] + server['decode_seconds'])} of its "
+            f"model time in prefills)."
+            + (f" Arrivals admitted in the same iteration stack their prefills, so one gap can span several: the p99 "
+               f"gap was {format_latency(point['summary']['itl_s']['p99'])}, longer than a step and a prefill together."
+               if point["summary"]["itl_s"]["p99"] > step + prefill else
+               f" The p99 gap, {format_latency(point['summary']['itl_s']['p99'])}, stayed within a step and a prefill."))
+    return Block(css="lab-answer", paragraphs=[text])
+
+
+def answer_throughput_view(record: dict[str, Any]) -> Block:
+    return Block(css="lab-answer", paragraphs=[in_process_sentence(record, best_point(record))])
+
+
+def answer_cancel_view(record: dict[str, Any]) -> Block:
+    h = mode(record, True)["server"]
+    text = (f"At most one row: the step already under way when the server notices. The scheduler touches its state "
+            f"only between steps, so the departed request keeps its blocks until that step returns, its token is "
+            f"dropped, and it retires before the next step. In the record, {plural(h['cancelled'], 'cancelled request')} "
+            f"cost {plural(h['rows_dropped'], 'dropped row')} and {plural(h['tokens_after_disconnect'], 'token')} sent "
+            f"to a closed connection.")
+    return Block(css="lab-answer", paragraphs=[text])
