@@ -2,7 +2,9 @@
 
 One chat prompt, answered greedily three ways: with the cache in float32, without it (every new token runs
 the whole sequence again) in float32, and with the cache in bfloat16. Then the float32 answer is fed back
-teacher-forced, so both dtypes and both paths are compared on the same positions: the largest logit
+teacher-forced, so both dtypes and both paths are compared on the same positions: the cached path (the
+prompt prefilled in one chunk, then one token per step) against one causal pass over the whole sequence,
+whose logit at each position is what a fresh pass over that position's prefix computes: the largest logit
 difference and how often the most likely token agrees. What the record stores are these raw results; which
 answers match and where the dtypes part are derived (kv_cache.figures).
 """
@@ -13,8 +15,9 @@ from typing import Any
 
 import torch
 
-from .llama.decode import cached_step_logits, full_prefix_step_logits
+from .llama.decode import decode_step, prefill
 from .llama.generate import greedy_full_recompute, smollm2
+from .llama.model import LlamaDecoder
 from .llama.weights import GGUF_NAME, trained
 
 PROMPT = "What is a KV cache in a transformer?"
@@ -30,6 +33,14 @@ def answer(dtype: torch.dtype, prompt_ids: list[int], new_tokens: int) -> dict[s
     return {"ids": generation.ids, "text": generation.text}
 
 
+def teacher_forced(model: LlamaDecoder, ids: torch.Tensor, prompt: int) -> torch.Tensor:
+    """The cached path over given ids: the prompt prefilled in one chunk, then one token per step; (1, T, vocab)."""
+    cache = model.new_cache(1, ids.shape[1])
+    steps = [prefill(model, ids[:, :prompt], cache)]
+    steps += [decode_step(model, ids[:, t : t + 1], cache)[:, None] for t in range(prompt, ids.shape[1])]
+    return torch.cat(steps, dim=1)
+
+
 def measure(new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """The section of the record: the prompt, the three greedy answers and the teacher-forced comparisons."""
     exact = smollm2(torch.float32)
@@ -39,9 +50,9 @@ def measure(new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     halved = answer(torch.bfloat16, prompt_ids, new_tokens)
     ids = torch.tensor([prompt_ids + cached["ids"]])
     with torch.inference_mode():
-        step_cached = cached_step_logits(exact.model, ids)  # (1, T, vocab)
-        step_full = full_prefix_step_logits(exact.model, ids)
-        step_bf16 = cached_step_logits(smollm2(torch.bfloat16).model, ids).float()
+        step_cached = teacher_forced(exact.model, ids, len(prompt_ids))  # (1, T, vocab)
+        step_full = exact.model(ids)  # one causal pass: position t sees tokens 0..t, as a pass over that prefix would
+        step_bf16 = teacher_forced(smollm2(torch.bfloat16).model, ids, len(prompt_ids)).float()
     return {
         "model": "SmolLM2-135M-Instruct", "weights": GGUF_NAME, "weights_sha256": trained().digest,
         "prompt": PROMPT, "prompt_tokens": len(prompt_ids), "new_tokens": new_tokens,
