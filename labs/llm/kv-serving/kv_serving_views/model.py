@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from site_hooks.blocks import Block
@@ -21,8 +22,22 @@ def model_cost_view(record: dict[str, Any]) -> Block:
         f"{config['layers']} layers of width {model['width']} in {model['dtype']} took {one['median_ns'] / 1e6:.2f} ms (median of "
         f"{len(one['durations_ns'])} steps, {one['min_ns'] / 1e6:.2f} to {one['max_ns'] / 1e6:.2f} ms), timed "
         f"in-process with {plural(config['threads'], 'torch thread')}; the step-time "
-        f"table further down gives larger batches."]
+        f"table further down gives larger batches.", dtype_sentence(record)]
     return Block(css="lab-config", paragraphs=paragraphs)
+
+
+def dtype_sentence(record: dict[str, Any]) -> str:
+    """Why the model ran in the dtype it did: the probe of one step's weight multiplies in each dtype."""
+    choice = record["config"]["benchmark"]["dtype_choice"]
+    medians = {name: statistics.median(probe["durations_ns"]) / 1e6 for name, probe in choice["probes"].items()}
+    chosen = choice["chosen"]
+    if len(medians) < 2:
+        return f"The model ran in {chosen}, as the benchmark was told ({choice['how']})."
+    other = next(name for name in medians if name != chosen)
+    return (f"It ran in {chosen} because, at a batch of {choice['batch']}, one step's weight multiplies took "
+            f"{medians[chosen]:.1f} ms in {chosen} against {medians[other]:.1f} ms in {other} on this CPU; the "
+            f"benchmark times both and keeps the faster, so a CPU without native bfloat16 arithmetic stays in "
+            f"float32. The equivalence gate below uses that dtype's tolerance.")
 
 
 def pool_view(record: dict[str, Any]) -> Block:
