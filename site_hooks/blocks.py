@@ -59,6 +59,11 @@ class Block:
 View = Callable[[dict[str, Any]], Block]
 
 
+def answer(*paragraphs: str) -> Block:
+    """The block of a check-yourself answer: the paragraphs that quote the page's numbers."""
+    return Block(css="lab-answer", paragraphs=paragraphs)
+
+
 def render_block(block: Block, source: str = "") -> str:
     """``source``: the line naming the record and machine, put under each of the block's charts."""
     widgets = [render(widget.template, **widget.context) for widget in block.widgets]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from decode_bandwidth.formulas import MATRICES, REGIMES, best_ours, cell_table, headline_key, regime
-from site_hooks.blocks import Block
+from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join
 
 from .pictures import cell_regimes, headline_groups
@@ -36,41 +36,45 @@ def floor_item(record: dict[str, Any]) -> str:
             f"{format_ms(group['floor_ns_per_step'])} ms.")
 
 
-def batch_one_item(record: dict[str, Any]) -> str:
+def best_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
+    """The faster of this lab's caches at the headline dtype and thread count."""
     dtype, threads = headline_key(record)
-    cells, groups = cell_table(record), headline_groups(record)
+    return best_ours(cell_table(record), (dtype, threads, batch, context))
+
+
+def transformers_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
+    """transformers' GPT-2 with its dynamic cache, at the headline dtype and thread count."""
+    dtype, threads = headline_key(record)
+    return cell_table(record)[(dtype, threads, batch, context, "hf-dynamic")]
+
+
+def batch_one_item(record: dict[str, Any]) -> str:
     contexts = record["config"]["benchmark"]["contexts"]
-    best = [best_ours(cells, (dtype, threads, 1, c)) for c in contexts]
-    hf = [cells[(dtype, threads, 1, c, "hf-dynamic")] for c in contexts]
+    best = [best_at(record, 1, c) for c in contexts]
+    hf = [transformers_at(record, 1, c) for c in contexts]
     closest = min(best, key=lambda cell: cell["step_over_floor"])
-    named = cell_regime(closest, groups[(1, closest["context"])])
+    named = cell_regime(closest, headline_groups(record)[(1, closest["context"])])
     return (f"Batch 1, {named}: the faster of this lab's caches came closest to the floor at context "
-            f"{closest['context']:,}, {format_ms(closest['median_ns_per_step'])} ms or "
-            f"{format_ratio(closest['step_over_floor'])} the floor; across contexts it took "
-            f"{ratio_range([c['step_over_floor'] for c in best])} the floor, transformers' dynamic cache "
-            f"{ratio_range([c['step_over_floor'] for c in hf])}.")
+            f"{closest['context']:,}, {format_ms(closest['median_ns_per_step'])} ms or {format_ratio(closest['step_over_floor'])} the floor; "
+            f"across contexts it took {ratio_range([c['step_over_floor'] for c in best])} the floor, "
+            f"transformers' dynamic cache {ratio_range([c['step_over_floor'] for c in hf])}.")
 
 
 def versus_item(record: dict[str, Any]) -> str:
-    dtype, threads = headline_key(record)
-    cells = cell_table(record)
-    bench = record["config"]["benchmark"]
-    ratios = [best_ours(cells, (dtype, threads, 1, c))["median_ns_per_step"]
-              / cells[(dtype, threads, 1, c, "hf-dynamic")]["median_ns_per_step"] for c in bench["contexts"]]
+    contexts = record["config"]["benchmark"]["contexts"]
+    ratios = [best_at(record, 1, c)["median_ns_per_step"] / transformers_at(record, 1, c)["median_ns_per_step"]
+              for c in contexts]
     verdict = ("Faster than transformers" if max(ratios) < 1 else "Slower than transformers" if min(ratios) > 1
                else "Level with transformers")
     return (f"{verdict}: at batch 1 the faster of this lab's caches took {ratio_range(ratios)} the step time of "
-            f"transformers' GPT-2 with its dynamic cache, over contexts {bench['contexts'][0]:,} to "
-            f"{bench['contexts'][-1]:,}.")
+            f"transformers' GPT-2 with its dynamic cache, over contexts {contexts[0]:,} to {contexts[-1]:,}.")
 
 
 def batching_item(record: dict[str, Any]) -> str:
-    dtype, threads = headline_key(record)
-    cells = cell_table(record)
     bench = record["config"]["benchmark"]
     batch, context = bench["batches"][-1], bench["contexts"][0]
-    one = best_ours(cells, (dtype, threads, 1, context))["median_ns_per_step"]
-    many = best_ours(cells, (dtype, threads, batch, context))["median_ns_per_step"]
+    one = best_at(record, 1, context)["median_ns_per_step"]
+    many = best_at(record, batch, context)["median_ns_per_step"]
     regimes = cell_regimes(record, "ours")
     counts = [f"{n} {label}" for key, label in REGIMES.items()
               if (n := sum(1 for r, _, _ in regimes.values() if r == key))]
@@ -78,16 +82,14 @@ def batching_item(record: dict[str, Any]) -> str:
     counts[0] = counts[0].replace(" ", f" {verb} ", 1)
     return (f"Batching shares the weight read: at context {context:,} a batch-{batch} step took "
             f"{format_ratio(many / one)} the batch-1 step for {batch} times the tokens, "
-            f"{format_ms(many / batch)} ms per token against {format_ms(one)} ms. Of the grid's {len(regimes)} cells, "
-            + join(counts) + ".")
+            f"{format_ms(many / batch)} ms per token against {format_ms(one)} ms. "
+            f"Of the grid's {len(regimes)} cells, " + join(counts) + ".")
 
 
 def client_item(record: dict[str, Any]) -> str:
     ours, theirs = record["client"]["modes"]["ours"], record["client"]["modes"]["transformers"]
-    return (f"A client streaming one sequence sees {ours['tokens_per_s']:.1f} tokens/s from this decoder and "
-            f"{theirs['tokens_per_s']:.1f} from transformers' generate "
-            f"({format_ratio(ours['tokens_per_s'] / theirs['tokens_per_s'])}); time to first token "
-            f"{format_ms(ours['ttft_ns'])} ms against {format_ms(theirs['ttft_ns'])} ms.")
+    return (f"A client streaming one sequence sees {ours['tokens_per_s']:.1f} tokens/s from this decoder and {theirs['tokens_per_s']:.1f} from transformers' generate "
+            f"({format_ratio(ours['tokens_per_s'] / theirs['tokens_per_s'])}); time to first token {format_ms(ours['ttft_ns'])} ms against {format_ms(theirs['ttft_ns'])} ms.")
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -108,41 +110,36 @@ def answer_gap_view(record: dict[str, Any]) -> Block:
     between = (f"and {format_ms(timed - profiled)} ms fell between operators, in Python and dispatch"
                if profiled < timed else "and the profiler's own cost made the profiled step "
                f"{format_ms(profiled - timed)} ms longer than the timed one")
-    text = (f"At batch {profile['batch']}, context {profile['context']:,}, ours-prealloc took "
+    return answer(f"At batch {profile['batch']}, context {profile['context']:,}, ours-prealloc took "
             f"{format_ms(timed)} ms against a floor of {format_ms(cell['floor_ns_per_step'])} ms "
             f"({format_ratio(cell['step_over_floor'])}). In its profile the five weight matrices took "
             f"{format_ms(spent)} ms against their own floor of {format_ms(floor)} ms ({format_ratio(spent / floor)}); "
             f"attention read the cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
             f"{format_ms(rows['attention']['floor_ns'])} ms; norms, GELU, adds and the cache write took "
             f"{format_ms(small)} ms; {between}.")
-    return Block(css="lab-answer", paragraphs=[text])
 
 
 def answer_bound_view(record: dict[str, Any]) -> Block:
     """At the grid's largest batch and context: what dominates the bytes, and which floor is the higher."""
     bench = record["config"]["benchmark"]
-    dtype, threads = headline_key(record)
     batch, context = bench["batches"][-1], bench["contexts"][-1]
     group = headline_groups(record)[(batch, context)]
-    cell = best_ours(cell_table(record), (dtype, threads, batch, context))
+    cell = best_at(record, batch, context)
     weights, kv = group["bytes"]["weights"], group["bytes"]["kv_read"]
     memory, compute = group["floor_ns_per_step"], group["compute_floor_ns_per_step"]
     higher = "the arithmetic floor" if compute > memory else "the memory floor"
-    text = (f"At batch {batch}, context {context:,} the step reads {format_bytes(kv)} of KV cache against "
-            f"{format_bytes(weights)} of weights ({format_ratio(kv / weights)}): the "
-            f"{'cache' if kv > weights else 'weights'} dominate{'s' if kv > weights else ''} the bytes. Its memory floor "
-            f"is {format_ms(memory)} ms and its arithmetic floor {format_ms(compute)} ms, so {higher} is the higher "
-            f"bound. The faster of this lab's caches ({cell['mode']}) took {format_ms(cell['median_ns_per_step'])} ms, "
-            f"{format_ratio(cell['median_ns_per_step'] / max(memory, compute))} that bound: {cell_regime(cell, group)}.")
-    return Block(css="lab-answer", paragraphs=[text])
+    dominant = "cache dominates" if kv > weights else "weights dominate"
+    return answer(f"At batch {batch}, context {context:,} the step reads {format_bytes(kv)} of KV cache against {format_bytes(weights)} of weights ({format_ratio(kv / weights)}): the {dominant} the bytes. "
+                  f"Its memory floor is {format_ms(memory)} ms and its arithmetic floor {format_ms(compute)} ms, so {higher} is the higher bound. "
+                  f"The faster of this lab's caches ({cell['mode']}) took {format_ms(cell['median_ns_per_step'])} ms, "
+                  f"{format_ratio(cell['median_ns_per_step'] / max(memory, compute))} that bound: {cell_regime(cell, group)}.")
 
 
 def answer_crossover_view(record: dict[str, Any]) -> Block:
     crossover = record["kv_crossover"]
     model = record["config"]["model"]
-    text = (f"Weights ÷ KV bytes per position: {crossover['weight_bytes']:,} ÷ {crossover['kv_bytes_per_position']:,} "
+    return answer(f"Weights ÷ KV bytes per position: {crossover['weight_bytes']:,} ÷ {crossover['kv_bytes_per_position']:,} "
             f"= {crossover['batch_x_context']:,.0f} positions of batch × context: at the full "
             f"{model['max_positions']:,}-position context, {crossover['batch_x_context'] / model['max_positions']:.1f} "
             f"sequences. The dtype cancels: bfloat16 halves both sides. Fewer "
             f"key/value heads (grouped-query attention) would shrink the denominator and push the crossover out.")
-    return Block(css="lab-answer", paragraphs=[text])

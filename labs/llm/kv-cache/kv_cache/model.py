@@ -23,6 +23,25 @@ from .config import ModelConfig
 Cache = tuple[Tensor, Tensor]
 
 
+
+def check_token_ids(ids: Tensor, vocab_size: int) -> tuple[int, int]:
+    """(batch, length) of a 2-D tensor of token ids, each in [0, vocab_size): one ValueError naming what is wrong.
+
+    Shared by every decoder of this lab (the toy block and the Llama-family model), so a bad input reads the same.
+    """
+    if not isinstance(ids, Tensor) or ids.dim() != 2:
+        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
+    if ids.dtype not in (torch.int32, torch.int64):  # what an embedding lookup accepts
+        raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
+    batch, length = ids.shape
+    if batch < 1 or length < 1:
+        raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got values from {low} to {high}")
+    return batch, length
+
 class KVStore(Protocol):
     """Key/value storage that writes in place instead of concatenating (see the kv-storage lab)."""
 
@@ -61,7 +80,7 @@ class DecoderBlock(nn.Module):
     # --8<-- [start:forward]
     def forward(self, ids: Tensor, cache: Cache | KVStore | None = None) -> tuple[Tensor, Cache | KVStore]:
         """Logits (B, T, vocab) for the T tokens in ``ids``, and the cache extended by them."""
-        batch, length = self._check_ids(ids)
+        batch, length = check_token_ids(ids, self.config.vocab_size)
         offset = 0 if cache is None else self._check_cache(cache, batch)
         if offset + length > self.config.max_positions:
             raise ValueError(
@@ -101,22 +120,6 @@ class DecoderBlock(nn.Module):
             k.view(batch, length, kv_heads, head_dim).transpose(1, 2),
             v.view(batch, length, kv_heads, head_dim).transpose(1, 2),
         )
-
-    def _check_ids(self, ids: Tensor) -> tuple[int, int]:
-        if not isinstance(ids, Tensor) or ids.dim() != 2:
-            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
-        if ids.dtype not in (torch.int32, torch.int64):  # what nn.Embedding accepts
-            raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
-        batch, length = ids.shape
-        if batch < 1 or length < 1:
-            raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(
-                f"token ids must lie in [0, {self.config.vocab_size}), got values from {low} to {high}"
-            )
-        return batch, length
 
     def _check_cache(self, cache: Cache | KVStore, batch: int) -> int:
         """Return the cached length after checking the cache fits this model and batch."""

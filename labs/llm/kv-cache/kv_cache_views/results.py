@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
-from site_hooks.blocks import Block, Table
+from site_hooks.blocks import Block, Table, answer
 from site_hooks.formatting import format_bytes, format_ratio, format_sci
 from site_hooks.prose import power_of_ten
 from site_hooks.regimes import FLAT_BAND, regime
@@ -108,11 +108,10 @@ def answer_overhead_view(record: dict[str, Any]) -> Block:
     cached = regime(record, "cached")
     steps = cached.per_step_us
     first = cached.first
-    text = (f"Because at these sizes the step's own work is small next to what every call costs anyway. "
+    return answer(f"Because at these sizes the step's own work is small next to what every call costs anyway. "
             f"{flat_sentence(record)} Making the work per step larger (more layers, a wider model, a bigger batch, "
             f"a longer prefix) moves the step out of that regime; at {list(steps)[-1]} tokens it took "
             f"{us(steps[list(steps)[-1]])}, against {us(steps[first])} at {first}.")
-    return Block(css="lab-answer", paragraphs=[text])
 
 
 def answer_capacity_view(record: dict[str, Any]) -> Block:
@@ -122,13 +121,12 @@ def answer_capacity_view(record: dict[str, Any]) -> Block:
     total = per * batch * context
     room = capacity.MEMORY_GIB * capacity.GIB - capacity.weight_bytes(llama)
     fits = total <= room
-    text = (f"2 × {llama['layers']} layers × {llama['kv_heads']} KV heads × {llama['head_dim']} × 2 bytes = "
+    return answer(f"2 × {llama['layers']} layers × {llama['kv_heads']} KV heads × {llama['head_dim']} × 2 bytes = "
             f"{per:,.0f} bytes per token; × {batch} × {context:,} tokens = {capacity.gib(total)} GiB. The fp16 "
             f"weights take {capacity.gib(capacity.weight_bytes(llama))} GiB, leaving {capacity.gib(room)} GiB of "
             f"{capacity.MEMORY_GIB}: it {'fits' if fits else 'does not fit'}, with "
             f"{capacity.gib(abs(room - total))} GiB {'to spare' if fits else 'missing'} before any activation or "
             f"workspace. In int4 the same cache takes {capacity.gib(capacity.per_token(llama, 'int4') * batch * context)} GiB.")
-    return Block(css="lab-answer", paragraphs=[text])
 
 
 def answer_mask_view(record: dict[str, Any]) -> Block:
@@ -138,8 +136,7 @@ def answer_mask_view(record: dict[str, Any]) -> Block:
     row = 2
     sees = sorted(c for r, c in right if r == row)
     shown = sorted(c for r, c in wrong if r == row)
-    text = (f"The third new query sits at absolute position {offset + row} and must see keys {sees[0]} to {sees[-1]}: "
+    return answer(f"The third new query sits at absolute position {offset + row} and must see keys {sees[0]} to {sees[-1]}: "
             f"{len(sees)} keys. The top-left triangle shows it keys {shown[0]} to {shown[-1]}, {len(shown)} keys, "
             f"hiding {len(sees) - len(shown)} it needs. A one-token step cannot show the bug: its single row "
             f"sees every key under the correct mask, and the chunked-prefill test is the one that catches it.")
-    return Block(css="lab-answer", paragraphs=[text])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
-from site_hooks.blocks import Block
+from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural
 from site_hooks.regimes import FLAT_BAND
 
@@ -48,10 +48,9 @@ def batching_item(record: dict[str, Any]) -> str:
     best, serial = best_point(record), record["rates"]["serial"]
     ratio = over_serial(best, serial)
     target = record["targets"]["speedup_target"]
-    return (f"Batching: at {best['rate']:g} requests per second the server delivered "
-            f"{best['summary']['throughput_tokens_per_s']:,.0f} tokens per second, {format_ratio(ratio)} the same "
-            f"requests served one at a time ({'at or above' if ratio >= target else 'below'} the "
-            f"{target:g}× this lab aims for); {server_regime(best)}.")
+    return (f"Batching: at {best['rate']:g} requests per second the server delivered {best['summary']['throughput_tokens_per_s']:,.0f} tokens per second, "
+            f"{format_ratio(ratio)} the same requests served one at a time ({'at or above' if ratio >= target else 'below'} the {target:g}× this lab aims for); "
+            f"{server_regime(best)}.")
 
 
 def step_item(record: dict[str, Any]) -> str:
@@ -71,11 +70,10 @@ def admission_item(record: dict[str, Any]) -> str:
     by_bytes, safe, average = (policy(record, n) for n in ("kv_budget_bytes", "count_safe", "count_average"))
     b = by_bytes["server"]
     failed = average["server"]["failed_for_memory"]
-    return (f"Admission by KV bytes: reservations peaked at {b['peak_used_blocks']} of {b['budget_blocks']} budgeted "
-            f"blocks with {plural(b['failed_for_memory'], 'request')} failed for memory, and held "
-            f"{format_ratio(mean_used(by_bytes) / mean_used(safe))} the blocks of a count limit safe for the longest "
-            f"request; a count sized for the mean request " + (f"let {plural(failed, 'request')} fail for memory."
-                                                               if failed else "happened to fail nobody this run."))
+    mean_count = f"let {plural(failed, 'request')} fail for memory." if failed else "happened to fail nobody this run."
+    return (f"Admission by KV bytes: reservations peaked at {b['peak_used_blocks']} of {b['budget_blocks']} budgeted blocks with {plural(b['failed_for_memory'], 'request')} failed for memory, "
+            f"and held {format_ratio(mean_used(by_bytes) / mean_used(safe))} the blocks of a count limit safe for the longest request; "
+            f"a count sized for the mean request {mean_count}")
 
 
 def cancellation_item(record: dict[str, Any]) -> str:
@@ -116,7 +114,7 @@ def answer_fit_view(record: dict[str, Any]) -> Block:
                if blocks <= budget else "refuses it at once with a 400 that gives these numbers.")
             + f" A count limit that must be safe for such requests in the {config['num_blocks']}-block pool runs at most "
             f"{safe} at once, whatever the actual lengths.")
-    return Block(css="lab-answer", paragraphs=[text])
+    return answer(text)
 
 
 def answer_stall_view(record: dict[str, Any]) -> Block:
@@ -132,18 +130,17 @@ def answer_stall_view(record: dict[str, Any]) -> Block:
                f"gap was {format_latency(point['summary']['itl_s']['p99'])}, longer than a step and a prefill together."
                if point["summary"]["itl_s"]["p99"] > step + prefill else
                f" The p99 gap, {format_latency(point['summary']['itl_s']['p99'])}, stayed within a step and a prefill."))
-    return Block(css="lab-answer", paragraphs=[text])
+    return answer(text)
 
 
 def answer_throughput_view(record: dict[str, Any]) -> Block:
-    return Block(css="lab-answer", paragraphs=[in_process_sentence(record, best_point(record))])
+    return answer(in_process_sentence(record, best_point(record)))
 
 
 def answer_cancel_view(record: dict[str, Any]) -> Block:
     h = mode(record, True)["server"]
-    text = (f"At most one row: the step already under way when the server notices. The scheduler touches its state "
+    return answer(f"At most one row: the step already under way when the server notices. The scheduler touches its state "
             f"only between steps, so the departed request keeps its blocks until that step returns, its token is "
             f"dropped, and it retires before the next step. In the record, {plural(h['cancelled'], 'cancelled request')} "
             f"cost {plural(h['rows_dropped'], 'dropped row')} and {plural(h['tokens_after_disconnect'], 'token')} sent "
             f"to a closed connection.")
-    return Block(css="lab-answer", paragraphs=[text])

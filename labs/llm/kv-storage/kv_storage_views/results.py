@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kv_storage.figures import CACHED
-from site_hooks.blocks import Block, Table
+from site_hooks.blocks import Block, Table, answer
 from site_hooks.formatting import format_bytes, format_ratio, format_sci, join, plural
 from site_hooks.regimes import FLAT_BAND, Regime, regime
 
@@ -21,11 +21,16 @@ def regimes(record: dict[str, Any]) -> dict[str, Regime]:
     return {mode: regime(record, mode) for mode in CACHED}
 
 
-def flat_sentence(record: dict[str, Any]) -> str:
-    """Where each cached layout's step stayed flat, in one sentence (a span shared by all is said once)."""
+def flat_regimes(record: dict[str, Any]) -> tuple[dict[str, Regime], int, dict[str, Regime]]:
+    """Every cached layout's regime, the sweep's first length, and the layouts whose step stayed flat."""
     found = regimes(record)
     first = next(iter(found.values())).first
-    flat = {mode: r for mode, r in found.items() if r.overhead_bound}
+    return found, first, {mode: r for mode, r in found.items() if r.overhead_bound}
+
+
+def flat_sentence(record: dict[str, Any]) -> str:
+    """Where each cached layout's step stayed flat, in one sentence (a span shared by all is said once)."""
+    found, first, flat = flat_regimes(record)
     if not flat:
         return (f"No cached layout's step stayed within {FLAT_BAND:.0%} of its {first}-token time over a fourfold "
                 f"growth of the prefix: in this record every layout's step grows with the cache.")
@@ -51,9 +56,7 @@ def speed_item(record: dict[str, Any]) -> str:
 
 
 def regime_item(record: dict[str, Any]) -> str:
-    found = regimes(record)
-    first = next(iter(found.values())).first
-    flat = {mode: r for mode, r in found.items() if r.overhead_bound}
+    found, first, flat = flat_regimes(record)
     if not flat:
         return (f"No flat span: every cached layout's step moved more than {FLAT_BAND:.0%} from its {first}-token "
                 f"time within a fourfold growth of the prefix, so this record names no overhead-bound regime.")
@@ -147,13 +150,12 @@ def answer_sharing_view(record: dict[str, Any]) -> Block:
     size, prompt, tokens, n = s["block_size"], s["prompt"], s["tokens"], s["requests"]
     full, partial = divmod(prompt, size)
     own = s["without"]["blocks"] // n
-    text = (f"Alone, each request needs ⌈({prompt} + {tokens}) / {size}⌉ = {own} blocks: {s['without']['blocks']} "
+    return answer(f"Alone, each request needs ⌈({prompt} + {tokens}) / {size}⌉ = {own} blocks: {s['without']['blocks']} "
             f"for {n}. Shared, the prompt's {plural(full, 'full block')} {'is' if full == 1 else 'are'} stored once; "
             f"each request then holds its own {plural(own - full, 'block')}, the last prompt block (holding {partial} of {size} positions) and its "
             f"continuation: {full} + {n} × {own - full} = {s['with']['blocks']}. That last block is shared and "
             f"partly filled, so every request but the one left as its sole holder copies it on first write: "
             f"{s['with']['copied_blocks']} copies.")
-    return Block(css="lab-answer", paragraphs=[text])
 
 
 def answer_peak_view(record: dict[str, Any]) -> Block:
@@ -171,21 +173,20 @@ def answer_peak_view(record: dict[str, Any]) -> Block:
         paged = v["paged"]
         text += (f" Paged storage peaked at {format_ratio(paged['peak_bytes'] / paged['retained_bytes'])} its blocks "
                  f"for a different reason: this lab's read gathers the whole request into a temporary copy each step.")
-    return Block(css="lab-answer", paragraphs=[text])
+    return answer(text)
 
 
 def answer_paged_view(record: dict[str, Any]) -> Block:
     fit = paged_gap(record)
     if fit is None:
-        return Block(css="lab-answer", paragraphs=["This record has too few lengths to split the paged step's cost."])
+        return answer("This record has too few lengths to split the paged step's cost.")
     first, last = next(iter(fit.gaps)), list(fit.gaps)[-1]
     share = max(0.0, min(1.0, fit.fixed_share))
     lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit.mostly_fixed else
             "Most of it grows with the prefix, as the gather's copy does.")
-    text = (f"{lead} At {first} tokens the paged step cost {us(fit.gaps[first])} more than preallocation; a line "
+    return answer(f"{lead} At {first} tokens the paged step cost {us(fit.gaps[first])} more than preallocation; a line "
             f"through the gap at every length puts {us(fit.fixed)} of it ({share:.0%}) at zero prefix, where there is "
             f"nothing to copy, and adds {fit.growth * 1e3:,.0f} ns per cached position. The fixed part is Python "
             f"bookkeeping per call (index tensors from the table, a scatter, the gather's setup); the growing part is "
             f"the gather's copy, which takes the gap to {us(fit.gaps[last])} at {last} tokens. A kernel that reads blocks in place avoids the "
             f"gather, and batching many requests per call spreads the fixed part.")
-    return Block(css="lab-answer", paragraphs=[text])

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kv_cache.attention import causal_attention
-from kv_cache.model import DecoderBlock
+from kv_cache.model import DecoderBlock, check_token_ids
 
 from .cache import LayerCache, new_cache
 from .config import LlamaDecoderConfig
@@ -159,7 +159,7 @@ class LlamaDecoder(nn.Module):
     # --8<-- [start:forward]
     def forward(self, ids: Tensor, cache: list[LayerCache] | None = None, *, last_only: bool = False) -> Tensor:
         """Logits (B, T, vocab) for the T tokens in ``ids`` ((B, 1, vocab) with ``last_only``); extends ``cache``."""
-        batch, length = self._check_ids(ids)
+        batch, length = check_token_ids(ids, self.config.vocab_size)
         offset = self._offset(cache, batch, length)
         positions = self.positions(offset, length, ids.device)  # offset .. offset + T - 1
         cos, sin = rotary_angles(positions, self.inverse_frequencies, self.config.dtype)  # (T, D) each
@@ -170,20 +170,6 @@ class LlamaDecoder(nn.Module):
             x = x[:, -1:]
         return F.linear(rms_norm(x, self.norm_final, self.config.rms_norm_eps), self.head)  # (B, T, V)
     # --8<-- [end:forward]
-
-    def _check_ids(self, ids: Tensor) -> tuple[int, int]:
-        if not isinstance(ids, Tensor) or ids.dim() != 2:
-            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
-        if ids.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
-        batch, length = ids.shape
-        if batch < 1 or length < 1:
-            raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size}), got values from {low} to {high}")
-        return batch, length
 
     def _offset(self, cache: list[LayerCache] | None, batch: int, length: int) -> int:
         """The cached length, after checking that the cache fits this model, this batch and ``length`` more."""
