@@ -28,7 +28,7 @@ from mkdocs.utils import get_relative_url
 from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence
-from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence
+from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence, run_all_lab_tests
 from site_hooks.placeholders import substitute
 from site_hooks.views import render_view, views_for
 
@@ -55,8 +55,9 @@ def on_pre_build(config: MkDocsConfig) -> None:
         policy = bench_policy(os.environ)
         labs = discover_labs(root)
         check_machine_folders(root, labs)
+        reports = run_all_lab_tests(labs, root, log)  # every lab's tests before any record is read or measured
         for lab in labs:
-            _evidence[lab.name] = gather_evidence(lab, root, policy, _measured, log)
+            _evidence[lab.name] = gather_evidence(lab, root, policy, _measured, log, reports[lab.name])
     except (SiteBuildError, ManifestError) as error:
         raise PluginError(str(error)) from None
 
