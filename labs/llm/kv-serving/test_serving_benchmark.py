@@ -195,9 +195,17 @@ class QuickRun(QuickBenchmarkRun):
         self.assert_refused("$.tolerance", other_tolerance)
 
     def test_check_record_refuses_a_failed_equivalence_gate(self) -> None:
-        for flag in ("tokens_identical", "within_tolerance"):
-            with self.subTest(flag=flag):
-                self.assert_refused(f"$.equivalence.{flag}", lambda r, f=flag: r["equivalence"].update({f: False}))
+        self.assert_refused("$.equivalence.within_tolerance", lambda r: r["equivalence"].update(within_tolerance=False))
+
+    def test_check_record_refuses_token_verdicts_the_ties_contradict_and_ties_rounding_cannot_explain(self) -> None:
+        def wide_tie(record: dict[str, Any]) -> None:
+            gate, tolerance = record["equivalence"], record["tolerance"]
+            bound = formulas.tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+            gate.update(tokens_identical=False, ties=[{"request": 0, "step": 3, "margin": 1.5 * bound}])
+        self.assert_refused("$.equivalence.ties[0].margin", wide_tie)
+        flipped = not self.record["equivalence"]["tokens_identical"]
+        self.assert_refused("$.equivalence.tokens_identical",
+                            lambda r: r["equivalence"].update(tokens_identical=flipped))
 
     def test_check_record_refuses_inter_token_percentiles_out_of_order_or_beyond_the_requests_spans(self) -> None:
         def disorder(record: dict[str, Any]) -> None:
@@ -217,10 +225,11 @@ class QuickRun(QuickBenchmarkRun):
 
     def test_pool_and_targets_views_word_their_verdicts_from_the_record(self) -> None:
         record = copy.deepcopy(self.record)
-        record["equivalence"].update(tokens_identical=False, within_tolerance=False)
+        record["equivalence"].update(tokens_identical=False, within_tolerance=False,
+                                     ties=[{"request": 1, "step": 4, "margin": 0.0078}])
         record["targets"].update(wall_time_s=301.0, wall_time_met=False)
         pool = rendered("pool", record)
-        self.assertIn("the tokens differed", pool)
+        self.assertIn("alone would have chosen another token at 1 step", pool)
         self.assertIn("beyond atol", pool)
         self.assertIn("not met (301 s)", rendered("targets", record))
 

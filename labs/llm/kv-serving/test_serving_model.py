@@ -63,6 +63,19 @@ class BatchedDecodeTest(unittest.TestCase):
         for a, b in zip(logits, fresh_logits):
             torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL)
 
+    def test_forced_tokens_are_fed_in_place_of_the_runs_own_choices(self) -> None:
+        prompt = prompts((9,), seed=4)[0]
+        own, own_logits = greedy_together(self.model, poisoned_pool(), [prompt], steps=5)
+        replayed, replayed_logits = greedy_together(self.model, poisoned_pool(), [prompt], steps=5, forced=own)
+        self.assertEqual(replayed, own)  # fed its own choices, a run is unchanged
+        torch.testing.assert_close(replayed_logits[0], own_logits[0], atol=0, rtol=0)
+        other = [[(t + 1) % TINY_MODEL.vocab_size for t in own[0]]]
+        _, other_logits = greedy_together(self.model, poisoned_pool(), [prompt], steps=5, forced=other)
+        torch.testing.assert_close(other_logits[0][0], own_logits[0][0], atol=0, rtol=0)  # the prompt's logits
+        self.assertFalse(torch.equal(other_logits[0][1:], own_logits[0][1:]))  # then the other tokens' own
+        with self.assertRaisesRegex(ValueError, "forced needs 6 tokens for each of 1 requests, got \\[5\\]"):
+            greedy_together(self.model, poisoned_pool(), [prompt], steps=5, forced=[own[0][:5]])
+
     def test_decode_refuses_a_table_too_short_for_the_position(self) -> None:
         pool = poisoned_pool()
         with self.assertRaisesRegex(ValueError, "needs 2 blocks, has 1"):

@@ -25,6 +25,12 @@ DTYPES = tuple(TOLERANCES)
 LATENCIES = ("ttft_s", "e2e_s")  # per completed request in its row; the gaps between tokens are not stored
 
 
+def tie_bound(atol: float, rtol: float, max_abs_reference: float) -> float:
+    """The largest margin by which two runs whose logits agree within (atol, rtol) can pick different argmax
+    tokens: each of the two logits may be off by atol + rtol x |logit|, in opposite directions."""
+    return 2 * (atol + rtol * max_abs_reference)
+
+
 # ---- the pool's sizes ----------------------------------------------------------------------------------------
 def blocks_for(positions: int, block_size: int) -> int:
     """Blocks that hold ``positions`` cached positions: ceil(positions / block_size)."""

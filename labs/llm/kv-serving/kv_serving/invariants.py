@@ -13,7 +13,7 @@ from typing import Any
 
 from labkit.figures import JsonPath, refuse
 
-from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, runs
+from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, runs, tie_bound
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
@@ -70,10 +70,17 @@ def check_config_and_gate(record: dict[str, Any], source: str) -> None:
                f"is not below the pool's {config['num_blocks']} blocks: the allocator alone would keep reservations "
                f"within such a budget")
     tolerance, gate = record["tolerance"], record["equivalence"]
-    for flag in ("tokens_identical", "within_tolerance"):
-        if gate[flag] is not True:
-            refuse(source, ("equivalence", flag), f"is {gate[flag]!r}: a run whose equivalence gate failed measures "
-                   f"nothing")
+    if gate["within_tolerance"] is not True:
+        refuse(source, ("equivalence", "within_tolerance"), f"is {gate['within_tolerance']!r}: a run whose "
+               f"equivalence gate failed measures nothing")
+    if gate["tokens_identical"] is not (not gate["ties"]):
+        refuse(source, ("equivalence", "tokens_identical"), f"is {gate['tokens_identical']!r}, but the gate "
+               f"recorded {len(gate['ties'])} ties")
+    bound = tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+    for index, tie in enumerate(gate["ties"]):
+        if tie["margin"] > bound:
+            refuse(source, ("equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond the {bound} by "
+                   f"which rounding within the tolerance can part two greedy choices")
     if gate["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * gate["max_abs_reference"]:
         refuse(source, ("equivalence", "max_abs_diff"), f"= {gate['max_abs_diff']} exceeds atol + rtol x max |reference|")
     for index, row in enumerate(record["step_times"]):

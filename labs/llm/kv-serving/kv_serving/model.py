@@ -148,16 +148,22 @@ class ServingModel:
 
 
 def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,
-                    ) -> tuple[list[list[int]], list[Tensor]]:
+                    forced: list[list[int]] | None = None) -> tuple[list[list[int]], list[Tensor]]:
     """Greedy decoding of every prompt together, then their blocks released: (tokens per request, logits per
     request (steps + 1, vocab)). Run with one prompt, it is that request alone: the equivalence the scheduler
-    relies on compares the two."""
+    relies on compares the two. With ``forced`` (steps + 1 tokens per request), each step is fed those tokens
+    instead of its own choices (teacher forcing), so two runs are compared on the same inputs; the tokens
+    returned are still the argmax of each step's logits."""
+    if forced is not None and [len(f) for f in forced] != [steps + 1] * len(batch):
+        raise ValueError(f"forced needs {steps + 1} tokens for each of {len(batch)} requests, got "
+                         f"{[len(f) for f in forced]}")
     tables = [pool.allocate(blocks_for(len(p) + steps, pool.block_size)) for p in batch]
     logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
     tokens = [[int(row[0].argmax())] for row in logits]
+    fed = tokens if forced is None else forced
     positions = [len(p) for p in batch]
-    for _ in range(steps):
-        step = model.decode(pool, [t[-1] for t in tokens], positions, tables)
+    for step_index in range(steps):
+        step = model.decode(pool, [f[step_index] for f in fed], positions, tables)
         for b in range(len(batch)):
             logits[b].append(step[b])
             tokens[b].append(int(step[b].argmax()))

@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from site_hooks.blocks import Block
-from site_hooks.formatting import plural
+from site_hooks.formatting import join, plural
 
 
 def model_cost_view(record: dict[str, Any]) -> Block:
@@ -50,10 +50,14 @@ def pool_view(record: dict[str, Any]) -> Block:
         f"{config['num_blocks']} blocks is {config['pool_bytes']:,} bytes ({config['pool_bytes'] / 2**20:.2f} MiB).",
     ]
     gate = record["equivalence"]
+    ties = gate["ties"]
+    margins = join([format(tie["margin"], ".3g") for tie in ties])
+    choices = ("every greedy choice was the same" if not ties else
+               f"alone would have chosen another token at {plural(len(ties), 'step')}, each a tie the rounding "
+               f"explains (logits {margins} apart)")
     paragraphs.append(
         f"Before any load, prompts of {', '.join(map(str, gate['prompt_lengths']))} tokens were decoded for "
-        f"{gate['steps']} greedy steps, all together in one batch and then each alone: the tokens "
-        f"{'were identical' if gate['tokens_identical'] else 'differed'} and the logits differed by at most "
-        f"{gate['max_abs_diff']:.2e}, {'within' if gate['within_tolerance'] else 'beyond'} atol = "
-        f"{record['tolerance']['atol']:g}, rtol = {record['tolerance']['rtol']:g}.")
+        f"{gate['steps']} greedy steps all together in one batch, then each alone fed the same tokens: the logits "
+        f"differed by at most {gate['max_abs_diff']:.2e}, {'within' if gate['within_tolerance'] else 'beyond'} "
+        f"atol = {record['tolerance']['atol']:g}, rtol = {record['tolerance']['rtol']:g}, and {choices}.")
     return Block(css="lab-config", paragraphs=paragraphs)
