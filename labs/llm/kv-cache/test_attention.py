@@ -7,7 +7,7 @@ import unittest
 import torch
 import torch.nn.functional as F
 
-from kv_cache.attention import causal_attention, causal_mask, reference_attention
+from kv_cache.attention import causal_attention, causal_mask, one_query_attention, reference_attention
 from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
 
 # Same inputs, two float32 kernels: they differ only by summation order.
@@ -94,3 +94,44 @@ class FusedAttentionMatchesReferences(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OneQueryAttention(unittest.TestCase):
+    """one_query_attention stands in for the fused kernel with one query per row: it must agree with it."""
+
+    def inputs(self, dtype: torch.dtype, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+        generator = torch.Generator().manual_seed(3)
+        batch, keys, dim = 5, 37, 16
+        q, k, v = (torch.randn(batch, h, n, dim, generator=generator).to(dtype)
+                   for h, n in ((heads, 1), (kv_heads, keys), (kv_heads, keys)))
+        visible = torch.arange(keys)[None, :] <= torch.tensor([0, 5, 17, 30, 36])[:, None]  # (B, K)
+        return q, k, v, visible
+
+    def test_equals_sdpa_with_and_without_a_mask_for_grouped_and_plain_heads_in_three_dtypes(self) -> None:
+        # float32 differs by summation order only; the 16-bit results by one rounding of the output
+        for dtype, atol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2), (torch.float16, 2e-3)):
+            for heads, kv_heads in ((6, 2), (4, 4), (3, 1)):
+                q, k, v, visible = self.inputs(dtype, heads, kv_heads)
+                for mask in (visible, None):
+                    with self.subTest(dtype=dtype, heads=heads, kv_heads=kv_heads, masked=mask is not None):
+                        expected = F.scaled_dot_product_attention(
+                            q, k, v, attn_mask=None if mask is None else mask[:, None, None, :],
+                            enable_gqa=kv_heads != heads)
+                        got = one_query_attention(q, k, v, mask)
+                        self.assertEqual((got.shape, got.dtype), (expected.shape, expected.dtype))
+                        torch.testing.assert_close(got, expected, atol=atol, rtol=0)
+
+    def test_a_hidden_key_changes_nothing_and_a_visible_one_does(self) -> None:
+        q, k, v, visible = self.inputs(torch.float32, 6, 2)
+        before = one_query_attention(q, k, v, visible)
+        k[0, :, 10], v[0, :, 10] = 1e4, -1e4  # row 0 sees key 0 only
+        torch.testing.assert_close(one_query_attention(q, k, v, visible), before, atol=0, rtol=0)
+        k[4, :, 10] = 1e4  # row 4 sees keys 0..36
+        self.assertFalse(torch.equal(one_query_attention(q, k, v, visible)[4], before[4]))
+
+    def test_causal_attention_takes_it_for_one_bfloat16_query_and_matches_the_reference(self) -> None:
+        q, k, v = (t.to(torch.bfloat16) for t in qkv(prefix=9, chunk=1, seed=5))
+        got = causal_attention(q, k, v, offset=9)
+        torch.testing.assert_close(got, one_query_attention(q, k, v), atol=0, rtol=0)
+        expected = reference_attention(*(t.float() for t in (q, k, v)), offset=9)
+        torch.testing.assert_close(got.float(), expected, atol=1e-2, rtol=0)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import unittest
 
 import torch
-import torch.nn.functional as F
 
 from kv_cache.equivalence import ATOL, RTOL
 from kv_cache.memory import kv_cache_bytes
 from kv_cache.model import DecoderBlock
-from kv_serving.model import ServingModel, decode_attention, greedy_together
+from kv_serving.model import ServingModel, greedy_together
 from kv_serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 
@@ -80,37 +79,6 @@ class BatchedDecodeTest(unittest.TestCase):
         pool = poisoned_pool()
         with self.assertRaisesRegex(ValueError, "needs 2 blocks, has 1"):
             self.model.decode(pool, [1], [TINY_BLOCK], [pool.allocate(1)])
-
-
-class DecodeAttentionTest(unittest.TestCase):
-    """decode_attention stands in for F.scaled_dot_product_attention with one query per row: it must agree."""
-
-    def inputs(self, dtype: torch.dtype, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
-        generator = torch.Generator().manual_seed(3)
-        batch, keys, dim = 5, 37, 16
-        q, k, v = (torch.randn(batch, h, n, dim, generator=generator).to(dtype)
-                   for h, n in ((heads, 1), (kv_heads, keys), (kv_heads, keys)))
-        visible = torch.arange(keys)[None, :] <= torch.tensor([0, 5, 17, 30, 36])[:, None]  # (B, K)
-        return q, k, v, visible
-
-    def test_equals_sdpa_with_a_mask_for_grouped_and_plain_heads_in_both_dtypes(self) -> None:
-        for dtype, atol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
-            for heads, kv_heads in ((6, 2), (4, 4), (3, 1)):
-                with self.subTest(dtype=dtype, heads=heads, kv_heads=kv_heads):
-                    q, k, v, visible = self.inputs(dtype, heads, kv_heads)
-                    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None, None, :],
-                                                              enable_gqa=kv_heads != heads)
-                    got = decode_attention(q, k, v, visible)
-                    self.assertEqual((got.shape, got.dtype), (expected.shape, expected.dtype))
-                    torch.testing.assert_close(got, expected, atol=atol, rtol=0)
-
-    def test_a_hidden_key_changes_nothing_and_a_visible_one_does(self) -> None:
-        q, k, v, visible = self.inputs(torch.float32, 6, 2)
-        before = decode_attention(q, k, v, visible)
-        k[0, :, 10], v[0, :, 10] = 1e4, -1e4  # row 0 sees key 0 only
-        torch.testing.assert_close(decode_attention(q, k, v, visible), before, atol=0, rtol=0)
-        k[4, :, 10] = 1e4  # row 4 sees keys 0..36
-        self.assertFalse(torch.equal(decode_attention(q, k, v, visible)[4], before[4]))
 
 
 class PoolTest(unittest.TestCase):

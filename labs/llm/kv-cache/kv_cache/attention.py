@@ -39,6 +39,24 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor, offset: int) -> None:
         )
 
 
+def one_query_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None = None) -> Tensor:
+    """One query per row: q (B, H, 1, D), k and v (B, Hkv, K, D), ``visible`` (B, K) True where row b may see
+    key k (None: every key) -> (B, H, 1, D).
+
+    Two matmuls around a softmax, in float32 as PyTorch's fused CPU kernel computes, with query head h reading
+    key/value head h // (H / Hkv) as its enable_gqa does. That kernel is built for blocks of queries; with one
+    query per row in bfloat16 or float16 it runs several times slower than this (the tests check the two agree).
+    """
+    batch, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    grouped = q.reshape(batch, kv_heads, heads // kv_heads, dim).float()  # (B, Hkv, G, D)
+    scores = grouped @ k.float().transpose(-1, -2) / math.sqrt(dim)  # (B, Hkv, G, K)
+    if visible is not None:
+        scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    attended = scores.softmax(dim=-1) @ v.float()  # (B, Hkv, G, D)
+    return attended.to(q.dtype).reshape(batch, heads, 1, dim)
+
+
 # --8<-- [start:causal_attention]
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
     """Fused attention: q (B, H, Tq, D), k and v (B, Hkv, offset + Tq, D) -> (B, H, Tq, D)."""
@@ -46,7 +64,10 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
     query_len = q.shape[-2]
     grouped = k.shape[1] != q.shape[1]  # grouped-query: each key/value head serves H / Hkv query heads
     if query_len == 1:
-        # A single newest query sees every key: no mask at all is the cheapest correct one.
+        # A single newest query sees every key: no mask at all is the cheapest correct one. In 16-bit floats
+        # on a CPU the fused kernel is slow for one query (one_query_attention says why).
+        if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+            return one_query_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=grouped)
     if offset == 0:
         # Square scores: PyTorch's own top-left causal mask is correct here.

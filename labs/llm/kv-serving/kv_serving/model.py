@@ -9,7 +9,7 @@ stack is exactly the first lab's model. Three paths share those weights:
 * ``prefill``: one new request's prompt, keys and values written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position,
   attending over its own blocks gathered through its block table, padded to
-  the longest and masked so no request sees another's padding (``decode_attention``).
+  the longest and masked so no request sees another's padding (``one_query_attention``).
 """
 
 from __future__ import annotations
@@ -19,31 +19,12 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from kv_cache.attention import causal_attention
+from kv_cache.attention import causal_attention, one_query_attention
 from kv_cache.config import ModelConfig
 from kv_cache.model import DecoderBlock
 
 from .formulas import blocks_for
 from .pool import LayeredPool
-
-
-def decode_attention(q: Tensor, keys: Tensor, values: Tensor, visible: Tensor) -> Tensor:
-    """One query per row over that row's gathered keys: (B, H, 1, D) from q (B, H, 1, D), keys and values
-    (B, Hkv, K, D) and visible (B, K), True where row b may see key k.
-
-    Grouped-query heads read their key/value head as F.scaled_dot_product_attention(..., enable_gqa=True) does
-    (query head h uses key/value head h // (H / Hkv)), in float32 as its CPU kernel computes. Written as two
-    matmuls and a softmax because that kernel, built for blocks of queries, is several times slower with one
-    query per row in bfloat16 (the serving model's dtype on CPUs that multiply it natively): there it was most
-    of a large batch's step. test_serving_model checks the two agree.
-    """
-    batch, heads, _, dim = q.shape
-    kv_heads = keys.shape[1]
-    grouped = q.reshape(batch, kv_heads, heads // kv_heads, dim).float()  # (B, Hkv, G, D)
-    scores = grouped @ keys.float().transpose(-1, -2) * dim ** -0.5  # (B, Hkv, G, K)
-    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-    attended = scores.softmax(dim=-1) @ values.float()  # (B, Hkv, G, D)
-    return attended.to(q.dtype).reshape(batch, heads, 1, dim)
 
 
 class ServingModel:
@@ -141,7 +122,7 @@ class ServingModel:
             def gather(storage: Tensor) -> Tensor:  # (B, width, Hkv, S, D) -> (B, Hkv, width x S, D)
                 return storage[index].transpose(1, 2).reshape(batch, kv_heads, width * size, dim)
 
-            attended = decode_attention(q, gather(keys), gather(values), visible)
+            attended = one_query_attention(q, gather(keys), gather(values), visible)
             x = self._finish(block, x, attended)
         return self._head(x)[:, -1]
     # --8<-- [end:decode]
