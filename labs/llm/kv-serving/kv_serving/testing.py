@@ -15,10 +15,11 @@ import uvicorn
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
+from .bounds import REQUEST_TIMEOUT_S, bounded_headers
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, MAX_UNREAD_TOKENS, REQUEST_TIMEOUT_S, Server, bounded_headers, create_app
+from .server import HOST, MAX_UNREAD_TOKENS, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
