@@ -1,16 +1,19 @@
-"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop."""
+"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop or
+in a thread of its own (for a synchronous client such as openai's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
+import time
 import unittest
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from kv_cache.config import ModelConfig
 
@@ -60,6 +63,29 @@ async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
         server.should_exit = True
         async with asyncio.timeout(timeout_s):
             await task
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApp, timeout_s: float = 20.0) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own;
+    yield its base URL. The server stops when the block exits, by itself, within ``timeout_s``."""
+    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
+                                           lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test runner owns signals
+    thread = threading.Thread(target=server.run, name="uvicorn-under-test", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the server under test stopped before it started (its log says why)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server under test did not start within {timeout_s:g} s")
+            time.sleep(0.01)
+        yield f"http://{HOST}:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
 
 
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
