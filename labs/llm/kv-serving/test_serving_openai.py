@@ -1,8 +1,9 @@
-"""The servers on 127.0.0.1 driven by the official openai client, and streams that keep going past bad requests
-and a client that leaves.
+"""The servers on 127.0.0.1 driven by the official openai client, and streams on the trained-model server that
+keep going past bad requests and a client that leaves (kv_serving.server's own are in test_serving_http.py).
 
 The trained-model server runs a tiny random Llama behind SmolLM2's real tokenizer and chat template (what the
 client sees is the HTTP layer, which the trained weights do not change); one test asks the trained model itself.
+The load experiments' server (kv_serving.server, token ids in and out) runs the tests' tiny engine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import httpx
 import openai
 
 from kv_cache.llama import ChatModel, smollm2
-from kv_serving.testing import serve_in_thread
+from kv_serving.server import create_app
+from kv_serving.testing import serve_in_thread, tiny_engine
 from kv_serving.trained import create_chat_app
 from kv_serving.trained.testing import TokenGate, tiny_chat
 
@@ -79,6 +81,25 @@ class OpenAIClientOnTheTrainedServer(unittest.TestCase):
             with self.subTest(param=param), self.assertRaises(error) as raised:
                 self.client.chat.completions.create(max_tokens=4, **arguments)
             self.assertEqual(raised.exception.param, param)
+
+
+class OpenAIClientOnTheLoadServer(unittest.TestCase):
+    def test_streamed_and_plain_completions_of_token_ids_agree_and_refusals_name_the_field(self) -> None:
+        with serve_in_thread(create_app(tiny_engine()), TIMEOUT_S) as url, client_for(url) as client:
+            listed = [model.id for model in client.models.list()]
+            prompt = [3, 1, 4, 1, 5]
+            chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=9, stream=True))
+            plain = client.completions.create(model="tiny", prompt=prompt, max_tokens=9)
+            with self.assertRaises(openai.NotFoundError) as unknown:
+                client.completions.create(model="gpt-9", prompt=prompt, max_tokens=2)
+            with self.assertRaises(openai.BadRequestError) as text:  # this model has random weights, no tokenizer
+                client.completions.create(model="tiny", prompt="Hello", max_tokens=2)
+        self.assertEqual(listed, ["tiny"])
+        streamed = "".join(c.choices[0].text for c in chunks)
+        self.assertEqual(len(chunks), 10, "one chunk per token, then the finish_reason")
+        self.assertEqual((streamed, chunks[-1].choices[0].finish_reason), (plain.choices[0].text, "length"))
+        self.assertEqual(len(plain.choices[0].text.split()), 9)
+        self.assertEqual((unknown.exception.param, text.exception.param), ("model", "prompt"))
 
 
 class TrainedModelThroughTheClient(unittest.TestCase):

@@ -3,8 +3,8 @@
     python -m kv_serving.server --port 8000            # byte budget = the whole pool
     python -m kv_serving.server --max-running 8        # admission by request count instead
 
-``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /health``,
-``GET /metrics``. A client that disconnects mid-stream cancels its request
+``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /v1/models``,
+``GET /health``, ``GET /metrics``. A client that disconnects mid-stream cancels its request
 (unless started with ``--ignore-disconnects``, the benchmark's baseline).
 SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
 each client gets an answer, then stops the server. Slow or oversized requests are bounded by
@@ -148,6 +148,11 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
     async def metrics(http: HTTPRequest) -> dict[str, object]:
         return http.app.state.scheduler.metrics()
 
+    @app.get("/v1/models")
+    async def models() -> dict[str, object]:
+        return {"object": "list", "data": [{"id": config.model_name, "object": "model", "created": 0,
+                                            "owned_by": "ml-systems-labs"}]}
+
     @app.post("/v1/completions", response_model=None)
     async def completions(http: HTTPRequest) -> Response:
         scheduler: Scheduler = http.app.state.scheduler
@@ -174,6 +179,10 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
         try:
             body = parse_body(raw)
+            if body.model is not None and body.model != config.model_name:
+                return JSONResponse(error_body(f"model {body.model!r} is not served here; GET /v1/models lists "
+                                               f"{config.model_name!r}", "model_not_found", param="model"),
+                                    status_code=404)
             request = scheduler.submit(body.prompt, body.max_tokens, max_unread_tokens if body.stream else None)
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
@@ -182,7 +191,7 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
             return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
                                 headers=headers)
-        model = body.model or config.model_name
+        model = config.model_name
         if body.stream:
             return EventStream(stream_events(scheduler, request, model, body.include_usage),
                                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
