@@ -95,40 +95,51 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
         asyncio.get_running_loop().set_debug(False)
 
 
-class StepGate:
-    """Holds a model's decode steps until the test lets them run, so how far a request gets before the test acts
-    depends on the test, never on the host's speed. Prefills pass freely. Every wait is bounded by ``timeout_s``:
-    a gate the test forgets to open slows the test down, it never hangs it.
-    """
+class Gate:
+    """Holds a piece of work until the test lets it through, so how far a request gets before the test acts
+    depends on the test, never on the host's speed. Every wait is bounded by ``timeout_s``: a gate the test
+    forgets to open slows the test down, it never hangs it. Subclasses call ``wait`` where the work is held."""
 
-    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
-        self.model, self.timeout_s = model, timeout_s
-        self._decode = model.decode
+    def __init__(self, timeout_s: float = 20.0) -> None:
+        self.timeout_s = timeout_s
         self._permits = threading.Semaphore(0)
         self._open = threading.Event()
-        self._held = threading.Event()  # a step is waiting at the gate
-        model.decode = self._gated  # type: ignore[method-assign]  # the scheduler looks the method up per step
+        self._held = threading.Event()  # something is waiting at the gate
 
-    def _gated(self, *args: object) -> object:
+    def wait(self) -> None:
+        """Block the calling (worker) thread until a step is let through or the gate opens."""
         if not self._open.is_set():
             self._held.set()
             self._permits.acquire(timeout=self.timeout_s)
             self._held.clear()
-        return self._decode(*args)
 
     @property
     def holding(self) -> bool:
-        """A decode step is waiting at the gate right now."""
+        """Something is waiting at the gate right now."""
         return self._held.is_set()
 
     def step(self, count: int = 1) -> None:
-        """Let ``count`` more decode steps through."""
+        """Let ``count`` more through."""
         self._permits.release(count)
 
     def open(self) -> None:
-        """Let every step through from now on."""
+        """Let everything through from now on."""
         self._open.set()
         self._permits.release(1)
+
+
+class StepGate(Gate):
+    """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely."""
+
+    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
+        super().__init__(timeout_s)
+        self.model = model
+        self._decode = model.decode
+        model.decode = self._gated  # type: ignore[method-assign]  # the scheduler looks the method up per step
+
+    def _gated(self, *args: object) -> object:
+        self.wait()
+        return self._decode(*args)
 
     def __enter__(self) -> StepGate:
         return self

@@ -3,13 +3,14 @@ that holds its tokens until the test lets them through."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 
 from transformers import LlamaConfig
 
 from kv_cache.llama import ChatModel, LlamaDecoder, LlamaDecoderConfig, trained
 from kv_cache.llama.testing import TINY, tiny_reference
+
+from ..testing import Gate
 
 
 def tiny_chat(name: str = "tiny") -> ChatModel:
@@ -21,18 +22,14 @@ def tiny_chat(name: str = "tiny") -> ChatModel:
     return ChatModel(model, trained().tokenizer, name)
 
 
-class TokenGate:
-    """Holds each token a chat model streams until the test lets it through, so how far a request gets before the
-    test acts depends on the test, never on the host's speed. Every wait is bounded by ``timeout_s``: a gate the
-    test forgets to open slows the test down, it never hangs it. ``produced`` counts the tokens each call to
-    ``stream`` computed, in call order."""
+class TokenGate(Gate):
+    """Holds each token a chat model streams until the test lets it through (``step``, ``open``).
+    ``produced`` counts the tokens each call to ``stream`` computed, in call order."""
 
     def __init__(self, chat: ChatModel, timeout_s: float = 20.0) -> None:
-        self.chat, self.timeout_s = chat, timeout_s
+        super().__init__(timeout_s)
+        self.chat = chat
         self._stream = chat.stream
-        self._permits = threading.Semaphore(0)
-        self._open = threading.Event()
-        self._held = threading.Event()  # a token is waiting at the gate
         self.produced: list[int] = []
         chat.stream = self._gated  # type: ignore[method-assign]  # the server looks the method up per request
 
@@ -41,25 +38,8 @@ class TokenGate:
         self.produced.append(0)
         for token in self._stream(prompt_ids, max_new_tokens):
             self.produced[index] += 1
-            if not self._open.is_set():
-                self._held.set()
-                self._permits.acquire(timeout=self.timeout_s)
-                self._held.clear()
+            self.wait()
             yield token
-
-    @property
-    def holding(self) -> bool:
-        """A token is waiting at the gate right now."""
-        return self._held.is_set()
-
-    def step(self, count: int = 1) -> None:
-        """Let ``count`` more tokens through."""
-        self._permits.release(count)
-
-    def open(self) -> None:
-        """Let every token through from now on."""
-        self._open.set()
-        self._permits.release(1)
 
     def __enter__(self) -> TokenGate:
         return self
