@@ -26,8 +26,8 @@ from site_hooks.orchestrate import (
     is_stale,
     other_machines,
     read_record,
-    tests_digest,
 )
+from site_hooks.orchestrate import tests_digest as digest_of_tests  # a name pytest does not collect
 
 from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
@@ -456,11 +456,11 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
         'tests = { start = "x", pattern = "test_*.py", sources = ["labs/demo/other/*.py"] }\nfingerprint = ["b.py"]\n')
     lab = load_lab(folder / "lab.toml", tmp_path)
     assert (lab.test_sources, lab.fingerprint) == (("labs/demo/other/*.py",), ("b.py",))
-    before = tests_digest(lab, tmp_path)
+    before = digest_of_tests(lab, tmp_path)
     unrelated.write_text("y\n")
-    assert tests_digest(lab, tmp_path) == before
+    assert digest_of_tests(lab, tmp_path) == before
     dependency.write_text("A = 2\n")
-    assert tests_digest(lab, tmp_path) != before
+    assert digest_of_tests(lab, tmp_path) != before
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
     assert "labs/llm/kv-cache/kv_cache/llama/*.py" in serving.test_sources
     assert any(ROOT.glob("labs/llm/kv-cache/kv_cache/llama/*.py"))
