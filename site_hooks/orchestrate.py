@@ -69,10 +69,11 @@ def subprocess_env(root: Path) -> dict[str, str]:
 
 def tests_digest(lab: Lab, root: Path) -> str:
     """Changes whenever anything the tests could see changes: the lab's files, the sources it measures
-    (another lab's, too), labkit, the interpreter."""
+    (another lab's, too), the further sources only its tests import (lab.toml's tests.sources), labkit,
+    the interpreter."""
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0".encode())
     files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
-    files.update(p for pattern in lab.fingerprint for p in root.glob(pattern))
+    files.update(p for pattern in (*lab.fingerprint, *lab.test_sources) for p in root.glob(pattern))
     for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

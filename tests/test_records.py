@@ -15,11 +15,19 @@ from typing import Any
 
 import pytest
 
-from labkit.manifest import Lab, discover_labs
+from labkit.manifest import Lab, discover_labs, load_lab
 from labkit.records import RecordError, atomic_write_json, load_record
 from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import BenchPolicy, bench_policy, fresh_record, is_stale, other_machines, read_record
+from site_hooks.orchestrate import (
+    BenchPolicy,
+    bench_policy,
+    fresh_record,
+    is_stale,
+    other_machines,
+    read_record,
+)
+from site_hooks.orchestrate import tests_digest as digest_of_tests  # a name pytest does not collect
 
 from conftest import LAB, ROOT, SCHEMA, STORAGE_LAB, ToySite
 
@@ -431,3 +439,28 @@ def test_a_record_within_the_size_limit_reached_through_a_symlink_inside_the_rep
     reference = read_record(LAB, root)
     assert reference is not None
     assert [other.path for other in other_machines(LAB, root, reference)] == ["results/machines/kv-cache/box.json"]
+
+
+def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tmp_path: Path) -> None:
+    """lab.toml's tests.sources: code the tests import but the record does not measure (the serving lab's
+    trained-model server runs kv_cache/llama/) reruns the tests when it changes, and leaves the fingerprint."""
+    folder = tmp_path / "labs" / "demo" / "keyed-lab"
+    folder.mkdir(parents=True)
+    dependency = tmp_path / "labs" / "demo" / "other" / "dep.py"
+    dependency.parent.mkdir()
+    dependency.write_text("A = 1\n")
+    unrelated = dependency.parent / "notes.txt"
+    unrelated.write_text("x\n")
+    (folder / "lab.toml").write_text(
+        'name = "keyed-lab"\ntitle = "t"\nrecord = "r.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
+        'tests = { start = "x", pattern = "test_*.py", sources = ["labs/demo/other/*.py"] }\nfingerprint = ["b.py"]\n')
+    lab = load_lab(folder / "lab.toml", tmp_path)
+    assert (lab.test_sources, lab.fingerprint) == (("labs/demo/other/*.py",), ("b.py",))
+    before = digest_of_tests(lab, tmp_path)
+    unrelated.write_text("y\n")
+    assert digest_of_tests(lab, tmp_path) == before
+    dependency.write_text("A = 2\n")
+    assert digest_of_tests(lab, tmp_path) != before
+    serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
+    assert "labs/llm/kv-cache/kv_cache/llama/*.py" in serving.test_sources
+    assert any(ROOT.glob("labs/llm/kv-cache/kv_cache/llama/*.py"))

@@ -8,10 +8,10 @@ module imports the standard library only, for the same reason.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import NoReturn
 
+from .exit import exit_now
 from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
 
 
@@ -29,13 +29,8 @@ def launch(module: str, argv: list[str] | None = None) -> NoReturn:
         code = EXIT_INTERRUPTED[signal_name(stop)]
     # Leave now, skipping the interpreter's shutdown: a signal in its half second would end the process
     # with no line. Nothing is lost: the record was written, fsynced and renamed before main returned,
-    # and the streams are flushed here.
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(code)
+    # and exit_now flushes the streams.
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ class Lab:
     tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
     fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
+    test_sources: tuple[str, ...] = ()  # tests.sources: globs of further sources only the tests import
     views: str | None = None  # module in the lab folder with the lab's own VIEWS and headline
     figures: str | None = None  # torch-free module (dotted, in the lab folder) with derive and check_invariants
     root: Path | None = None  # the repository root the relative paths start from
@@ -45,6 +46,9 @@ def load_lab(path: Path, root: Path) -> Lab:
     tests = data["tests"]
     if not (isinstance(tests, dict) and {"start", "pattern"} <= tests.keys()):
         raise ManifestError(f"{path}: field tests must be a table with start and pattern")
+    sources = tests.get("sources", [])
+    if not (isinstance(sources, list) and all(isinstance(glob, str) for glob in sources)):
+        raise ManifestError(f"{path}: field tests.sources must be a list of globs")
     return Lab(
         name=str(data["name"]),
         title=str(data["title"]),
@@ -54,6 +58,7 @@ def load_lab(path: Path, root: Path) -> Lab:
         tests=(str(tests["start"]), str(tests["pattern"])),
         benchmark=tuple(str(part) for part in data["benchmark"]),
         fingerprint=tuple(str(glob) for glob in data["fingerprint"]),
+        test_sources=tuple(sources),
         views=str(data["views"]) if "views" in data else None,
         figures=str(data["figures"]) if "figures" in data else None,
         root=root.resolve(),

@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from labkit.exit import exit_now
 from labkit.machines import LabelError, check_label, derived_label, machine_record_path, reference_label
 from labkit.manifest import Lab, ManifestError, discover_labs
 from labkit.signals import stop_when_parent_dies
@@ -229,9 +230,4 @@ if __name__ == "__main__":
         # The interrupt reached the benchmark or this process only: end make by the same signal, so
         # `make bench` says 130 or 143 and not the 2 make gives any failed recipe.
         os.kill(UNDER_MAKE, status - 128)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(status)  # no interpreter shutdown after the last line, for a signal to land in
+    exit_now(status)  # no interpreter shutdown after the last line, for a signal to land in (labkit.exit)

@@ -130,6 +130,61 @@ class ServerTest(QuietLoopTestCase):
         for tokens, lines in results:
             self.assertEqual((len(tokens), lines[-1]), (85, "[DONE]"))
 
+    async def test_streams_keep_their_tokens_alone_past_an_unknown_model_bad_bodies_and_a_client_that_leaves(
+            self) -> None:
+        prompts = [[5, 9, 2], [7] * 11, [1, 2, 3, 4, 5, 6]]
+        bad = [  # (body, status, the error's param)
+            ({"model": "gpt-9", "prompt": [1], "max_tokens": 2}, 404, "model"),
+            ({"model": "tiny", "max_tokens": 2}, 400, "prompt"),
+            ({"model": "tiny", "prompt": [1, "two"]}, 400, "prompt"),
+        ]
+        async with serve_in_loop(tiny_engine(num_blocks=80)) as (url, app), \
+                httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            scheduler: Scheduler = app.state.scheduler
+            alone = []  # each prompt's greedy tokens from one causal pass over its own prefix, no batch, no server
+            for prompt in prompts:
+                ids = list(prompt)
+                for _ in range(20):
+                    ids.append(int(scheduler.model.reference_logits(ids).argmax()))
+                alone.append(ids[len(prompt):])
+            # Decode steps pass only when the test says so: nothing below finishes (20 tokens each) before every
+            # refusal is in and the leaver has gone, however fast or slow this host is.
+            with StepGate(scheduler.model) as gate:
+                leaver = asyncio.create_task(stream_tokens(client, url, {"prompt": [8] * 5, "max_tokens": 60},
+                                                           leave_after=3))
+                streams = [asyncio.create_task(stream_tokens(client, url, {"prompt": p, "max_tokens": 20}))
+                           for p in prompts]
+                async with asyncio.timeout(TIMEOUT_S):
+                    while len(scheduler.running) < 4:  # all four admitted (the pool holds them all)
+                        if gate.holding:
+                            gate.step()
+                        await asyncio.sleep(0.001)
+                running_at_reply = []
+                for body, status, param in bad:
+                    reply = await client.post(f"{url}/v1/completions", json=body)
+                    running_at_reply.append(len(scheduler.running))
+                    gate.step()
+                    with self.subTest(param=param, body=body):
+                        self.assertEqual((reply.status_code, reply.json()["error"]["param"]), (status, param))
+                async with asyncio.timeout(TIMEOUT_S):
+                    while not leaver.done():  # its client leaves at its third token
+                        if gate.holding:
+                            gate.step()
+                        await asyncio.sleep(0.001)
+                self.assertFalse(any(stream.done() for stream in streams))
+                gate.open()
+                results = await asyncio.wait_for(asyncio.gather(*streams), TIMEOUT_S)
+            async with asyncio.timeout(TIMEOUT_S):
+                while scheduler.running or scheduler.waiting:
+                    await asyncio.sleep(0.005)
+            counters = scheduler.counters
+            self.assertEqual((counters.cancelled, counters.completed), (1, 3))
+            self.assertEqual(scheduler.pool.num_used_blocks, 0)
+        self.assertEqual(running_at_reply, [4] * len(bad), "every refusal came while all four streams decoded")
+        self.assertEqual(len(leaver.result()[0]), 3)
+        self.assertEqual([tokens for tokens, _ in results], alone)
+        self.assertEqual({lines[-1] for _, lines in results}, {"[DONE]"})
+
     async def test_bodies_must_be_utf8_json_with_unicode_strings_and_each_key_once(self) -> None:
         async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
             completions = f"{url}/v1/completions"

@@ -43,7 +43,7 @@ class LoadTest(QuietLoopTestCase):
     async def test_every_request_completes_with_its_tokens_and_client_side_latencies(self) -> None:
         workload = make_workload(spec())
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
-            run = await run_load(url, workload, metrics_interval_s=0.01, timeout_s=20)
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=20)
         summary = run.summary()
         self.assertEqual((summary["completed"], summary["refused"], summary["failed"]), (14, 0, 0))
         for item, result in zip(workload, run.requests):
@@ -57,7 +57,7 @@ class LoadTest(QuietLoopTestCase):
     async def test_clients_that_leave_are_counted_apart_and_their_blocks_return(self) -> None:
         workload = make_workload(spec(leave_fraction=1.0))
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, app):
-            run = await run_load(url, workload, metrics_interval_s=0.01, timeout_s=20)
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=20)
             scheduler = app.state.scheduler
             for _ in range(200):
                 if not scheduler.running:

@@ -10,20 +10,12 @@ import json
 import unittest
 
 from fastapi.testclient import TestClient
-from transformers import LlamaConfig
 
-from kv_cache.llama import ChatModel, LlamaDecoder, LlamaDecoderConfig, smollm2, trained
-from kv_cache.llama.testing import TINY, tiny_reference
+from kv_cache.llama import smollm2
 from kv_serving.trained import create_chat_app
+from kv_serving.trained.testing import tiny_chat
 
 CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
-
-
-def tiny_chat() -> ChatModel:
-    config = LlamaConfig(**(TINY.to_dict() | {"vocab_size": 49_152, "max_position_embeddings": 256}))
-    reference = tiny_reference(seed=0, config=config)
-    model = LlamaDecoder(LlamaDecoderConfig.from_hf(reference.config), reference.state_dict())
-    return ChatModel(model, trained().tokenizer, "tiny")
 
 
 def events(lines: list[str]) -> list[dict | str]:

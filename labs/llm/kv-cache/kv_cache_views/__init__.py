@@ -15,7 +15,7 @@ from site_hooks.formatting import format_number
 from .capacity import calculator_view, models_view
 from .pictures import cache_growth_view, mask_view, work_view
 from .results import answer_capacity_view, answer_mask_view, answer_overhead_view, key_results_view, regime_view
-from .trained import trained_view
+from .trained import trained_answer_view, trained_view
 
 
 def cache_bytes_view(record: dict[str, Any]) -> Block:
@@ -52,6 +52,7 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 VIEWS = {
     "key-results": key_results_view,
     "trained": trained_view,
+    "trained-answer": trained_answer_view,
     "cache-bytes": cache_bytes_view,
     "cache-growth": cache_growth_view,
     "work": work_view,

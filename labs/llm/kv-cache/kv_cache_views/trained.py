@@ -33,3 +33,13 @@ def trained_view(record: dict[str, Any]) -> Block:
                  notes=["The weights are real; the knowledge of a 135-million-parameter model is modest, and the "
                         "answer shows it. What matters here is that its logits are real, and the cache leaves them "
                         "as they were."])
+
+
+def trained_answer_view(record: dict[str, Any]) -> Block:
+    """The question and the float32 greedy answer alone: what the serving page's example request streams."""
+    t = record["trained"]
+    answer = t["float32"]
+    lead = (f"{t['model']}'s greedy answer in float32 with the cache, {plural(len(answer['ids']), 'token')}, as "
+            f"the KV-cache lab's record holds it:")
+    return Block(css="lab-trained", paragraphs=[lead],
+                 tables=[Table(headings=["Question", "Answer"], rows=[(t["prompt"], answer["text"])])])

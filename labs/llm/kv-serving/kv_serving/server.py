@@ -3,11 +3,12 @@
     python -m kv_serving.server --port 8000            # byte budget = the whole pool
     python -m kv_serving.server --max-running 8        # admission by request count instead
 
-``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /health``,
-``GET /metrics``. A client that disconnects mid-stream cancels its request
+``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /v1/models``,
+``GET /health``, ``GET /metrics``. A client that disconnects mid-stream cancels its request
 (unless started with ``--ignore-disconnects``, the benchmark's baseline).
 SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
-each client gets an answer, then stops the server.
+each client gets an answer, then stops the server. Slow or oversized requests are bounded by
+kv_serving.bounds (408 and 413).
 """
 
 # ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
@@ -35,13 +36,11 @@ if __name__ == "__main__":  # before the imports below: an interrupt while torch
 
 import argparse
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 
-import h11
 import uvicorn
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
@@ -49,14 +48,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from labkit.exit import exit_now
+
+from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_headers, read_body
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from .formulas import DTYPES
 from .pool import block_bytes
 from .protocol import (
-    BODY_SLACK_BYTES,
-    BYTES_PER_TOKEN_ID,
     BadRequest,
     chunk,
     completion_body,
@@ -72,49 +71,7 @@ from .scheduler import RequestRefused, Scheduler
 HOST = "127.0.0.1"  # never another interface: this is a lab server with no authentication
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
 SHUTTING_DOWN = "the server is shutting down"
-REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from their first byte), and again for its body
 MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
-
-
-class BoundedHeaders(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, with a deadline on a request's headers: a client that sends them a byte
-    at a time gets a 408 and the connection closes, instead of holding it for as long as it likes."""
-
-    header_timeout_s = REQUEST_TIMEOUT_S
-    _header_deadline: asyncio.TimerHandle | None = None
-
-    def data_received(self, data: bytes) -> None:
-        waiting_for_headers = self.conn.their_state is h11.IDLE
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # the headers are in (uvicorn's cycle has the request)
-            self._cancel_header_deadline()
-        elif waiting_for_headers and data and self._header_deadline is None:
-            self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_deadline()
-        super().connection_lost(exc)
-
-    def _cancel_header_deadline(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
-
-    def _headers_too_slow(self) -> None:
-        self._header_deadline = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        body = json.dumps(error_body(f"the request headers did not arrive within {self.header_timeout_s:g} s",
-                                     "request_timeout")).encode()
-        # h11 sends no response before a request has arrived: written by hand, then the connection closes
-        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        self.transport.close()
-
-
-def bounded_headers(timeout_s: float) -> type[BoundedHeaders]:
-    """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s``."""
-    return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s})
 
 
 class Server(uvicorn.Server):
@@ -154,39 +111,6 @@ class EventStream(StreamingResponse):
             pass
 
 
-class BodyTooLarge(ValueError):
-    """A request body beyond ``max_body_bytes``: answered 413 without reading the rest."""
-
-
-class BodyTooSlow(ValueError):
-    """A request body that did not arrive within the server's request timeout: answered 408."""
-
-
-async def read_body(http: HTTPRequest, limit: int, max_positions: int, timeout_s: float = REQUEST_TIMEOUT_S) -> bytes:
-    """The body, refused by its Content-Length before reading, or as soon as more than ``limit`` bytes arrive,
-    or when it has not all arrived ``timeout_s`` after the headers."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await _read_body(http, limit, max_positions)
-    except TimeoutError:
-        raise BodyTooSlow(f"the request body did not arrive within {timeout_s:g} s") from None
-
-
-async def _read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
-    why = (f"this server reads at most {limit} bytes ({BYTES_PER_TOKEN_ID} per position for the model's "
-           f"{max_positions} positions + {BODY_SLACK_BYTES})")
-    declared = http.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"the request body is {int(declared)} bytes; {why}")
-    parts, size = [], 0
-    async for part in http.stream():
-        size += len(part)
-        if size > limit:
-            raise BodyTooLarge(f"the request body is more than {limit} bytes; {why}")
-        parts.append(part)
-    return b"".join(parts)
-
-
 def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
                max_unread_tokens: int = MAX_UNREAD_TOKENS) -> FastAPI:
     @asynccontextmanager
@@ -224,6 +148,11 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
     async def metrics(http: HTTPRequest) -> dict[str, object]:
         return http.app.state.scheduler.metrics()
 
+    @app.get("/v1/models")
+    async def models() -> dict[str, object]:
+        return {"object": "list", "data": [{"id": config.model_name, "object": "model", "created": 0,
+                                            "owned_by": "ml-systems-labs"}]}
+
     @app.post("/v1/completions", response_model=None)
     async def completions(http: HTTPRequest) -> Response:
         scheduler: Scheduler = http.app.state.scheduler
@@ -250,6 +179,10 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
         try:
             body = parse_body(raw)
+            if body.model is not None and body.model != config.model_name:
+                return JSONResponse(error_body(f"model {body.model!r} is not served here; GET /v1/models lists "
+                                               f"{config.model_name!r}", "model_not_found", param="model"),
+                                    status_code=404)
             request = scheduler.submit(body.prompt, body.max_tokens, max_unread_tokens if body.stream else None)
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
@@ -258,7 +191,7 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
             return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
                                 headers=headers)
-        model = body.model or config.model_name
+        model = config.model_name
         if body.stream:
             return EventStream(stream_events(scheduler, request, model, body.include_usage),
                                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -403,10 +336,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(status)  # no interpreter shutdown after the last line, for a signal to land in
+    exit_now(main())  # no interpreter shutdown after the last line, for a signal to land in (labkit.exit)

@@ -1,24 +1,28 @@
-"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop."""
+"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop or
+in a thread of its own (for a synchronous client such as openai's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
+import time
 import unittest
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
+from .bounds import REQUEST_TIMEOUT_S, bounded_headers
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, MAX_UNREAD_TOKENS, REQUEST_TIMEOUT_S, Server, bounded_headers, create_app
+from .server import HOST, MAX_UNREAD_TOKENS, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -61,6 +65,29 @@ async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
             await task
 
 
+@contextmanager
+def serve_in_thread(app: ASGIApp, timeout_s: float = 20.0) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own;
+    yield its base URL. The server stops when the block exits, by itself, within ``timeout_s``."""
+    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
+                                           lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test runner owns signals
+    thread = threading.Thread(target=server.run, name="uvicorn-under-test", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the server under test stopped before it started (its log says why)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server under test did not start within {timeout_s:g} s")
+            time.sleep(0.01)
+        yield f"http://{HOST}:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
+
+
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
     """Asyncio tests without debug mode's slow-callback warnings: a decode step is meant to take time."""
 
@@ -68,40 +95,51 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
         asyncio.get_running_loop().set_debug(False)
 
 
-class StepGate:
-    """Holds a model's decode steps until the test lets them run, so how far a request gets before the test acts
-    depends on the test, never on the host's speed. Prefills pass freely. Every wait is bounded by ``timeout_s``:
-    a gate the test forgets to open slows the test down, it never hangs it.
-    """
+class Gate:
+    """Holds a piece of work until the test lets it through, so how far a request gets before the test acts
+    depends on the test, never on the host's speed. Every wait is bounded by ``timeout_s``: a gate the test
+    forgets to open slows the test down, it never hangs it. Subclasses call ``wait`` where the work is held."""
 
-    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
-        self.model, self.timeout_s = model, timeout_s
-        self._decode = model.decode
+    def __init__(self, timeout_s: float = 20.0) -> None:
+        self.timeout_s = timeout_s
         self._permits = threading.Semaphore(0)
         self._open = threading.Event()
-        self._held = threading.Event()  # a step is waiting at the gate
-        model.decode = self._gated  # type: ignore[method-assign]  # the scheduler looks the method up per step
+        self._held = threading.Event()  # something is waiting at the gate
 
-    def _gated(self, *args: object) -> object:
+    def wait(self) -> None:
+        """Block the calling (worker) thread until a step is let through or the gate opens."""
         if not self._open.is_set():
             self._held.set()
             self._permits.acquire(timeout=self.timeout_s)
             self._held.clear()
-        return self._decode(*args)
 
     @property
     def holding(self) -> bool:
-        """A decode step is waiting at the gate right now."""
+        """Something is waiting at the gate right now."""
         return self._held.is_set()
 
     def step(self, count: int = 1) -> None:
-        """Let ``count`` more decode steps through."""
+        """Let ``count`` more through."""
         self._permits.release(count)
 
     def open(self) -> None:
-        """Let every step through from now on."""
+        """Let everything through from now on."""
         self._open.set()
         self._permits.release(1)
+
+
+class StepGate(Gate):
+    """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely."""
+
+    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
+        super().__init__(timeout_s)
+        self.model = model
+        self._decode = model.decode
+        model.decode = self._gated  # type: ignore[method-assign]  # the scheduler looks the method up per step
+
+    def _gated(self, *args: object) -> object:
+        self.wait()
+        return self._decode(*args)
 
     def __enter__(self) -> StepGate:
         return self

@@ -1,0 +1,94 @@
+"""Bounds on a slow client: the request's headers and its body must arrive in time, and the body within a size.
+
+A client that sends its headers a byte at a time gets a 408 and the connection closes (``BoundedHeaders``, the
+protocol class uvicorn runs); a body larger than the server reads is refused with a 413 before or while it arrives,
+and one that does not arrive within the timeout with a 408 (``read_body``). The server (kv_serving.server) turns
+these into OpenAI error objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import h11
+from fastapi import Request as HTTPRequest
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .protocol import BODY_SLACK_BYTES, BYTES_PER_TOKEN_ID, error_body
+
+REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from their first byte), and again for its body
+
+
+class BoundedHeaders(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, with a deadline on a request's headers: a client that sends them a byte
+    at a time gets a 408 and the connection closes, instead of holding it for as long as it likes."""
+
+    header_timeout_s = REQUEST_TIMEOUT_S
+    _header_deadline: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        waiting_for_headers = self.conn.their_state is h11.IDLE
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the headers are in (uvicorn's cycle has the request)
+            self._cancel_header_deadline()
+        elif waiting_for_headers and data and self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_deadline()
+        super().connection_lost(exc)
+
+    def _cancel_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        body = json.dumps(error_body(f"the request headers did not arrive within {self.header_timeout_s:g} s",
+                                     "request_timeout")).encode()
+        # h11 sends no response before a request has arrived: written by hand, then the connection closes
+        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.transport.close()
+
+
+def bounded_headers(timeout_s: float) -> type[BoundedHeaders]:
+    """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s``."""
+    return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s})
+
+
+class BodyTooLarge(ValueError):
+    """A request body beyond ``max_body_bytes``: answered 413 without reading the rest."""
+
+
+class BodyTooSlow(ValueError):
+    """A request body that did not arrive within the server's request timeout: answered 408."""
+
+
+async def read_body(http: HTTPRequest, limit: int, max_positions: int, timeout_s: float = REQUEST_TIMEOUT_S) -> bytes:
+    """The body, refused by its Content-Length before reading, or as soon as more than ``limit`` bytes arrive,
+    or when it has not all arrived ``timeout_s`` after the headers."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(http, limit, max_positions)
+    except TimeoutError:
+        raise BodyTooSlow(f"the request body did not arrive within {timeout_s:g} s") from None
+
+
+async def _read_body(http: HTTPRequest, limit: int, max_positions: int) -> bytes:
+    why = (f"this server reads at most {limit} bytes ({BYTES_PER_TOKEN_ID} per position for the model's "
+           f"{max_positions} positions + {BODY_SLACK_BYTES})")
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the request body is {int(declared)} bytes; {why}")
+    parts, size = [], 0
+    async for part in http.stream():
+        size += len(part)
+        if size > limit:
+            raise BodyTooLarge(f"the request body is more than {limit} bytes; {why}")
+        parts.append(part)
+    return b"".join(parts)
