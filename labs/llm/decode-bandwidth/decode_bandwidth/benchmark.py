@@ -104,16 +104,16 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--preset {args.preset!r} is unknown; choose one of {', '.join(sorted(PRESETS))}")
     if args.llama_preset not in LLAMA_PRESETS:
         parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(LLAMA_PRESETS)}")
-    llama_positions = llama_max_positions(args.llama_preset)
-    if max(args.contexts) > llama_positions:
-        parser.error(f"--contexts needs {max(args.contexts)} positions, beyond the {llama_positions} of "
-                     f"--llama-preset {args.llama_preset}")
     positions = PRESETS[args.preset].max_positions
     for name, needed in (("contexts", max(args.contexts)),
                          ("equivalence-prefix + --equivalence-steps", args.equivalence_prefix + args.equivalence_steps),
                          ("prompt + --new-tokens", args.prompt + args.new_tokens)):
         if needed > positions:
             parser.error(f"--{name} needs {needed} positions, beyond the {positions} of preset {args.preset}")
+    llama_positions = llama_max_positions(args.llama_preset)
+    if max(args.contexts) > llama_positions:
+        parser.error(f"--contexts needs {max(args.contexts)} positions, beyond the {llama_positions} of "
+                     f"--llama-preset {args.llama_preset}")
     for name in ("batches", "contexts", "variant_batches"):
         values = getattr(args, name)
         if values != sorted(set(values)):
