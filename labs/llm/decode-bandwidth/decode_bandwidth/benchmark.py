@@ -243,6 +243,7 @@ def groups_and_cells(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
 
 def llama_prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
     """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
+    started = time.perf_counter_ns()
     bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
     model, reference, weights = llama.llama_pair(args.llama_preset, args.seed)
     generator = torch.Generator().manual_seed(args.seed + 4)
@@ -253,11 +254,13 @@ def llama_prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any
             bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers")
             runners[context] = llama.step_runners(model, reference, context, generator)
             checks.append(llama.check_step(*runners[context], context))
-    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks}
+    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks,
+            "prepare_ns": time.perf_counter_ns() - started}
 
 
 def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
     """Rotated repetitions of one step per mode at every (threads, context): the record's raw Llama section."""
+    started = time.perf_counter_ns()
     groups, cells = [], []
     progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
     try:
@@ -290,7 +293,8 @@ def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[s
             "repeats": args.repeats, "warmup": args.warmup, "modes": LLAMA_MODES, "baseline": LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": llama.CACHE_CONTENTS,
             "tolerance": {"atol": LLAMA_ATOL, "rtol": LLAMA_RTOL}, "equivalence": prepared["equivalence"],
-            "groups": groups, "cells": cells}
+            "groups": groups, "cells": cells,
+            "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 
 
 def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> dict[str, Any]:

@@ -44,8 +44,8 @@ from .formulas import (
     llama_grid,
     llama_step_bytes,
     matrix_shapes,
-    rotations,
     regime,
+    rotations,
     square_matmul_flops,
     step_bytes,
 )

@@ -154,6 +154,8 @@ def trained_view(record: dict[str, Any]) -> Block:
         f"{format_sci(max(entry['max_abs_diff'] for entry in checks))} on logits up to "
         f"{max(entry['max_abs_reference'] for entry in checks):.1f}, and the most likely next token "
         + ("agreed at every context." if agree else "differed at some context."),
+        f"Loading the pair, the checks and these timed steps took {section['wall_time_s']:.0f} s of the whole "
+        f"run's {record['wall_time_s']:.0f} s.",
     ]
     return Block(css="lab-decode-trained", tables=[table], notes=notes)
 
@@ -173,7 +175,19 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
             f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
             f"{ratio_range(ratios)} its step time.")
-    return Block(css="lab-answer", paragraphs=[text])
+    return Block(css="lab-answer", paragraphs=[text, layout_sentence(record)])
+
+
+def layout_sentence(record: dict[str, Any]) -> str:
+    """Both Llama paths multiply (out, in) weights with F.linear: how that layout fared in this run's layout table."""
+    rows = record["layout"]["rows"]
+    slower = [row for row in rows if row["out_in_ns"] > row["in_out_ns"]]
+    head = next(row for row in rows if row["kind"] == "output head")
+    verdict = (f"the slower one for {len(slower)} of {len(rows)} kinds of GPT-2 matrix at batch 1" if slower
+               else "the faster one for every kind of GPT-2 matrix at batch 1")
+    return (f"Both Llama paths keep every weight (out, in), as transformers stores it, and multiply it with F.linear: "
+            f"in this run's layout measurement above that layout was {verdict}; over the output head it took "
+            f"{format_ratio(head['out_in_ns'] / head['in_out_ns'])} the time of the (in, out) product.")
 
 
 def trained_item(record: dict[str, Any]) -> str:
