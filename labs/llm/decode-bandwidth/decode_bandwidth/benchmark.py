@@ -30,13 +30,6 @@ from decode_bandwidth.equivalence import check_modes
 from decode_bandwidth.formulas import (
     ATOL,
     BASELINE,
-    LLAMA_ATOL,
-    LLAMA_BASELINE,
-    LLAMA_BATCH,
-    LLAMA_DTYPE,
-    LLAMA_MODES,
-    LLAMA_PRESETS,
-    LLAMA_RTOL,
     MIN_BANDWIDTH_PASSES,
     MODES,
     READ_KERNELS,
@@ -88,7 +81,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"after, best kept; at least {MIN_BANDWIDTH_PASSES} (default: 20)")
     add("--profile-steps", type=int, default=5, help="decode steps profiled, median kept (default: 5)")
     add("--llama-preset", default="smollm2", help=f"the Llama model timed beside the grid at batch 1, float32, over "
-        f"--contexts at --threads and --variant-threads: {', '.join(LLAMA_PRESETS)} (default: %(default)s)")
+        f"--contexts at --threads and --variant-threads: {', '.join(formulas.LLAMA_PRESETS)} (default: %(default)s)")
     bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
               "variant_batches": (1, 256), "equivalence_prefix": (1, 1 << 20), "equivalence_steps": (1, 1024),
               "prompt": (1, 1 << 20), "new_tokens": (1, 4096), "client_runs": (1, 100),
@@ -102,8 +95,8 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Everything that would fail later, refused now in one line, before any model is built."""
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is unknown; choose one of {', '.join(sorted(PRESETS))}")
-    if args.llama_preset not in LLAMA_PRESETS:
-        parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(LLAMA_PRESETS)}")
+    if args.llama_preset not in formulas.LLAMA_PRESETS:
+        parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(formulas.LLAMA_PRESETS)}")
     positions = PRESETS[args.preset].max_positions
     for name, needed in (("contexts", max(args.contexts)),
                          ("equivalence-prefix + --equivalence-steps", args.equivalence_prefix + args.equivalence_steps),
@@ -277,11 +270,11 @@ def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[s
 
                 label = f"Llama {count}t context {context}"
                 with torch.inference_mode():
-                    order, durations = harness.time_rotated(LLAMA_MODES, run, args.repeats, args.warmup, progress,
+                    order, durations = harness.time_rotated(formulas.LLAMA_MODES, run, args.repeats, args.warmup, progress,
                                                             label)
                 groups.append({"threads": count, "context": context, "order": order})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
-                          for mode in LLAMA_MODES]
+                          for mode in formulas.LLAMA_MODES]
                 progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
                                                               for m, d in durations.items()))
     finally:
@@ -289,10 +282,10 @@ def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[s
     torch.set_num_threads(args.threads)
     return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
             "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
-            "batch": LLAMA_BATCH, "dtype": LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
-            "repeats": args.repeats, "warmup": args.warmup, "modes": LLAMA_MODES, "baseline": LLAMA_BASELINE,
+            "batch": formulas.LLAMA_BATCH, "dtype": formulas.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
+            "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": llama.CACHE_CONTENTS,
-            "tolerance": {"atol": LLAMA_ATOL, "rtol": LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 

@@ -19,7 +19,7 @@ from site_hooks.blocks import Block, Strong, Table
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
 
-from .pictures import headline_groups
+from .pictures import headline_groups, stacked_bar
 from .wording import ratio_range, threads_text
 
 OURS = "ours-prealloc"
@@ -85,12 +85,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
     y = 32
     for name, parts, floor in rows:
         canvas.text(left - 10, y + row_h / 2 + 5, name, anchor="end", size=14)
-        x = left
-        for key, fill, _ in SEGMENTS:
-            width = parts[key] / widest * bar_w
-            if width >= 0.5:
-                canvas.rect(x, y + 5, width, row_h - 10, fill)
-            x += width
+        stacked_bar(canvas, left, y + 5, row_h - 10, [(parts[key], fill) for key, fill, _ in SEGMENTS], bar_w / widest)
         right = format_bytes(parts["total"]) + ("" if floor is None else f" → {format_ms(floor)} ms")
         canvas.text(left + bar_w + 14, y + row_h / 2 + 5, right, anchor="start", size=14)
         y += row_h
