@@ -45,7 +45,7 @@ def llama_groups(record: dict[str, Any]) -> dict[tuple[int, int], dict[str, Any]
 
 
 def shape_text(model: dict[str, Any]) -> str:
-    return f"{model['kv_heads']} of {model['head_dim']} in each of {model['layers']} layers"
+    return f"{model['kv_heads']} heads of {model['head_dim']} features × {model['layers']} layers"
 
 
 def bars(record: dict[str, Any]) -> list[tuple[str, dict[str, int], float]]:
@@ -103,7 +103,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
              format_ratio(llama["head_bytes"] / gpt2["head_bytes"])),
             ("Head's share of the weights", format_percent(gpt2["head_share"]), format_percent(llama["head_share"]),
              format_ratio(llama["head_share"] / gpt2["head_share"])),
-            ("Key/value heads", shape_text(g_model), shape_text(l_model),
+            ("Key/value heads × layers", shape_text(g_model), shape_text(l_model),
              format_ratio(l_model["kv_heads"] * l_model["layers"] / (g_model["kv_heads"] * g_model["layers"]))),
             ("KV cache per position", format_bytes(gpt2["kv_bytes_per_position"]),
              format_bytes(llama["kv_bytes_per_position"]),
@@ -115,7 +115,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
     caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
                f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves {per_query} of its "
                f"{l_model['heads']} query heads, so its cache holds {format_ratio(l_model['kv_heads'] / l_model['heads'])} "
-               f"of what one key/value head per query head would. The right column divides each total by the fastest "
+               f"the keys and values that one key/value head per query head would. The right column divides each total by the fastest "
                f"read bandwidth measured at {threads_text(section['threads'][0])}.")
     return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
 
