@@ -76,7 +76,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
     context = section["contexts"][-1]
     rows = bars(record)
     widest = max(parts["total"] for _, parts, _ in rows)
-    left, bar_w, row_h = 150, 250, 34
+    left, bar_w, row_h = 200, 250, 34  # room for the longer model name
     canvas = Canvas(width=left + bar_w + 170, height=40 + len(rows) * row_h + 24 * len(SEGMENTS) + 16,
                     slug="trained-bytes", title=f"One batch-1 step at context {context:,}, float32: two models' bytes",
                     description="; ".join(f"{name}: {format_bytes(p['layers'])} of layer weights, {format_bytes(p['head'])} "
