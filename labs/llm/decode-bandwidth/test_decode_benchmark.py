@@ -130,6 +130,43 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             cell["durations_ns"] = [int(floor * 0.9)] + cell["durations_ns"][1:]
         self.assert_refused("cells[0].durations_ns", beaten, "under its memory floor")
 
+    def test_check_record_refuses_a_llama_step_faster_than_its_floor(self) -> None:
+        def beaten(record: dict[str, Any]) -> None:
+            cell = record["llama"]["cells"][1]
+            cell["durations_ns"] = [int(cell["floor_ns_per_step"] * 0.9)] + cell["durations_ns"][1:]
+        self.assert_refused("llama.cells[1].durations_ns", beaten, "under its memory floor")
+
+    def test_check_record_refuses_a_llama_step_that_disagreed_with_transformers(self) -> None:
+        def missed(record: dict[str, Any]) -> None:
+            record["llama"]["equivalence"][0]["max_abs_diff"] = 0.5
+        self.assert_refused("llama.equivalence[0].max_abs_diff", missed, "never timed")
+        self.assert_refused("llama.tolerance", lambda r: r["llama"]["tolerance"].update(atol=1e-2))
+        self.assert_refused("llama.equivalence", lambda r: r["llama"]["equivalence"].pop())
+
+    def test_check_record_refuses_llama_groups_out_of_rotation_or_short_of_repetitions(self) -> None:
+        self.assert_refused("llama.groups[0].order", lambda r: r["llama"]["groups"][0]["order"].reverse())
+        self.assert_refused("llama.cells[2].durations_ns", lambda r: r["llama"]["cells"][2]["durations_ns"].pop())
+        self.assert_refused("llama.cells", lambda r: r["llama"]["cells"].pop())
+
+    def test_check_record_refuses_a_llama_verdict_its_medians_do_not_give(self) -> None:
+        def swapped(record: dict[str, Any]) -> None:
+            group = record["llama"]["groups"][0]
+            group["faster"] = "hf-dynamic" if group["faster"] == "ours-prealloc" else "ours-prealloc"
+        self.assert_refused("llama.groups[0].faster", swapped, "its two cells' medians")
+
+    def test_the_trained_views_show_the_recorded_llama_figures(self) -> None:
+        record = self.record
+        section = record["llama"]
+        table = self.page("trained", record)
+        for cell in section["cells"]:
+            self.assertIn(f"{cell['step_over_floor']:.2f}×", table)
+        for group in section["groups"]:
+            self.assertIn(f"{group['ours_over_transformers']:.2f}×", table)
+        contrast = self.page("trained-bytes", record)
+        self.assertIn("<svg", contrast)
+        self.assertIn(f"{section['model']['vocab_size']:,} × {section['model']['width']}", contrast)
+        self.assertIn(section["weights"]["name"], self.page("key-results", record))
+
     def test_check_record_refuses_a_layout_measured_in_a_dtype_the_run_did_not_time(self) -> None:
         def tamper(record: dict[str, Any]) -> None:
             layout = record["layout_other_dtypes"].pop("bfloat16")
@@ -341,7 +378,7 @@ class TheClockTimesOnlyTheStep(unittest.TestCase):
 # ever failed to refuse, the run would still be short.
 SMALL = ["--preset", "tiny", "--batches", "1", "--contexts", "16", "--variant-threads", "0", "--variant-dtype", "none",
          "--repeats", "1", "--equivalence-prefix", "4", "--equivalence-steps", "1", "--prompt", "4",
-         "--new-tokens", "2", "--client-runs", "1", "--profile-steps", "1"]
+         "--new-tokens", "2", "--client-runs", "1", "--profile-steps", "1", "--llama-preset", "tiny"]
 
 
 class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
@@ -363,6 +400,8 @@ class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
             ("--threads", "0"): "got 0",
             ("--device", "tpu"): "'tpu'",
             ("--dtype", "int8"): "'int8' is not one of",
+            ("--llama-preset", "llama9"): "--llama-preset 'llama9' is unknown",
+            ("--preset", "gpt2-small", "--contexts", "128"): "128 positions, beyond the 64 of --llama-preset tiny",
         }
         for argv, fragment in cases.items():
             with self.subTest(argv=argv):

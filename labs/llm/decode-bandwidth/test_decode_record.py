@@ -46,6 +46,15 @@ EDITS: list[tuple[JsonPath, str]] = [
     (("client", "modes", "ours", "ttft_ns"), "its token times"),
     (("client", "modes", "transformers", "itl_p90_ns"), "its token times"),
     (("client", "modes", "ours", "tokens_per_s"), "its token times"),
+    (("llama", "groups", 1, "bytes", "kv_read"), "the Llama config"),
+    (("llama", "groups", 0, "floor_ns_per_step"), "its bytes / the measured read bandwidth"),
+    (("llama", "groups", 2, "compute_floor_ns_per_step"), "its flops / the measured matmul rate"),
+    (("llama", "groups", 2, "ours_over_transformers"), "its two cells' medians"),
+    (("llama", "cells", 0, "median_ns_per_step"), "its raw durations"),
+    (("llama", "cells", 1, "floor_ns_per_step"), "its group's bytes / the measured read bandwidth"),
+    (("llama", "cells", 3, "step_over_floor"), "its median / its group's floor"),
+    (("llama", "contrast", "llama", "kv_bytes_per_position"), "the two models' configs"),
+    (("llama", "contrast", "gpt2", "head_share"), "the two models' configs"),
 ]
 
 

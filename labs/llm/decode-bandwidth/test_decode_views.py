@@ -25,7 +25,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         bench = record["config"]["benchmark"]
         items = decode_bandwidth_views.VIEWS["key-results"](record).items
-        self.assertEqual(len(items), 6)
+        self.assertEqual(len(items), 7)
         floors = {(g["dtype"], g["threads"], g["batch"], g["context"]): g for g in record["groups"]}
         for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at half of it
             group = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
@@ -43,6 +43,10 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             if cell["mode"] == "hf-dynamic":
                 cell["median_ns_per_step"] *= 10
         self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](record).items[3].startswith("Faster than"))
+        for group in record["llama"]["groups"]:  # the trained model's bullet words its verdict from the record
+            group["ours_over_transformers"] = 1.5
+        self.assertIn("slower than transformers' Llama on the same weights (1.50× its step time)",
+                      decode_bandwidth_views.VIEWS["key-results"](record).items[6])
 
     def test_the_step_bytes_diagram_draws_the_labs_byte_formula(self) -> None:
         from decode_bandwidth_views import pictures

@@ -6,9 +6,11 @@ First, every mode proves on a real prefix that it gives the full-sequence
 logits (float32). Then the machine's sustained read bandwidth and matmul
 throughput are measured at each thread count used, and the time of one
 decode step is taken per mode over batch x context, with the modes' order
-rotating between repetitions. Then a profile of one step per model, and a
-client's greedy generation with each. Written atomically at the end; a
-failed run keeps the old record.
+rotating between repetitions. Beside the grid, the trained SmolLM2-135M on
+the project's Llama decoder and on transformers' Llama, batch 1, float32,
+checked against each other at every context before its steps are timed. Then
+a profile of one step per model, and a client's greedy generation with each.
+Written atomically at the end; a failed run keeps the old record.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import torch
 
-from decode_bandwidth import figures, formulas
+from decode_bandwidth import figures, formulas, llama
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
@@ -50,7 +52,8 @@ TIMER = ("time.perf_counter_ns around one decode step under torch.inference_mode
          "T - 1 positions, untimed")
 QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
          "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
-         "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1}
+         "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1,
+         "llama_preset": "tiny"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,6 +80,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--bandwidth-passes", type=int, default=20, help="read-bandwidth passes, half before the timed steps and half "
         f"after, best kept; at least {MIN_BANDWIDTH_PASSES} (default: 20)")
     add("--profile-steps", type=int, default=5, help="decode steps profiled, median kept (default: 5)")
+    add("--llama-preset", default="smollm2", help=f"the Llama model timed beside the grid at batch 1, float32, over "
+        f"--contexts at --threads and --variant-threads: {', '.join(formulas.LLAMA_PRESETS)} (default: %(default)s)")
     bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
               "variant_batches": (1, 256), "equivalence_prefix": (1, 1 << 20), "equivalence_steps": (1, 1024),
               "prompt": (1, 1 << 20), "new_tokens": (1, 4096), "client_runs": (1, 100),
@@ -90,12 +95,18 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Everything that would fail later, refused now in one line, before any model is built."""
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is unknown; choose one of {', '.join(sorted(PRESETS))}")
+    if args.llama_preset not in formulas.LLAMA_PRESETS:
+        parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(formulas.LLAMA_PRESETS)}")
     positions = PRESETS[args.preset].max_positions
     for name, needed in (("contexts", max(args.contexts)),
                          ("equivalence-prefix + --equivalence-steps", args.equivalence_prefix + args.equivalence_steps),
                          ("prompt + --new-tokens", args.prompt + args.new_tokens)):
         if needed > positions:
             parser.error(f"--{name} needs {needed} positions, beyond the {positions} of preset {args.preset}")
+    llama_positions = llama_max_positions(args.llama_preset)
+    if max(args.contexts) > llama_positions:
+        parser.error(f"--contexts needs {max(args.contexts)} positions, beyond the {llama_positions} of "
+                     f"--llama-preset {args.llama_preset}")
     for name in ("batches", "contexts", "variant_batches"):
         values = getattr(args, name)
         if values != sorted(set(values)):
@@ -120,6 +131,14 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.variant_dtype = None  # the headline grid already covers it
     if args.variant_threads in (0, args.threads):
         args.variant_threads = None
+
+
+def llama_max_positions(preset: str) -> int:
+    """The positions a Llama preset's config allows, read without loading any weights."""
+    from kv_cache.llama import LlamaDecoderConfig
+    from kv_cache.llama.testing import TINY
+
+    return LlamaDecoderConfig().max_positions if preset == "smollm2" else TINY.max_position_embeddings
 
 
 def grid(args: argparse.Namespace) -> list[formulas.Group]:
@@ -215,6 +234,62 @@ def groups_and_cells(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return groups, cells
 
 
+def llama_prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
+    """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
+    started = time.perf_counter_ns()
+    bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
+    model, reference, weights = llama.llama_pair(args.llama_preset, args.seed)
+    generator = torch.Generator().manual_seed(args.seed + 4)
+    runners, checks = {}, []
+    torch.set_num_threads(threads[0])
+    with torch.inference_mode():
+        for context in args.contexts:
+            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers")
+            runners[context] = llama.step_runners(model, reference, context, generator)
+            checks.append(llama.check_step(*runners[context], context))
+    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks,
+            "prepare_ns": time.perf_counter_ns() - started}
+
+
+def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
+    """Rotated repetitions of one step per mode at every (threads, context): the record's raw Llama section."""
+    started = time.perf_counter_ns()
+    groups, cells = [], []
+    progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
+    try:
+        for count in threads:
+            torch.set_num_threads(count)
+            for context in args.contexts:
+                modes, held = prepared["runners"][context]
+
+                def run(mode: str, modes: dict[str, Any] = modes) -> int:
+                    step, reset = modes[mode]
+                    elapsed = bench.time_ns(step)
+                    reset()
+                    return elapsed
+
+                label = f"Llama {count}t context {context}"
+                with torch.inference_mode():
+                    order, durations = harness.time_rotated(formulas.LLAMA_MODES, run, args.repeats, args.warmup, progress,
+                                                            label)
+                groups.append({"threads": count, "context": context, "order": order})
+                cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
+                          for mode in formulas.LLAMA_MODES]
+                progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+                                                              for m, d in durations.items()))
+    finally:
+        progress.close()
+    torch.set_num_threads(args.threads)
+    return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
+            "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
+            "batch": formulas.LLAMA_BATCH, "dtype": formulas.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
+            "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
+            "order_policy": bench.ORDER_POLICY, "cache_contents": llama.CACHE_CONTENTS,
+            "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "groups": groups, "cells": cells,
+            "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
+
+
 def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed + 2)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=generator).to(model.device)
@@ -246,6 +321,8 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
                    f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
     equivalence = check_modes(model32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
+    prepared = llama_prepare(args, threads)
+    torch.set_num_threads(args.threads)
 
     half = args.bandwidth_passes // 2
     before = measure_hardware(args, threads, dtypes, half)
@@ -273,6 +350,8 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         timed = time_groups(args, models, progress)
     finally:
         progress.close()
+    trained = llama_section(args, threads, prepared)
+    del prepared
     hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
     groups, cells = groups_and_cells(timed)
 
@@ -311,6 +390,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "cells": cells,
         "profile": {"batch": 1, "context": longest, "dtype": args.dtype, "threads": args.threads, "modes": profiles},
         "client": client,
+        "llama": trained,
         "wall_time_s": (time.perf_counter_ns() - started) / 1e9,
     }
 
@@ -325,6 +405,12 @@ def summary(record: dict[str, Any]) -> list[str]:
                      f"{BASELINE} {hf['median_ns_per_step'] / 1e6:.1f} ms "
                      f"({best['median_ns_per_step'] / hf['median_ns_per_step']:.2f}x), "
                      f"floor {best['floor_ns_per_step'] / 1e6:.1f} ms ({best['step_over_floor']:.2f}x)")
+    llama = record["llama"]
+    for group in llama["groups"]:
+        cells = {c["mode"]: c for c in llama["cells"] if (c["threads"], c["context"]) == (group["threads"], group["context"])}
+        lines.append(f"{llama['preset']}, {group['threads']}t, context {group['context']}: " + ", ".join(
+            f"{mode} {cell['median_ns_per_step'] / 1e6:.1f} ms ({cell['step_over_floor']:.2f}x floor)"
+            for mode, cell in cells.items()) + f"; ours / transformers {group['ours_over_transformers']:.2f}x")
     verdict = "within" if record["wall_time_s"] <= WALL_TIME_TARGET_S else "beyond"
     lines.append(f"whole run {record['wall_time_s']:.0f} s, {verdict} the {WALL_TIME_TARGET_S} s target")
     return lines

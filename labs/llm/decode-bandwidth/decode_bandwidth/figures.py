@@ -20,6 +20,13 @@ from .formulas import (
     EQUIVALENCE_MODES,
     KINDS,
     LAYOUT,
+    LLAMA_ATOL,
+    LLAMA_BASELINE,
+    LLAMA_BATCH,
+    LLAMA_DTYPE,
+    LLAMA_MODES,
+    LLAMA_PRESETS,
+    LLAMA_RTOL,
     MIN_BANDWIDTH_PASSES,
     MODES,
     READ_KERNELS,
@@ -29,11 +36,15 @@ from .formulas import (
     Group,
     best_rate,
     client_summary,
+    contrast,
     grid,
     kernel_bytes,
     kind_bytes,
     kv_crossover,
+    llama_grid,
+    llama_step_bytes,
     matrix_shapes,
+    regime,
     rotations,
     square_matmul_flops,
     step_bytes,
@@ -69,11 +80,49 @@ def derive(record: dict[str, Any]) -> Figures:
                         ("kv_bytes_per_position", one["kv_read"])):
         figures.add(("kv_crossover", name), value, "the model config")
     profile_figures(record, rates, figures)
+    llama_figures(record, rates, figures)
     client = record["client"]
     for mode, entry in client["modes"].items():
         for name, value in client_summary(entry["token_times_ns"], client["new_tokens"]).items():
             figures.add(("client", "modes", mode, name), value, "its token times")
     return figures
+
+
+def llama_figures(record: Mapping[str, Any], rates: Mapping[tuple[str, str], float], figures: Figures) -> None:
+    """The trained model's steps: each group's bytes and two floors, each cell's statistics, its ratio to the
+    floor and its regime, ours against transformers per group; and the two models' bytes per step side by side."""
+    section = record["llama"]
+    model, size = section["model"], BYTES_PER_ELEMENT[section["dtype"]]
+    medians: dict[tuple[int, int, str], float] = {}
+    for index, cell in enumerate(section["cells"]):
+        durations = cell["durations_ns"]
+        medians[(cell["threads"], cell["context"], cell["mode"])] = median = as_number(percentile(durations, 0.5))
+        for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", median),
+                            ("max_ns_per_step", max(durations))):
+            figures.add(("llama", "cells", index, name), value, "its raw durations")
+    floors: dict[tuple[int, int], tuple[float, float]] = {}
+    for index, group in enumerate(section["groups"]):
+        key, where = (group["threads"], group["context"]), ("llama", "groups", index)
+        needed = llama_step_bytes(model, size, section["batch"], group["context"])
+        for name, value in needed.items():
+            figures.add((*where, "bytes", name), value, "the Llama config")
+        memory = memory_floor_ns(needed, rates, group["threads"])
+        compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
+        floors[key] = (memory, compute)
+        figures.add((*where, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
+        figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+        ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
+        figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
+        figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
+    for index, cell in enumerate(section["cells"]):
+        memory, compute = floors[(cell["threads"], cell["context"])]
+        median, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
+        figures.add((*where, "step_over_floor"), median / memory, "its median / its group's floor")
+        figures.add((*where, "regime"), regime(median, memory, compute), "its median against its group's two floors")
+    for name, values in contrast(record["config"]["model"], model, size).items():
+        for field, value in values.items():
+            figures.add(("llama", "contrast", name, field), value, "the two models' configs")
 
 
 def memory_floor_ns(needed: Mapping[str, int], rates: Mapping[tuple[str, str], float], threads: int) -> float:
@@ -169,6 +218,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     check_layouts(record, source)
     check_profile(record, source)
     check_client(record["client"], source)
+    check_llama(record, source)
 
 
 def check_equivalence(record: dict[str, Any], source: str) -> None:
@@ -299,3 +349,63 @@ def check_client(client: dict[str, Any], source: str) -> None:
             if len(stamps) != client["new_tokens"] or stamps != sorted(stamps):
                 refuse(source, ("client", "modes", mode, "token_times_ns", run), f"holds {len(stamps)} times "
                        f"(ascending: {stamps == sorted(stamps)}), expected {client['new_tokens']} ascending")
+
+
+def check_llama(record: dict[str, Any], source: str) -> None:
+    """The trained model's section: its preset, modes, dtype, batch and tolerance as the code sets them; one
+    equivalence per context, each within the tolerance; one group per (threads, context) in rotating order at
+    thread counts the hardware section measured, two cells each with a duration per repetition; and no
+    repetition under its memory floor."""
+    section, where = record["llama"], ("llama",)
+    if section["preset"] not in LLAMA_PRESETS:
+        refuse(source, (*where, "preset"), f"is {section['preset']!r}, not one of {sorted(LLAMA_PRESETS)}")
+    settings = {"modes": (section["modes"], LLAMA_MODES), "baseline": (section["baseline"], LLAMA_BASELINE),
+                "dtype": (section["dtype"], LLAMA_DTYPE), "batch": (section["batch"], LLAMA_BATCH),
+                "model": (section["model"]["dtype"], LLAMA_DTYPE)}
+    for name, (found, needed) in settings.items():
+        if found != needed:
+            refuse(source, (*where, name), f"is {found!r}, but the benchmark times {needed!r}")
+    model = section["model"]
+    if model["heads"] % model["kv_heads"]:
+        refuse(source, (*where, "model"), f"has {model['heads']} query heads, not a multiple of its "
+               f"{model['kv_heads']} key/value heads")
+    if max(section["contexts"]) > model["max_positions"]:
+        refuse(source, (*where, "contexts"), f"reach {max(section['contexts'])}, beyond {model['max_positions']} positions")
+    tolerance = section["tolerance"]
+    if (tolerance.get("atol"), tolerance.get("rtol")) != (LLAMA_ATOL, LLAMA_RTOL):
+        refuse(source, (*where, "tolerance"), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
+               f"benchmark compares the two Llama steps with atol {LLAMA_ATOL}, rtol {LLAMA_RTOL}")
+    checked = [entry["context"] for entry in section["equivalence"]]
+    if checked != section["contexts"]:
+        refuse(source, (*where, "equivalence"), f"covers contexts {checked}, the timed ones are {section['contexts']}")
+    for index, entry in enumerate(section["equivalence"]):
+        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        if entry["within_tolerance"] is not True or entry["max_abs_diff"] > bound:
+            refuse(source, (*where, "equivalence", index, "max_abs_diff"), f"is {entry['max_abs_diff']:g} at context "
+                   f"{entry['context']} (atol + rtol x max|reference| = {bound:g}, within_tolerance "
+                   f"{entry['within_tolerance']}): a step that disagrees with transformers is never timed")
+    repeats, measured = section["repeats"], record["hardware"]
+    keys = [(group["threads"], group["context"]) for group in section["groups"]]
+    if keys != llama_grid(section):
+        refuse(source, (*where, "groups"), f"cover {keys}, the section asks for {llama_grid(section)}")
+    for index, group in enumerate(section["groups"]):
+        if group["order"] != rotations(LLAMA_MODES, repeats):
+            refuse(source, (*where, "groups", index, "order"), f"is not {repeats} rotations of {LLAMA_MODES}")
+        if str(group["threads"]) not in measured["bandwidth"] or f"{LLAMA_DTYPE}/{group['threads']}" not in measured["matmul"]:
+            refuse(source, (*where, "groups", index, "threads"), f"is {group['threads']}, a thread count the hardware "
+                   f"section did not measure in {LLAMA_DTYPE}")
+    cells = [(cell["threads"], cell["context"], cell["mode"]) for cell in section["cells"]]
+    expected = [(*key, mode) for key in keys for mode in LLAMA_MODES]
+    if cells != expected:
+        refuse(source, (*where, "cells"), f"are {cells}, the groups need {expected}")
+    rates = hardware_figures(measured, Figures())
+    for index, cell in enumerate(section["cells"]):
+        if len(cell["durations_ns"]) != repeats:
+            refuse(source, (*where, "cells", index, "durations_ns"), f"has {len(cell['durations_ns'])} repetitions, "
+                   f"one per repetition needs repeats = {repeats}")
+        needed = llama_step_bytes(model, BYTES_PER_ELEMENT[section["dtype"]], section["batch"], cell["context"])
+        floor, fastest = memory_floor_ns(needed, rates, cell["threads"]), min(cell["durations_ns"])
+        if fastest < floor:
+            refuse(source, (*where, "cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory "
+                   f"floor of {floor:.0f} ns (Llama {cell['mode']}, {cell['threads']} thread(s), context "
+                   f"{cell['context']}): the floor is not a bound on this machine")

@@ -49,6 +49,20 @@ KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention
 MATRICES = tuple(KINDS[:5])  # the kinds that multiply by a weight matrix
 CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_per_s")
 
+# The trained model beside the grid: the project's Llama-family decoder (kv_cache.llama) on SmolLM2-135M-Instruct,
+# against transformers' LlamaForCausalLM on the same tensors, at batch 1 in float32. ``tiny`` is a seeded random
+# Llama of kv_cache.llama.testing, for the quick run and the tests.
+LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
+                 "tiny": "a tiny random Llama (kv_cache.llama.testing.TINY), for smoke runs"}
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic"]  # our decoder's preallocated cache, transformers' DynamicCache
+LLAMA_BASELINE = "hf-dynamic"
+LLAMA_DTYPE = "float32"
+LLAMA_BATCH = 1
+# float32 through 30 layers: the two step logits differ only in summation order; the KV-cache lab's parity tests
+# on the same weights use the same bounds (logits reach about 40).
+LLAMA_ATOL = 1e-3
+LLAMA_RTOL = 1e-4
+
 Group = tuple[str, int, int, int]  # (dtype, threads, batch, context)
 Cell = tuple[str, int, int, int, str]  # ... and mode
 
@@ -93,6 +107,67 @@ def step_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) ->
     figures["total"] = figures["weights"] + figures["embedding_rows"] + figures["kv_read"] + figures["kv_written"]
     return figures
 # --8<-- [end:step_bytes]
+
+
+def kv_bytes_per_position(layers: int, kv_heads: int, head_dim: int, size: int) -> int:
+    """Keys and values of one position in every layer, for one sequence."""
+    return 2 * layers * kv_heads * head_dim * size
+
+
+def llama_matrix_elements(model: Mapping[str, Any]) -> int:
+    """Every weight a Llama decode step multiplies by: q, k, v, o, gate, up, down per layer, and the head."""
+    width, q_width, kv_width = model["width"], model["heads"] * model["head_dim"], model["kv_heads"] * model["head_dim"]
+    per_layer = width * q_width + 2 * width * kv_width + q_width * width + 3 * width * model["hidden"]
+    return model["layers"] * per_layer + model["vocab_size"] * model["width"]
+
+
+def llama_weight_bytes(model: Mapping[str, Any], size: int) -> int:
+    """Every weight a Llama step reads whole: its matrices, two RMSNorm vectors per layer, the final norm, and
+    the output head. A tied head is the token embedding itself: one matrix, counted once."""
+    norms = (2 * model["layers"] + 1) * model["width"]
+    return (llama_matrix_elements(model) + norms) * size
+
+
+def llama_head_bytes(model: Mapping[str, Any], size: int) -> int:
+    """The output head, vocabulary x width, read whole every step."""
+    return model["vocab_size"] * model["width"] * size
+
+
+# --8<-- [start:llama_step_bytes]
+def llama_step_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) -> dict[str, int]:
+    """What one Llama decode step at ``context`` attended positions (the new token included) must move, and its
+    flops. The cache holds ``kv_heads`` heads per layer, not ``heads``: grouped-query attention's saving."""
+    if batch < 1 or not 1 <= context <= model["max_positions"]:
+        raise ValueError(f"need batch >= 1 and 1 <= context <= {model['max_positions']}, got {batch} and {context}")
+    per_position = batch * kv_bytes_per_position(model["layers"], model["kv_heads"], model["head_dim"], size)
+    attention = 2 * 2 * model["layers"] * batch * model["heads"] * context * model["head_dim"]  # q.k and p.v
+    figures = {
+        "weights": llama_weight_bytes(model, size),
+        # Tied: the looked-up token rows belong to the matrix the head reads whole, already counted.
+        "embedding_rows": 0 if model["tie_embeddings"] else batch * model["width"] * size,
+        "kv_read": per_position * context,
+        "kv_written": per_position,
+        "flops": 2 * batch * llama_matrix_elements(model) + attention,
+    }
+    figures["total"] = figures["weights"] + figures["embedding_rows"] + figures["kv_read"] + figures["kv_written"]
+    return figures
+# --8<-- [end:llama_step_bytes]
+
+
+def contrast(gpt2: Mapping[str, Any], llama: Mapping[str, Any], size: int) -> dict[str, dict[str, float]]:
+    """The two models' bytes per step side by side, in one dtype: weights, the head and its share, KV per position."""
+    rows = {"gpt2": (weight_bytes(gpt2, size), gpt2["vocab_size"] * gpt2["width"] * size,
+                     kv_bytes_per_position(gpt2["layers"], gpt2["kv_heads"], gpt2["head_dim"], size)),
+            "llama": (llama_weight_bytes(llama, size), llama_head_bytes(llama, size),
+                      kv_bytes_per_position(llama["layers"], llama["kv_heads"], llama["head_dim"], size))}
+    return {name: {"weight_bytes": weights, "head_bytes": head, "head_share": head / weights,
+                   "kv_bytes_per_position": kv, "batch_x_context": weights / kv}
+            for name, (weights, head, kv) in rows.items()}
+
+
+def llama_grid(llama: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """(threads, context) of every timed Llama group, threads first as they were timed."""
+    return [(threads, context) for threads in llama["threads"] for context in llama["contexts"]]
 
 
 def kv_crossover(model: Mapping[str, Any]) -> float:

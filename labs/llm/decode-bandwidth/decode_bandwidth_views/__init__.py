@@ -22,6 +22,7 @@ from .profile import profile_view
 from .results import answer_bound_view, answer_crossover_view, answer_gap_view, key_results_view
 from .roofline import roofline_view
 from .targets import targets_view
+from .trained import trained_bytes_view, trained_verdict_view, trained_view
 from .variants import variants_view
 
 VIEWS: dict[str, View] = {
@@ -30,6 +31,7 @@ VIEWS: dict[str, View] = {
     "variants": variants_view, "profile": profile_view, "client": client_view, "key-results": key_results_view,
     "step-bytes": step_bytes_view, "regimes": regime_grid_view, "answer-gap": answer_gap_view,
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,
+    "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
 }
 
 

@@ -46,6 +46,16 @@ def bar_rows(record: dict[str, Any]) -> list[tuple[int, int, dict[str, int]]]:
     return rows
 
 
+def stacked_bar(canvas: Canvas, x: float, y: float, height: float, parts: list[tuple[float, str]],
+                scale: float) -> None:
+    """Segments left to right, each ``amount x scale`` wide in its fill; slivers under half a unit are left out."""
+    for amount, fill in parts:
+        width = amount * scale
+        if width >= 0.5:
+            canvas.rect(x, y, width, height, fill)
+        x += width
+
+
 def step_bytes_view(record: dict[str, Any]) -> Block:
     """One stacked bar per batch x context: weight bytes, KV bytes, the rest; at the right, the floor they set."""
     dtype, threads = headline_key(record)
@@ -66,12 +76,7 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
         if index and batch != rows[index - 1][0]:
             y += gap
         canvas.text(left - 10, y + row_h / 2 + 5, f"B {batch} × T {context:,}", anchor="end", size=14)
-        x = left
-        for key, fill, _ in SEGMENTS:
-            width = parts[key] / widest * bar_w
-            if width >= 0.5:
-                canvas.rect(x, y + 4, width, row_h - 8, fill)
-            x += width
+        stacked_bar(canvas, left, y + 4, row_h - 8, [(parts[key], fill) for key, fill, _ in SEGMENTS], bar_w / widest)
         floor = groups[(batch, context)]["floor_ns_per_step"]
         canvas.text(left + bar_w + 14, y + row_h / 2 + 5, f"{format_bytes(parts['total'])} → {format_ms(floor)} ms",
                     anchor="start", size=14)

@@ -9,6 +9,7 @@ from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join
 
 from .pictures import cell_regimes, headline_groups
+from .trained import trained_item
 from .wording import gbs, ratio_range, threads_text
 
 
@@ -94,7 +95,8 @@ def client_item(record: dict[str, Any]) -> str:
 
 def key_results_view(record: dict[str, Any]) -> Block:
     return Block(css="lab-key-results", items=[parity_item(record), floor_item(record), batch_one_item(record),
-                                               versus_item(record), batching_item(record), client_item(record)])
+                                               versus_item(record), batching_item(record), client_item(record),
+                                               trained_item(record)])
 
 
 def answer_gap_view(record: dict[str, Any]) -> Block:

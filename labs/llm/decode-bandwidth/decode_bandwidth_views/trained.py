@@ -1,0 +1,201 @@
+"""The trained model beside the grid: SmolLM2-135M on this project's Llama decoder and on transformers' Llama.
+
+What changes from GPT-2 small is drawn from the two configs (formulas.contrast, stored as llama.contrast);
+how close each path came to its floor, and ours against transformers, from the Llama section's cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from decode_bandwidth.formulas import (
+    BYTES_PER_ELEMENT,
+    LLAMA_BASELINE,
+    REGIMES,
+    headline_key,
+    llama_step_bytes,
+    step_bytes,
+)
+from site_hooks.blocks import Block, Strong, Table
+from site_hooks.diagrams import Canvas, Diagram, legend
+from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
+
+from .pictures import headline_groups, stacked_bar
+from .wording import ratio_range, threads_text
+
+OURS = "ours-prealloc"
+SEGMENTS = (("layers", "old", "layer weights, read once"), ("head", "shared", "output head = token embedding, once"),
+            ("kv", "new", "KV cache, read and written"))
+
+
+def llama_name(record: dict[str, Any]) -> str:
+    return str(record["llama"]["weights"]["name"])
+
+
+def gpt2_name(record: dict[str, Any]) -> str:
+    return str(record["config"]["model"]["preset"])
+
+
+def llama_cells(record: dict[str, Any]) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """The Llama cells by (threads, context, mode)."""
+    return {(c["threads"], c["context"], c["mode"]): c for c in record["llama"]["cells"]}
+
+
+def llama_groups(record: dict[str, Any]) -> dict[tuple[int, int], dict[str, Any]]:
+    return {(g["threads"], g["context"]): g for g in record["llama"]["groups"]}
+
+
+def shape_text(model: dict[str, Any]) -> str:
+    return f"{model['kv_heads']} heads of {model['head_dim']} features × {model['layers']} layers"
+
+
+def bars(record: dict[str, Any]) -> list[tuple[str, dict[str, int], float]]:
+    """Per model (GPT-2 first): its name, the bytes of a batch-1 step at the longest context by segment, and the
+    floor they set at the headline thread count; from the two byte formulas on the record's configs."""
+    section = record["llama"]
+    size = BYTES_PER_ELEMENT[section["dtype"]]
+    context, threads = section["contexts"][-1], section["threads"][0]
+    gpt2 = step_bytes(record["config"]["model"], size, 1, context)
+    ours = llama_step_bytes(section["model"], size, 1, context)
+    contrast = section["contrast"]
+    gpt2_floor = headline_groups(record)[(1, context)]["floor_ns_per_step"] if headline_key(record) == (
+        section["dtype"], threads) else None
+    rows = []
+    for name, needed, head, floor in (
+            (gpt2_name(record), gpt2, contrast["gpt2"]["head_bytes"], gpt2_floor),
+            (llama_name(record), ours, contrast["llama"]["head_bytes"],
+             llama_groups(record)[(threads, context)]["floor_ns_per_step"])):
+        parts = {"layers": needed["weights"] - head, "head": head,
+                 "kv": needed["kv_read"] + needed["kv_written"] + needed["embedding_rows"], "total": needed["total"]}
+        rows.append((name, parts, floor))
+    return rows
+
+
+def trained_bytes_view(record: dict[str, Any]) -> Block:
+    """Two bars to one scale, the two models' bytes at batch 1 and the longest context; a table of what differs."""
+    section = record["llama"]
+    context = section["contexts"][-1]
+    rows = bars(record)
+    widest = max(parts["total"] for _, parts, _ in rows)
+    left, bar_w, row_h = 200, 250, 34  # room for the longer model name
+    canvas = Canvas(width=left + bar_w + 170, height=40 + len(rows) * row_h + 24 * len(SEGMENTS) + 16,
+                    slug="trained-bytes", title=f"One batch-1 step at context {context:,}, float32: two models' bytes",
+                    description="; ".join(f"{name}: {format_bytes(p['layers'])} of layer weights, {format_bytes(p['head'])} "
+                                          f"of head, {format_bytes(p['kv'])} of KV cache" for name, p, _ in rows))
+    canvas.text(left + bar_w + 14, 18, "bytes → floor", anchor="start", size=14, weight="bold")
+    y = 32
+    for name, parts, floor in rows:
+        canvas.text(left - 10, y + row_h / 2 + 5, name, anchor="end", size=14)
+        stacked_bar(canvas, left, y + 5, row_h - 10, [(parts[key], fill) for key, fill, _ in SEGMENTS], bar_w / widest)
+        right = format_bytes(parts["total"]) + ("" if floor is None else f" → {format_ms(floor)} ms")
+        canvas.text(left + bar_w + 14, y + row_h / 2 + 5, right, anchor="start", size=14)
+        y += row_h
+    legend(canvas, left, y + 14, [(fill, text) for _, fill, text in SEGMENTS])
+    gpt2, llama = section["contrast"]["gpt2"], section["contrast"]["llama"]
+    g_model, l_model = record["config"]["model"], section["model"]
+    table = Table(
+        headings=["Per step, float32", gpt2_name(record), llama_name(record), f"{llama_name(record)} ÷ {gpt2_name(record)}"],
+        rows=[
+            ("Weights read (a tied head counted once)", format_bytes(gpt2["weight_bytes"]),
+             format_bytes(llama["weight_bytes"]), format_ratio(llama["weight_bytes"] / gpt2["weight_bytes"])),
+            ("Output head, vocabulary × width",
+             f"{g_model['vocab_size']:,} × {g_model['width']}: {format_bytes(gpt2['head_bytes'])}",
+             f"{l_model['vocab_size']:,} × {l_model['width']}: {format_bytes(llama['head_bytes'])}",
+             format_ratio(llama["head_bytes"] / gpt2["head_bytes"])),
+            ("Head's share of the weights", format_percent(gpt2["head_share"]), format_percent(llama["head_share"]),
+             format_ratio(llama["head_share"] / gpt2["head_share"])),
+            ("Key/value heads × layers", shape_text(g_model), shape_text(l_model),
+             format_ratio(l_model["kv_heads"] * l_model["layers"] / (g_model["kv_heads"] * g_model["layers"]))),
+            ("KV cache per position", format_bytes(gpt2["kv_bytes_per_position"]),
+             format_bytes(llama["kv_bytes_per_position"]),
+             format_ratio(llama["kv_bytes_per_position"] / gpt2["kv_bytes_per_position"])),
+            ("Batch × context at which KV reads equal the weights", f"{gpt2['batch_x_context']:,.0f}",
+             f"{llama['batch_x_context']:,.0f}", format_ratio(llama["batch_x_context"] / gpt2["batch_x_context"])),
+        ])
+    per_query = l_model["heads"] // l_model["kv_heads"]
+    caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
+               f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves {per_query} of its "
+               f"{l_model['heads']} query heads, so its cache holds {format_ratio(l_model['kv_heads'] / l_model['heads'])} "
+               f"the keys and values that one key/value head per query head would. The right column divides each total by the fastest "
+               f"read bandwidth measured at {threads_text(section['threads'][0])}.")
+    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
+
+
+def trained_view(record: dict[str, Any]) -> Block:
+    """Per thread count and context: both steps, their floor, each against it, and ours against transformers."""
+    section = record["llama"]
+    cells, groups = llama_cells(record), llama_groups(record)
+    rows = []
+    for (threads, context), group in groups.items():
+        ours, theirs = cells[(threads, context, OURS)], cells[(threads, context, LLAMA_BASELINE)]
+        shown = [Strong(format_ms(c["median_ns_per_step"])) if group["faster"] == c["mode"]
+                 else format_ms(c["median_ns_per_step"]) for c in (ours, theirs)]
+        rows.append((threads, f"{context:,}", *shown, format_ms(group["floor_ns_per_step"]),
+                     format_ratio(ours["step_over_floor"]), format_ratio(theirs["step_over_floor"]),
+                     format_ratio(group["ours_over_transformers"]), REGIMES[ours["regime"]]))
+    table = Table(headings=["Threads", "Context", f"{OURS} (ms)", f"{LLAMA_BASELINE} (ms)", "Memory floor (ms)",
+                            f"{OURS} ÷ floor", f"{LLAMA_BASELINE} ÷ floor", f"{OURS} ÷ {LLAMA_BASELINE}",
+                            f"{OURS}: regime"], rows=rows,
+                  caption=f"{llama_name(record)}, batch {section['batch']}, {section['dtype']}")
+    checks = section["equivalence"]
+    tolerance = section["tolerance"]
+    agree = all(entry["argmax_agrees_every_step"] for entry in checks)
+    notes = [
+        f"Median milliseconds per decode step over {section['repeats']} timed steps per mode, after {section['warmup']} "
+        f"untimed, the two modes in rotating order; the faster is in bold. Cache: {section['cache_contents']}. "
+        f"{OURS} is this project's decoder (kv_cache.llama) with its preallocated cache; {LLAMA_BASELINE} is "
+        f"{section['reference']}.",
+        f"Before any timing, one step of each at every context gave the same logits within atol = "
+        f"{tolerance['atol']:g}, rtol = {tolerance['rtol']:g}: the largest difference was "
+        f"{format_sci(max(entry['max_abs_diff'] for entry in checks))} on logits up to "
+        f"{max(entry['max_abs_reference'] for entry in checks):.1f}, and the most likely next token "
+        + ("agreed at every context." if agree else "differed at some context."),
+        f"Loading the pair, the checks and these timed steps took {section['wall_time_s']:.0f} s of the whole "
+        f"run's {record['wall_time_s']:.0f} s.",
+    ]
+    return Block(css="lab-decode-trained", tables=[table], notes=notes)
+
+
+def trained_verdict_view(record: dict[str, Any]) -> Block:
+    """How close each path came to its floor, and ours against transformers, at the first thread count."""
+    section = record["llama"]
+    threads = section["threads"][0]
+    cells, groups = llama_cells(record), llama_groups(record)
+    contexts = section["contexts"]
+    ours = [cells[(threads, c, OURS)] for c in contexts]
+    theirs = [cells[(threads, c, LLAMA_BASELINE)] for c in contexts]
+    ratios = [groups[(threads, c)]["ours_over_transformers"] for c in contexts]
+    verdict = ("faster than" if max(ratios) < 1 else "slower than" if min(ratios) > 1 else "level with")
+    regimes = join(sorted({REGIMES[cell["regime"]] for cell in ours}))
+    text = (f"At {threads_text(threads)}, over contexts {contexts[0]:,} to {contexts[-1]:,}, this decoder's step took "
+            f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
+            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
+            f"{ratio_range(ratios)} its step time.")
+    return Block(css="lab-answer", paragraphs=[text, layout_sentence(record)])
+
+
+def layout_sentence(record: dict[str, Any]) -> str:
+    """Both Llama paths multiply (out, in) weights with F.linear: how that layout fared in this run's layout table."""
+    rows = record["layout"]["rows"]
+    slower = [row for row in rows if row["out_in_ns"] > row["in_out_ns"]]
+    head = next(row for row in rows if row["kind"] == "output head")
+    verdict = (f"the slower one for {len(slower)} of {len(rows)} kinds of GPT-2 matrix at batch 1" if slower
+               else "the faster one for every kind of GPT-2 matrix at batch 1")
+    return (f"Both Llama paths keep every weight (out, in), as transformers stores it, and multiply it with F.linear: "
+            f"in this run's layout measurement above that layout was {verdict}; over the output head it took "
+            f"{format_ratio(head['out_in_ns'] / head['in_out_ns'])} the time of the (in, out) product.")
+
+
+def trained_item(record: dict[str, Any]) -> str:
+    """The key-results bullet: the trained model's step against its floor and against transformers."""
+    section = record["llama"]
+    threads = section["threads"][0]
+    cells, groups = llama_cells(record), llama_groups(record)
+    contexts = section["contexts"]
+    ours = [cells[(threads, c, OURS)]["step_over_floor"] for c in contexts]
+    ratios = [groups[(threads, c)]["ours_over_transformers"] for c in contexts]
+    verdict = ("faster than" if max(ratios) < 1 else "slower than" if min(ratios) > 1 else "level with")
+    named = f"The trained {llama_name(record)}" if section["weights"]["trained"] else f"A {llama_name(record)}"
+    return (f"{named}: at batch 1 on {threads_text(threads)} this project's Llama "
+            f"decoder took {ratio_range(ours)} its floor over contexts {contexts[0]:,} to {contexts[-1]:,}, "
+            f"{verdict} transformers' Llama on the same weights ({ratio_range(ratios)} its step time), after the "
+            f"two matched logits at every context.")
