@@ -103,7 +103,7 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
                          ("prompt + --new-tokens", args.prompt + args.new_tokens)):
         if needed > positions:
             parser.error(f"--{name} needs {needed} positions, beyond the {positions} of preset {args.preset}")
-    llama_positions = llama_max_positions(args.llama_preset)
+    llama_positions = llama.max_positions(args.llama_preset)
     if max(args.contexts) > llama_positions:
         parser.error(f"--contexts needs {max(args.contexts)} positions, beyond the {llama_positions} of "
                      f"--llama-preset {args.llama_preset}")
@@ -131,14 +131,6 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.variant_dtype = None  # the headline grid already covers it
     if args.variant_threads in (0, args.threads):
         args.variant_threads = None
-
-
-def llama_max_positions(preset: str) -> int:
-    """The positions a Llama preset's config allows, read without loading any weights."""
-    from kv_cache.llama import LlamaDecoderConfig
-    from kv_cache.llama.testing import TINY
-
-    return LlamaDecoderConfig().max_positions if preset == "smollm2" else TINY.max_position_embeddings
 
 
 def grid(args: argparse.Namespace) -> list[formulas.Group]:
@@ -234,62 +226,6 @@ def groups_and_cells(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return groups, cells
 
 
-def llama_prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
-    """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
-    started = time.perf_counter_ns()
-    bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
-    model, reference, weights = llama.llama_pair(args.llama_preset, args.seed)
-    generator = torch.Generator().manual_seed(args.seed + 4)
-    runners, checks = {}, []
-    torch.set_num_threads(threads[0])
-    with torch.inference_mode():
-        for context in args.contexts:
-            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers")
-            runners[context] = llama.step_runners(model, reference, context, generator)
-            checks.append(llama.check_step(*runners[context], context))
-    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks,
-            "prepare_ns": time.perf_counter_ns() - started}
-
-
-def llama_section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
-    """Rotated repetitions of one step per mode at every (threads, context): the record's raw Llama section."""
-    started = time.perf_counter_ns()
-    groups, cells = [], []
-    progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
-    try:
-        for count in threads:
-            torch.set_num_threads(count)
-            for context in args.contexts:
-                modes, held = prepared["runners"][context]
-
-                def run(mode: str, modes: dict[str, Any] = modes) -> int:
-                    step, reset = modes[mode]
-                    elapsed = bench.time_ns(step)
-                    reset()
-                    return elapsed
-
-                label = f"Llama {count}t context {context}"
-                with torch.inference_mode():
-                    order, durations = harness.time_rotated(formulas.LLAMA_MODES, run, args.repeats, args.warmup, progress,
-                                                            label)
-                groups.append({"threads": count, "context": context, "order": order})
-                cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
-                          for mode in formulas.LLAMA_MODES]
-                progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
-                                                              for m, d in durations.items()))
-    finally:
-        progress.close()
-    torch.set_num_threads(args.threads)
-    return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
-            "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
-            "batch": formulas.LLAMA_BATCH, "dtype": formulas.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
-            "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
-            "order_policy": bench.ORDER_POLICY, "cache_contents": llama.CACHE_CONTENTS,
-            "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
-            "groups": groups, "cells": cells,
-            "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
-
-
 def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed + 2)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=generator).to(model.device)
@@ -321,7 +257,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
                    f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
     equivalence = check_modes(model32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
-    prepared = llama_prepare(args, threads)
+    prepared = llama.prepare(args, threads)
     torch.set_num_threads(args.threads)
 
     half = args.bandwidth_passes // 2
@@ -350,7 +286,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         timed = time_groups(args, models, progress)
     finally:
         progress.close()
-    trained = llama_section(args, threads, prepared)
+    trained = llama.section(args, threads, prepared)
     del prepared
     hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
     groups, cells = groups_and_cells(timed)

@@ -14,6 +14,9 @@ logits within the stated tolerance, or the run stops.
 
 from __future__ import annotations
 
+import argparse
+import statistics
+import time
 from typing import Any
 
 import torch
@@ -21,8 +24,9 @@ from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM
 
 from kv_cache.llama import LayerCache, LlamaDecoder
-from labkit import harness
+from labkit import bench, harness
 
+from . import formulas
 from .formulas import LLAMA_ATOL, LLAMA_BATCH, LLAMA_RTOL
 from .hf import rewind
 from .workloads import Runner, synchronizer
@@ -113,3 +117,68 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
     entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], LLAMA_ATOL, LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
     return {"context": context, **entry}
+
+
+# ---- the benchmark's trained-model section: load and check before timing, then the rotated repetitions ----
+def max_positions(preset: str) -> int:
+    """The positions a Llama preset's config allows, read without loading any weights."""
+    from kv_cache.llama import LlamaDecoderConfig
+    from kv_cache.llama.testing import TINY
+
+    return LlamaDecoderConfig().max_positions if preset == "smollm2" else TINY.max_position_embeddings
+
+
+def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
+    """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
+    started = time.perf_counter_ns()
+    bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
+    model, reference, weights = llama_pair(args.llama_preset, args.seed)
+    generator = torch.Generator().manual_seed(args.seed + 4)
+    runners, checks = {}, []
+    torch.set_num_threads(threads[0])
+    with torch.inference_mode():
+        for context in args.contexts:
+            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers")
+            runners[context] = step_runners(model, reference, context, generator)
+            checks.append(check_step(*runners[context], context))
+    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks,
+            "prepare_ns": time.perf_counter_ns() - started}
+
+
+def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
+    """Rotated repetitions of one step per mode at every (threads, context): the record's raw Llama section."""
+    started = time.perf_counter_ns()
+    groups, cells = [], []
+    progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
+    try:
+        for count in threads:
+            torch.set_num_threads(count)
+            for context in args.contexts:
+                modes, held = prepared["runners"][context]
+
+                def run(mode: str, modes: dict[str, Any] = modes) -> int:
+                    step, reset = modes[mode]
+                    elapsed = bench.time_ns(step)
+                    reset()
+                    return elapsed
+
+                label = f"Llama {count}t context {context}"
+                with torch.inference_mode():
+                    order, durations = harness.time_rotated(formulas.LLAMA_MODES, run, args.repeats, args.warmup, progress,
+                                                            label)
+                groups.append({"threads": count, "context": context, "order": order})
+                cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
+                          for mode in formulas.LLAMA_MODES]
+                progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+                                                              for m, d in durations.items()))
+    finally:
+        progress.close()
+    torch.set_num_threads(args.threads)
+    return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
+            "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
+            "batch": formulas.LLAMA_BATCH, "dtype": formulas.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
+            "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
+            "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
+            "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "groups": groups, "cells": cells,
+            "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}

@@ -1,0 +1,280 @@
+"""What the decode record's raw data must satisfy before anything is derived from it (``check_invariants``):
+the lab's model, modes and tolerance, the grid, the rotation, the floor holding under every timed repetition.
+Torch-free, run by the site build before the derived figures are compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.figures import Figures, JsonPath, refuse
+
+from .derivation import hardware_figures, memory_floor_ns
+from .formulas import (
+    ATOL,
+    BASELINE,
+    BYTES_PER_ELEMENT,
+    EQUIVALENCE_MODES,
+    KINDS,
+    LAYOUT,
+    LLAMA_ATOL,
+    LLAMA_BASELINE,
+    LLAMA_BATCH,
+    LLAMA_DTYPE,
+    LLAMA_MODES,
+    LLAMA_PRESETS,
+    LLAMA_RTOL,
+    MIN_BANDWIDTH_PASSES,
+    MODES,
+    READ_KERNELS,
+    RTOL,
+    TARGETS,
+    Cell,
+    grid,
+    kernel_bytes,
+    llama_grid,
+    llama_step_bytes,
+    matrix_shapes,
+    rotations,
+    step_bytes,
+)
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    """What the raw data must satisfy before anything is derived from it: this lab's model, modes, targets
+    and tolerance; every mode within the tolerance; the grid the config asks for, one cell per group and
+    mode, each with a duration and a fault count per repetition in the rotating order; enough bandwidth
+    passes over a buffer beyond the cache; the layouts and profile kinds the decoder has; ascending token times."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    if model["head_dim"] * model["heads"] != model["width"] or model["heads"] % model["kv_heads"]:
+        refuse(source, ("config", "model"), f"has width {model['width']}, heads {model['heads']}, kv_heads "
+               f"{model['kv_heads']} and head_dim {model['head_dim']}, which do not fit together")
+    if model["bytes_per_element"] != BYTES_PER_ELEMENT.get(model["dtype"]):
+        refuse(source, ("config", "model", "bytes_per_element"), f"is {model['bytes_per_element']} for dtype {model['dtype']}")
+    if model["dtype"] != "float32":
+        refuse(source, ("config", "model", "dtype"), f"is {model['dtype']}: the model is built in float32 and cast per dtype")
+    if max(bench["contexts"]) > model["max_positions"]:
+        refuse(source, ("config", "benchmark", "contexts"),
+               f"reach {max(bench['contexts'])}, beyond {model['max_positions']} positions")
+    if bench["modes"] != MODES or bench["baseline"] != BASELINE:
+        refuse(source, ("config", "benchmark", "modes"), f"are {bench['modes']} with baseline {bench['baseline']!r}, "
+               f"but this lab measures {MODES} with baseline {BASELINE!r}")
+    if bench["targets"] != TARGETS:
+        refuse(source, ("config", "benchmark", "targets"), f"are {bench['targets']}, the benchmark's code sets {TARGETS}")
+    in_force = record["environment"]["torch"]["threads"]
+    if in_force != bench["threads"]:
+        refuse(source, ("environment", "torch", "threads"),
+               f"is {in_force}, but the headline grid ran at --threads {bench['threads']}")
+    check_equivalence(record, source)
+    check_hardware(record["hardware"], source)
+    check_groups(record, source)
+    check_floor_holds(record, source)
+    check_layouts(record, source)
+    check_profile(record, source)
+    check_client(record["client"], source)
+    check_llama(record, source)
+
+
+def check_equivalence(record: dict[str, Any], source: str) -> None:
+    tolerance, modes = record["tolerance"], record["equivalence"]["modes"]
+    if (tolerance.get("atol"), tolerance.get("rtol")) != (ATOL, RTOL):
+        refuse(source, ("tolerance",), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
+               f"benchmark's equivalence check uses atol {ATOL}, rtol {RTOL}")
+    if list(modes) != EQUIVALENCE_MODES:
+        refuse(source, ("equivalence", "modes"), f"cover {list(modes)}, the benchmark compares {EQUIVALENCE_MODES}")
+    for mode, entry in modes.items():
+        if entry["within_tolerance"] is not True:
+            refuse(source, ("equivalence", "modes", mode, "within_tolerance"), f"is {entry['within_tolerance']}: the "
+                   "benchmark stops before timing when a mode disagrees, so a timed record cannot hold a miss")
+        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        if entry["max_abs_diff"] > bound:
+            refuse(source, ("equivalence", "modes", mode, "max_abs_diff"), f"is {entry['max_abs_diff']:g}, beyond "
+                   f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
+
+
+def check_hardware(machine: dict[str, Any], source: str) -> None:
+    llc = machine["last_level_cache_bytes"]
+    if llc is not None and machine["buffer_bytes"] < 4 * llc:
+        refuse(source, ("hardware", "buffer_bytes"), f"is {machine['buffer_bytes']}, under 4 x the last-level cache ({llc})")
+    for threads, entry in machine["bandwidth"].items():
+        where: JsonPath = ("hardware", "bandwidth", threads)
+        if entry["passes"] < MIN_BANDWIDTH_PASSES:
+            refuse(source, (*where, "passes"), f"is {entry['passes']}, under the {MIN_BANDWIDTH_PASSES} passes the floor needs")
+        if entry["buffer_bytes"] != machine["buffer_bytes"]:
+            refuse(source, (*where, "buffer_bytes"), f"is {entry['buffer_bytes']}, not the {machine['buffer_bytes']} "
+                   f"bytes of $.hardware.buffer_bytes")
+        if sorted(entry["kernels"]) != sorted(READ_KERNELS):
+            refuse(source, (*where, "kernels"), f"are {sorted(entry['kernels'])}, but the floor reads with "
+                   f"{sorted(READ_KERNELS)}")
+        for name, kernel in entry["kernels"].items():
+            if len(kernel["durations_ns"]) != entry["passes"]:
+                refuse(source, (*where, "kernels", name, "durations_ns"), f"holds {len(kernel['durations_ns'])} "
+                       f"passes, not the {entry['passes']} its entry states")
+            if kernel["bytes"] != kernel_bytes(name, entry["buffer_bytes"]):
+                refuse(source, (*where, "kernels", name, "bytes"), f"is {kernel['bytes']}, but the {name} kernel "
+                       f"moves {kernel_bytes(name, entry['buffer_bytes'])} bytes over its buffer")
+    for key, entry in machine["matmul"].items():
+        if entry["passes"] != len(entry["durations_ns"]):
+            refuse(source, ("hardware", "matmul", key, "passes"), f"is {entry['passes']}, but it holds "
+                   f"{len(entry['durations_ns'])} durations")
+
+
+def check_groups(record: dict[str, Any], source: str) -> None:
+    bench, machine = record["config"]["benchmark"], record["hardware"]
+    repeats = bench["repeats"]
+    keys = [(g["dtype"], g["threads"], g["batch"], g["context"]) for g in record["groups"]]
+    if keys != grid(bench):
+        refuse(source, ("groups",), f"cover {keys}, the config asks for {grid(bench)}")
+    cells: dict[Cell, int] = {}
+    for index, cell in enumerate(record["cells"]):
+        key = (cell["dtype"], cell["threads"], cell["batch"], cell["context"], cell["mode"])
+        if key in cells:
+            refuse(source, ("cells", index), f"repeats the cell {key}")
+        cells[key] = index
+        for name, what in (("durations_ns", "repetitions"), ("minor_faults", "counts")):
+            if len(cell[name]) != repeats:
+                refuse(source, ("cells", index, name), f"has {len(cell[name])} {what}, one per repetition needs "
+                       f"repeats = {repeats}")
+    if len(cells) != len(keys) * len(MODES):
+        refuse(source, ("cells",), f"hold {len(cells)} cells, {len(keys)} groups x {len(MODES)} modes need "
+               f"{len(keys) * len(MODES)}")
+    for index, (group, key) in enumerate(zip(record["groups"], keys)):
+        if group["order"] != rotations(MODES, repeats):
+            refuse(source, ("groups", index, "order"), f"is not {repeats} rotations of {MODES}")
+        if str(group["threads"]) not in machine["bandwidth"] or f"{group['dtype']}/{group['threads']}" not in machine["matmul"]:
+            refuse(source, ("groups", index), f"ran at {group['threads']} threads in {group['dtype']}, which the "
+                   "hardware section did not measure")
+        for mode in MODES:
+            if (*key, mode) not in cells:
+                refuse(source, ("cells",), f"lack the {mode} cell of {key}")
+
+
+def check_layouts(record: dict[str, Any], source: str) -> None:
+    """The layout measurements: every matrix kind, counted from the model's tensors as the config gives them."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    check_layout(model, record["layout"], ("layout",), source)
+    if record["layout"]["dtype"] != "float32" or record["layout"]["batch"] != 1:
+        refuse(source, ("layout",), f"is measured in {record['layout']['dtype']} at batch {record['layout']['batch']}; "
+               "the stored layout is chosen on the float32 model at batch 1")
+    larger = [batch for batch in bench["batches"] if batch > 1]
+    measured = [layout["batch"] for layout in record["layout_batches"]]
+    if measured != larger:
+        refuse(source, ("layout_batches",), f"measure batches {measured}; the headline grid's batches above 1 are {larger}")
+    for index, layout in enumerate(record["layout_batches"]):
+        if layout["dtype"] != "float32":
+            refuse(source, ("layout_batches", index, "dtype"), f"is {layout['dtype']}; these repeat the float32 measurement")
+        check_layout(model, layout, ("layout_batches", index), source)
+    timed = {bench["dtype"], bench["variant_dtype"]} - {None, "float32"}
+    for dtype, layout in record.get("layout_other_dtypes", {}).items():
+        if dtype not in timed or layout["dtype"] != dtype:
+            refuse(source, ("layout_other_dtypes", dtype), f"holds a {layout['dtype']} measurement; the run timed "
+                   f"{sorted(timed) or 'no dtype'} besides float32")
+        check_layout(model, layout, ("layout_other_dtypes", dtype), source)
+
+
+def check_layout(model: dict[str, Any], layout: dict[str, Any], where: JsonPath, source: str) -> None:
+    expected, size = matrix_shapes(model), BYTES_PER_ELEMENT[layout["dtype"]]
+    kinds = [row["kind"] for row in layout["rows"]]
+    if kinds != list(expected):
+        refuse(source, (*where, "rows"), f"list {kinds}, expected {list(expected)}")
+    for index, row in enumerate(layout["rows"]):
+        (rows, cols), count = expected[row["kind"]]
+        if row["stored"] != LAYOUT[row["kind"]]:
+            refuse(source, (*where, "rows", index, "stored"), f"is {row['stored']}, the decoder stores {row['kind']} "
+                   f"{LAYOUT[row['kind']]}")
+        if row["shape_in_out"] != [rows, cols] or row["matrices"] != count or row["bytes_per_matrix"] != rows * cols * size:
+            refuse(source, (*where, "rows", index), f"describes {row['matrices']} matrices of {row['shape_in_out']}, "
+                   f"{row['bytes_per_matrix']} bytes each; the config gives {count} of {[rows, cols]}")
+
+
+def check_profile(record: dict[str, Any], source: str) -> None:
+    profile = record["profile"]
+    if str(profile["threads"]) not in record["hardware"]["bandwidth"]:
+        refuse(source, ("profile", "threads"), f"is {profile['threads']}, a thread count the hardware section did not measure")
+    for mode, entry in profile["modes"].items():
+        kinds = [row["kind"] for row in entry["rows"]]
+        if kinds != KINDS:
+            refuse(source, ("profile", "modes", mode, "rows"), f"list {kinds}, expected {KINDS}")
+
+
+def check_client(client: dict[str, Any], source: str) -> None:
+    for mode, entry in client["modes"].items():
+        for run, stamps in enumerate(entry["token_times_ns"]):
+            if len(stamps) != client["new_tokens"] or stamps != sorted(stamps):
+                refuse(source, ("client", "modes", mode, "token_times_ns", run), f"holds {len(stamps)} times "
+                       f"(ascending: {stamps == sorted(stamps)}), expected {client['new_tokens']} ascending")
+
+
+def check_llama(record: dict[str, Any], source: str) -> None:
+    """The trained model's section: its preset, modes, dtype, batch and tolerance as the code sets them; one
+    equivalence per context, each within the tolerance; one group per (threads, context) in rotating order at
+    thread counts the hardware section measured, two cells each with a duration per repetition; and no
+    repetition under its memory floor."""
+    section, where = record["llama"], ("llama",)
+    if section["preset"] not in LLAMA_PRESETS:
+        refuse(source, (*where, "preset"), f"is {section['preset']!r}, not one of {sorted(LLAMA_PRESETS)}")
+    settings = {"modes": (section["modes"], LLAMA_MODES), "baseline": (section["baseline"], LLAMA_BASELINE),
+                "dtype": (section["dtype"], LLAMA_DTYPE), "batch": (section["batch"], LLAMA_BATCH),
+                "model": (section["model"]["dtype"], LLAMA_DTYPE)}
+    for name, (found, needed) in settings.items():
+        if found != needed:
+            refuse(source, (*where, name), f"is {found!r}, but the benchmark times {needed!r}")
+    model = section["model"]
+    if model["heads"] % model["kv_heads"]:
+        refuse(source, (*where, "model"), f"has {model['heads']} query heads, not a multiple of its "
+               f"{model['kv_heads']} key/value heads")
+    if max(section["contexts"]) > model["max_positions"]:
+        refuse(source, (*where, "contexts"), f"reach {max(section['contexts'])}, beyond {model['max_positions']} positions")
+    tolerance = section["tolerance"]
+    if (tolerance.get("atol"), tolerance.get("rtol")) != (LLAMA_ATOL, LLAMA_RTOL):
+        refuse(source, (*where, "tolerance"), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
+               f"benchmark compares the two Llama steps with atol {LLAMA_ATOL}, rtol {LLAMA_RTOL}")
+    checked = [entry["context"] for entry in section["equivalence"]]
+    if checked != section["contexts"]:
+        refuse(source, (*where, "equivalence"), f"covers contexts {checked}, the timed ones are {section['contexts']}")
+    for index, entry in enumerate(section["equivalence"]):
+        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        if entry["within_tolerance"] is not True or entry["max_abs_diff"] > bound:
+            refuse(source, (*where, "equivalence", index, "max_abs_diff"), f"is {entry['max_abs_diff']:g} at context "
+                   f"{entry['context']} (atol + rtol x max|reference| = {bound:g}, within_tolerance "
+                   f"{entry['within_tolerance']}): a step that disagrees with transformers is never timed")
+    repeats, measured = section["repeats"], record["hardware"]
+    keys = [(group["threads"], group["context"]) for group in section["groups"]]
+    if keys != llama_grid(section):
+        refuse(source, (*where, "groups"), f"cover {keys}, the section asks for {llama_grid(section)}")
+    for index, group in enumerate(section["groups"]):
+        if group["order"] != rotations(LLAMA_MODES, repeats):
+            refuse(source, (*where, "groups", index, "order"), f"is not {repeats} rotations of {LLAMA_MODES}")
+        if str(group["threads"]) not in measured["bandwidth"] or f"{LLAMA_DTYPE}/{group['threads']}" not in measured["matmul"]:
+            refuse(source, (*where, "groups", index, "threads"), f"is {group['threads']}, a thread count the hardware "
+                   f"section did not measure in {LLAMA_DTYPE}")
+    cells = [(cell["threads"], cell["context"], cell["mode"]) for cell in section["cells"]]
+    expected = [(*key, mode) for key in keys for mode in LLAMA_MODES]
+    if cells != expected:
+        refuse(source, (*where, "cells"), f"are {cells}, the groups need {expected}")
+    rates = hardware_figures(measured, Figures())
+    for index, cell in enumerate(section["cells"]):
+        if len(cell["durations_ns"]) != repeats:
+            refuse(source, (*where, "cells", index, "durations_ns"), f"has {len(cell['durations_ns'])} repetitions, "
+                   f"one per repetition needs repeats = {repeats}")
+        needed = llama_step_bytes(model, BYTES_PER_ELEMENT[section["dtype"]], section["batch"], cell["context"])
+        floor, fastest = memory_floor_ns(needed, rates, cell["threads"]), min(cell["durations_ns"])
+        if fastest < floor:
+            refuse(source, (*where, "cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory "
+                   f"floor of {floor:.0f} ns (Llama {cell['mode']}, {cell['threads']} thread(s), context "
+                   f"{cell['context']}): the floor is not a bound on this machine")
+
+
+def check_floor_holds(record: dict[str, Any], source: str) -> None:
+    """No repetition of any timed cell may take less than its memory floor: a step that beat it would show
+    that some kernel reads memory faster than every read kernel measured, so the floor would not be one."""
+    rates = hardware_figures(record["hardware"], Figures())
+    model = record["config"]["model"]
+    for index, cell in enumerate(record["cells"]):
+        needed = step_bytes(model, BYTES_PER_ELEMENT[cell["dtype"]], cell["batch"], cell["context"])
+        floor = memory_floor_ns(needed, rates, cell["threads"])
+        fastest = min(cell["durations_ns"])
+        if fastest < floor:
+            refuse(source, ("cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory floor of "
+                   f"{floor:.0f} ns ({cell['mode']}, {cell['dtype']}, {cell['threads']} thread(s), batch "
+                   f"{cell['batch']}, context {cell['context']}): the floor is not a bound on this machine")
