@@ -30,7 +30,7 @@ from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache
 from .config import CacheFormat
 from .errors import error_chain
-from .figures import (BUDGET_BYTES, CORPUS, SERVING, TRAINED_LABELS, derive, format_of)
+from .figures import BUDGET_BYTES, CORPUS, FP8_SMALLEST_NORMAL, SERVING, TRAINED_LABELS, derive, format_of
 from .testing import random_entries
 
 LAB, ROOT = lab_for(__file__)
@@ -126,7 +126,7 @@ def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     from kv_cache.llama.generate import smollm2
     from kv_cache.llama.weights import GGUF_NAME, trained
 
-    from .trained import CHUNK, chunked_logits, corpus_ids, greedy, quality, step_timing
+    from .trained import CHUNK, chunked_logits, corpus_ids, greedy, magnitudes, quality, step_timing
 
     chat = smollm2(torch.float32)
     model = chat.model
@@ -139,19 +139,20 @@ def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     window = corpus[:, :longest]
     prompt = chat.chat_ids([{"role": "user", "content": PROMPT}])
     bench.progress("trained model: the float32 reference pass")
-    reference = chunked_logits(model, window, CacheFormat("float32"))
+    reference, reference_cache = chunked_logits(model, window, CacheFormat("float32"))
+    entry_range = magnitudes(reference_cache, FP8_SMALLEST_NORMAL)
     per_format: dict[str, dict[str, Any]] = {}
     for label in TRAINED_LABELS:
         fmt = format_of(label)
         bench.progress(f"trained model: {label} over {longest} corpus tokens, greedy, decode steps")
-        logits = reference if label == "float32" else chunked_logits(model, window, fmt)
+        logits, cache = (reference, reference_cache) if label == "float32" else chunked_logits(model, window, fmt)
         scores = {str(context): quality(logits, reference, window, context) for context in args.contexts}
         per_format[label] = {
             "perplexity": {c: s["perplexity"] for c, s in scores.items()},
             "kl": {c: s["kl"] for c, s in scores.items()},
             "top1_agreement": {c: s["top1_agreement"] for c, s in scores.items()},
             "greedy_ids": greedy(model, prompt, fmt, args.new_tokens),
-            "timing": step_timing(model, corpus, fmt, longest, args.repeats),
+            "timing": step_timing(model, corpus, cache, args.repeats),
         }
     reference_text = chat.decode(per_format["float32"]["greedy_ids"])
     section = {"model": "SmolLM2-135M-Instruct", "weights": GGUF_NAME, "weights_sha256": trained().digest,
@@ -160,6 +161,8 @@ def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
                                                              "tokens": len(ids)},
                "contexts": args.contexts, "chunk": CHUNK, "prompt": PROMPT, "prompt_tokens": len(prompt),
                "new_tokens": args.new_tokens, "reference_text": reference_text,
+               # before the timed steps extend it: the float32 cache of the corpus window, as stored
+               "magnitudes": {"smallest_normal": FP8_SMALLEST_NORMAL, **entry_range},
                "method": (f"chunked prefill of {CHUNK} tokens per call into each format's cache, every stored "
                           "position dequantized for attention; the metrics at context L over the first L "
                           "positions of one pass; reference: the same pass with the float32 cache"),

@@ -14,7 +14,7 @@ from typing import Any
 
 from labkit.figures import Figures, JsonPath, refuse
 
-from .config import GGML_BLOCK, CacheFormat
+from .config import FP8_MAX, GGML_BLOCK, CacheFormat
 
 META_BYTES = 4  # one float32 scale or zero point (the model's dtype)
 GGML_SCALE_BYTES = 2  # llama.cpp's ggml_half d
@@ -147,6 +147,7 @@ SERVING = {"layers": 4, "kv_heads": 2, "head_dim": 64, "block_size": 16, "budget
 TRAINED_LABELS = ("float32", "bfloat16", "int8", "int4-g32", "kivi-2b-g32-r128", "kivi-4b-g32-r128",
                   "q8_0", "q4_0", "fp8-tensor-none", "fp8-tensor-amax", "fp8-head-amax")
 REFERENCE = "float32"
+FP8_SMALLEST_NORMAL = 2.0 ** -6  # e4m3fn: below it, values are subnormal and keep fewer significant bits
 ATTENTION_ATOL = 1e-4  # blockwise against all-at-once attention: the same sums in another order
 PERPLEXITY_BAND = 0.01  # a perplexity within 1 % of the reference's reads as "unchanged"
 TOP1_BAND = 0.99  # ... while top-1 agreement below 99 % says the choices changed underneath it
@@ -257,6 +258,10 @@ def derive(record: dict[str, Any]) -> Figures:
     figures.add(("fits", "naive_bfloat16_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 16),
                 "the first lab's formula at 16 bits")
     figures.add(("serving", "budget_bytes"), serving_budget_bytes(), "the serving lab's default budget")
+    sizes = record["trained"]["magnitudes"]
+    largest = max(sizes["keys_max_abs"], sizes["values_max_abs"])
+    figures.add(("trained", "fp8_scale_needed"), {variant: largest > limit for variant, limit in FP8_MAX.items()},
+                "the largest stored |entry| against each fp8 variant's maximum")
     trained_labels = [label for label in record["formats"] if "trained" in record["formats"][label]]
     kl = {label: record["formats"][label]["trained"]["kl"][longest] for label in trained_labels}
     figures.add(("trained", "kl_order"), sorted(trained_labels, key=lambda label: (kl[label], label)),

@@ -52,12 +52,26 @@ def new_cache(model: LlamaDecoder, fmt: CacheFormat, capacity: int) -> list[Form
     return format_cache(fmt, config.layers, 1, config.kv_heads, capacity, config.head_dim, config.dtype)
 
 
-def chunked_logits(model: LlamaDecoder, ids: Tensor, fmt: CacheFormat, chunk: int = CHUNK) -> Tensor:
-    """(1, T, vocab) logits of ``ids`` (1, T), prefilled ``chunk`` tokens at a time into a ``fmt`` cache."""
-    cache = new_cache(model, fmt, ids.shape[1])
+def chunked_logits(model: LlamaDecoder, ids: Tensor, fmt: CacheFormat,
+                   chunk: int = CHUNK) -> tuple[Tensor, list[FormatLayerCache]]:
+    """(1, T, vocab) logits of ``ids`` (1, T), prefilled ``chunk`` tokens at a time into a ``fmt`` cache,
+    and that cache (room for 64 more positions, so decode steps can follow)."""
+    cache = new_cache(model, fmt, ids.shape[1] + 64)
     with torch.inference_mode():
-        return torch.cat([model(ids[:, start:start + chunk], cache) for start in range(0, ids.shape[1], chunk)],
-                         dim=1).float()
+        logits = torch.cat([model(ids[:, start:start + chunk], cache) for start in range(0, ids.shape[1], chunk)],
+                           dim=1)
+    return logits.float(), cache
+
+
+def magnitudes(cache: list[FormatLayerCache], smallest_normal: float) -> dict[str, float]:
+    """Over every layer's stored keys and values: the largest |entry|, and the share of nonzero entries
+    below ``smallest_normal`` (where an fp8 scale of 1.0 leaves them subnormal, with fewer significant bits)."""
+    found: dict[str, float] = {}
+    for side in ("keys", "values"):
+        entries = torch.cat([layer.store.keys_values()[side == "values"].flatten() for layer in cache]).abs()
+        found[f"{side}_max_abs"] = float(entries.max())
+        found[f"{side}_below_normal"] = float(((entries > 0) & (entries < smallest_normal)).float().mean())
+    return found
 
 
 def quality(logits: Tensor, reference: Tensor, ids: Tensor, context: int) -> dict[str, float]:
@@ -86,17 +100,16 @@ def greedy(model: LlamaDecoder, prompt: Sequence[int], fmt: CacheFormat, new_tok
     return chosen
 
 
-def step_timing(model: LlamaDecoder, ids: Tensor, fmt: CacheFormat, context: int, repeats: int) -> dict[str, Any]:
-    """One decode step after ``context`` cached positions, timed ``repeats`` times (each on a fresh copy of
-    the prefilled cache), and separately the dequantization that step performs: every layer's cache read
-    all at once (``keys_values``), which is what the step's ``update`` returns to attention."""
+def step_timing(model: LlamaDecoder, ids: Tensor, cache: list[FormatLayerCache], repeats: int) -> dict[str, Any]:
+    """Decode steps after the positions ``cache`` holds (teacher-forced with the next tokens of ``ids``), each
+    timed, and after each the dequantization that step performed timed alone: every layer's cache read all
+    at once (``keys_values``), which is what the step's ``update`` hands to attention. The first step warms
+    up and is dropped; the context grows by one position per step."""
     step_ns, dequantize_ns = [], []
+    context = cache[0].length
     with torch.inference_mode():
-        for _ in range(repeats + 1):  # the first round warms up and is dropped
-            cache = new_cache(model, fmt, context + 1)
-            for start in range(0, context, CHUNK):
-                model(ids[:, start:min(start + CHUNK, context)], cache)
-            token = ids[:, context:context + 1]
+        for index in range(repeats + 1):
+            token = ids[:, context + index:context + index + 1]
             begin = time.perf_counter_ns()
             model(token, cache)
             step = time.perf_counter_ns() - begin
