@@ -44,7 +44,7 @@ FORMATS = (
 LAYER = {"layers": 30, "kv_heads": 3, "heads": 9, "head_dim": 64}  # SmolLM2-135M's cache shape, per layer
 DEFAULTS = {"lengths": [16, 64, 128, 160, 256, 1024, 4096], "contexts": [128, 256, 512], "new_tokens": 32,
             "memory_tokens": 4096, "repeats": 7}
-QUICK = {"lengths": [16, 64, 160], "contexts": [32, 64], "new_tokens": 4, "memory_tokens": 256, "repeats": 2}
+QUICK = {"lengths": [16, 160], "contexts": [32, 64], "new_tokens": 3, "memory_tokens": 64, "repeats": 1}
 PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."
 TOY = {"length": 320, "prefix": 192}  # the error chain's decoded positions: 128 one-token steps after a prefill
 TRANSFORMERS_TOKENS = 320  # a multiple of quanto's group of 64 once multiplied by the head count
