@@ -26,7 +26,15 @@ def transformers_view(record: dict[str, Any]) -> Block:
                      format_number(row["stored_bytes"]), format_sci(row["keys_max_abs_error"]),
                      f"{ours['label']}: {format_number(ours['stored_bytes'])} B, {format_sci(ours['keys_max_abs_error'])}"])
     versions = section["versions"]
-    return Block(css="lab-quant-transformers", tables=[Table(
+    defaults = {label.split("-")[0]: row["axis"] for label, row in backends.items() if label.endswith("axis0")}
+    paragraphs = []
+    if len(defaults) == 2 and len(set(defaults.values())) == 2:
+        paragraphs.append("The default axis 0 means different things: keys " + " and ".join(
+            f"{axis} in {backend}" for backend, axis in defaults.items()) + ".")
+    elif defaults:
+        paragraphs.append("The default axis 0 groups keys " + " and ".join(
+            f"{axis} in {backend}" for backend, axis in defaults.items()) + ".")
+    return Block(css="lab-quant-transformers", paragraphs=paragraphs, tables=[Table(
         ["layer", "keys grouped", "one group holds", "key scale shape", "bytes", "key error", "ours (bytes, key error)"],
         rows, lead=f"transformers {versions['transformers']} on {section['tokens']} random tokens of one SmolLM2 "
                    f"layer, groups of {section['group_size']}, residual {section['residual_length']}.")],
