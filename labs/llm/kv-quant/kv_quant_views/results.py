@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.figures import REFERENCE, format_of, kivi_split
+from kv_quant.config import GGML_BLOCK
+from kv_quant.figures import GGML_SCALE_BYTES, PERPLEXITY_BAND, REFERENCE, TOP1_BAND, format_of, kivi_split
 from site_hooks.blocks import Block
 from site_hooks.formatting import format_number, format_ratio, format_sci, join
 
@@ -26,7 +27,7 @@ def key_results_view(record: dict[str, Any]) -> Block:
         f"A budget counted by code bits overpromises: for KIVI 2-bit it says {format_number(kivi['naive_tokens'])} "
         f"tokens where {format_number(kivi['fits_tokens'])} fit; the float32 formula says "
         f"{format_number(record['fits']['naive_float32_tokens'])} where q4_0 fits {format_number(q4['fits_tokens'])}.",
-        (f"Perplexity hides damage: {join(hidden)} stay within 1% of float32's perplexity at {at} tokens while "
+        (f"Perplexity hides damage: {join(hidden)} stay within {PERPLEXITY_BAND:.0%} of float32's perplexity at {at} tokens while "
          f"changing the top token at up to "
          f"{agreement(1 - min(t[label]['top1_agreement'][at] for label in hidden))} of positions."
          if hidden else f"Perplexity and top-1 agreement agreed in this record at {at} tokens."),
@@ -42,7 +43,8 @@ def key_results_view(record: dict[str, Any]) -> Block:
 def answer_bits_view(record: dict[str, Any]) -> Block:
     q4 = record["formats"]["q4_0"]
     return Block(css="lab-quant-answer", paragraphs=[
-        f"Every 32 values carry one 2-byte fp16 scale, 16 bits shared by 32 values: half a bit each, so q4_0 costs "
+        f"Every {GGML_BLOCK} values carry one {GGML_SCALE_BYTES}-byte fp16 scale, {8 * GGML_SCALE_BYTES} bits shared "
+        f"by {GGML_BLOCK} values: {8 * GGML_SCALE_BYTES / GGML_BLOCK:g} bits each, so q4_0 costs "
         f"{bits(q4['effective_bits'])} bits per element and {q4['bytes_per_token']:,.0f} bytes per token per layer "
         f"here, not 4 bits. The same arithmetic makes q8_0 "
         f"{bits(record['formats']['q8_0']['effective_bits'])} bits."])
@@ -53,8 +55,8 @@ def answer_perplexity_view(record: dict[str, Any]) -> Block:
     hidden = record["trained"]["perplexity_hides"]
     if not hidden:
         return Block(css="lab-quant-answer", paragraphs=[
-            f"It did not, in this record: no format kept perplexity within 1% of float32's at {at} tokens while "
-            f"changing the top token at more than 1% of positions. The mechanism still holds: perplexity averages "
+            f"It did not, in this record: no format kept perplexity within {PERPLEXITY_BAND:.0%} of float32's at "
+            f"{at} tokens while changing the top token at more than {1 - TOP1_BAND:.0%} of positions. The mechanism still holds: perplexity averages "
             f"log-probabilities, and errors that raise some and lower others partly cancel in an average."])
     label = min(hidden, key=lambda name: t[name]["top1_agreement"][at])
     v = t[label]
