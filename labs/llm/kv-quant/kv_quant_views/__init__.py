@@ -7,6 +7,7 @@ views read the record's stored figures, already checked against kv_quant.figures
 - cost.py: the decode step with its dequantization apart, attention's peak all at once or block by block
 - transformers_cache.py: transformers' QuantizedCache beside ours, and its axis
 - results.py: the key results and the check-yourself answers
+- reproduce.py: the record's settings for the Reproduce appendix
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .bytes import bytes_chart_view, fits_view, formats_table_view, serving_view
 from .cost import memory_view, timing_view
 from .pictures import kivi_view, q4_block_view
 from .quality import chain_view, fp8_view, greedy_view, hidden_view, quality_chart_view, trained_table_view
+from .reproduce import config_view
 from .results import answer_bits_view, answer_kivi_view, answer_perplexity_view, key_results_view
 from .transformers_cache import transformers_view
 
@@ -38,4 +40,6 @@ VIEWS = {"key-results": key_results_view, "kivi-layout": kivi_view, "q4-block": 
          "chain": chain_view, "trained": trained_table_view, "quality-chart": quality_chart_view,
          "hidden": hidden_view, "greedy": greedy_view, "fp8": fp8_view, "timing": timing_view,
          "memory": memory_view, "transformers": transformers_view, "answer-bits": answer_bits_view,
-         "answer-perplexity": answer_perplexity_view, "answer-kivi": answer_kivi_view}
+         "answer-perplexity": answer_perplexity_view, "answer-kivi": answer_kivi_view,
+         # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
+         "config": config_view}
