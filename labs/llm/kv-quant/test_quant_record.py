@@ -10,8 +10,16 @@ from typing import Any
 import labkit.testing
 from kv_quant import benchmark
 from kv_quant.config import CacheFormat
-from kv_quant.figures import (TRAINED_LABELS, admitted_requests, axis_of, block_bytes, check_invariants, derive,
-                              first_departure, format_of)
+from kv_quant.figures import (
+    TRAINED_LABELS,
+    admitted_requests,
+    axis_of,
+    block_bytes,
+    check_invariants,
+    derive,
+    first_departure,
+    format_of,
+)
 from labkit import figures
 from labkit.records import RecordError
 

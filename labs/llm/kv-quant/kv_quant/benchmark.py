@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch

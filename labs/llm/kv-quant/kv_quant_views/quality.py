@@ -10,7 +10,7 @@ from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_sci, join
 
-from .common import agreement, bits, longest, ppl_change, reference_perplexity, trained
+from .common import agreement, longest, ppl_change, reference_perplexity, trained
 
 
 def chain_view(record: dict[str, Any]) -> Block:
