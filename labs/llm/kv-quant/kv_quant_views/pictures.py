@@ -60,14 +60,14 @@ def q4_block_view(record: dict[str, Any]) -> Block:
                                 f"bytes, after one {GGML_SCALE_BYTES}-byte fp16 scale: {block_bytes} bytes, "
                                 f"{bits:g} bits per value.")
     cell, x, y = 17, 110, 50
-    canvas.rect(x - 2 * cell - 6, y, 2 * cell, cell - 2, "wrong", rx=3)
+    canvas.rect(x - 2 * cell - 6, y, 2 * cell, cell - 2, "new", rx=3)
     canvas.text(x - cell - 6, y - 8, "scale d", size=11)
     cell_grid(canvas, x, y, 1, GGML_BLOCK, cell, lambda r, c: "old" if c < GGML_BLOCK // 2 else "shared",
               col_labels=[str(c) if c in (0, 15, 16, 31) else "" for c in range(GGML_BLOCK)], label_size=11)
     canvas.text(x + GGML_BLOCK * cell / 4, y + cell + 20, "values 0–15: low nibbles", size=11)
     canvas.text(x + 3 * GGML_BLOCK * cell / 4, y + cell + 20, "values 16–31: high nibbles", size=11)
     legend(canvas, x - 2 * cell - 6, y + cell + 44, [
-        ("wrong", f"fp16 scale: {GGML_SCALE_BYTES} bytes, {GGML_SCALE_BYTES * 8 / GGML_BLOCK:g} extra bits per value"),
+        ("new", f"fp16 scale: {GGML_SCALE_BYTES} bytes, {GGML_SCALE_BYTES * 8 / GGML_BLOCK:g} extra bits per value"),
         ("old", f"4-bit codes, value = (code − 8) × d; {GGML_BLOCK // 2} bytes hold all {GGML_BLOCK}"),
     ])
     caption = (f"A q4_0 block is {block_bytes} bytes for {GGML_BLOCK} values: {bits:g} bits each, not 4. The scale "

@@ -47,11 +47,11 @@ def quality_chart_view(record: dict[str, Any]) -> Block:
     for label, t in trained(record).items():
         if label == REFERENCE or t["kl"][at] <= 0:
             continue
-        x = record["formats"][label]["effective_bits"]
+        x = record["formats"][label]["long_run_bits"]
         series.append(Series(label, [x], [t["kl"][at]], [t["kl"][at]], [t["kl"][at]]))
-    svg = line_chart(series, f"KL divergence against bits, {at} tokens", "effective bits per element",
+    svg = line_chart(series, f"KL divergence against bits, {at} tokens", "bits per element, long run",
                      "KL divergence (nats)", "Each format's mean KL divergence from the float32 cache's next-token "
-                                             "distributions on the corpus, against its effective bits.")
+                                             "distributions on the corpus, against its bits per element at long context.")
     return Block(css="lab-quant-quality", charts=[Chart(svg, f"SmolLM2-135M-Instruct on the lab's corpus, first "
                                                              f"{at} tokens; float32 is the reference (KL 0).")])
 
