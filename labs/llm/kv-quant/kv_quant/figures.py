@@ -9,7 +9,12 @@ blocks keep one fp16 scale (2 bytes), and its tests show what that rounding cost
 
 from __future__ import annotations
 
-from .config import GGML_BLOCK, CacheFormat
+import math
+from typing import Any
+
+from labkit.figures import Figures, JsonPath, refuse
+
+from .config import FP8_MAX, GGML_BLOCK, CacheFormat
 
 META_BYTES = 4  # one float32 scale or zero point (the model's dtype)
 GGML_SCALE_BYTES = 2  # llama.cpp's ggml_half d
@@ -104,3 +109,237 @@ def naive_tokens(budget: int, batch: int, kv_heads: int, head_dim: int, bits: fl
     if bits <= 0:
         raise ValueError(f"bits must be positive, got {bits}")
     return int(budget * 8 // (2 * batch * kv_heads * head_dim * bits))
+
+
+# --- serving: what a budget admits when blocks are priced in a format's real bytes ------------------------
+
+def block_bytes(fmt: CacheFormat, layers: int, block_size: int, kv_heads: int, head_dim: int) -> int:
+    """Keys and values of one serving block (``block_size`` positions in every layer) at the format's
+    long-run rate, rounded up to a whole byte. KIVI is refused: its full-precision residual belongs to a
+    request, not to a block. fp8's per-layer scales (8 bytes a layer) are a constant of the server, not of
+    a block, and are left out."""
+    if fmt.name == "kivi":
+        raise ValueError("kivi keeps a full-precision residual per request, not per block: "
+                         "price it per request with formula_bytes")
+    for name, value in (("layers", layers), ("block_size", block_size), ("kv_heads", kv_heads)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    return math.ceil(layers * kv_heads * block_size * per_token_head_bytes(fmt, head_dim))
+
+
+def admitted_requests(fmt: CacheFormat, budget_bytes: int, layers: int, block_size: int, kv_heads: int,
+                      head_dim: int, positions: int) -> int:
+    """Requests of ``positions`` cached positions each whose reserved blocks fit ``budget_bytes``."""
+    if positions < 1:
+        raise ValueError(f"positions must be at least 1, got {positions}")
+    per_request = -(-positions // block_size)
+    return budget_bytes // block_bytes(fmt, layers, block_size, kv_heads, head_dim) // per_request
+
+
+# --- the record: its constants, every derived figure, and what its raw data must satisfy ------------------
+
+CORPUS = "labs/llm/kv-quant/corpus"  # prose written for this site, *.txt, joined in name order
+BUDGET_BYTES = 256 * 2**20  # the fixed budget of the "what fits" table: the whole model's cache
+# The serving lab's model and default byte budget (kv_serving.engine: 4 layers, 2 key/value heads of 64,
+# blocks of 16, a budget of 256 float32 blocks); test_serving_quant_admission.py holds these to its code.
+SERVING = {"layers": 4, "kv_heads": 2, "head_dim": 64, "block_size": 16, "budget_blocks": 256,
+           "bytes_per_element": 4, "positions": 128}
+TRAINED_LABELS = ("float32", "bfloat16", "int8", "int4-g32", "kivi-2b-g32-r128", "kivi-4b-g32-r128",
+                  "q8_0", "q4_0", "fp8-tensor-none", "fp8-tensor-amax", "fp8-head-amax")
+REFERENCE = "float32"
+FP8_SMALLEST_NORMAL = 2.0 ** -6  # e4m3fn: below it, values are subnormal and keep fewer significant bits
+ATTENTION_ATOL = 1e-4  # blockwise against all-at-once attention: the same sums in another order
+PERPLEXITY_BAND = 0.01  # a perplexity within 1 % of the reference's reads as "unchanged"
+TOP1_BAND = 0.99  # ... while top-1 agreement below 99 % says the choices changed underneath it
+
+
+def format_of(label: str) -> CacheFormat:
+    """The format a label names ('int4-g64', 'kivi-2b-g32-r128', 'fp8-head-amax'); one ValueError otherwise."""
+    parts = label.split("-")
+    try:
+        if parts[0] == "int4" and len(parts) == 2 and parts[1].startswith("g"):
+            fmt = CacheFormat("int4", group_size=int(parts[1][1:]))
+        elif parts[0] == "kivi" and len(parts) == 4:
+            fmt = CacheFormat("kivi", bits=int(parts[1].removesuffix("b")), group_size=int(parts[2][1:]),
+                              residual=int(parts[3][1:]))
+        elif parts[0] == "fp8" and len(parts) in (3, 4):
+            fmt = CacheFormat("fp8", scale=parts[1], calibration=parts[2],
+                              variant=parts[3] if len(parts) == 4 else "e4m3fn")
+        elif len(parts) == 1:
+            fmt = CacheFormat(label)
+        else:
+            raise ValueError
+    except ValueError as error:
+        raise ValueError(f"unknown cache format label {label!r}: {error}" if str(error) else
+                         f"unknown cache format label {label!r}") from None
+    if fmt.label != label:
+        raise ValueError(f"cache format label {label!r} is not canonical; the format's label is {fmt.label!r}")
+    return fmt
+
+
+def first_departure(ids: list[int], reference: list[int]) -> int | None:
+    """The first position where two greedy generations choose different tokens; None if they never do."""
+    for index, (a, b) in enumerate(zip(ids, reference)):
+        if a != b:
+            return index
+    return None if len(ids) == len(reference) else min(len(ids), len(reference))
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def axis_of(group: dict[str, int]) -> str:
+    """Which axis a quantization group runs along, from the elements it holds: one token's channels
+    ("per token"), one channel over tokens ("per channel"), or neither."""
+    if group["tokens"] == 1 and group["channels"] > 1:
+        return "per token"
+    if group["channels"] == 1 and group["tokens"] > 1:
+        return "per channel"
+    return "mixed"
+
+
+def serving_budget_bytes() -> int:
+    s = SERVING
+    return s["budget_blocks"] * s["layers"] * 2 * s["kv_heads"] * s["block_size"] * s["head_dim"] * s["bytes_per_element"]
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """Per format: formula bytes at every counted length, bytes per token, effective and long-run bits, the
+    tokens a fixed budget holds (and the naive estimates), the serving requests a budget admits, and on the
+    trained model the first greedy departure and perplexity's change; the step's medians and dequantization
+    share; attention's peak ratio; transformers' bytes per token and group axis; the orderings the page reads."""
+    figures = Figures()
+    layer = record["config"]["layer"]
+    kv, d, layers = layer["kv_heads"], layer["head_dim"], layer["layers"]
+    per_layer_budget = BUDGET_BYTES // layers
+    reference_greedy = record["formats"][REFERENCE]["trained"]["greedy_ids"]
+    longest = str(record["trained"]["contexts"][-1])
+    s = SERVING
+    for label, entry in record["formats"].items():
+        fmt = format_of(label)
+        at = ("formats", label)
+        for index, count in enumerate(entry["bytes"]):
+            figures.add((*at, "bytes", index, "formula_bytes"), formula_bytes(fmt, 1, kv, d, count["tokens"]),
+                        f"{label}'s byte formula at {count['tokens']} tokens")
+        last = entry["bytes"][-1]
+        figures.add((*at, "bytes_per_token"), last["stored_bytes"] / last["tokens"],
+                    "the stored bytes at the longest length over its tokens")
+        figures.add((*at, "effective_bits"), effective_bits(fmt, 1, kv, d, last["tokens"]),
+                    f"{label}'s formula at the longest length")
+        figures.add((*at, "long_run_bits"), bits_per_element(fmt, d), f"{label}'s per-token formula")
+        figures.add((*at, "nominal_bits"), fmt.code_bits, f"{label}'s code width")
+        figures.add((*at, "fits_tokens"), tokens_in_budget(fmt, per_layer_budget, 1, kv, d),
+                    f"{label}'s formula against the budget")
+        figures.add((*at, "naive_tokens"), naive_tokens(per_layer_budget, 1, kv, d, fmt.code_bits),
+                    "the budget over the code width alone")
+        if fmt.name != "kivi":
+            figures.add((*at, "serving_requests"),
+                        admitted_requests(fmt, serving_budget_bytes(), s["layers"], s["block_size"], s["kv_heads"],
+                                          s["head_dim"], s["positions"]), f"{label}'s block bytes against the serving budget")
+        if "trained" in entry:
+            trained = entry["trained"]
+            figures.add((*at, "trained", "departs_at"), first_departure(trained["greedy_ids"], reference_greedy),
+                        "its greedy ids against float32's")
+            figures.add((*at, "trained", "perplexity_change"),
+                        {c: p / record["formats"][REFERENCE]["trained"]["perplexity"][c] - 1
+                         for c, p in trained["perplexity"].items()}, "its perplexity over float32's")
+            timing = trained["timing"]
+            step, dequantize = median(timing["step_ns"]), median(timing["dequantize_ns"])
+            figures.add((*at, "trained", "timing", "median_step_ns"), step, "its step durations")
+            figures.add((*at, "trained", "timing", "median_dequantize_ns"), dequantize, "its dequantization durations")
+            figures.add((*at, "trained", "timing", "dequantize_share"), dequantize / step,
+                        "the median dequantization over the median step")
+    figures.add(("fits", "budget_bytes"), BUDGET_BYTES, "kv_quant.figures.BUDGET_BYTES")
+    figures.add(("fits", "naive_float32_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 32),
+                "the first lab's formula at 32 bits")
+    figures.add(("fits", "naive_bfloat16_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 16),
+                "the first lab's formula at 16 bits")
+    figures.add(("serving", "budget_bytes"), serving_budget_bytes(), "the serving lab's default budget")
+    sizes = record["trained"]["magnitudes"]
+    largest = max(sizes["keys_max_abs"], sizes["values_max_abs"])
+    figures.add(("trained", "fp8_scale_needed"), {variant: largest > limit for variant, limit in FP8_MAX.items()},
+                "the largest stored |entry| against each fp8 variant's maximum")
+    trained_labels = [label for label in record["formats"] if "trained" in record["formats"][label]]
+    kl = {label: record["formats"][label]["trained"]["kl"][longest] for label in trained_labels}
+    figures.add(("trained", "kl_order"), sorted(trained_labels, key=lambda label: (kl[label], label)),
+                "the formats' KL divergence at the longest context")
+    hidden = [label for label in trained_labels
+              if abs(record["formats"][label]["trained"]["perplexity"][longest]
+                     / record["formats"][REFERENCE]["trained"]["perplexity"][longest] - 1) <= PERPLEXITY_BAND
+              and record["formats"][label]["trained"]["top1_agreement"][longest] < TOP1_BAND]
+    figures.add(("trained", "perplexity_hides"), hidden,
+                "formats within the perplexity band whose top-1 agreement is below its band")
+    for label, row in record["attention_memory"]["formats"].items():
+        figures.add(("attention_memory", "formats", label, "peak_ratio"),
+                    row["all_at_once"]["peak_bytes"] / max(1, row["blockwise"]["peak_bytes"]),
+                    "all-at-once peak over blockwise peak")
+    for label, row in record["transformers"]["backends"].items():
+        at = ("transformers", "backends", label)
+        figures.add((*at, "bytes_per_token"), row["stored_bytes"] / row["tokens"], "its stored bytes over its tokens")
+        figures.add((*at, "axis"), axis_of(row["group"]), "the elements sharing its first key's group")
+    return figures
+
+
+def refuse_unless(condition: bool, source: str, path: JsonPath, message: str) -> None:
+    if not condition:
+        refuse(source, path, message)
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    """Formats as labelled, stored bytes equal to each format's formula at every length, the float32 cache
+    exact (error chain zero, KL zero, top-1 one), the trained formats and contexts as configured, every metric
+    in its range, blockwise attention equal to all-at-once within ATTENTION_ATOL, positive timings."""
+    config, layer = record["config"], record["config"]["layer"]
+    refuse_unless(list(record["formats"]) == config["formats"], source, ("formats",),
+                  f"holds {list(record['formats'])}, but config.formats lists {config['formats']}")
+    for label, entry in record["formats"].items():
+        at = ("formats", label)
+        try:
+            fmt = format_of(label)
+        except ValueError as error:
+            refuse(source, at, str(error))
+        refuse_unless(entry["format"] == fmt.as_record(), source, (*at, "format"),
+                      f"is {entry['format']}, but its label names {fmt.as_record()}")
+        tokens = [count["tokens"] for count in entry["bytes"]]
+        refuse_unless(tokens == config["lengths"], source, (*at, "bytes"),
+                      f"counts lengths {tokens}, config.lengths are {config['lengths']}")
+        for index, count in enumerate(entry["bytes"]):
+            wanted = formula_bytes(fmt, 1, layer["kv_heads"], layer["head_dim"], count["tokens"])
+            refuse_unless(count["stored_bytes"] == wanted, source, (*at, "bytes", index, "stored_bytes"),
+                          f"is {count['stored_bytes']}, but {label}'s formula at {count['tokens']} tokens gives {wanted}")
+        chain = entry["error_chain"]
+        refuse_unless(all(value >= 0 for value in chain.values()) and chain["top1_agreement"] <= 1, source,
+                      (*at, "error_chain"), f"holds a negative error or an agreement above 1: {chain}")
+    exact = record["formats"][REFERENCE]["error_chain"]
+    refuse_unless(exact["logits"] == 0 and exact["keys"] == 0, source, ("formats", REFERENCE, "error_chain", "logits"),
+                  f"is {exact['logits']}, but the float32 cache is the plain cache: its difference must be 0")
+    trained = record["trained"]
+    labels = [label for label in record["formats"] if "trained" in record["formats"][label]]
+    refuse_unless(labels == list(TRAINED_LABELS) and config["trained_formats"] == list(TRAINED_LABELS), source,
+                  ("config", "trained_formats"), f"are {labels}, but this lab measures {list(TRAINED_LABELS)}")
+    contexts = [str(c) for c in trained["contexts"]]
+    for label in labels:
+        values = record["formats"][label]["trained"]
+        at = ("formats", label, "trained")
+        for metric in ("perplexity", "kl", "top1_agreement"):
+            refuse_unless(list(values[metric]) == contexts, source, (*at, metric),
+                          f"has contexts {list(values[metric])}, trained.contexts are {contexts}")
+        refuse_unless(all(v >= 1 for v in values["perplexity"].values()) and all(v >= 0 for v in values["kl"].values())
+                      and all(0 <= v <= 1 for v in values["top1_agreement"].values()), source, at,
+                      "holds a perplexity below 1, a negative KL or an agreement outside [0, 1]")
+        refuse_unless(len(values["greedy_ids"]) == trained["new_tokens"], source, (*at, "greedy_ids"),
+                      f"holds {len(values['greedy_ids'])} tokens, trained.new_tokens is {trained['new_tokens']}")
+        timing = values["timing"]
+        refuse_unless(len(timing["step_ns"]) == len(timing["dequantize_ns"]) == config["repeats"]
+                      and min(timing["step_ns"] + timing["dequantize_ns"]) > 0, source, (*at, "timing"),
+                      f"needs {config['repeats']} positive durations of each kind")
+    reference = record["formats"][REFERENCE]["trained"]
+    refuse_unless(all(v == 0 for v in reference["kl"].values()) and all(v == 1 for v in reference["top1_agreement"].values()),
+                  source, ("formats", REFERENCE, "trained", "kl"), "must be 0 with top-1 agreement 1: it is the reference")
+    for label, row in record["attention_memory"]["formats"].items():
+        refuse_unless(row["max_abs_diff"] <= ATTENTION_ATOL, source,
+                      ("attention_memory", "formats", label, "max_abs_diff"),
+                      f"is {row['max_abs_diff']:g}, beyond {ATTENTION_ATOL:g}: blockwise attention must equal all-at-once")

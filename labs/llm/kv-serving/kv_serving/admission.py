@@ -7,11 +7,20 @@ decides by how many requests run; the byte policy by whether the reserved
 blocks still fit the budget. Under the count policy, memory is still
 finite: a request admitted by count whose blocks the pool cannot supply
 fails for memory. That failure is what over-commitment looks like here.
+
+The byte policy can price its blocks in a cache format (kv_quant.config.CacheFormat): then a block costs
+that format's real bytes (codes and their scales, kv_quant.figures.block_bytes) instead of the pool's
+float entries, and the same budget admits more blocks. The pool this server allocates from still stores
+float entries; a format only changes what the budget counts, as a server storing that format would.
+Without a format the policy counts the pool's own blocks, as it always has.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from kv_quant.config import CacheFormat
+from kv_quant.figures import block_bytes as format_block_bytes
 
 from .pool import LayeredPool
 
@@ -48,6 +57,7 @@ class KVBudget:
     """Admit while the blocks reserved by running requests, plus this one's, fit ``kv_budget_bytes``."""
 
     kv_budget_bytes: int
+    cache_format: CacheFormat | None = None  # None: the pool's float blocks (the serving lab's measurements)
 
     def __post_init__(self) -> None:
         if self.kv_budget_bytes < 1:
@@ -55,10 +65,18 @@ class KVBudget:
 
     name = "kv_budget_bytes"
 
+    def block_bytes(self, pool: LayeredPool) -> int:
+        """What one block costs the budget: the pool's bytes, or the cache format's for the same positions."""
+        if self.cache_format is None:
+            return pool.block_bytes
+        config = pool.config
+        return format_block_bytes(self.cache_format, pool.layers, pool.block_size, config.kv_heads, config.head_dim)
+
     def budget_blocks(self, pool: LayeredPool) -> int:
-        blocks = self.kv_budget_bytes // pool.block_bytes
+        size = self.block_bytes(pool)
+        blocks = self.kv_budget_bytes // size
         if not 1 <= blocks <= pool.num_blocks:
-            raise ValueError(f"kv_budget_bytes={self.kv_budget_bytes} is {blocks} blocks of {pool.block_bytes} "
+            raise ValueError(f"kv_budget_bytes={self.kv_budget_bytes} is {blocks} blocks of {size} "
                              f"bytes; it must be 1 to the pool's {pool.num_blocks} blocks")
         return blocks
 
@@ -66,7 +84,10 @@ class KVBudget:
         return reserved_blocks + needed_blocks <= self.budget_blocks(pool)
 
     def describe(self) -> dict[str, int | str]:
-        return {"policy": self.name, "kv_budget_bytes": self.kv_budget_bytes}
+        described: dict[str, int | str] = {"policy": self.name, "kv_budget_bytes": self.kv_budget_bytes}
+        if self.cache_format is not None:
+            described["cache_format"] = self.cache_format.label
+        return described
 
 
 AdmissionPolicy = MaxRunning | KVBudget

@@ -1,0 +1,45 @@
+"""The quantized-cache lab's views, one module per section of its page (docs/llm/kv-quant.md). Torch-free:
+views read the record's stored figures, already checked against kv_quant.figures by the build.
+
+- pictures.py: KIVI's key layout and one q4_0 block, drawn from kv_quant.figures
+- bytes.py: bytes per token as the context grows, effective bits, what a budget holds, serving capacity
+- quality.py: the error chain, the trained model's perplexity, KL and top-1, greedy departures, fp8's scale
+- cost.py: the decode step with its dequantization apart, attention's peak all at once or block by block
+- transformers_cache.py: transformers' QuantizedCache beside ours, and its axis
+- results.py: the key results and the check-yourself answers
+- reproduce.py: the record's settings for the Reproduce appendix
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bytes import bytes_chart_view, fits_view, formats_table_view, serving_view
+from .cost import memory_view, timing_view
+from .pictures import kivi_view, q4_block_view
+from .quality import chain_view, fp8_view, greedy_view, hidden_view, quality_chart_view, trained_table_view
+from .reproduce import config_view
+from .results import answer_bits_view, answer_kivi_view, answer_perplexity_view, key_results_view
+from .transformers_cache import transformers_view
+
+__all__ = ["VIEWS", "headline"]
+
+
+def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
+    """Ratios within one run: float32's bytes per token over q4_0's, and q4_0's all-at-once attention peak
+    over its blockwise one."""
+    formats = record["formats"]
+    return [("float32 ÷ q4_0, stored bytes per token", formats["float32"]["bytes_per_token"]
+             / formats["q4_0"]["bytes_per_token"]),
+            ("all at once ÷ block by block, q4_0 attention peak",
+             record["attention_memory"]["formats"]["q4_0"]["peak_ratio"])]
+
+
+VIEWS = {"key-results": key_results_view, "kivi-layout": kivi_view, "q4-block": q4_block_view,
+         "bytes-chart": bytes_chart_view, "formats": formats_table_view, "fits": fits_view, "serving": serving_view,
+         "chain": chain_view, "trained": trained_table_view, "quality-chart": quality_chart_view,
+         "hidden": hidden_view, "greedy": greedy_view, "fp8": fp8_view, "timing": timing_view,
+         "memory": memory_view, "transformers": transformers_view, "answer-bits": answer_bits_view,
+         "answer-perplexity": answer_perplexity_view, "answer-kivi": answer_kivi_view,
+         # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
+         "config": config_view}

@@ -1,0 +1,107 @@
+"""The benchmark's record: a quick run writes a schema-valid record the site accepts, and the site refuses a
+hand-edited derived figure (by its JSON path, with both values) and a broken invariant."""
+
+from __future__ import annotations
+
+import copy
+import unittest
+from typing import Any
+
+import labkit.testing
+from kv_quant import benchmark
+from kv_quant.config import CacheFormat
+from kv_quant.figures import (
+    TRAINED_LABELS,
+    admitted_requests,
+    axis_of,
+    block_bytes,
+    check_invariants,
+    derive,
+    first_departure,
+    format_of,
+)
+from labkit import figures
+from labkit.records import RecordError
+
+
+def check_record(record: dict[str, Any]) -> None:
+    """The site's check of this lab's record: its invariants, then every derived figure."""
+    figures.check_record(record, "quick.json", check_invariants, derive)
+
+
+class QuickRun(labkit.testing.QuickBenchmarkRun):
+    main = staticmethod(benchmark.main)
+    schema = benchmark.ROOT / benchmark.LAB.schema
+
+    def test_quick_run_measures_every_format_and_the_trained_ones_on_smollm2(self) -> None:
+        record = self.record
+        self.assertEqual(list(record["formats"]), [fmt.label for fmt in benchmark.FORMATS])
+        self.assertEqual([label for label, entry in record["formats"].items() if "trained" in entry],
+                         list(TRAINED_LABELS))
+        self.assertEqual(record["trained"]["corpus"]["files"][0]["file"], "measuring.txt")
+        self.assertTrue(record["config"]["quick"])
+        check_record(record)
+
+    def test_a_hand_edited_derived_figure_is_refused_by_its_path_with_both_values(self) -> None:
+        record = self.record
+        stored = record["formats"]["q4_0"]["bytes_per_token"]
+        edited = copy.deepcopy(record)
+        edited["formats"]["q4_0"]["bytes_per_token"] = stored / 2
+        with self.assertRaisesRegex(RecordError, rf"\$\.formats\.q4_0\.bytes_per_token is {stored / 2:.12g}, "
+                                                 rf"but .* gives {stored:.12g}"):
+            check_record(edited)
+        for path, value in ((("formats", "int8", "trained", "departs_at"), 0),
+                            (("trained", "kl_order"), list(reversed(record["trained"]["kl_order"]))),
+                            (("formats", "int8", "fits_tokens"), 10**9)):
+            edited = copy.deepcopy(record)
+            parent = edited
+            for key in path[:-1]:
+                parent = parent[key]
+            if parent[path[-1]] == value:
+                continue
+            parent[path[-1]] = value
+            with self.subTest(path=path), self.assertRaisesRegex(RecordError, figures.path_text(path).replace("$", r"\$").replace(".", r"\.")):
+                check_record(edited)
+
+    def test_stored_bytes_other_than_the_formula_are_refused_as_a_broken_invariant(self) -> None:
+        edited = copy.deepcopy(self.record)
+        edited["formats"]["kivi-2b-g32-r128"]["bytes"][-1]["stored_bytes"] += 1
+        with self.assertRaisesRegex(RecordError, r"formats\.kivi-2b-g32-r128\.bytes\[1\]\.stored_bytes is \d+, but "
+                                                 r"kivi-2b-g32-r128's formula at 160 tokens gives \d+"):
+            check_record(edited)
+
+    def test_a_float32_reference_that_is_not_exact_is_refused(self) -> None:
+        edited = copy.deepcopy(self.record)
+        edited["formats"]["float32"]["trained"]["kl"]["32"] = 1e-6
+        with self.assertRaisesRegex(RecordError, r"formats\.float32\.trained\.kl must be 0"):
+            check_record(edited)
+
+
+class Figures(unittest.TestCase):
+    def test_labels_name_their_formats_and_anything_else_is_one_clear_error(self) -> None:
+        for fmt in benchmark.FORMATS:
+            self.assertEqual(format_of(fmt.label), fmt)
+        with self.assertRaisesRegex(ValueError, "unknown cache format label 'int3'"):
+            format_of("int3")
+        with self.assertRaisesRegex(ValueError, "int4 group size 48 does not divide head_dim 64"):
+            block_bytes(format_of("int4-g48"), 1, 16, 2, 64)
+
+    def test_departure_is_the_first_differing_position_or_none(self) -> None:
+        self.assertIsNone(first_departure([1, 2, 3], [1, 2, 3]))
+        self.assertEqual(first_departure([1, 5, 3], [1, 2, 3]), 1)
+
+    def test_a_group_inside_one_token_is_per_token_and_one_channel_over_tokens_is_per_channel(self) -> None:
+        self.assertEqual(axis_of({"tokens": 1, "channels": 64, "heads": 1}), "per token")
+        self.assertEqual(axis_of({"tokens": 64, "channels": 1, "heads": 3}), "per channel")
+        self.assertEqual(axis_of({"tokens": 2, "channels": 2, "heads": 1}), "mixed")
+
+    def test_a_budget_admits_requests_in_proportion_to_block_bytes(self) -> None:
+        fp32, q8 = CacheFormat("float32"), CacheFormat("q8_0")
+        self.assertEqual(block_bytes(fp32, 4, 16, 2, 64) * 17, block_bytes(q8, 4, 16, 2, 64) * 64)  # 8.5 bits
+        budget = 64 * 17 * block_bytes(q8, 4, 16, 2, 64)
+        self.assertEqual(admitted_requests(q8, budget, 4, 16, 2, 64, 16) * 17,
+                         admitted_requests(fp32, budget, 4, 16, 2, 64, 16) * 64)
+
+
+if __name__ == "__main__":
+    unittest.main()
