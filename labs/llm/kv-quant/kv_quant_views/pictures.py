@@ -44,10 +44,9 @@ def kivi_view(record: dict[str, Any]) -> Block:
         ("old", f"{fmt.bits}-bit codes; each channel of a group shares one scale and one zero"),
         ("new", f"full precision until {fmt.residual + fmt.group_size} tokens wait, then the oldest {fmt.group_size} leave together"),
     ])
-    caption = (f"Keys are quantized per channel along tokens, so an outlier channel gets its own range. Tokens "
-               f"leave the exact residual only as a whole group: after {TOKENS} appends with groups of "
-               f"{fmt.group_size} and a residual of {fmt.residual}, {quantized} are quantized and {residual} stay "
-               f"exact. Values (not drawn) are grouped per token instead.")
+    caption = ("Keys are quantized per channel along tokens, so an outlier channel gets its own range. "
+               f"Tokens leave the exact residual only as a whole group: after {TOKENS} appends with groups of {fmt.group_size} and a residual of {fmt.residual}, {quantized} are quantized and {residual} stay exact. "
+               "Values (not drawn) are grouped per token instead.")
     return Block(css="lab-quant-kivi", diagrams=[Diagram(canvas.svg(), caption)])
 
 
