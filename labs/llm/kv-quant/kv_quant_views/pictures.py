@@ -20,7 +20,7 @@ def kivi_view(record: dict[str, Any]) -> Block:
     fmt = PICTURE
     quantized, residual = kivi_split(fmt, TOKENS)
     cell = 22
-    canvas = Canvas(width=720, height=330, slug="kivi-layout", title="KIVI's key layout",
+    canvas = Canvas(width=720, height=360, slug="kivi-layout", title="KIVI's key layout",
                     description=f"{TOKENS} tokens of keys across {CHANNELS} channels: the oldest {quantized} in "
                                 f"groups of {fmt.group_size} tokens, one scale and zero per channel per group; the "
                                 f"newest {residual} kept exact.")
@@ -41,7 +41,8 @@ def kivi_view(record: dict[str, Any]) -> Block:
                 f"residual: {residual} exact", size=11)
     canvas.text(x, 30, "tokens →", anchor="start", size=12)
     legend(canvas, x, y + CHANNELS * cell + 44, [
-        ("old", f"{fmt.bits}-bit codes; each channel of a group shares one scale and one zero"),
+        ("old", f"{fmt.bits}-bit codes: along each channel, a group's {fmt.group_size} tokens share one scale and one zero"),
+        ("shared", "the same, in the next group (shaded apart to show where groups meet)"),
         ("new", f"full precision until {fmt.residual + fmt.group_size} tokens wait, then the oldest {fmt.group_size} leave together"),
     ])
     caption = ("Keys are quantized per channel along tokens, so an outlier channel gets its own range. "
