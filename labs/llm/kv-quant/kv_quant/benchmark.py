@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,16 @@ from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache
 from .config import CacheFormat
 from .errors import error_chain
-from .figures import BUDGET_BYTES, CORPUS, FP8_SMALLEST_NORMAL, SERVING, TRAINED_LABELS, derive, format_of
+from .figures import (
+    BUDGET_BYTES,
+    CORPUS,
+    FP8_SMALLEST_NORMAL,
+    SERVING,
+    TRAINED_LABELS,
+    WALL_TIME_LIMIT_S,
+    derive,
+    format_of,
+)
 from .testing import random_entries
 
 LAB, ROOT = lab_for(__file__)
@@ -229,6 +239,7 @@ def transformers_section(args: argparse.Namespace) -> dict[str, Any]:
 # --- the record -------------------------------------------------------------------------------------------
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
     harness.seed_and_threads(args)
     with torch.inference_mode():
         formats = formats_section(args)
@@ -247,12 +258,14 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "trained": trained,
         "attention_memory": memory,
         "transformers": comparison,
+        "wall_time_s": time.perf_counter() - started,  # every section, the weights' loading included
     }
 
 
 def summary(record: dict[str, Any]) -> list[str]:
     longest = str(record["trained"]["contexts"][-1])
-    lines = []
+    lines = [f"whole run {record['wall_time_s']:.0f} s, {'within' if record['wall_time_met'] else 'over'} the "
+             f"{WALL_TIME_LIMIT_S:.0f} s limit"]
     for label, entry in record["formats"].items():
         line = f"{label}: {entry['bytes_per_token']:.1f} B/token/layer, {entry['effective_bits']:.2f} bits"
         if "trained" in entry:

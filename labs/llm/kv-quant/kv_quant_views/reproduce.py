@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_quant.figures import WALL_TIME_LIMIT_S
 from site_hooks.blocks import Block, Table
 from site_hooks.views import setting_text
 
@@ -24,5 +25,7 @@ def config_view(record: dict[str, Any]) -> Block:
              ["greedy", f"{trained['new_tokens']} tokens after a {trained['prompt_tokens']}-token chat prompt"],
              ["evaluation", trained["method"]],
              ["timing", trained["timing"]["method"]],
-             ["attention memory", record["attention_memory"]["method"]]]
+             ["attention memory", record["attention_memory"]["method"]],
+             ["wall time", f"{record['wall_time_s']:.0f} s for the whole run, "
+                           f"{'within' if record['wall_time_met'] else 'over'} its {WALL_TIME_LIMIT_S:.0f} s limit"]]
     return Block(css="lab-quant-config", tables=[Table(["setting", "value"], rows)])
