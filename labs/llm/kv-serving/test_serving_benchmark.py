@@ -230,6 +230,8 @@ class QuickRun(QuickBenchmarkRun):
         record["targets"].update(wall_time_s=301.0, wall_time_met=False)
         pool = rendered("pool", record)
         self.assertIn("alone would have chosen another token at 1 step", pool)
+        record["equivalence"].update(tokens_identical=True, ties=[])
+        self.assertIn("every greedy choice was the same", rendered("pool", record))
         self.assertIn("beyond atol", pool)
         self.assertIn("not met (301 s)", rendered("targets", record))
 

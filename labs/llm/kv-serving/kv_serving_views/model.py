@@ -51,10 +51,9 @@ def pool_view(record: dict[str, Any]) -> Block:
     ]
     gate = record["equivalence"]
     ties = gate["ties"]
-    margins = join([format(tie["margin"], ".3g") for tie in ties])
     choices = ("every greedy choice was the same" if not ties else
                f"alone would have chosen another token at {plural(len(ties), 'step')}, each a tie the rounding "
-               f"explains (logits {margins} apart)")
+               f"explains (logits {join([format(tie['margin'], '.3g') for tie in ties])} apart)")
     paragraphs.append(
         f"Before any load, prompts of {', '.join(map(str, gate['prompt_lengths']))} tokens were decoded for "
         f"{gate['steps']} greedy steps all together in one batch, then each alone fed the same tokens: the logits "
