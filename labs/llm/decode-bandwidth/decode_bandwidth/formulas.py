@@ -129,7 +129,7 @@ def llama_weight_bytes(model: Mapping[str, Any], size: int) -> int:
 
 
 def llama_head_bytes(model: Mapping[str, Any], size: int) -> int:
-    """The output head, vocabulary x width, read whole every step."""
+    """The output head, vocabulary x width, read whole every step (GPT-2's tied head has the same shape rule)."""
     return model["vocab_size"] * model["width"] * size
 
 
@@ -156,7 +156,7 @@ def llama_step_bytes(model: Mapping[str, Any], size: int, batch: int, context: i
 
 def contrast(gpt2: Mapping[str, Any], llama: Mapping[str, Any], size: int) -> dict[str, dict[str, float]]:
     """The two models' bytes per step side by side, in one dtype: weights, the head and its share, KV per position."""
-    rows = {"gpt2": (weight_bytes(gpt2, size), gpt2["vocab_size"] * gpt2["width"] * size,
+    rows = {"gpt2": (weight_bytes(gpt2, size), llama_head_bytes(gpt2, size),
                      kv_bytes_per_position(gpt2["layers"], gpt2["kv_heads"], gpt2["head_dim"], size)),
             "llama": (llama_weight_bytes(llama, size), llama_head_bytes(llama, size),
                       kv_bytes_per_position(llama["layers"], llama["kv_heads"], llama["head_dim"], size))}

@@ -103,4 +103,6 @@ def derive(record: dict[str, Any]) -> Figures:
     summaries = {path: run_figures(path, run, figures) for path, run in runs(record)}
     admission_figures(record, figures)
     target_figures(record, summaries, figures)
+    figures.add(("equivalence", "tokens_identical"), not record["equivalence"]["ties"],
+                "no step where alone chose another token (equivalence.ties)")
     return figures
