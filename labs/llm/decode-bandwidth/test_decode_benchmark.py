@@ -17,6 +17,7 @@ import decode_bandwidth_views
 import labkit.testing
 from decode_bandwidth import benchmark, figures, formulas, workloads
 from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.compiled import CompiledDecoder
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import tiny_model
@@ -27,7 +28,7 @@ from labkit.summary import percentile
 from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
-MODES = ["ours-concat", "ours-prealloc", "hf-dynamic", "hf-static"]
+MODES = ["ours-concat", "ours-prealloc", "ours-compiled", "hf-dynamic", "hf-static"]  # the spec: what a record must time
 
 
 class PositionResetDecoder(Decoder):
@@ -59,7 +60,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = self.record
         bench = record["config"]["benchmark"]
         groups = formulas.grid(bench)
-        self.assertEqual(len(record["cells"]), 4 * len(groups))
+        self.assertEqual(len(record["cells"]), len(formulas.MODES) * len(groups))
         for cell in record["cells"]:
             for field in ("mode", "batch", "context", "dtype", "threads", "median_ns_per_step", "floor_ns_per_step"):
                 self.assertIn(field, cell)
@@ -228,13 +229,13 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
 
     def test_the_equivalence_sentence_follows_the_records_flags(self) -> None:
         html = self.page("decode-equivalence", self.record)
-        self.assertIn("5 of 5 modes", html)
-        self.assertIn("agreed with the reference at every position for all 5", html)
+        self.assertIn("6 of 6 modes", html)
+        self.assertIn("agreed with the reference at every position for all 6", html)
         record = copy.deepcopy(self.record)
         record["equivalence"]["modes"]["hf-static"]["argmax_agrees_every_step"] = False
         html = self.page("decode-equivalence", record)
-        self.assertIn("for 4 of 5; hf-static chose another token", html)
-        self.assertNotIn("for all 5", html)
+        self.assertIn("for 5 of 6; hf-static chose another token", html)
+        self.assertNotIn("for all 6", html)
 
     def test_the_wall_time_verdict_follows_the_record(self) -> None:
         record = copy.deepcopy(self.record)
@@ -333,7 +334,8 @@ class TheClockTimesOnlyTheStep(unittest.TestCase):
         with mock.patch.object(workloads, "rewind", side_effect=real_hf) as hf_rewind, \
                 mock.patch.object(PreallocatedCache, "rewind", autospec=True, side_effect=real_ours) as ours_rewind, \
                 torch.inference_mode():
-            runners = workloads.step_runners(model, reference, 1, context, torch.Generator().manual_seed(0))
+            runners = workloads.step_runners(model, CompiledDecoder.of(model), reference, 1, context,
+                                             torch.Generator().manual_seed(0))
             for mode, (step, reset) in runners.items():
                 with self.subTest(mode=mode):
                     hf_rewind.reset_mock()
@@ -344,6 +346,7 @@ class TheClockTimesOnlyTheStep(unittest.TestCase):
                     calls = hf_rewind.call_args_list + ours_rewind.call_args_list
                     self.assertEqual(len(calls), 0 if mode == "ours-concat" else 1)
                     self.assertTrue(all(call.args[-1] == context - 1 for call in calls))
+            self.assertEqual(sorted(runners), sorted(MODES))
 
     def test_time_group_runs_every_reset_after_the_clock_stops(self) -> None:
         events: list[str] = []
@@ -369,8 +372,8 @@ class TheClockTimesOnlyTheStep(unittest.TestCase):
             inside = {"start": True, "stop": False}.get(event, inside)
             if event.startswith("reset"):
                 self.assertFalse(inside, events)
-        self.assertEqual(events.count("start"), 4 * 3)
-        self.assertEqual(sum(e.startswith("reset") for e in events), 4 * 3)
+        self.assertEqual(events.count("start"), len(MODES) * 3)
+        self.assertEqual(sum(e.startswith("reset") for e in events), len(MODES) * 3)
         self.assertIn("untimed", benchmark.TIMER)
 
 

@@ -21,6 +21,7 @@ from decode_bandwidth.bandwidth import (
     weight_bytes,
 )
 from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.compiled import row_dot
 from decode_bandwidth.config import preset
 from decode_bandwidth.figures import hardware_figures
 from decode_bandwidth.model import DecoderLayer
@@ -127,12 +128,16 @@ class Bandwidth(unittest.TestCase):
 
     def test_the_read_kernels_compute_what_they_claim_to_read(self) -> None:
         buffer = torch.arange(formulas.STREAMS * formulas.MATVEC_COLUMNS * 2, dtype=torch.float32)
-        kernels = read_kernels(buffer)
+        kernels = read_kernels(buffer, row_dot)  # the eager function: the compiled one is the same code
         half = buffer.numel() // 2
         self.assertEqual(float(kernels["sum"]()), float(buffer.sum()))
         self.assertEqual(float(kernels["dot"]()), float(torch.dot(buffer[:half], buffer[half:])))
         self.assertTrue(torch.equal(kernels["streams"](), buffer.view(formulas.STREAMS, -1).sum(0)))
         self.assertEqual(kernels["matvec"]().numel(), buffer.numel() // formulas.MATVEC_COLUMNS)
+        whole = formulas.kernel_bytes("compiled", buffer.numel() * 4) // 4  # the values in whole rows
+        self.assertGreater(whole, buffer.numel() - formulas.COMPILED_COLUMNS)
+        rows = buffer[:whole].view(-1, formulas.COMPILED_COLUMNS)
+        torch.testing.assert_close(kernels["compiled"]().view(-1), rows.sum(-1), rtol=1e-6, atol=0)
 
 
 if __name__ == "__main__":

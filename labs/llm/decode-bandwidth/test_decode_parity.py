@@ -8,6 +8,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from decode_bandwidth.cache import PreallocatedCache
+from decode_bandwidth.compiled import CompiledDecoder
 from decode_bandwidth.decode import cached_step_logits, full_step_logits
 from decode_bandwidth.equivalence import check_modes, prefill_then_steps
 from decode_bandwidth.hf import hf_cached_step_logits, hf_model
@@ -60,16 +61,16 @@ class ParityWithTransformers(unittest.TestCase):
         torch.testing.assert_close(ours, static, **TOLERANCE)
 
     def test_benchmark_check_accepts_every_mode_against_one_full_pass(self) -> None:
-        checked = check_modes(self.model, self.reference, prefix=7, steps=3, seed=5)
-        self.assertEqual(sorted(checked["modes"]), ["hf-dynamic", "hf-full", "hf-static", "ours-concat",
-                                                    "ours-prealloc"])
+        checked = check_modes(self.model, CompiledDecoder.of(self.model), self.reference, prefix=7, steps=3, seed=5)
+        self.assertEqual(sorted(checked["modes"]), ["hf-dynamic", "hf-full", "hf-static", "ours-compiled",
+                                                    "ours-concat", "ours-prealloc"])
         self.assertTrue(all(entry["argmax_agrees_every_step"] for entry in checked["modes"].values()))
 
     def test_benchmark_check_refuses_a_decoder_that_resets_positions(self) -> None:
         broken = PositionResetDecoder(self.model.config)
         broken.load_state_dict(self.model.state_dict())
         with self.assertRaises(EquivalenceError):
-            check_modes(broken, hf_model(broken), prefix=7, steps=3, seed=5)
+            check_modes(broken, CompiledDecoder.of(broken), hf_model(broken), prefix=7, steps=3, seed=5)
 
     def test_dynamic_cache_after_our_steps_holds_the_same_keys(self) -> None:
         with torch.inference_mode():

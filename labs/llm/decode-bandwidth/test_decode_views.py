@@ -30,7 +30,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at half of it
             group = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
             group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 10
-            share = {"ours-prealloc": 1.2, "ours-concat": 1.3}.get(cell["mode"], 0.6)
+            share = {"ours-prealloc": 1.2, "ours-concat": 1.3, "ours-compiled": 1.25}.get(cell["mode"], 0.6)
             cell["median_ns_per_step"] = group["floor_ns_per_step"] * share
             cell["step_over_floor"] = share
         items = decode_bandwidth_views.VIEWS["key-results"](record).items
@@ -107,6 +107,35 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         html = self.page("targets", record)
         self.assertIn("Missed", html)
         self.assertIn("What limits them", html)
+
+    def test_the_kernel_table_bolds_each_kinds_fastest_kernel_and_names_the_winners(self) -> None:
+        record = copy.deepcopy(self.record)
+        rows = record["layout"]["rows"]
+        for index, row in enumerate(rows):  # the compiled loop fastest for the first kind only, oneDNN for the rest
+            row.update(in_out_ns=400.0, out_in_ns=300.0, onednn_ns=200.0, compiled_ns=100.0 if index == 0 else 250.0)
+        block = decode_bandwidth_views.VIEWS["layout"](record)
+        html = render_block(block)
+        self.assertEqual(html.count("<strong>"), len(rows))
+        notes = " ".join(block.notes)
+        self.assertIn(f"ours-compiled's generated loop for {rows[0]['kind']};", notes)
+        self.assertIn("oneDNN linear, packed for " + rows[1]["kind"], notes)
+        for row in rows:
+            del row["onednn_ns"]
+        self.assertIn("Not measured in this run: oneDNN linear, packed",
+                      " ".join(decode_bandwidth_views.VIEWS["layout"](record).notes))
+
+    def test_the_compiled_table_compares_both_modes_at_every_batch_1_group(self) -> None:
+        record = copy.deepcopy(self.record)
+        for cell in record["cells"]:
+            if cell["batch"] == 1 and cell["mode"] in ("ours-prealloc", "ours-compiled"):
+                cell["median_ns_per_step"] = 2e6 if cell["mode"] == "ours-prealloc" else 1.5e6
+        block = decode_bandwidth_views.VIEWS["compiled"](record)
+        ones = [g for g in record["groups"] if g["batch"] == 1]
+        self.assertEqual(len(block.tables[0].rows), len(ones))
+        notes = " ".join(block.notes)
+        self.assertIn("ours-compiled took 0.75× the step time of ours-prealloc", notes)
+        for key in record["compiled"]["compile_s"]:
+            self.assertIn(f"in {key.split('/')[0]} at", notes)
 
 
 if __name__ == "__main__":

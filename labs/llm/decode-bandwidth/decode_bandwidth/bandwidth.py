@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from . import formulas
+from .compiled import compiled_row_dot
 from .config import DecoderConfig
-from .formulas import MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
+from .formulas import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -99,20 +100,24 @@ def stream_buffer_bytes(llc: int | None) -> int:
     return -(-max(4 * (llc or 0), MIN_STREAM_BYTES) // unit) * unit
 
 
-def read_kernels(buffer: torch.Tensor) -> dict[str, Callable[[], object]]:
-    """Four ways to read a float32 buffer once, each by a different kernel (formulas.READ_KERNELS says how).
+def read_kernels(buffer: torch.Tensor, row_dot: Callable[[torch.Tensor, torch.Tensor, None], torch.Tensor]
+                 ) -> dict[str, Callable[[], object]]:
+    """Five ways to read a float32 buffer once, each by a different kernel (formulas.READ_KERNELS says how).
     The floor takes the fastest: a timed step whose kernels stream faster than a plain sum would otherwise
-    beat its own floor."""
+    beat its own floor. The last is ours-compiled's own one-row kernel, compiled here for this shape."""
     half = buffer.numel() // 2
     first, second = buffer[:half], buffer[half:2 * half]
     matrix = buffer[: buffer.numel() // MATVEC_COLUMNS * MATVEC_COLUMNS].view(-1, MATVEC_COLUMNS)
     vector = torch.ones(MATVEC_COLUMNS, dtype=buffer.dtype, device=buffer.device)
     streams = buffer[: buffer.numel() // STREAMS * STREAMS].view(STREAMS, -1)
+    rows = buffer[: buffer.numel() // COMPILED_COLUMNS * COMPILED_COLUMNS].view(-1, COMPILED_COLUMNS)
+    row = torch.ones(1, COMPILED_COLUMNS, dtype=buffer.dtype, device=buffer.device)
     return {
         "sum": lambda: buffer.sum(),
         "dot": lambda: torch.dot(first, second),
         "streams": lambda: streams.sum(dim=0),
         "matvec": lambda: torch.mv(matrix, vector),
+        "compiled": lambda: row_dot(row, rows, None),
     }
 
 
@@ -128,7 +133,7 @@ def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = 
         raise ValueError(f"passes must be at least 1, got {passes}")
     buffer = torch.ones(buffer_bytes // 4, dtype=torch.float32, device=device)
     synchronize = torch.cuda.synchronize if buffer.is_cuda else (lambda: None)
-    kernels = read_kernels(buffer)
+    kernels = read_kernels(buffer, compiled_row_dot())
     for kernel in kernels.values():
         kernel()  # first touch and warm-up, untimed
     durations: dict[str, list[int]] = {name: [] for name in kernels}

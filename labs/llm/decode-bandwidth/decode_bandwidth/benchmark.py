@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from decode_bandwidth import figures, formulas, llama
+from decode_bandwidth.compiled import CompiledDecoder
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
@@ -50,6 +51,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 TIMER = ("time.perf_counter_ns around one decode step under torch.inference_mode, garbage collector paused; "
          "the step's outputs are kept until the clock has stopped, then freed, and the cache is rewound to "
          "T - 1 positions, untimed")
+COMPILED_KERNEL = ("torch.compile (inductor, C++ for the CPU, static shapes) of (x * W).sum(-1) + b over an "
+                   "(out, in) copy of each matrix, for every multiply of one row; more rows take ours-prealloc's "
+                   "BLAS calls")
 QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
          "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
          "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1,
@@ -195,16 +199,31 @@ def time_group(runners: dict[str, Any], args: argparse.Namespace, progress: harn
     return order, durations, {mode: counts[-args.repeats:] for mode, counts in faults.items()}  # warm-ups came first
 
 
-def time_groups(args: argparse.Namespace, models: dict[str, tuple[Decoder, Any]],
+Models = tuple[Decoder, CompiledDecoder, Any]  # the eager decoder, its compiled twin, transformers' GPT-2
+
+
+def compiled_twin(model: Decoder, threads: list[int], compile_s: dict[str, float]) -> CompiledDecoder:
+    """The CompiledDecoder of ``model``'s configuration, its one-row kernels compiled at every thread count
+    before anything is timed or checked; the seconds each compile took go into ``compile_s``."""
+    dtype = str(model.config.dtype).removeprefix("torch.")
+    twin = CompiledDecoder.of(model)
+    for count in threads:
+        torch.set_num_threads(count)
+        bench.progress(f"compile: ours-compiled's one-row kernels in {dtype} at {count} thread(s)")
+        compile_s[f"{dtype}/{count}"] = twin.warm()
+    return twin
+
+
+def time_groups(args: argparse.Namespace, models: dict[str, Models],
                 progress: harness.Progress) -> list[dict[str, Any]]:
     """Every (dtype, threads, batch, context) group: rotated repetitions of one step per mode."""
     groups = []
     generator = torch.Generator().manual_seed(args.seed + 1)
     for dtype, threads, batch, context in grid(args):
         torch.set_num_threads(threads)
-        model, reference = models[dtype]
+        model, compiled, reference = models[dtype]
         label = f"{dtype} {threads}t batch {batch} context {context}"
-        order, durations, faults = time_group(step_runners(model, reference, batch, context, generator), args,
+        order, durations, faults = time_group(step_runners(model, compiled, reference, batch, context, generator), args,
                                               progress, label)
         groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
                        "durations": durations, "faults": faults})
@@ -254,33 +273,38 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     bench.progress(f"building {args.preset} (float32) and transformers' GPT-2 with the same weights")
     model32 = Decoder(base, device)
     reference32 = hf_model(model32)
+    compile_s: dict[str, float] = {}
+    compiled32 = compiled_twin(model32, threads, compile_s)
+    torch.set_num_threads(args.threads)
     bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
                    f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
-    equivalence = check_modes(model32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
+    equivalence = check_modes(model32, compiled32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
     prepared = llama.prepare(args, threads)
     torch.set_num_threads(args.threads)
 
     half = args.bandwidth_passes // 2
     before = measure_hardware(args, threads, dtypes, half)
-    bench.progress("layout: each matrix kind at batch 1, (in, out) addmm against (out, in) F.linear")
+    bench.progress("layout: each matrix kind at batch 1: (in, out) addmm, (out, in) F.linear, oneDNN, compiled")
     with torch.inference_mode():
-        layout = measure_layouts(model32, 5)
+        layout = measure_layouts(model32, 5, compiled=compiled32.kernel)
         larger = [batch for batch in args.batches if batch > 1]
         bench.progress(f"layout: the same at batch {', '.join(map(str, larger))}" if larger else "layout: done")
         layout_batches = [measure_layouts(model32, 5, batch) for batch in larger]
 
-    models: dict[str, tuple[Decoder, Any]] = {}
+    models: dict[str, Models] = {}
     other_layouts = {}  # the layout measurement in every other timed dtype: the stored layout was chosen in float32
     for dtype in dtypes:
         if dtype == "float32":
-            models[dtype] = (model32, reference32)
+            models[dtype] = (model32, compiled32, reference32)
         else:
             bench.progress(f"building the {dtype} copies of both models (the same weights, rounded)")
             model = Decoder(base.with_dtype(DTYPES[dtype]), device)
-            models[dtype] = (model, hf_model(model))
+            # The variant dtype is timed at the headline thread count only (formulas.grid).
+            models[dtype] = (model, compiled_twin(model, [args.threads], compile_s), hf_model(model))
+            torch.set_num_threads(args.threads)
             bench.progress(f"layout: each matrix kind at batch 1 in {dtype}")
             with torch.inference_mode():
-                other_layouts[dtype] = measure_layouts(model, 5)
+                other_layouts[dtype] = measure_layouts(model, 5, compiled=models[dtype][1].kernel)
     progress = harness.Progress(len(grid(args)) * args.repeats)
     try:
         timed = time_groups(args, models, progress)
@@ -291,11 +315,11 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
     groups, cells = groups_and_cells(timed)
 
-    model, reference = models[args.dtype]
+    model, compiled, reference = models[args.dtype]
     longest = args.contexts[-1]
     profiles = {}
     with torch.inference_mode():
-        runners = step_runners(model, reference, 1, longest, torch.Generator().manual_seed(args.seed + 3))
+        runners = step_runners(model, compiled, reference, 1, longest, torch.Generator().manual_seed(args.seed + 3))
         for mode in ("ours-prealloc", "hf-dynamic"):
             bench.progress(f"profile: {args.profile_steps} {mode} step(s), batch 1, context {longest}")
             profiles[mode] = profile_step(*runners[mode], model.config, args.profile_steps, device.type)
@@ -319,6 +343,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "tolerance": {"atol": ATOL, "rtol": RTOL},
         "equivalence": equivalence,
         "hardware": hardware,
+        "compiled": {"kernel": COMPILED_KERNEL, "compile_s": compile_s},
         "layout": layout,
         "layout_other_dtypes": other_layouts,
         "layout_batches": layout_batches,

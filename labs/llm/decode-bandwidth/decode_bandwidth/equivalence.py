@@ -27,8 +27,23 @@ def prefill_then_steps(run: Any, ids: Tensor, prefix: int, cache: Any) -> Tensor
     return torch.cat(chunks, dim=1)
 
 
-def check_modes(model: Decoder, reference: GPT2LMHeadModel, prefix: int, steps: int, seed: int) -> dict[str, Any]:
-    """Compare every mode with this lab's single pass over the sequence; raises EquivalenceError on a miss."""
+def one_row_at_a_time(model: Decoder, ids: Tensor, prefix: int) -> Tensor:
+    """Each row of ids (B, T) decoded alone, batch 1, preallocated cache: the path ours-compiled's one-row
+    kernels take (with two rows a step multiplies in BLAS). Logits (B, T, vocab)."""
+    def run(chunk: Tensor, cache: Any) -> tuple[Tensor, Any]:
+        return model(chunk, cache)
+
+    rows = [prefill_then_steps(run, ids[row : row + 1], prefix, PreallocatedCache(model.config, 1, ids.shape[1],
+                                                                                   model.device))
+            for row in range(ids.shape[0])]
+    return torch.cat(rows, dim=0)
+
+
+def check_modes(model: Decoder, compiled: Decoder, reference: GPT2LMHeadModel, prefix: int, steps: int,
+                seed: int) -> dict[str, Any]:
+    """Compare every mode with this lab's single pass over the sequence; raises EquivalenceError on a miss.
+
+    ``compiled`` is the CompiledDecoder of the same configuration (decode_bandwidth.compiled)."""
     config, length = model.config, prefix + steps
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (BATCH, length), generator=generator).to(model.device)
@@ -47,6 +62,7 @@ def check_modes(model: Decoder, reference: GPT2LMHeadModel, prefix: int, steps: 
             "ours-concat": prefill_then_steps(ours, ids, prefix, None),
             "ours-prealloc": prefill_then_steps(ours, ids, prefix, PreallocatedCache(config, BATCH, length,
                                                                                      model.device)),
+            "ours-compiled": one_row_at_a_time(compiled, ids, prefix),
             "hf-dynamic": prefill_then_steps(theirs, ids, prefix, DynamicCache(config=reference.config)),
             "hf-static": prefill_then_steps(theirs, ids, prefix, StaticCache(config=reference.config,
                                                                              max_cache_len=length)),

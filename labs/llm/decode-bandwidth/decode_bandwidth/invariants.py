@@ -14,6 +14,7 @@ from .formulas import (
     ATOL,
     BASELINE,
     BYTES_PER_ELEMENT,
+    COMPILED,
     EQUIVALENCE_MODES,
     KINDS,
     LAYOUT,
@@ -67,6 +68,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
                f"is {in_force}, but the headline grid ran at --threads {bench['threads']}")
     check_equivalence(record, source)
     check_hardware(record["hardware"], source)
+    check_compiled(record, source)
     check_groups(record, source)
     check_floor_holds(record, source)
     check_layouts(record, source)
@@ -119,6 +121,14 @@ def check_hardware(machine: dict[str, Any], source: str) -> None:
                    f"{len(entry['durations_ns'])} durations")
 
 
+def check_compiled(record: dict[str, Any], source: str) -> None:
+    """ours-compiled was compiled, before timing, at every (dtype, threads) the grid times it in."""
+    timed = sorted({f"{dtype}/{threads}" for dtype, threads, _, _ in grid(record["config"]["benchmark"])})
+    compiled = sorted(record["compiled"]["compile_s"])
+    if compiled != timed:
+        refuse(source, ("compiled", "compile_s"), f"covers {compiled}, but the grid times {COMPILED} at {timed}")
+
+
 def check_groups(record: dict[str, Any], source: str) -> None:
     bench, machine = record["config"]["benchmark"], record["hardware"]
     repeats = bench["repeats"]
@@ -156,6 +166,10 @@ def check_layouts(record: dict[str, Any], source: str) -> None:
     if record["layout"]["dtype"] != "float32" or record["layout"]["batch"] != 1:
         refuse(source, ("layout",), f"is measured in {record['layout']['dtype']} at batch {record['layout']['batch']}; "
                "the stored layout is chosen on the float32 model at batch 1")
+    for index, row in enumerate(record["layout"]["rows"]):
+        if "compiled_ns" not in row:
+            refuse(source, ("layout", "rows", index), f"lacks compiled_ns: the benchmark times {COMPILED}'s kernel "
+                   "beside the library kernels at batch 1")
     larger = [batch for batch in bench["batches"] if batch > 1]
     measured = [layout["batch"] for layout in record["layout_batches"]]
     if measured != larger:

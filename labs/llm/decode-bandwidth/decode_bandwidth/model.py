@@ -19,6 +19,8 @@ half the time of ``F.linear`` over the (vocab, width) embedding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -71,6 +73,17 @@ class DecoderLayer(nn.Module):
         self.fc_bias = parameter(torch.zeros(hidden))
         self.proj_weight = parameter(_draw((hidden, width), residual, generator).t().contiguous())  # (C, 4C): (out, in)
         self.proj_bias = parameter(torch.zeros(width))
+        # Set by decode_bandwidth.compiled: per kind an (out, in) matrix and its bias, and the compiled
+        # kernel that multiplies one row by them. None here: every multiply is the BLAS call of its layout.
+        self.one_row: dict[str, tuple[Tensor, Tensor | None]] | None = None
+        self.kernel: Callable[[Tensor, Tensor, Tensor | None], Tensor] | None = None
+
+    def multiply(self, kind: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """x (B, T, in) times this kind's matrix, stored in the layout LAYOUT names (see the module docstring)."""
+        if self.one_row is not None and x.shape[0] * x.shape[1] == 1:
+            row_weight, row_bias = self.one_row[kind]
+            return self.kernel(x.view(1, -1), row_weight, row_bias).view(1, 1, -1)  # type: ignore[misc]
+        return affine(x, weight, bias) if LAYOUT[kind] == "in_out" else F.linear(x, weight, bias)
 
     # --8<-- [start:layer]
     def forward(self, x: Tensor, index: int, offset: int,
@@ -79,7 +92,7 @@ class DecoderLayer(nn.Module):
         config = self.config
         batch, length, width = x.shape
         h = F.layer_norm(x, (width,), self.norm_attention_weight, self.norm_attention_bias, config.layer_norm_eps)
-        q, k, v = affine(h, self.qkv_weight, self.qkv_bias).split(
+        q, k, v = self.multiply("qkv", h, self.qkv_weight, self.qkv_bias).split(
             [width, config.kv_width, config.kv_width], dim=-1)
         q = q.view(batch, length, config.heads, config.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
@@ -92,10 +105,11 @@ class DecoderLayer(nn.Module):
             keys = torch.cat((cache[index][0], k), dim=-2)
             values = torch.cat((cache[index][1], v), dim=-2)
         attended = causal_attention(q, keys, values, offset)  # (B, H, T, D)
-        x = x + affine(attended.transpose(1, 2).reshape(batch, length, width), self.out_weight, self.out_bias)
+        x = x + self.multiply("attention out", attended.transpose(1, 2).reshape(batch, length, width),
+                              self.out_weight, self.out_bias)
         h = F.layer_norm(x, (width,), self.norm_mlp_weight, self.norm_mlp_bias, config.layer_norm_eps)
-        h = F.gelu(affine(h, self.fc_weight, self.fc_bias), approximate="tanh")  # GPT-2's "gelu_new"
-        return x + F.linear(h, self.proj_weight, self.proj_bias), (keys, values)  # proj is stored (out, in)
+        h = F.gelu(self.multiply("mlp fc", h, self.fc_weight, self.fc_bias), approximate="tanh")  # GPT-2's "gelu_new"
+        return x + self.multiply("mlp proj", h, self.proj_weight, self.proj_bias), (keys, values)
     # --8<-- [end:layer]
 
 
@@ -144,11 +158,15 @@ class Decoder(nn.Module):
             x = x[:, -1:]
         x = F.layer_norm(x, (self.config.width,), self.norm_final_weight, self.norm_final_bias,
                          self.config.layer_norm_eps)
-        logits = affine(x, self.tied_head, None)  # (B, T, vocab)
+        logits = self.head(x)  # (B, T, vocab)
         if isinstance(cache, PreallocatedCache):
             cache.advance(length)
             return logits, cache
         return logits, pairs
+
+    def head(self, x: Tensor) -> Tensor:
+        """x (B, T, C) -> logits (B, T, vocab) through the tied head, stored (in, out)."""
+        return affine(x, self.tied_head, None)
 
     def _check_ids(self, ids: Tensor, check_values: bool) -> tuple[int, int]:
         if not isinstance(ids, Tensor) or ids.dim() != 2:

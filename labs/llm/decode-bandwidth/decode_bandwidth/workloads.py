@@ -33,10 +33,11 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
 Runner = tuple[Callable[[], None], Callable[[], None]]  # (the timed step, the untimed reset after it)
 
 
-def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context: int,
+def step_runners(model: Decoder, compiled: Decoder, reference: GPT2LMHeadModel, batch: int, context: int,
                  generator: torch.Generator) -> dict[str, Runner]:
     """Per mode, one decode step at ``context`` over the same random cache contents, and the reset that
-    rewinds its cache and frees what the step returned (run outside the clock)."""
+    rewinds its cache and frees what the step returned (run outside the clock). ``compiled`` is the
+    CompiledDecoder of the same weights, stepped over a preallocated cache of its own."""
     config, device = model.config, model.device
     cached = context - 1
     layers = random_concat_cache(config, batch, cached, generator, device)  # (B, Hkv, T - 1, D) per layer
@@ -45,6 +46,11 @@ def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context
         prealloc.keys[index][:, :, :cached] = keys
         prealloc.values[index][:, :, :cached] = values
     prealloc.length = cached
+    own = PreallocatedCache(config, batch, context, device)  # ours-compiled's: the same contents, copied
+    for index in range(config.layers):
+        own.keys[index].copy_(prealloc.keys[index])
+        own.values[index].copy_(prealloc.values[index])
+    own.length = cached
     dynamic = hf_filled_cache(reference, layers, static=False, capacity=context)
     static = hf_filled_cache(reference, layers, static=True, capacity=context)
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)
@@ -59,6 +65,10 @@ def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context
 
     def ours_prealloc() -> None:
         held.append(model(token, prealloc, check_values=False))
+        sync()
+
+    def ours_compiled() -> None:
+        held.append(compiled(token, own, check_values=False))
         sync()
 
     def ours_reset(cache: PreallocatedCache | None) -> Callable[[], None]:
@@ -80,6 +90,7 @@ def step_runners(model: Decoder, reference: GPT2LMHeadModel, batch: int, context
         return run, reset
 
     return {"ours-concat": (ours_concat, ours_reset(None)), "ours-prealloc": (ours_prealloc, ours_reset(prealloc)),
+            "ours-compiled": (ours_compiled, ours_reset(own)),
             "hf-dynamic": hf(dynamic), "hf-static": hf(static)}
 
 

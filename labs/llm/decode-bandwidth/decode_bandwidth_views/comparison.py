@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import MODES, best_ours, cell_table, headline_key
+from decode_bandwidth.formulas import MODES, OURS, best_ours, cell_table, headline_key
 from labkit.summary import percentile
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, join
@@ -25,7 +25,7 @@ def comparison_view(record: dict[str, Any]) -> Block:
             *(Strong(format_ms(ns)) if mode == best["mode"] else format_ms(ns) for mode, ns in zip(MODES, medians)),
             format_ms(group["floor_ns_per_step"]), format_ratio(best["median_ns_per_step"] / hf["median_ns_per_step"]),
             format_ratio(best["step_over_floor"]), format_ratio(hf["step_over_floor"])))
-    headings = ["Batch", "Context", *MODES, "Memory floor", "Faster of ours ÷ hf-dynamic", "Faster of ours ÷ floor",
+    headings = ["Batch", "Context", *MODES, "Memory floor", "Fastest of ours ÷ hf-dynamic", "Fastest of ours ÷ floor",
                 "hf-dynamic ÷ floor"]
     headline = headline_key(record)
     tables = [Table(headings=headings, rows=rows,
@@ -34,8 +34,8 @@ def comparison_view(record: dict[str, Any]) -> Block:
     bench = record["config"]["benchmark"]
     warmup = bench["warmup"]
     legend = (f"Median milliseconds per decode step over {bench['repeats']} timed steps per mode, after {warmup} untimed "
-              f"warm-up step{'' if warmup == 1 else 's'}, the four modes in rotating order; the faster of this lab's "
-              f"two modes is in bold. Cache: {bench['cache_contents']}. Timer: {bench['timer']}.")
+              f"warm-up step{'' if warmup == 1 else 's'}, the {len(MODES)} modes in rotating order; the fastest of this lab's "
+              f"{len(OURS)} modes is in bold. Cache: {bench['cache_contents']}. Timer: {bench['timer']}.")
     return Block(css="lab-decode-comparison", tables=tables,
                  notes=[legend, *noise_sentences(record), *faults_sentences(record)])
 

@@ -24,7 +24,7 @@ from .wording import threads_text
 SEGMENTS = (("weights", "old", "weights, read once"), ("kv_read", "new", "KV cache, read"),
             ("rest", "shared", "KV written and embedding rows"))
 REGIME_FILLS = {"memory": "old", "compute": "new", "overhead": "shared"}
-COMPARED = ("ours", "hf-dynamic")  # the regime grids: the faster of this lab's caches, and transformers' dynamic cache
+COMPARED = ("ours", "hf-dynamic")  # the regime grids: the fastest of this lab's modes, and transformers' dynamic cache
 
 
 def headline_groups(record: dict[str, Any]) -> dict[tuple[int, int], dict[str, Any]]:
@@ -93,7 +93,7 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
 
 
 def cell_regimes(record: dict[str, Any], who: str) -> dict[tuple[int, int], tuple[str, float, str]]:
-    """(batch, context) -> (regime key, median ÷ higher floor, mode) for the faster of ours or for one mode."""
+    """(batch, context) -> (regime key, median ÷ higher floor, mode) for the fastest of ours or for one mode."""
     dtype, threads = headline_key(record)
     cells = cell_table(record)
     result = {}
@@ -107,14 +107,14 @@ def cell_regimes(record: dict[str, Any], who: str) -> dict[tuple[int, int], tupl
 
 
 def regime_grid_view(record: dict[str, Any]) -> Block:
-    """Batch x context grids coloured by the regime that holds, for the faster of ours and for hf-dynamic."""
+    """Batch x context grids coloured by the regime that holds, for the fastest of ours and for hf-dynamic."""
     bench = record["config"]["benchmark"]
     batches, contexts = bench["batches"], bench["contexts"]
     cell_w, cell_h, left, top = 88, 58, 56, 44
     diagrams = []
     for who in COMPARED:
         regimes = cell_regimes(record, who)
-        name = "faster of this lab's caches" if who == "ours" else who
+        name = "fastest of this lab's modes" if who == "ours" else who
         canvas = Canvas(width=left + len(contexts) * cell_w + 10, height=top + len(batches) * cell_h + 8,
                         slug=f"regimes-{who}", max_width="22rem", title=f"Which bound holds: {name}",
                         description="; ".join(f"batch {b}, context {c}: {REGIMES[r]}, {format_ratio(x)} the higher floor"

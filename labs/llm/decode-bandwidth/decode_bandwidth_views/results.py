@@ -21,7 +21,7 @@ def parity_item(record: dict[str, Any]) -> str:
     modes, tol = record["equivalence"]["modes"], record["tolerance"]
     agree = all(entry["within_tolerance"] for entry in modes.values())
     worst = max(entry["max_abs_diff"] for entry in modes.values())
-    return (f"Equal to transformers: before any timing, this decoder with both caches and transformers' GPT-2 (its "
+    return (f"Equal to transformers: before any timing, this decoder in all three modes (ours-compiled one row at a time) and transformers' GPT-2 (its "
             f"full pass and both its caches) {'matched' if agree else 'did not all match'} one full pass of this "
             f"decoder within atol = {tol['atol']:g}, rtol = {tol['rtol']:g}; the largest difference was {format_sci(worst)}.")
 
@@ -38,7 +38,7 @@ def floor_item(record: dict[str, Any]) -> str:
 
 
 def best_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
-    """The faster of this lab's caches at the headline dtype and thread count."""
+    """The fastest of this lab's modes at the headline dtype and thread count."""
     dtype, threads = headline_key(record)
     return best_ours(cell_table(record), (dtype, threads, batch, context))
 
@@ -55,7 +55,7 @@ def batch_one_item(record: dict[str, Any]) -> str:
     hf = [transformers_at(record, 1, c) for c in contexts]
     closest = min(best, key=lambda cell: cell["step_over_floor"])
     named = cell_regime(closest, headline_groups(record)[(1, closest["context"])])
-    return (f"Batch 1, {named}: the faster of this lab's caches came closest to the floor at context "
+    return (f"Batch 1, {named}: the fastest of this lab's modes came closest to the floor at context "
             f"{closest['context']:,}, {format_ms(closest['median_ns_per_step'])} ms or {format_ratio(closest['step_over_floor'])} the floor; "
             f"across contexts it took {ratio_range([c['step_over_floor'] for c in best])} the floor, "
             f"transformers' dynamic cache {ratio_range([c['step_over_floor'] for c in hf])}.")
@@ -67,7 +67,7 @@ def versus_item(record: dict[str, Any]) -> str:
               for c in contexts]
     verdict = ("Faster than transformers" if max(ratios) < 1 else "Slower than transformers" if min(ratios) > 1
                else "Level with transformers")
-    return (f"{verdict}: at batch 1 the faster of this lab's caches took {ratio_range(ratios)} the step time of "
+    return (f"{verdict}: at batch 1 the fastest of this lab's modes took {ratio_range(ratios)} the step time of "
             f"transformers' GPT-2 with its dynamic cache, over contexts {contexts[0]:,} to {contexts[-1]:,}.")
 
 
@@ -133,7 +133,7 @@ def answer_bound_view(record: dict[str, Any]) -> Block:
     dominant = "cache dominates" if kv > weights else "weights dominate"
     return answer(f"At batch {batch}, context {context:,} the step reads {format_bytes(kv)} of KV cache against {format_bytes(weights)} of weights ({format_ratio(kv / weights)}): the {dominant} the bytes. "
                   f"Its memory floor is {format_ms(memory)} ms and its arithmetic floor {format_ms(compute)} ms, so {higher} is the higher bound. "
-                  f"The faster of this lab's caches ({cell['mode']}) took {format_ms(cell['median_ns_per_step'])} ms, "
+                  f"The fastest of this lab's modes ({cell['mode']}) took {format_ms(cell['median_ns_per_step'])} ms, "
                   f"{format_ratio(cell['median_ns_per_step'] / max(memory, compute))} that bound: {cell_regime(cell, group)}.")
 
 

@@ -1,4 +1,4 @@
-"""The targets, met or missed: the faster of this lab's caches against hf-dynamic and against the memory floor at
+"""The targets, met or missed: the fastest of this lab's modes against hf-dynamic and against the memory floor at
 batch 1, what limits the cells that miss, and the run's wall time."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def targets_view(record: dict[str, Any]) -> Block:
     if any(not (r["met_hf"] and r["met_floor"]) for r in rows):
         compute = [g for g in bound if g["compute_floor_ns_per_step"] > g["floor_ns_per_step"]]
         sentences += limit_sentences(record, compute[0] if compute else bound[0])
-    summary = (f"At batch 1, {dtype}, {threads_text(threads)}: this lab's faster cache took at most "
+    summary = (f"At batch 1, {dtype}, {threads_text(threads)}: the fastest of this lab's modes took at most "
                f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {sum(r['met_hf'] for r in rows)} of "
                f"{len(rows)} contexts, and stayed within {targets['step_over_floor']:g}× the measured memory floor at "
                f"{sum(r['met_floor'] for r in rows)} of {len(rows)}.")
@@ -77,7 +77,7 @@ def targets_view(record: dict[str, Any]) -> Block:
         f"importing torch and transformers come on top), took {wall:.0f} s: "
         f"{'within' if wall <= WALL_TIME_TARGET_S else 'beyond'} the {WALL_TIME_TARGET_S / 60:g}-minute "
         f"({WALL_TIME_TARGET_S} s) target.")
-    table = Table(headings=["Context", "Faster of ours", f"÷ hf-dynamic (target ≤ {targets['best_over_hf_dynamic']})",
+    table = Table(headings=["Context", "Fastest of ours", f"÷ hf-dynamic (target ≤ {targets['best_over_hf_dynamic']})",
                             "Met", f"÷ floor (target ≤ {targets['step_over_floor']})", "Met", "hf-dynamic ÷ floor"],
                   rows=[(r["context"], r["best"], format_ratio(r["over_hf"]), "yes" if r["met_hf"] else "no",
                          format_ratio(r["over_floor"]), "yes" if r["met_floor"] else "no",

@@ -44,7 +44,7 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     dtype, threads = bench["dtype"], bench["threads"]
     cells = cell_table(record)
     sentences = []
-    lead = {}  # (batch, context) -> (headline, variant): the faster of ours / hf-dynamic
+    lead = {}  # (batch, context) -> (headline, variant): the fastest of ours / hf-dynamic
     for batch in bench["variant_batches"]:
         for context in bench["contexts"]:
             pair = []
@@ -63,7 +63,7 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     if lost:
         change += "; transformers is as fast or faster at " + join([f"batch {b}, context {c}" for b, c in lost])
     sentences.append(
-        f"The faster of this lab's caches took {ratio_range([b for b, _ in lead.values()])} hf-dynamic's step in "
+        f"The fastest of this lab's modes took {ratio_range([b for b, _ in lead.values()])} hf-dynamic's step in "
         f"{dtype} and {ratio_range([v for _, v in lead.values()])} in {other}: {change}.")
 
     base_rate = machine["matmul"][f"{dtype}/{threads}"]
