@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import unittest
 
 import torch
 import torch.nn.functional as F
 
 from decode_bandwidth.cache import PreallocatedCache
-from decode_bandwidth.compiled import CompiledDecoder, row_dot
+from decode_bandwidth.compiled import CACHE_VARIABLE, CompiledDecoder, cold_inductor_cache, row_dot
 from decode_bandwidth.equivalence import one_row_at_a_time
 from decode_bandwidth.testing import TOLERANCE, tiny_model, token_ids
 
@@ -91,6 +92,16 @@ class CompiledDecoderTests(unittest.TestCase):
             stepped = one_row_at_a_time(self.twin, self.ids, prefix=4)
         self.assertEqual(stepped.shape, full.shape)
         torch.testing.assert_close(stepped, full, **TOLERANCE)
+
+
+class ColdCache(unittest.TestCase):
+    def test_the_benchmark_compiles_into_an_empty_cache_it_removes_and_restores_the_setting(self) -> None:
+        before = os.environ.get(CACHE_VARIABLE)
+        with cold_inductor_cache() as folder:
+            self.assertEqual(os.environ[CACHE_VARIABLE], folder)
+            self.assertEqual(os.listdir(folder), [])
+        self.assertFalse(os.path.exists(folder))
+        self.assertEqual(os.environ.get(CACHE_VARIABLE), before)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from decode_bandwidth import figures, formulas, llama
-from decode_bandwidth.compiled import CompiledDecoder
+from decode_bandwidth.compiled import CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
@@ -53,7 +53,7 @@ TIMER = ("time.perf_counter_ns around one decode step under torch.inference_mode
          "T - 1 positions, untimed")
 COMPILED_KERNEL = ("torch.compile (inductor, C++ for the CPU, static shapes) of (x * W).sum(-1) + b over an "
                    "(out, in) copy of each matrix, for every multiply of one row; more rows take ours-prealloc's "
-                   "BLAS calls")
+                   "BLAS calls; compiled from an empty inductor cache, so each compile time is a fresh machine's")
 QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
          "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
          "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1,
@@ -380,4 +380,5 @@ def summary(record: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)
+    with cold_inductor_cache():
+        return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)

@@ -18,8 +18,11 @@ cache writes are ``ours-prealloc``'s own code.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -32,6 +35,23 @@ from .model import Decoder
 # counts variants of one function against a small limit (8) past which it would silently run it eagerly:
 # the limit is raised to cover every variant a run makes, and reaching it is made an error instead.
 RECOMPILE_LIMIT = 64
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps compiled kernels between processes
+
+
+@contextmanager
+def cold_inductor_cache() -> Iterator[str]:
+    """An empty inductor cache for the duration: every kernel compiles from scratch, so a recorded compile time
+    is what a fresh machine pays, not a hit on code an earlier run left on disk. Removed afterwards."""
+    before = os.environ.get(CACHE_VARIABLE)
+    with tempfile.TemporaryDirectory(prefix="inductor-") as folder:
+        os.environ[CACHE_VARIABLE] = folder
+        try:
+            yield folder
+        finally:
+            if before is None:
+                os.environ.pop(CACHE_VARIABLE, None)
+            else:
+                os.environ[CACHE_VARIABLE] = before
 
 
 def row_dot(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -1,4 +1,4 @@
-"""Every cell, all four modes: the medians against the floor, how far repetitions spread, page faults per step."""
+"""Every cell, all five modes: the medians against the floor, how far repetitions spread, page faults per step."""
 
 from __future__ import annotations
 

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import MATRICES, REGIMES, best_ours, cell_table, headline_key, regime
+from decode_bandwidth.formulas import (
+    COMPILED,
+    MATRICES,
+    OURS,
+    READ_KERNELS,
+    REGIMES,
+    best_ours,
+    cell_table,
+    headline_key,
+    regime,
+)
 from site_hooks.blocks import Block, answer
-from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join
+from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join, spelled
 
 from .pictures import cell_regimes, headline_groups
 from .trained import trained_item
@@ -21,7 +31,7 @@ def parity_item(record: dict[str, Any]) -> str:
     modes, tol = record["equivalence"]["modes"], record["tolerance"]
     agree = all(entry["within_tolerance"] for entry in modes.values())
     worst = max(entry["max_abs_diff"] for entry in modes.values())
-    return (f"Equal to transformers: before any timing, this decoder in all three modes (ours-compiled one row at a time) and transformers' GPT-2 (its "
+    return (f"Equal to transformers: before any timing, this decoder in all {spelled(len(OURS))} modes ({COMPILED} one row at a time) and transformers' GPT-2 (its "
             f"full pass and both its caches) {'matched' if agree else 'did not all match'} one full pass of this "
             f"decoder within atol = {tol['atol']:g}, rtol = {tol['rtol']:g}; the largest difference was {format_sci(worst)}.")
 
@@ -31,7 +41,7 @@ def floor_item(record: dict[str, Any]) -> str:
     bandwidth = record["hardware"]["bandwidth"][str(threads)]
     context = record["config"]["benchmark"]["contexts"][0]
     group = headline_groups(record)[(1, context)]
-    return (f"The floor: of four read kernels the fastest at {threads_text(threads)} was {bandwidth['best_kernel']}, "
+    return (f"The floor: of {spelled(len(READ_KERNELS))} read kernels the fastest at {threads_text(threads)} was {bandwidth['best_kernel']}, "
             f"{gbs(bandwidth['bytes_per_s'])}. A batch-1 step at context {context:,} must move "
             f"{format_bytes(group['bytes']['total'])} in {dtype}, so it cannot take less than "
             f"{format_ms(group['floor_ns_per_step'])} ms.")
