@@ -137,6 +137,19 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         for key in record["compiled"]["compile_s"]:
             self.assertIn(f"in {key.split('/')[0]} at", notes)
 
+    def test_batch_scaling_is_shown_per_dtype_from_the_stored_layout_times(self) -> None:
+        record = copy.deepcopy(self.record)
+        (dtype, later), = record["layout_batches_other_dtypes"].items()
+        for layout, scale in ((record["layout"], 1.0), (record["layout_batches"][-1], 3.0),
+                              (record["layout_other_dtypes"][dtype], 1.0), (later[-1], 1.25)):
+            for row in layout["rows"]:
+                row["in_out_ns"] = row["out_in_ns"] = 1000.0 * scale
+        block = decode_bandwidth_views.VIEWS["batches"](record)
+        scaling = block.tables[-1]
+        self.assertEqual([row[0] for row in scaling.rows], ["float32", dtype])
+        self.assertEqual([row[-1] for row in scaling.rows], ["3.00×", "1.25×"])
+        self.assertIn(f"grew 3.00× in float32 and 1.25× in {dtype}", " ".join(block.notes))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -293,6 +293,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
 
     models: dict[str, Models] = {}
     other_layouts = {}  # the layout measurement in every other timed dtype: the stored layout was chosen in float32
+    other_batches = {}  # and at the grid's larger batches: how the weight multiplies scale with batch per dtype
     for dtype in dtypes:
         if dtype == "float32":
             models[dtype] = (model32, compiled32, reference32)
@@ -305,6 +306,9 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
             bench.progress(f"layout: each matrix kind at batch 1 in {dtype}")
             with torch.inference_mode():
                 other_layouts[dtype] = measure_layouts(model, 5, compiled=models[dtype][1].kernel)
+                if larger:
+                    bench.progress(f"layout: the same in {dtype} at batch {', '.join(map(str, larger))}")
+                other_batches[dtype] = [measure_layouts(model, 5, batch) for batch in larger]
     progress = harness.Progress(len(grid(args)) * args.repeats)
     try:
         timed = time_groups(args, models, progress)
@@ -347,6 +351,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "layout": layout,
         "layout_other_dtypes": other_layouts,
         "layout_batches": layout_batches,
+        "layout_batches_other_dtypes": other_batches,
         "groups": groups,
         "cells": cells,
         "profile": {"batch": 1, "context": longest, "dtype": args.dtype, "threads": args.threads, "modes": profiles},

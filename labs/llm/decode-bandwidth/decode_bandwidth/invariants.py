@@ -184,6 +184,19 @@ def check_layouts(record: dict[str, Any], source: str) -> None:
             refuse(source, ("layout_other_dtypes", dtype), f"holds a {layout['dtype']} measurement; the run timed "
                    f"{sorted(timed) or 'no dtype'} besides float32")
         check_layout(model, layout, ("layout_other_dtypes", dtype), source)
+    batches = record["layout_batches_other_dtypes"]
+    if sorted(batches) != sorted(record.get("layout_other_dtypes", {})):
+        refuse(source, ("layout_batches_other_dtypes",), f"cover {sorted(batches)}, but the batch-1 layout was "
+               f"measured in {sorted(record.get('layout_other_dtypes', {}))}")
+    for dtype, layouts in batches.items():
+        measured = [layout["batch"] for layout in layouts]
+        if measured != larger:
+            refuse(source, ("layout_batches_other_dtypes", dtype), f"measure batches {measured}; the headline grid's "
+                   f"batches above 1 are {larger}")
+        for index, layout in enumerate(layouts):
+            if layout["dtype"] != dtype:
+                refuse(source, ("layout_batches_other_dtypes", dtype, index, "dtype"), f"is {layout['dtype']}")
+            check_layout(model, layout, ("layout_batches_other_dtypes", dtype, index), source)
 
 
 def check_layout(model: dict[str, Any], layout: dict[str, Any], where: JsonPath, source: str) -> None:

@@ -58,4 +58,29 @@ def batches_view(record: dict[str, Any]) -> Block:
               f"one step's weight multiplies, each matrix kind timed alone (best of {layout['passes']} passes) and "
               f"summed over its matrices. The same {matrix_bytes:,} bytes of weight matrices are read at every batch; "
               "only the kernel that multiplies them changes.")
-    return Block(css="lab-decode-batches", tables=[table], notes=[legend, *sentences])
+    scaling = dtype_scaling(record, matrix_bytes)
+    return Block(css="lab-decode-batches", tables=[table, *scaling.tables], notes=[legend, *sentences, *scaling.notes])
+
+
+def dtype_scaling(record: dict[str, Any], matrix_elements_bytes: int) -> Block:
+    """The same weight multiplies per batch in every timed dtype: whether a batch costs more than batch 1 depends
+    on the dtype's kernels, not on its bytes."""
+    series = {record["layout"]["dtype"]: [record["layout"], *record["layout_batches"]]}
+    for dtype, layouts in record["layout_batches_other_dtypes"].items():
+        series[dtype] = [record["layout_other_dtypes"][dtype], *layouts]
+    if len(series) == 1 or len(series[record["layout"]["dtype"]]) == 1:
+        return Block(css="", tables=[], notes=[])
+    batches = [layout["batch"] for layout in series[record["layout"]["dtype"]]]
+    rows, growth = [], {}
+    for dtype, layouts in series.items():
+        times = [stored_matrix_ns(layout) for layout in layouts]
+        growth[dtype] = times[-1] / times[0]
+        rows.append((dtype, *(format_ms(ns) for ns in times), format_ratio(growth[dtype])))
+    table = Table(headings=["Dtype", *(f"Batch {b} (ms)" for b in batches), f"Batch {batches[-1]} ÷ batch {batches[0]}"],
+                  rows=rows, caption="One step's weight multiplies per batch, in every timed dtype")
+    return Block(css="", tables=[table], notes=[
+        f"From batch {batches[0]} to batch {batches[-1]} the weight multiplies grew "
+        + join([f"{format_ratio(ratio)} in {dtype}" for dtype, ratio in growth.items()])
+        + " on the same matrices (a 16-bit dtype holds half the bytes). A multiply whose time stays flat as rows are "
+          "added is bound by reading its weights, and batching it is nearly free; one that grows is bound by its "
+          "kernel's arithmetic on these shapes."])
