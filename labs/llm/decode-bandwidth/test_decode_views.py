@@ -108,21 +108,23 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("Missed", html)
         self.assertIn("What limits them", html)
 
-    def test_the_kernel_table_bolds_each_kinds_fastest_kernel_and_names_the_winners(self) -> None:
+    def test_the_kernel_table_bolds_each_kinds_fastest_kernel_and_the_chart_names_the_winners(self) -> None:
         record = copy.deepcopy(self.record)
         rows = record["layout"]["rows"]
         for index, row in enumerate(rows):  # the compiled loop fastest for the first kind only, oneDNN for the rest
             row.update(in_out_ns=400.0, out_in_ns=300.0, onednn_ns=200.0, compiled_ns=100.0 if index == 0 else 250.0)
-        block = decode_bandwidth_views.VIEWS["layout"](record)
-        html = render_block(block)
+        html = render_block(decode_bandwidth_views.VIEWS["layout"](record))
         self.assertEqual(html.count("<strong>"), len(rows))
-        notes = " ".join(block.notes)
+        chart = decode_bandwidth_views.VIEWS["kernels"](record)
+        self.assertEqual(len(chart.charts), 1)
+        self.assertIn("generated loop", chart.charts[0].svg)
+        notes = " ".join(chart.notes)
         self.assertIn(f"ours-compiled's generated loop for {rows[0]['kind']};", notes)
         self.assertIn("oneDNN linear, packed for " + rows[1]["kind"], notes)
         for row in rows:
             del row["onednn_ns"]
         self.assertIn("Not measured in this run: oneDNN linear, packed",
-                      " ".join(decode_bandwidth_views.VIEWS["layout"](record).notes))
+                      " ".join(decode_bandwidth_views.VIEWS["kernels"](record).notes))
 
     def test_the_compiled_table_compares_both_modes_at_every_batch_1_group(self) -> None:
         record = copy.deepcopy(self.record)
@@ -136,6 +138,8 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("ours-compiled took 0.75× the step time of ours-prealloc", notes)
         for key in record["compiled"]["compile_s"]:
             self.assertIn(f"in {key.split('/')[0]} at", notes)
+        summary = " ".join(decode_bandwidth_views.VIEWS["compiled-summary"](record).paragraphs)
+        self.assertIn("ours-compiled took 0.75× of ours-prealloc's step in float32 at 1 thread", summary)
 
     def test_batch_scaling_is_shown_per_dtype_from_the_stored_layout_times(self) -> None:
         record = copy.deepcopy(self.record)

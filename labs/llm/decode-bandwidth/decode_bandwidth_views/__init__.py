@@ -13,10 +13,10 @@ from site_hooks.blocks import View
 from .batches import batches_view
 from .client import client_view
 from .comparison import comparison_view
-from .compiled import compiled_view
+from .compiled import compiled_summary_view, compiled_view
 from .equivalence import equivalence_view
 from .floor import floor_view
-from .layout import layout_view
+from .layout import kernel_chart_view, layout_view
 from .model import model_view
 from .pictures import regime_grid_view, step_bytes_view
 from .profile import profile_view
@@ -32,7 +32,7 @@ VIEWS: dict[str, View] = {
     "variants": variants_view, "profile": profile_view, "client": client_view, "key-results": key_results_view,
     "step-bytes": step_bytes_view, "regimes": regime_grid_view, "answer-gap": answer_gap_view,
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,
-    "compiled": compiled_view,
+    "compiled": compiled_view, "compiled-summary": compiled_summary_view, "kernels": kernel_chart_view,
     "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
 }
 

@@ -13,15 +13,40 @@ from .wording import ratio_range, threads_text
 EAGER = "ours-prealloc"
 
 
-def compiled_view(record: dict[str, Any]) -> Block:
+def batch_1_pairs(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(group, ours-prealloc cell, ours-compiled cell) of every batch-1 group, in the record's order."""
     cells = cell_table(record)
-    compile_s = record["compiled"]["compile_s"]
-    rows, ratios = [], []
+    pairs = []
     for group in record["groups"]:
-        if group["batch"] != 1:
-            continue
-        key = (group["dtype"], group["threads"], 1, group["context"])
-        eager, compiled = cells[(*key, EAGER)], cells[(*key, COMPILED)]
+        if group["batch"] == 1:
+            key = (group["dtype"], group["threads"], 1, group["context"])
+            pairs.append((group, cells[(*key, EAGER)], cells[(*key, COMPILED)]))
+    return pairs
+
+
+def compile_text(record: dict[str, Any]) -> str:
+    return ", ".join(f"{format_seconds(seconds)} in {key.split('/')[0]} at {threads_text(int(key.split('/')[1]))}"
+                     for key, seconds in record["compiled"]["compile_s"].items())
+
+
+def compiled_summary_view(record: dict[str, Any]) -> Block:
+    """The body's two sentences: how much the generated loop bought per dtype and thread count, and its cost."""
+    by_run: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for group, eager, compiled in batch_1_pairs(record):
+        by_run.setdefault((group["dtype"], group["threads"]), []).append(
+            (compiled["median_ns_per_step"] / eager["median_ns_per_step"], compiled["step_over_floor"]))
+    parts = [f"{ratio_range([r for r, _ in pairs])} of {EAGER}'s step in {dtype} at {threads_text(threads)} "
+             f"({ratio_range([f for _, f in pairs])} its floor)" for (dtype, threads), pairs in by_run.items()]
+    return Block(css="lab-decode-compiled-summary", paragraphs=[
+        f"At batch 1 {COMPILED} took " + "; ".join(parts) + ", over every context.",
+        f"The price is a compile, once per dtype and thread count before anything is timed, from an empty cache: "
+        f"{compile_text(record)}.",
+    ])
+
+
+def compiled_view(record: dict[str, Any]) -> Block:
+    rows, ratios = [], []
+    for group, eager, compiled in batch_1_pairs(record):
         ratio = compiled["median_ns_per_step"] / eager["median_ns_per_step"]
         ratios.append(ratio)
         better = compiled["median_ns_per_step"] < eager["median_ns_per_step"]
@@ -31,11 +56,8 @@ def compiled_view(record: dict[str, Any]) -> Block:
                      format_ratio(compiled["step_over_floor"]), format_ratio(ratio)))
     table = Table(headings=["Dtype, threads", "Context", f"{EAGER} (ms)", "÷ floor", f"{COMPILED} (ms)", "÷ floor",
                             f"{COMPILED} ÷ {EAGER}"], rows=rows)
-    compiles = ", ".join(f"{format_seconds(seconds)} in {key.split('/')[0]} at {threads_text(int(key.split('/')[1]))}"
-                         for key, seconds in compile_s.items())
     return Block(css="lab-decode-compiled", tables=[table], notes=[
         f"Median step at batch 1, every batch-1 group of the run; the faster of the two in bold. {COMPILED} took "
         f"{ratio_range(ratios)} the step time of {EAGER}.",
-        f"Compiling its one-row kernels, once per dtype and thread count before anything was timed: {compiles}. "
-        f"Kernel: {record['compiled']['kernel']}.",
+        f"Compiling its one-row kernels: {compile_text(record)}. Kernel: {record['compiled']['kernel']}.",
     ])
