@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 
 from .cache import PreallocatedCache
-from .config import DecoderConfig
 from .model import Decoder
 
 # Each matrix kind in each dtype and thread count is a compiled variant of the one function below, and dynamo

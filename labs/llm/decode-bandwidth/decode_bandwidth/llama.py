@@ -27,7 +27,6 @@ from kv_cache.llama import LayerCache, LlamaDecoder
 from labkit import bench, harness
 
 from . import formulas
-from .formulas import LLAMA_ATOL, LLAMA_BATCH, LLAMA_RTOL
 from .hf import rewind
 from .workloads import Runner, synchronizer
 
@@ -57,7 +56,7 @@ def llama_pair(preset: str, seed: int) -> tuple[LlamaDecoder, LlamaForCausalLM, 
 def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) -> list[tuple[Tensor, Tensor]]:
     """Per layer, (1, Hkv, cached, D) keys and values drawn from ``generator``."""
     config = model.config
-    shape = (LLAMA_BATCH, config.kv_heads, cached, config.head_dim)
+    shape = (formulas.LLAMA_BATCH, config.kv_heads, cached, config.head_dim)
     return [(torch.randn(shape, generator=generator).to(config.dtype),
              torch.randn(shape, generator=generator).to(config.dtype)) for _ in range(config.layers)]
 
@@ -69,7 +68,7 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
     device = model.device
     cached = context - 1
     layers = [(keys.to(device), values.to(device)) for keys, values in random_layers(model, cached, generator)]
-    ours = model.new_cache(LLAMA_BATCH, context)  # room for exactly the T positions the step attends over
+    ours = model.new_cache(formulas.LLAMA_BATCH, context)  # room for exactly the T positions the step attends over
     for store, (keys, values) in zip(ours, layers, strict=True):
         store.keys[:, :, :cached] = keys
         store.values[:, :, :cached] = values
@@ -77,7 +76,7 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
     # Copies: transformers' cache concatenates onto its tensors, ours writes into its own buffers.
     theirs = (DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in layers]) if cached
               else DynamicCache(config=reference.config))
-    token = torch.randint(0, model.config.vocab_size, (LLAMA_BATCH, 1), generator=generator).to(device)
+    token = torch.randint(0, model.config.vocab_size, (formulas.LLAMA_BATCH, 1), generator=generator).to(device)
     sync = synchronizer(device)
     held: list[Tensor] = []  # the step's logits live here until the reset: freeing them is outside the clock
 
@@ -114,7 +113,7 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
         step()
         logits[mode] = held[-1].float().clone()
         reset()
-    entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], LLAMA_ATOL, LLAMA_RTOL,
+    entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], formulas.LLAMA_ATOL, formulas.LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
     return {"context": context, **entry}
 
