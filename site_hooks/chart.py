@@ -115,7 +115,9 @@ def bar_chart(groups: list[BarGroup], series: list[str], title: str, x_label: st
     if not groups or not series:
         raise ValueError(f"bar_chart needs groups and series, got {len(groups)} and {len(series)}")
     bar, gap = 18, 14
-    left, right, top = 110, 40, 44
+    per_row = 3  # legend entries per line, above the plot; more lines push the plot down
+    legend_rows = math.ceil(len(series) / per_row)
+    left, right, top = 110, 40, 26 + 18 * legend_rows
     height = top + len(groups) * (len(series) * bar + gap) + 56
     plot_w = WIDTH - left - right
     high = max(v for g in groups for v in g.values)
@@ -134,7 +136,8 @@ def bar_chart(groups: list[BarGroup], series: list[str], title: str, x_label: st
         y += len(series) * bar + gap
     ticks = [(px(step * i), tick_label(step * i)) for i in range(int(round(axis_max / step)) + 1)]
     return render("bars.svg.j2", width=WIDTH, height=height, left=left, top=top, plot_w=plot_w, bottom=y,
-                  bar=bar, rows=rows, ticks=ticks, series=[(s, style(i)) for i, s in enumerate(series)],
+                  bar=bar, rows=rows, ticks=ticks,
+                  series=[(s, style(i), left + (i % per_row) * 200, 20 + 18 * (i // per_row)) for i, s in enumerate(series)],
                   title=title, x_label=x_label, description=description)
 
 

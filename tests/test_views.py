@@ -351,3 +351,17 @@ def test_commands_view_gives_the_labs_own_commands(evidence: Evidence) -> None:
     html = render_view("commands", evidence)
     assert "make bench LAB=kv-cache" in html
     assert "labs/.venv/bin/python -m unittest discover -s labs/llm/kv-cache -p &#39;test_*.py&#39; -v" in html
+
+
+def test_a_bar_chart_legend_of_more_than_one_line_sits_above_the_plot_not_off_the_top() -> None:
+    import re
+
+    from site_hooks.chart import BarGroup, bar_chart
+
+    svg = bar_chart([BarGroup("a", [1.0, 2.0, 3.0, 4.0])], ["one", "two", "three", "four"], "t", "x", "d")
+    legend_ys = [float(y) for y in re.findall(r'<g transform="translate\([\d.]+ ([\d.]+)\)">', svg)]
+    bars_top = min(float(y) for y in re.findall(r'<rect x="[\d.]+" y="([\d.]+)"', svg) if float(y) >= 0)
+    assert len(legend_ys) == 4
+    assert min(legend_ys) >= 12, legend_ys  # the first line's text fits inside the image
+    assert sorted(set(legend_ys)) == [20.0, 38.0]  # three entries per line, then a second line below
+    assert max(legend_ys) < bars_top - 12, (legend_ys, bars_top)
