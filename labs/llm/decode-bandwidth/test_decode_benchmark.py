@@ -379,7 +379,7 @@ class TheClockTimesOnlyTheStep(unittest.TestCase):
 
 # Small settings spelled out (not --quick, whose preset would override the one under test): if a check
 # ever failed to refuse, the run would still be short.
-SMALL = ["--preset", "tiny", "--batches", "1", "--contexts", "16", "--variant-threads", "0", "--variant-dtype", "none",
+SMALL = ["--compile-cache", "reuse", "--preset", "tiny", "--batches", "1", "--contexts", "16", "--variant-threads", "0", "--variant-dtype", "none",
          "--repeats", "1", "--equivalence-prefix", "4", "--equivalence-steps", "1", "--prompt", "4",
          "--new-tokens", "2", "--client-runs", "1", "--profile-steps", "1", "--llama-preset", "tiny"]
 

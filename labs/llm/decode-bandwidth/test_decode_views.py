@@ -140,6 +140,11 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             self.assertIn(f"in {key.split('/')[0]} at", notes)
         summary = " ".join(decode_bandwidth_views.VIEWS["compiled-summary"](record).paragraphs)
         self.assertIn("ours-compiled took 0.75× of ours-prealloc's step in float32 at 1 thread", summary)
+        self.assertFalse(record["compiled"]["cold_cache"])  # --quick reuses inductor's cache, and says so
+        self.assertIn("reusing what earlier runs left in inductor's cache", summary)
+        record["compiled"]["cold_cache"] = True
+        summary = " ".join(decode_bandwidth_views.VIEWS["compiled-summary"](record).paragraphs)
+        self.assertIn("before anything is timed, from an empty cache: ", summary)
 
     def test_batch_scaling_is_shown_per_dtype_from_the_stored_layout_times(self) -> None:
         record = copy.deepcopy(self.record)

@@ -16,6 +16,7 @@ Written atomically at the end; a failed run keeps the old record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -53,11 +54,11 @@ TIMER = ("time.perf_counter_ns around one decode step under torch.inference_mode
          "T - 1 positions, untimed")
 COMPILED_KERNEL = ("torch.compile (inductor, C++ for the CPU, static shapes) of (x * W).sum(-1) + b over an "
                    "(out, in) copy of each matrix, for every multiply of one row; more rows take ours-prealloc's "
-                   "BLAS calls; compiled from an empty inductor cache, so each compile time is a fresh machine's")
+                   "BLAS calls")
 QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
          "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
          "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1,
-         "llama_preset": "tiny"}
+         "llama_preset": "tiny", "compile_cache": "reuse"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -84,6 +85,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--bandwidth-passes", type=int, default=20, help="read-bandwidth passes, half before the timed steps and half "
         f"after, best kept; at least {MIN_BANDWIDTH_PASSES} (default: 20)")
     add("--profile-steps", type=int, default=5, help="decode steps profiled, median kept (default: 5)")
+    add("--compile-cache", choices=("cold", "reuse"), default="cold", help="cold: ours-compiled's kernels compile "
+        "into an empty inductor cache, so the recorded compile times are a fresh machine's; reuse: inductor's usual "
+        "cache, faster for smoke runs (default: %(default)s)")
     add("--llama-preset", default="smollm2", help=f"the Llama model timed beside the grid at batch 1, float32, over "
         f"--contexts at --threads and --variant-threads: {', '.join(formulas.LLAMA_PRESETS)} (default: %(default)s)")
     bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
@@ -347,7 +351,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "tolerance": {"atol": ATOL, "rtol": RTOL},
         "equivalence": equivalence,
         "hardware": hardware,
-        "compiled": {"kernel": COMPILED_KERNEL, "compile_s": compile_s},
+        "compiled": {"kernel": COMPILED_KERNEL, "cold_cache": args.compile_cache == "cold", "compile_s": compile_s},
         "layout": layout,
         "layout_other_dtypes": other_layouts,
         "layout_batches": layout_batches,
@@ -385,5 +389,5 @@ def summary(record: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, validate against the schema, then replace the record in one rename."""
     args = parse_args(argv)
-    with cold_inductor_cache():
+    with cold_inductor_cache() if args.compile_cache == "cold" else contextlib.nullcontext():
         return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)
