@@ -207,14 +207,15 @@ Models = tuple[Decoder, CompiledDecoder, Any]  # the eager decoder, its compiled
 
 
 def compiled_twin(model: Decoder, threads: list[int], compile_s: dict[str, float]) -> CompiledDecoder:
-    """The CompiledDecoder of ``model``'s configuration, its one-row kernels compiled at every thread count
-    before anything is timed or checked; the seconds each compile took go into ``compile_s``."""
+    """The CompiledDecoder of ``model``, its one-row kernels compiled at every thread count before anything is
+    timed or checked; the seconds each compile took go into ``compile_s``. The thread count in force is restored."""
     dtype = str(model.config.dtype).removeprefix("torch.")
-    twin = CompiledDecoder.of(model)
+    twin, in_force = CompiledDecoder.of(model), torch.get_num_threads()
     for count in threads:
         torch.set_num_threads(count)
         bench.progress(f"compile: ours-compiled's one-row kernels in {dtype} at {count} thread(s)")
         compile_s[f"{dtype}/{count}"] = twin.warm()
+    torch.set_num_threads(in_force)
     return twin
 
 
@@ -279,7 +280,6 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     reference32 = hf_model(model32)
     compile_s: dict[str, float] = {}
     compiled32 = compiled_twin(model32, threads, compile_s)
-    torch.set_num_threads(args.threads)
     bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
                    f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
     equivalence = check_modes(model32, compiled32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
@@ -306,7 +306,6 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
             model = Decoder(base.with_dtype(DTYPES[dtype]), device)
             # The variant dtype is timed at the headline thread count only (formulas.grid).
             models[dtype] = (model, compiled_twin(model, [args.threads], compile_s), hf_model(model))
-            torch.set_num_threads(args.threads)
             bench.progress(f"layout: each matrix kind at batch 1 in {dtype}")
             with torch.inference_mode():
                 other_layouts[dtype] = measure_layouts(model, 5, compiled=models[dtype][1].kernel)

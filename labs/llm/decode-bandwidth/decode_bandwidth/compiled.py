@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .cache import PreallocatedCache
-from .model import Decoder
+from .model import Decoder, one_row
 
 # Each matrix kind in each dtype and thread count is a compiled variant of the one function below, and dynamo
 # counts variants of one function against a small limit (8) past which it would silently run it eagerly:
@@ -95,11 +95,12 @@ class CompiledDecoder(Decoder):
 
     def head(self, x: Tensor) -> Tensor:
         if self.kernel is not None and self.head_one_row is not None and x.shape[0] * x.shape[1] == 1:
-            return self.kernel(x.view(1, -1), self.head_one_row, None).view(1, 1, -1)
+            return one_row(self.kernel, x, self.head_one_row, None)
         return super().head(x)
 
     def warm(self) -> float:
-        """Compile every one-row variant at the thread count in force; the seconds it took (0 once compiled)."""
+        """Compile every one-row variant at the thread count in force, by one step; the seconds it took (a
+        step's few milliseconds once everything is compiled)."""
         start = time.perf_counter()
         cache = PreallocatedCache(self.config, 1, 2, self.device)
         token = torch.zeros(1, 1, dtype=torch.long, device=self.device)

@@ -38,6 +38,12 @@ def _draw(shape: tuple[int, ...], std: float, generator: torch.Generator) -> Ten
     return torch.randn(shape, generator=generator, dtype=torch.float32) * std
 
 
+def one_row(kernel: Callable[[Tensor, Tensor, Tensor | None], Tensor], x: Tensor, weight: Tensor,
+            bias: Tensor | None) -> Tensor:
+    """x (1, 1, in) through a one-row kernel over an (out, in) matrix (decode_bandwidth.compiled): (1, 1, out)."""
+    return kernel(x.view(1, -1), weight, bias).view(1, 1, -1)
+
+
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) @ weight (in, out) + bias: one addmm over a contiguous (in, out) matrix."""
     flat = x.reshape(-1, x.shape[-1])  # (B*T, in)
@@ -81,8 +87,7 @@ class DecoderLayer(nn.Module):
     def multiply(self, kind: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """x (B, T, in) times this kind's matrix, stored in the layout LAYOUT names (see the module docstring)."""
         if self.one_row is not None and x.shape[0] * x.shape[1] == 1:
-            row_weight, row_bias = self.one_row[kind]
-            return self.kernel(x.view(1, -1), row_weight, row_bias).view(1, 1, -1)  # type: ignore[misc]
+            return one_row(self.kernel, x, *self.one_row[kind])  # type: ignore[arg-type]
         return affine(x, weight, bias) if LAYOUT[kind] == "in_out" else F.linear(x, weight, bias)
 
     # --8<-- [start:layer]

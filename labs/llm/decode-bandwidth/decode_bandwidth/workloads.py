@@ -41,16 +41,16 @@ def step_runners(model: Decoder, compiled: Decoder, reference: GPT2LMHeadModel, 
     config, device = model.config, model.device
     cached = context - 1
     layers = random_concat_cache(config, batch, cached, generator, device)  # (B, Hkv, T - 1, D) per layer
-    prealloc = PreallocatedCache(config, batch, context, device)
-    for index, (keys, values) in enumerate(layers):
-        prealloc.keys[index][:, :, :cached] = keys
-        prealloc.values[index][:, :, :cached] = values
-    prealloc.length = cached
-    own = PreallocatedCache(config, batch, context, device)  # ours-compiled's: the same contents, copied
-    for index in range(config.layers):
-        own.keys[index].copy_(prealloc.keys[index])
-        own.values[index].copy_(prealloc.values[index])
-    own.length = cached
+
+    def filled() -> PreallocatedCache:
+        cache = PreallocatedCache(config, batch, context, device)
+        for index, (keys, values) in enumerate(layers):
+            cache.keys[index][:, :, :cached] = keys
+            cache.values[index][:, :, :cached] = values
+        cache.length = cached
+        return cache
+
+    prealloc, own = filled(), filled()  # ours-prealloc's and ours-compiled's: the same contents
     dynamic = hf_filled_cache(reference, layers, static=False, capacity=context)
     static = hf_filled_cache(reference, layers, static=True, capacity=context)
     token = torch.zeros(batch, 1, dtype=torch.long, device=device)

@@ -9,14 +9,14 @@ from decode_bandwidth.formulas import COMPILED, MATRICES, WALL_TIME_TARGET_S, be
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
+from .layout import floor_rate
 from .wording import threads_text
 
 
 def compiled_sentences(record: dict[str, Any]) -> list[str]:
     """The fastest path's weights, from the kernel table: its generated loop over every matrix at batch 1."""
     rows = record["layout"]["rows"]
-    _, threads = headline_key(record)
-    rate = record["hardware"]["bandwidth"][str(threads)]["bytes_per_s"]
+    rate, _ = floor_rate(record)
     spent = sum(row["compiled_ns"] * row["matrices"] for row in rows)
     floor = sum(row["bytes_per_matrix"] * row["matrices"] for row in rows) / rate * 1e9
     return [f"What limits them: the weights. Through {COMPILED}'s generated loop alone, the five kinds of weight "
