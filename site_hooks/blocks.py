@@ -46,7 +46,7 @@ class Widget:
 
 @dataclass(frozen=True)
 class Block:
-    css: str  # the block's own class, so a page's stylesheet and its tests can find it
+    css: str = ""  # a class of its own, only where the stylesheet styles it or a test must find it
     paragraphs: Sequence[str] = ()
     tables: Sequence[Table] = ()
     charts: Sequence[Chart] = ()

@@ -62,6 +62,12 @@ class Figures:
         return len(self._items)
 
 
+def tolerance_bound(atol: float, rtol: float, reference: float) -> float:
+    """The largest difference allowed from a reference of magnitude ``reference``: atol + rtol x |reference|,
+    as torch.allclose and numpy.isclose bound it. Every equivalence check of every lab uses this one."""
+    return atol + rtol * abs(reference)
+
+
 def refuse(source: str, path: JsonPath, message: str) -> NoReturn:
     """The one refusal of a record: its file, the field's JSON path, what is wrong with it."""
     raise RecordError(f"{source}: field {path_text(path)} {message}")

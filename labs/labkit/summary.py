@@ -87,6 +87,11 @@ def sweep_figures(record: dict[str, Any]) -> Figures:
 SPEEDUPS = ("ratio_of_medians", "median_of_paired_ratios")
 
 
+def median(values: Sequence[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count): ``percentile(values, 0.5)``."""
+    return percentile(values, 0.5)
+
+
 def percentile(values: Sequence[float], share: float) -> float:
     """The ``share`` quantile (0.5 is the median) by linear interpolation between closest ranks, as numpy
     computes it: the one definition the benchmarks store and the site checks."""
