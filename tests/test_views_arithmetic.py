@@ -22,7 +22,7 @@ ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Po
 AGGREGATES = {"sum", "fsum", "prod", "mean", "fmean", "median", "percentile", "quantile", "quantiles", "stdev"}
 
 # Site modules that render a record (the rest of site_hooks orchestrates, loads or draws primitives).
-SITE_VIEWS = ("prose.py", "views.py", "regimes.py", "machines_view.py", "reproduce.py", "captions.py")
+SITE_VIEWS = ("prose.py", "views.py", "machines_view.py", "reproduce.py", "captions.py")
 
 # "<path>" or "<path>::<function>" -> why arithmetic there is not a figure of the record.
 ALLOWED: dict[str, str] = {}
@@ -72,7 +72,6 @@ PENDING: set[str] = {
     "labs/llm/kv-storage/kv_storage_views/results.py",
     "site_hooks/machines_view.py",
     "site_hooks/prose.py",
-    "site_hooks/regimes.py",
     "site_hooks/views.py",
 }
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
+from labkit.regimes import FLAT_BAND, regime
 from site_hooks.blocks import Block, Table, answer
 from site_hooks.formatting import format_bytes, format_ratio, format_sci
 from site_hooks.prose import power_of_ten
-from site_hooks.regimes import FLAT_BAND, regime
 
 from . import capacity
 

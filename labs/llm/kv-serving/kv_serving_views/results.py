@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
+from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural
-from site_hooks.regimes import FLAT_BAND
 
 from .pictures import stall_times
 from .rates import in_process_sentence

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kv_storage.figures import CACHED
+from labkit.regimes import FLAT_BAND, Regime, regime
 from site_hooks.blocks import Block, Table, answer
 from site_hooks.formatting import format_bytes, format_ratio, format_sci, join, plural
-from site_hooks.regimes import FLAT_BAND, Regime, regime
 
 from .decode_step import format_us, paged_gap, per_step
 

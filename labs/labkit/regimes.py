@@ -1,5 +1,7 @@
 """Which regime a per-step time is in, read from a sweep's stored medians: flat (per-call overhead) or growing.
 
+In labkit, not in the site's renderers, so that a lab's figures module can derive a regime once and store it.
+
 Horace He's three regimes are compute, memory bandwidth and overhead. A CPU timing sweep can name one of
 them by itself: where the time per step stays flat while the work per step grows several-fold, the
 step is paying a fixed cost per call (interpreter, dispatch, small-kernel setup), not for its work. Where
