@@ -85,48 +85,53 @@ def source_files() -> list[Path]:
 
 
 @functools.cache
-def renamed_packages() -> dict[Path, str]:
-    """Folders installed under a name that is not their own: the root pyproject.toml's package-dir."""
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    return {(ROOT / folder).resolve(): name for name, folder in setuptools.get("package-dir", {}).items()}
+def installed_packages() -> dict[str, Path]:
+    """The repository's top-level packages installed in development mode, importable from anywhere: each
+    pyproject.toml's setuptools packages, by import name, with the folder package-dir maps them to."""
+    found = {}
+    for project in (ROOT / "pyproject.toml", *ROOT.glob("labs/*/*/pyproject.toml")):
+        setuptools = tomllib.loads(project.read_text())["tool"]["setuptools"]
+        folders = setuptools.get("package-dir", {})
+        found |= {package: (project.parent / folders.get(package, package)).resolve()
+                  for package in setuptools["packages"] if "." not in package}
+    return found
+
+
+def lab_folder(path: Path) -> Path | None:
+    """The lab a file belongs to (the nearest folder above it with a lab.toml), or None."""
+    return next((folder for folder in path.parents if (folder / "lab.toml").is_file()), None)
 
 
 def module_name(path: Path) -> str:
     """The dotted name a file is imported by (a test file or a script beside its lab: its stem)."""
     parts = [] if path.name == "__init__.py" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").is_file():
-        if folder in renamed_packages():
-            parts.append(renamed_packages()[folder])
-            break
+    folder, packages = path.parent, {folder: name for name, folder in installed_packages().items()}
+    while (folder / "__init__.py").is_file() and folder not in packages:
         parts.append(folder.name)
         folder = folder.parent
+    parts += [packages[folder]] if folder in packages else []
     return ".".join(reversed(parts))
 
 
-def module_file(name: str) -> Path | None:
-    """The repository file module ``name`` is (a package's ``__init__.py``), found on the import path without
-    importing it; None for a module outside the repository or a name that is no module (an attribute)."""
+def module_file(name: str, context: Path | None) -> Path | None:
+    """The repository file module ``name`` is (a package's ``__init__.py``), as Python finds it when ``context`` (a
+    lab's folder, where its benchmark script and its test discovery start) comes first on the import path and
+    the installed packages after it; None for a module of a library or a name that is no module (an attribute).
+    Found from the files alone, so the answer does not depend on this process's import path."""
     top, *rest = name.split(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec, such as __main__
-        return None
-    if spec is None:
-        return None
-    path = Path(spec.origin) if spec.origin and spec.has_location else None
-    folders = [Path(folder) for folder in spec.submodule_search_locations or []]
+    here = [context / top / "__init__.py", context / f"{top}.py"] if context else []
+    path = next((candidate for candidate in here if candidate.is_file()), None)
+    if path is None and top in installed_packages():
+        path = installed_packages()[top] / "__init__.py"
     for part in rest:
-        candidates = [candidate for folder in folders
-                      for candidate in (folder / part / "__init__.py", folder / f"{part}.py") if candidate.is_file()]
-        if not candidates:
+        if path is None or path.name != "__init__.py":
             return None
-        path = candidates[0]
-        folders = [path.parent] if path.name == "__init__.py" else []
-    return path.resolve() if path is not None and in_repository(path.resolve()) else None
+        path = next((candidate for candidate in (path.parent / part / "__init__.py", path.parent / f"{part}.py")
+                     if candidate.is_file()), None)
+    return path.resolve() if path is not None else None
 
 
-def imported_files(path: Path) -> set[Path]:
+def imported_files(path: Path, context: Path | None) -> set[Path]:
     """The repository files the import statements of one file name, wherever they stand (inside functions too),
     relative imports resolved, with the packages above them (importing ``a.b`` runs ``a/__init__.py`` first)."""
     module = module_name(path)
@@ -141,18 +146,18 @@ def imported_files(path: Path) -> set[Path]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")  # a submodule, perhaps
     prefixes = {".".join(name.split(".")[:end]) for name in names for end in range(1, name.count(".") + 2)}
-    return {file for file in map(module_file, prefixes) if file is not None}
+    return {file for file in (module_file(name, context) for name in prefixes) if file is not None}
 
 
-def import_closure(start: Iterable[Path]) -> set[Path]:
-    """The repository files reachable from ``start`` through import statements."""
+def import_closure(start: Iterable[Path], context: Path | None) -> set[Path]:
+    """The repository files reachable from ``start`` through import statements, ``context`` first on the path."""
     seen: set[Path] = set()
     work = [path.resolve() for path in start]
     while work:
         path = work.pop()
         if path not in seen:
             seen.add(path)
-            work.extend(imported_files(path) - seen)
+            work.extend(imported_files(path, context) - seen)
     return seen
 
 
@@ -164,9 +169,9 @@ def launched_module(script: Path) -> str:
     return str(calls[0].args[0].value)
 
 
-# Imports each benchmark's module as its launcher does, without running it, and names the files then loaded. One
-# process for all labs: between two labs it forgets the repository's modules (not the libraries, which import none
-# of them), so each lab's list holds what its own import loads.
+# Imports each benchmark's module as its launcher does (its lab's folder first on the path), without running it,
+# and names the files then loaded. One process for all labs: between two labs it forgets the repository's modules
+# (not the libraries', which import none of them), so each lab's list holds what its own import loads.
 LOADED_FILES = """
 import importlib, json, pathlib, sys
 import labkit.launch
@@ -177,7 +182,8 @@ def ours(module):
     return root in parents and venv not in parents
 before = set(sys.modules)
 loaded = {}
-for name in sys.argv[1:]:
+for name, folder in zip(sys.argv[1::2], sys.argv[2::2]):
+    sys.path[0] = folder
     importlib.import_module(name)
     loaded[name] = [module.__file__ for module in list(sys.modules.values()) if ours(module)]
     for other in [other for other, module in list(sys.modules.items()) if other not in before and ours(module)]:
@@ -192,12 +198,14 @@ def benchmark_closures() -> dict[str, set[Path]]:
     their import statements reach besides (lazy imports inside functions)."""
     labs = discover_labs(ROOT)
     modules = {lab.name: launched_module(ROOT / lab.benchmark[0]) for lab in labs}
-    finished = subprocess.run([sys.executable, "-c", LOADED_FILES, *modules.values()], cwd=ROOT, capture_output=True,
+    arguments = [part for lab in labs for part in (modules[lab.name], str((ROOT / lab.benchmark[0]).parent))]
+    finished = subprocess.run([sys.executable, "-c", LOADED_FILES, *arguments], cwd=ROOT, capture_output=True,
                               text=True, env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
                               timeout=600)  # a bound for a hang, not a speed claim
     assert finished.returncode == 0, f"importing the benchmarks failed: {finished.stderr[-2000:]}"
     loaded = json.loads(finished.stdout.splitlines()[-1])  # the last line: a library may have printed before it
-    return {lab.name: import_closure({ROOT / lab.benchmark[0], *(Path(file) for file in loaded[modules[lab.name]])})
+    return {lab.name: import_closure({ROOT / lab.benchmark[0], *(Path(file) for file in loaded[modules[lab.name]])},
+                                     (ROOT / lab.benchmark[0]).parent.resolve())
             for lab in labs}
 
 
@@ -216,7 +224,7 @@ def test_no_production_module_imports_a_test_helper_a_broken_variant_or_a_test_f
     for path in source_files():
         if path.name.startswith("test_") or path.name in TEST_HELPERS:
             continue  # test code may import test code; the test reporter may not
-        helpers = relative(file for file in imported_files(path) if is_test_code(file))
+        helpers = relative(file for file in imported_files(path, lab_folder(path)) if is_test_code(file))
         if helpers:
             offending[path.relative_to(ROOT).as_posix()] = sorted(helpers)
     assert offending == {}, "move what production code needs out of the test helpers, into a module of its own"
@@ -225,7 +233,7 @@ def test_no_production_module_imports_a_test_helper_a_broken_variant_or_a_test_f
 def test_the_shared_models_import_no_lab() -> None:
     """labs/llm/models sits below the labs: what it imports of the repository is its own (or labkit's)."""
     models, labkit = ROOT / "labs" / "llm" / "models", ROOT / "labs" / "labkit"
-    reached = {path.relative_to(ROOT).as_posix(): relative(file for file in imported_files(path)
+    reached = {path.relative_to(ROOT).as_posix(): relative(file for file in imported_files(path, None)
                                                            if models not in file.parents and labkit not in file.parents)
                for path in source_files() if models in path.parents}
     assert len(reached) > 1 and reached == {name: set() for name in reached}
@@ -258,7 +266,7 @@ def test_every_module_a_labs_tests_import_keys_its_cached_test_report() -> None:
         start, pattern = lab.tests
         keyed = set(fingerprint_files(ROOT, (*lab.fingerprint, *lab.test_sources)))
         folders = (ROOT / lab.folder, ROOT / "labs" / "labkit")
-        outside = {path for path in import_closure((ROOT / start).glob(pattern))
+        outside = {path for path in import_closure((ROOT / start).glob(pattern), (ROOT / start).resolve())
                    if not any(folder in path.parents for folder in folders)}
         if relative(outside) - keyed:
             unkeyed[lab.name] = sorted(relative(outside) - keyed)
