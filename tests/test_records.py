@@ -443,7 +443,7 @@ def test_a_record_within_the_size_limit_reached_through_a_symlink_inside_the_rep
 
 def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tmp_path: Path) -> None:
     """lab.toml's tests.sources: code the tests import but the record does not measure (the serving lab's
-    trained-model server runs kv_cache/llama/) reruns the tests when it changes, and leaves the fingerprint."""
+    trained-model server runs llm_models/llama/) reruns the tests when it changes, and leaves the fingerprint."""
     folder = tmp_path / "labs" / "demo" / "keyed-lab"
     folder.mkdir(parents=True)
     dependency = tmp_path / "labs" / "demo" / "other" / "dep.py"
@@ -462,5 +462,5 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     dependency.write_text("A = 2\n")
     assert digest_of_tests(lab, tmp_path) != before
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
-    assert "labs/llm/kv-cache/kv_cache/llama/*.py" in serving.test_sources
-    assert any(ROOT.glob("labs/llm/kv-cache/kv_cache/llama/*.py"))
+    assert "labs/llm/models/llama/*.py" in serving.test_sources
+    assert any(ROOT.glob("labs/llm/models/llama/*.py"))

@@ -1,7 +1,7 @@
 """The Llama part of the decode benchmark: its byte formula counts what the decoder holds, its two timed steps
 agree before timing, a wrong decoder is refused, and each reset puts the cache back where the step found it.
 
-A tiny random Llama (kv_cache.llama.testing.TINY) carries the mechanics; one test loads the trained SmolLM2-135M
+A tiny random Llama (llm_models.llama.tiny.TINY) carries the mechanics; one test loads the trained SmolLM2-135M
 from the weight cache the KV-cache lab's tests already use."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import torch
 
 from decode_bandwidth import formulas, llama
 from decode_bandwidth.formulas import LLAMA_ATOL, LLAMA_RTOL
-from kv_cache.llama import LlamaDecoder, LlamaDecoderConfig
-from kv_cache.llama.broken import RotaryResetDecoder
-from kv_cache.llama.testing import tiny_pair
+from kv_cache.broken import RotaryResetDecoder
 from labkit.bench import EquivalenceError
+from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.llama.model import LlamaDecoder
+from llm_models.llama.tiny import tiny_pair
 
 SIZE = 4  # float32
 

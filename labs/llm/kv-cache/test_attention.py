@@ -7,8 +7,8 @@ import unittest
 import torch
 import torch.nn.functional as F
 
-from kv_cache.attention import causal_attention, causal_mask, one_query_attention, reference_attention
 from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
+from llm_models.attention import causal_attention, causal_mask, one_query_attention, reference_attention
 
 # Same inputs, two float32 kernels: they differ only by summation order.
 ATOL = RTOL = 1e-6

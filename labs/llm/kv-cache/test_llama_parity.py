@@ -1,7 +1,7 @@
 """The project's Llama decoder computes what transformers' LlamaForCausalLM computes, on the trained SmolLM2-135M.
 
 The weights load once per process (from the dequantized cache after the first
-run on a machine, see kv_cache.llama.weights). One short conversation, the
+run on a machine, see llm_models.llama.weights). One short conversation, the
 prompt and the model's own greedy answer (a few dozen tokens), serves every test.
 """
 
@@ -11,9 +11,12 @@ import unittest
 
 import torch
 
-from kv_cache.llama import LlamaDecoderConfig, cached_step_logits, prefill, smollm2, trained
-from kv_cache.llama.broken import RotaryResetDecoder
-from kv_cache.llama.testing import CHAT
+from kv_cache.broken import RotaryResetDecoder
+from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.llama.decode import cached_step_logits, prefill
+from llm_models.llama.generate import smollm2
+from llm_models.llama.testing import CHAT
+from llm_models.llama.weights import trained
 
 # float32 through 30 layers: the two implementations differ only in summation order (the cached path's attention
 # runs other kernels than one full pass). Measured: 0 for the full sequence, ~7e-5 cached, on logits up to ~38.

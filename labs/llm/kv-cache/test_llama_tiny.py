@@ -1,6 +1,6 @@
 """The Llama decoder on a tiny random configuration: shapes, the cache, chunking and generation, in milliseconds.
 
-transformers builds the weights from a seed (kv_cache.llama.testing.TINY: 2 layers, width 64, 4 query heads
+transformers builds the weights from a seed (llm_models.llama.tiny.TINY: 2 layers, width 64, 4 query heads
 sharing 2 key/value heads); the trained weights would add nothing to these claims.
 """
 
@@ -13,18 +13,14 @@ import unittest
 import torch
 from transformers import LlamaConfig
 
-from kv_cache.llama import (
-    LayerCache,
-    LlamaDecoder,
-    LlamaDecoderConfig,
-    cached_step_logits,
-    greedy_full_recompute,
-    greedy_tokens,
-    prefill,
-    rms_norm,
-)
-from kv_cache.llama.broken import RotaryResetDecoder
-from kv_cache.llama.testing import TINY, random_ids, tiny_pair
+from kv_cache.broken import RotaryResetDecoder
+from llm_models.llama.cache import LayerCache
+from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.llama.decode import cached_step_logits, prefill
+from llm_models.llama.generate import greedy_full_recompute, greedy_tokens
+from llm_models.llama.model import LlamaDecoder, rms_norm
+from llm_models.llama.testing import random_ids
+from llm_models.llama.tiny import TINY, tiny_pair
 
 # float32, 2 layers, logits up to ~6: measured at most ~7e-6 between the cached path and transformers.
 ATOL = 5e-5

@@ -13,10 +13,9 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from kv_cache.llama import WeightsError, trained
-from kv_cache.llama import weights as weights_module
-from kv_cache.llama.testing import tiny_reference
-from kv_cache.llama.weights import GGUF_NAME, GGUF_SHA256, file_sha256, load, packaged_gguf
+from llm_models.llama import weights as weights_module
+from llm_models.llama.tiny import tiny_reference
+from llm_models.llama.weights import GGUF_NAME, GGUF_SHA256, WeightsError, file_sha256, load, packaged_gguf, trained
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 

@@ -8,8 +8,9 @@ import torch
 
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
+from kv_quant.entries import random_entries
 from kv_quant.figures import bits_per_element, formula_bytes, naive_tokens, tokens_in_budget
-from kv_quant.testing import FORMATS, random_entries
+from kv_quant.testing import FORMATS
 
 BATCH, KV_HEADS, HEAD_DIM = 2, 2, 32
 

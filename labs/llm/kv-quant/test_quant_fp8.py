@@ -9,7 +9,7 @@ import torch
 from kv_quant import codecs
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
-from kv_quant.testing import random_entries
+from kv_quant.entries import random_entries
 
 HAS_FNUZ = hasattr(torch, "float8_e4m3fnuz")
 

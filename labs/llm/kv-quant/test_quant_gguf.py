@@ -11,7 +11,7 @@ from gguf.quants import dequantize, quantize
 
 from kv_quant import codecs
 from kv_quant.cache import make_cache
-from kv_quant.testing import random_entries
+from kv_quant.entries import random_entries
 
 BYTES_PER_BLOCK = {"q8_0": 34, "q4_0": 18}  # sizeof(block_q8_0), sizeof(block_q4_0) for 32 values
 ENCODERS = {"q8_0": codecs.encode_q8_0, "q4_0": codecs.encode_q4_0}

@@ -7,10 +7,11 @@ import unittest
 
 import torch
 
-from kv_cache.llama.testing import random_ids, tiny_pair
 from kv_quant.config import CacheFormat
 from kv_quant.llama_cache import format_cache
 from kv_quant.trained import chunked_logits, greedy, quality
+from llm_models.llama.testing import random_ids
+from llm_models.llama.tiny import tiny_pair
 
 LENGTH, PROMPT = 48, 8
 

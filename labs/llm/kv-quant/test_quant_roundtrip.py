@@ -10,7 +10,8 @@ import torch
 from kv_cache.model import DecoderBlock
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
-from kv_quant.testing import FORMATS, TINY, random_entries, random_ids
+from kv_quant.entries import random_entries
+from kv_quant.testing import FORMATS, TINY, random_ids
 
 # Dequantizing computes code * scale (+ zero) in float32: a few roundings of 2^-24 relative to the value.
 FLOAT_SLACK = 2.0 ** -20

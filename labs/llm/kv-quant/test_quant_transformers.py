@@ -11,7 +11,7 @@ from transformers.cache_utils import Fp8QuantizedLayer
 
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
-from kv_quant.testing import random_entries
+from kv_quant.entries import random_entries
 from kv_quant.transformers_cache import group_members, keys_values, stored_bytes
 
 

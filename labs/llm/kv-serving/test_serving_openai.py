@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import httpx
 import openai
 
-from kv_cache.llama import ChatModel, smollm2
 from kv_serving.server import create_app
 from kv_serving.testing import serve_in_thread, tiny_engine
 from kv_serving.trained import create_chat_app
 from kv_serving.trained.testing import TokenGate, tiny_chat
+from llm_models.llama.generate import ChatModel, smollm2
 
 TIMEOUT_S = 20  # every request and every wait below ends within this, pass or fail
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

@@ -11,9 +11,9 @@ import unittest
 
 from fastapi.testclient import TestClient
 
-from kv_cache.llama import smollm2
 from kv_serving.trained import create_chat_app
 from kv_serving.trained.testing import tiny_chat
+from llm_models.llama.generate import smollm2
 
 CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
 

@@ -57,18 +57,6 @@ class PreallocatedCache:
             raise ValueError(f"cannot rewind to {length}: the cache holds {self.length} positions")
         self.length = length
 
-    def fill_random(self, length: int, generator: torch.Generator) -> None:
-        """Mark ``length`` positions valid, holding random keys and values of the exact shape (timing only)."""
-        if not 0 <= length <= self.capacity:
-            raise ValueError(f"cannot fill {length} positions of a cache with capacity {self.capacity}")
-        for buffer in (*self.keys, *self.values):
-            noise = torch.randn(buffer[:, :, :length].shape, generator=generator, dtype=torch.float32)
-            buffer[:, :, :length] = noise.to(buffer.dtype)
-        self.length = length
-
-    def storage_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
-
 
 def random_concat_cache(config: DecoderConfig, batch: int, length: int, generator: torch.Generator,
                         device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> ConcatCache:

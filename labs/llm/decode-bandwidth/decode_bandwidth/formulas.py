@@ -54,11 +54,11 @@ KINDS = ["qkv", "attention out", "mlp fc", "mlp proj", "output head", "attention
 MATRICES = tuple(KINDS[:5])  # the kinds that multiply by a weight matrix
 CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_per_s")
 
-# The trained model beside the grid: the project's Llama-family decoder (kv_cache.llama) on SmolLM2-135M-Instruct,
+# The trained model beside the grid: the project's Llama-family decoder (llm_models.llama) on SmolLM2-135M-Instruct,
 # against transformers' LlamaForCausalLM on the same tensors, at batch 1 in float32. ``tiny`` is a seeded random
-# Llama of kv_cache.llama.testing, for the quick run and the tests.
+# Llama of llm_models.llama.tiny, for the quick run and the tests.
 LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
-                 "tiny": "a tiny random Llama (kv_cache.llama.testing.TINY), for smoke runs"}
+                 "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
 LLAMA_MODES = ["ours-prealloc", "hf-dynamic"]  # our decoder's preallocated cache, transformers' DynamicCache
 LLAMA_BASELINE = "hf-dynamic"
 LLAMA_DTYPE = "float32"

@@ -1,6 +1,6 @@
 """The trained model beside the grid: the project's Llama decoder and transformers' Llama, one decode step each.
 
-The decoder is the KV-cache lab's (``kv_cache.llama``): RMSNorm, rotary positions, grouped-query attention,
+The decoder is the project's own (``llm_models.llama``): RMSNorm, rotary positions, grouped-query attention,
 SwiGLU, a head tied to the token embedding, and a cache of per-layer buffers allocated once and written in
 place (``ours-prealloc``). transformers' ``LlamaForCausalLM`` runs the same tensors with its ``DynamicCache``
 (``hf-dynamic``), which concatenates each new position onto its keys and values. The preset ``smollm2`` is the
@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM
 
-from kv_cache.llama import LayerCache, LlamaDecoder
 from labkit import bench, harness
+from llm_models.llama.cache import LayerCache
+from llm_models.llama.model import LlamaDecoder
 
 from . import formulas
 from .hf import rewind
@@ -37,15 +38,15 @@ CACHE_CONTENTS = ("random keys and values of the exact shape, T - 1 positions pe
 def llama_pair(preset: str, seed: int) -> tuple[LlamaDecoder, LlamaForCausalLM, dict[str, Any]]:
     """Our decoder and transformers' model on the same float32 tensors, and what the weights are."""
     if preset == "smollm2":
-        from kv_cache.llama import smollm2, trained
-        from kv_cache.llama.weights import GGUF_NAME
+        from llm_models.llama.generate import smollm2
+        from llm_models.llama.weights import GGUF_NAME, trained
 
         weights = trained()
         return smollm2(torch.float32).model, weights.reference, {
             "name": "SmolLM2-135M-Instruct", "trained": True, "source": f"{GGUF_NAME}, dequantized to float32",
             "sha256": weights.digest}
     if preset == "tiny":
-        from kv_cache.llama.testing import tiny_pair
+        from llm_models.llama.tiny import tiny_pair
 
         reference, model = tiny_pair(seed)
         return model, reference, {"name": "tiny random Llama", "trained": False,
@@ -121,8 +122,8 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
 # ---- the benchmark's trained-model section: load and check before timing, then the rotated repetitions ----
 def max_positions(preset: str) -> int:
     """The positions a Llama preset's config allows, read without loading any weights."""
-    from kv_cache.llama import LlamaDecoderConfig
-    from kv_cache.llama.testing import TINY
+    from llm_models.llama.config import LlamaDecoderConfig
+    from llm_models.llama.tiny import TINY
 
     return LlamaDecoderConfig().max_positions if preset == "smollm2" else TINY.max_position_embeddings
 

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kv_cache.attention import causal_attention
 from kv_cache.model import DecoderBlock
+from llm_models.attention import causal_attention
 
 from .cache import ConcatCache, PreallocatedCache
 from .config import DecoderConfig

@@ -142,7 +142,7 @@ def trained_view(record: dict[str, Any]) -> Block:
     notes = [
         f"Median milliseconds per decode step over {section['repeats']} timed steps per mode, after {section['warmup']} "
         f"untimed, the two modes in rotating order; the faster is in bold. Cache: {section['cache_contents']}. "
-        f"{OURS} is this project's decoder (kv_cache.llama) with its preallocated cache; {LLAMA_BASELINE} is "
+        f"{OURS} is this project's decoder (llm_models.llama) with its preallocated cache; {LLAMA_BASELINE} is "
         f"{section['reference']}.",
         f"Before any timing, one step of each at every context gave the same logits within atol = "
         f"{tolerance['atol']:g}, rtol = {tolerance['rtol']:g}: the largest difference was "

@@ -1,4 +1,4 @@
-"""Deliberately wrong decoder blocks: the classic KV-cache bugs, kept so tests can show they are caught.
+"""Deliberately wrong decoders: the classic KV-cache bugs, kept so tests can show they are caught.
 
 Never use these for anything but demonstrating that the equivalence checks fail.
 """
@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import causal_attention
+from llm_models.attention import causal_attention
+from llm_models.llama.model import LlamaDecoder
+
 from .model import DecoderBlock
 
 
@@ -35,3 +37,14 @@ class UnmaskedChunkBlock(DecoderBlock):
         if offset > 0:
             return F.scaled_dot_product_attention(q, k, v)
         return causal_attention(q, k, v, offset)
+
+
+class RotaryResetDecoder(LlamaDecoder):
+    """Bug: the Llama rotates every call's tokens from position zero, as if the cached prefix were not there.
+
+    The cached keys were rotated at their true positions, so the new queries meet them at the wrong
+    relative distances. With no cache (one full pass) it is exactly right, which is why only a
+    cached or chunked check can catch it.
+    """
+
+    positions = PositionResetBlock.positions  # the toy block's broken rule, reused

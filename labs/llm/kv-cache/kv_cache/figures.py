@@ -21,7 +21,7 @@ MASK_EXAMPLE = (5, 7)  # (new queries, cached prefix): the chunked-prefill test'
 
 def causal_visible(query_len: int, offset: int) -> set[tuple[int, int]]:
     """(row, key) pairs a query may see: row i sits at absolute position offset + i and sees keys 0..offset + i.
-    The torch-free twin of kv_cache.attention.causal_mask (test_attention checks they agree)."""
+    The torch-free twin of llm_models.attention.causal_mask (test_attention checks they agree)."""
     if query_len < 1 or offset < 0:
         raise ValueError(f"need query_len >= 1 and offset >= 0, got {query_len} and {offset}")
     return {(row, key) for row in range(query_len) for key in range(offset + row + 1)}

@@ -16,31 +16,14 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from .attention import causal_attention
+from llm_models.attention import causal_attention
+from llm_models.inputs import check_token_ids, new_positions
+
 from .config import ModelConfig
 
 # (keys, values), each (B, Hkv, T, D): batch, key/value heads, cached positions, head width.
 Cache = tuple[Tensor, Tensor]
 
-
-
-def check_token_ids(ids: Tensor, vocab_size: int) -> tuple[int, int]:
-    """(batch, length) of a 2-D tensor of token ids, each in [0, vocab_size): one ValueError naming what is wrong.
-
-    Shared by every decoder of this lab (the toy block and the Llama-family model), so a bad input reads the same.
-    """
-    if not isinstance(ids, Tensor) or ids.dim() != 2:
-        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(f"ids must be a 2-D (batch, tokens) tensor, got {shape}")
-    if ids.dtype not in (torch.int32, torch.int64):  # what an embedding lookup accepts
-        raise ValueError(f"ids must be torch.int64 (or int32) token ids, got dtype {ids.dtype}")
-    batch, length = ids.shape
-    if batch < 1 or length < 1:
-        raise ValueError(f"ids must hold at least one token per row, got shape {(batch, length)}")
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got values from {low} to {high}")
-    return batch, length
 
 class KVStore(Protocol):
     """Key/value storage that writes in place instead of concatenating (see the kv-storage lab)."""
@@ -104,8 +87,9 @@ class DecoderBlock(nn.Module):
     # --8<-- [end:forward]
 
     def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
-        """Absolute positions of the new tokens: they continue after the cached prefix."""
-        return torch.arange(offset, offset + length, device=device)
+        """Absolute positions of the new tokens: they continue after the cached prefix (a method, so a broken
+        variant can override it)."""
+        return new_positions(offset, length, device)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, offset: int) -> Tensor:
         """Attention of the new queries over every key so far."""

@@ -1,4 +1,4 @@
-"""The cache on a trained model: SmolLM2-135M-Instruct on the project's Llama-family decoder (kv_cache.llama).
+"""The cache on a trained model: SmolLM2-135M-Instruct on the project's Llama-family decoder (llm_models.llama).
 
 One chat prompt, answered greedily three ways: with the cache in float32, without it (every new token runs
 the whole sequence again) in float32, and with the cache in bfloat16. Then the float32 answer is fed back
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from .llama.decode import decode_step, prefill
-from .llama.generate import greedy_full_recompute, smollm2
-from .llama.model import LlamaDecoder
-from .llama.weights import GGUF_NAME, trained
+from llm_models.llama.decode import decode_step, prefill
+from llm_models.llama.generate import greedy_full_recompute, smollm2
+from llm_models.llama.model import LlamaDecoder
+from llm_models.llama.weights import GGUF_NAME, trained
 
 PROMPT = "What is a KV cache in a transformer?"
 NEW_TOKENS = 48  # enough for the float32 and bfloat16 answers to part, if they do

@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from kv_cache.attention import causal_attention
+from llm_models.attention import causal_attention
 
 from .cache import QuantizedKVCache
 

@@ -29,6 +29,7 @@ from labkit.manifest import lab_for
 from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache
 from .config import CacheFormat
+from .entries import random_entries
 from .errors import error_chain
 from .figures import (
     BUDGET_BYTES,
@@ -40,7 +41,6 @@ from .figures import (
     derive,
     format_of,
 )
-from .testing import random_entries
 
 LAB, ROOT = lab_for(__file__)
 FORMATS = (
@@ -132,8 +132,8 @@ def attention_memory(args: argparse.Namespace) -> dict[str, Any]:
 # --- the trained model ------------------------------------------------------------------------------------
 
 def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    from kv_cache.llama.generate import smollm2
-    from kv_cache.llama.weights import GGUF_NAME, trained
+    from llm_models.llama.generate import smollm2
+    from llm_models.llama.weights import GGUF_NAME, trained
 
     from .trained import CHUNK, chunked_logits, corpus_ids, greedy, magnitudes, quality, step_timing
 

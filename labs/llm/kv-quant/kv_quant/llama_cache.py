@@ -1,6 +1,6 @@
-"""A cache format standing in for the Llama decoder's plain cache (kv_cache.llama.LayerCache), one layer each.
+"""A cache format standing in for the Llama decoder's plain cache (llm_models.llama.cache.LayerCache), one layer each.
 
-kv_cache.llama.LlamaDecoder asks each layer's store for ``length``, ``capacity``, ``update(k, v)`` and reads
+llm_models.llama.model.LlamaDecoder asks each layer's store for ``length``, ``capacity``, ``update(k, v)`` and reads
 the shape, dtype and device of ``keys`` to check that the store fits the model. ``FormatLayerCache`` offers
 exactly that over a kv_quant cache, so every format runs through the same decoder code: ``update`` appends
 the new (already rotated) keys and values in the format and returns every position dequantized at once, as
@@ -19,7 +19,7 @@ from .config import CacheFormat
 
 
 class FormatLayerCache:
-    """One layer's keys and values in ``fmt``, behind kv_cache.llama.LayerCache's interface."""
+    """One layer's keys and values in ``fmt``, behind llm_models.llama.cache.LayerCache's interface."""
 
     def __init__(self, fmt: CacheFormat, batch: int, kv_heads: int, capacity: int, head_dim: int,
                  dtype: torch.dtype = torch.float32) -> None:
@@ -48,5 +48,5 @@ class FormatLayerCache:
 
 def format_cache(fmt: CacheFormat, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
                  dtype: torch.dtype = torch.float32) -> list[FormatLayerCache]:
-    """One store per layer, in the decoder's list form (kv_cache.llama.new_cache's shape)."""
+    """One store per layer, in the decoder's list form (llm_models.llama.cache.new_cache's shape)."""
     return [FormatLayerCache(fmt, batch, kv_heads, capacity, head_dim, dtype) for _ in range(layers)]

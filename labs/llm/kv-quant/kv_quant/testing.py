@@ -1,4 +1,4 @@
-"""Seeded tiny inputs and the formats every test runs through."""
+"""Seeded tiny inputs and the formats every test runs through (random keys and values: kv_quant.entries)."""
 
 from __future__ import annotations
 
@@ -29,17 +29,6 @@ FORMATS = (
     CacheFormat("fp8", scale="tensor", calibration="amax"),
     CacheFormat("fp8", scale="head", calibration="amax"),
 )
-
-
-def random_entries(batch: int, kv_heads: int, tokens: int, head_dim: int, seed: int,
-                   spread: float = 1.0) -> tuple[Tensor, Tensor]:
-    """Keys and values (B, Hkv, T, D) from a seeded normal, keys with a few large channels as real keys
-    have (the outlier channels that make KIVI quantize keys per channel)."""
-    generator = torch.Generator().manual_seed(seed)
-    keys = torch.randn(batch, kv_heads, tokens, head_dim, generator=generator) * spread
-    keys[..., :: max(1, head_dim // 4)] *= 8  # one channel in four much larger
-    values = torch.randn(batch, kv_heads, tokens, head_dim, generator=generator) * spread
-    return keys, values
 
 
 def random_ids(batch: int, length: int, seed: int, config: ModelConfig = TINY) -> Tensor:

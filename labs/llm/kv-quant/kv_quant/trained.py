@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kv_cache.llama.model import LlamaDecoder
+from llm_models.llama.model import LlamaDecoder
 
 from .config import CacheFormat
 from .llama_cache import FormatLayerCache, format_cache

@@ -2,4 +2,4 @@
 KV bytes or by request count, and cancellation that frees a request's blocks."""
 
 # Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
-# import what you use from its module (kv_cache.model, kv_cache.memory, ...).
+# import what you use from its module (kv_serving.engine, kv_serving.server, ...).

@@ -19,9 +19,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from kv_cache.attention import causal_attention, one_query_attention
 from kv_cache.config import ModelConfig
 from kv_cache.model import DecoderBlock
+from llm_models.attention import causal_attention, one_query_attention
 
 from .formulas import blocks_for
 from .pool import LayeredPool

@@ -6,4 +6,4 @@ into them in place.
 """
 
 # Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
-# import what you use from its module (kv_cache.model, kv_cache.memory, ...).
+# import what you use from its module (kv_storage.preallocated, kv_storage.paged, ...).

@@ -28,7 +28,7 @@ from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from kv_cache.llama import ChatModel
+from llm_models.llama.generate import ChatModel
 
 from ..protocol import error_body, sse, usage
 
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--port must be 0 to 65535 and --threads at least 1, got {args.port} and {args.threads}")
     import torch
 
-    from kv_cache.llama import smollm2
+    from llm_models.llama.generate import smollm2
 
     torch.set_num_threads(args.threads)
     uvicorn.run(create_chat_app(smollm2), host=HOST, port=args.port, log_level="info", access_log=False)

@@ -7,8 +7,11 @@ from collections.abc import Iterator, Sequence
 
 from transformers import LlamaConfig
 
-from kv_cache.llama import ChatModel, LlamaDecoder, LlamaDecoderConfig, trained
-from kv_cache.llama.testing import TINY, tiny_reference
+from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.llama.generate import ChatModel
+from llm_models.llama.model import LlamaDecoder
+from llm_models.llama.tiny import TINY, tiny_reference
+from llm_models.llama.weights import trained
 
 from ..testing import Gate
 

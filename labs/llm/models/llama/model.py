@@ -3,10 +3,11 @@
 ``forward(ids)`` runs a whole sequence with no cache (the naive computation,
 kept as the reference); ``forward(new_ids, cache)`` runs only the new tokens
 against every layer's stored keys and values. The positions of new tokens and
-the attention over a cached prefix are the first lab's own code, imported
-(``DecoderBlock.positions`` and ``causal_attention``), not copied: new tokens
-are numbered from the cache's length, and each query sees the keys at or
-before its absolute position.
+the attention over a cached prefix are the same code the KV-cache lab's toy
+block runs (``llm_models.inputs.new_positions`` and
+``llm_models.attention.causal_attention``), not copied: new tokens are
+numbered from the cache's length, and each query sees the keys at or before
+its absolute position.
 
 Weights come from a transformers ``LlamaForCausalLM`` state dict, by the
 explicit name map ``LAYER_NAMES``; they are used as stored there, (out, in)
@@ -24,13 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kv_cache.attention import causal_attention
-from kv_cache.model import DecoderBlock, check_token_ids
-
+from ..attention import causal_attention
+from ..inputs import check_token_ids, new_positions
 from .cache import LayerCache, new_cache
 from .config import LlamaDecoderConfig
 
-# Ours -> transformers' names inside model.layers.<i>.; every other name is in Decoder.__init__.
+# Ours -> transformers' names inside model.layers.<i>.; the names outside the layers are in LlamaDecoder.__init__.
 LAYER_NAMES = {
     "attention_norm": "input_layernorm.weight",  # (C,)
     "q": "self_attn.q_proj.weight",  # (H*D, C)
@@ -100,8 +100,6 @@ class LlamaLayer(nn.Module):
 
 
 class LlamaDecoder(nn.Module):
-    positions = DecoderBlock.positions  # the first lab's offset rule: new positions continue after the prefix
-
     def __init__(self, config: LlamaDecoderConfig, state_dict: Mapping[str, Tensor]) -> None:
         """``state_dict`` in transformers' ``LlamaForCausalLM`` names; every tensor is checked against ``config``."""
         super().__init__()
@@ -148,6 +146,11 @@ class LlamaDecoder(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.embedding.device
+
+    def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
+        """Absolute positions of the new tokens: they continue after the cached prefix (a method, so a broken
+        variant can override it)."""
+        return new_positions(offset, length, device)
 
     def new_cache(self, batch: int, capacity: int) -> list[LayerCache]:
         """Empty per-layer stores for ``batch`` sequences of up to ``capacity`` positions."""

