@@ -53,7 +53,6 @@ PENDING: set[str] = {
     "labs/llm/kv-quant/kv_quant_views/cost.py",
     "labs/llm/kv-quant/kv_quant_views/pictures.py",
     "labs/llm/kv-quant/kv_quant_views/quality.py",
-    "labs/llm/kv-quant/kv_quant_views/reproduce.py",
     "labs/llm/kv-quant/kv_quant_views/results.py",
     "labs/llm/kv-serving/kv_serving_views/__init__.py",
     "labs/llm/kv-serving/kv_serving_views/admission.py",
@@ -70,7 +69,6 @@ PENDING: set[str] = {
     "labs/llm/kv-storage/kv_storage_views/paged_storage.py",
     "labs/llm/kv-storage/kv_storage_views/pictures.py",
     "labs/llm/kv-storage/kv_storage_views/results.py",
-    "site_hooks/machines_view.py",
     "site_hooks/prose.py",
     "site_hooks/views.py",
 }
@@ -101,8 +99,18 @@ def constant(node: ast.expr) -> bool:
 
 
 def text_like(node: ast.expr) -> bool:
-    """A string literal or an f-string: ``+`` joins text and ``%`` formats it, neither is arithmetic."""
-    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+    """Text or a sequence, whose ``+`` joins and whose ``*`` repeats, neither of them arithmetic: a string
+    literal, an f-string, a ``str.join``, a conditional with text in a branch (Python adds no number to
+    text, so the other branch is text too), a list or tuple display or comprehension, or such a join."""
+    if isinstance(node, ast.JoinedStr | ast.List | ast.Tuple | ast.ListComp):
+        return True
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.IfExp):
+        return text_like(node.body) or text_like(node.orelse)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        return text_like(node.left) or text_like(node.right)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
 
 
 def call_name(node: ast.Call) -> str:
@@ -183,7 +191,7 @@ def test_every_allowed_and_pending_entry_names_a_views_module() -> None:
     assert unknown == [], f"not a views module: {unknown}"
 
 
-def test_the_walker_catches_arithmetic_between_values_and_passes_unit_conversion() -> None:
+def test_the_walker_catches_arithmetic_between_values_and_passes_unit_conversion_and_joined_text() -> None:
     source = ("def view(record):\n"
               "    a = record['x'] / record['y']\n"
               "    b = record['x'] / 1e6\n"
@@ -191,7 +199,11 @@ def test_the_walker_catches_arithmetic_between_values_and_passes_unit_conversion
               "    d = record['n'] * BYTES\n"
               "    e = 'text ' + record['name']\n"
               "    f = sum(record['values'])\n"
-              "    g = statistics.median(record['values'])\n")
+              "    g = statistics.median(record['values'])\n"
+              "    h = ', '.join(record['modes']) + (' (baseline)' if record['b'] else '')\n"
+              "    i = ['format'] + ['ppl', 'kl'] * len(record['contexts'])\n"
+              "    j = (record['a'] if record['b'] else record['c']) - record['d']\n"
+              "    k = record['a'] + record['b'] * 2\n")
     walker = Walker("example.py", source)
     walker.visit(ast.parse(source))
-    assert [finding.line for finding in walker.findings] == [2, 7, 8]
+    assert [finding.line for finding in walker.findings] == [2, 7, 8, 11, 12]
