@@ -29,6 +29,7 @@ GEOMETRY = ("diagram geometry: places a drawn example's shapes and labels on a c
             "read from the record or computed by the lab's figures module")
 ALLOWED: dict[str, str] = {
     "labs/llm/kv-cache/kv_cache_views/pictures.py": GEOMETRY,
+    "labs/llm/kv-quant/kv_quant_views/pictures.py": GEOMETRY,
     "labs/llm/kv-storage/kv_storage_views/pictures.py": GEOMETRY,
 }
 
@@ -50,12 +51,6 @@ PENDING: set[str] = {
     "labs/llm/decode-bandwidth/decode_bandwidth_views/targets.py",
     "labs/llm/decode-bandwidth/decode_bandwidth_views/trained.py",
     "labs/llm/decode-bandwidth/decode_bandwidth_views/variants.py",
-    "labs/llm/kv-quant/kv_quant_views/__init__.py",
-    "labs/llm/kv-quant/kv_quant_views/bytes.py",
-    "labs/llm/kv-quant/kv_quant_views/cost.py",
-    "labs/llm/kv-quant/kv_quant_views/pictures.py",
-    "labs/llm/kv-quant/kv_quant_views/quality.py",
-    "labs/llm/kv-quant/kv_quant_views/results.py",
     "labs/llm/kv-serving/kv_serving_views/__init__.py",
     "labs/llm/kv-serving/kv_serving_views/admission.py",
     "labs/llm/kv-serving/kv_serving_views/cancellation.py",
