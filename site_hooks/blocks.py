@@ -61,7 +61,7 @@ View = Callable[[dict[str, Any]], Block]
 
 def answer(*paragraphs: str) -> Block:
     """The block of a check-yourself answer: the paragraphs that quote the page's numbers."""
-    return Block(css="lab-answer", paragraphs=paragraphs)
+    return Block(paragraphs=paragraphs)
 
 
 def render_block(block: Block, source: str = "") -> str:

@@ -6,11 +6,13 @@ count kept for a title or a table cell beside it; durations in the unit that kee
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 NUMBER_WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 DECIMAL = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
 BINARY = [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")]
+SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -84,3 +86,12 @@ def format_percent(share: float) -> str:
 def format_share(part: float, whole: float) -> str:
     """part / whole as a whole percentage; 'n/a' of nothing."""
     return format_percent(part / whole) if whole else "n/a"
+
+
+def power_of_ten(value: float) -> str:
+    """5.4e8 -> '5 × 10⁸', in text that needs no markup."""
+    exponent = math.floor(math.log10(value))
+    mantissa = round(value / 10**exponent)
+    if mantissa == 10:
+        mantissa, exponent = 1, exponent + 1
+    return f"{mantissa} × 10{str(exponent).translate(SUPERSCRIPTS)}"

@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
 
 from labkit.summary import STATISTICS
 
-from .formatting import format_ms, format_ratio, format_sci, join, plural
+from .formatting import format_ms, format_ratio, format_sci, join, plural, power_of_ten
 
 NOISY_SPREAD = 0.25  # (max - min) / median above this flags a measurement as noisy
 MIN_REPEATS = 5  # fewer timed repetitions than this flags every row
-SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 FLOAT64_SHRINK = 1e3  # float64 error this many times smaller than float32 reads as rounding
 
 
 def stored_statistics(record: dict[str, Any]) -> pd.DataFrame:
-    """The record's stored min/median/max per (length, mode) and its repetitions: checked against the raw
-    durations by the build (labkit.summary.sweep_figures) before any view reads them."""
+    """The record's stored min/median/max and spread per (length, mode) and its repetitions: checked against
+    the raw durations by the build (labkit.summary.sweep_figures) before any view reads them."""
     rows = [{"length": entry["length"], "mode": mode, **{name: values[name] for name in STATISTICS},
-             "repeats": len(values["durations_ns"])}
+             "spread": values["spread"], "repeats": len(values["durations_ns"])}
             for entry in record["lengths"] for mode, values in entry["modes"].items()]
     return pd.DataFrame(rows).set_index(["length", "mode"]).sort_index()
 
 
-def stored_ratios(record: dict[str, Any], mode: str) -> pd.Series:
-    """baseline / mode per length, the stored ratio of medians."""
-    return pd.Series({entry["length"]: entry["speedup"][mode]["ratio_of_medians"] for entry in record["lengths"]})
+def stored_speedups(record: dict[str, Any], mode: str, name: str) -> pd.Series:
+    """One stored speedup figure of ``mode`` per length: 'ratio_of_medians' (baseline / mode), 'median_gap_ns'."""
+    return pd.Series({entry["length"]: entry["speedup"][mode][name] for entry in record["lengths"]})
 
 
 def environment_sentence(record: dict[str, Any]) -> str:
@@ -59,7 +57,8 @@ def faster_sentences(record: dict[str, Any]) -> list[str]:
     sentences = []
     others = [m for m in bench["modes"] if m != baseline]
     for mode in others:  # one paragraph per mode
-        gap = gap_sentences(medians, stored_ratios(record, mode), mode, baseline)
+        gap = gap_sentences(stored_speedups(record, mode, "ratio_of_medians"),
+                            stored_speedups(record, mode, "median_gap_ns"), mode, baseline)
         sentences.append(" ".join([lower_median_sentence(medians, mode, baseline), *gap]))
     if len(others) > 1:
         sentences.append(ranking_sentence(medians[others]))
@@ -90,11 +89,11 @@ def lower_median_sentence(medians: pd.DataFrame, mode: str, baseline: str) -> st
         parts.append(f"the {mode} path had the lower median at {join(wins)} tokens")
     if losses:
         parts.append(f"the {baseline} path at {join(losses)} tokens")
-    ties = len(lengths) - len(wins) - len(losses)
+    ties = [n for n in lengths if medians.at[n, mode] == medians.at[n, baseline]]
     if ties:
-        parts.append(f"the medians were equal at {plural(ties, 'length')}")
+        parts.append(f"the medians were equal at {plural(len(ties), 'length')}")
     text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
+    return f"{text[:1].upper()}{text[1:]}."
 
 
 ONE_LENGTH = "With one measured length, the record cannot show how the gap changes with prefix length."
@@ -111,7 +110,9 @@ def trend_text(ratio: dict[int, float]) -> str:
     return "did not grow with prefix length"
 
 
-def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: str) -> list[str]:
+def gap_sentences(ratio: pd.Series, gap: pd.Series, mode: str, baseline: str) -> list[str]:
+    """How the ratio of medians moved over the sweep, and the stored gap between the medians (baseline - mode)
+    at both ends when the baseline was the slower at both."""
     lengths = list(ratio.index)
     if len(lengths) < 2:
         return [ONE_LENGTH]
@@ -119,7 +120,6 @@ def gap_sentences(medians: pd.DataFrame, ratio: pd.Series, mode: str, baseline: 
     trend = trend_text(ratio.to_dict())
     sentences = [f"The ratio of medians ({baseline} / {mode}) {trend}: {format_ratio(ratio[first])} at "
                  f"{first} tokens, {format_ratio(ratio[last])} at {last} tokens."]
-    gap = medians[baseline] - medians[mode]
     if gap[first] >= 0 and gap[last] >= 0:
         sentences.append(f"In absolute terms the median {baseline} run took {format_ms(gap[first])} ms more than "
                          f"the {mode} run at {first} tokens and {format_ms(gap[last])} ms more at {last} tokens.")
@@ -132,9 +132,8 @@ def noise_flags(record: dict[str, Any]) -> dict[int, dict[str, list[str]]]:
     flags: dict[int, dict[str, list[str]]] = {entry["length"]: {} for entry in record["lengths"]}
     for (length, mode), row in stats.iterrows():
         reasons = []
-        spread = (row["max_ns"] - row["min_ns"]) / row["median_ns"]
-        if spread > NOISY_SPREAD:
-            reasons.append(f"spread {spread:.0%}")
+        if row["spread"] > NOISY_SPREAD:
+            reasons.append(f"spread {row['spread']:.0%}")
         if row["repeats"] < MIN_REPEATS:
             reasons.append(f"only {plural(int(row['repeats']), 'repetition')}")
         if reasons:
@@ -151,8 +150,7 @@ def noise_sentence(record: dict[str, Any]) -> str:
     if not flagged:
         return (f"No measurement is flagged as noisy ({rule}): every mode stayed within that spread "
                 f"over {join(list(map(str, repeats)))} repetitions.")
-    total = sum(len(entry["modes"]) for entry in record["lengths"])
-    return (f"{len(flagged)} of {total} measurements flagged as noisy ({rule}): {join(flagged)} tokens. "
+    return (f"{len(flagged)} of {len(stored_statistics(record))} measurements flagged as noisy ({rule}): {join(flagged)} tokens. "
             f"Read those medians with care, or rerun make bench on a quieter machine.")
 
 
@@ -177,24 +175,18 @@ def equivalence_sentences(record: dict[str, Any]) -> list[str]:
     return sentences
 
 
-def power_of_ten(value: float) -> str:
-    """5.4e8 -> '5 × 10⁸', in text that needs no markup."""
-    exponent = math.floor(math.log10(value))
-    mantissa = round(value / 10**exponent)
-    if mantissa == 10:
-        mantissa, exponent = 1, exponent + 1
-    return f"{mantissa} × 10{str(exponent).translate(SUPERSCRIPTS)}"
-
-
 def precision_sentence(precision: dict[str, Any]) -> str:
+    """Rounding or logic: the stored float64_shrink (float32's difference over float64's; none when float64's
+    is 0) against FLOAT64_SHRINK."""
     single = precision["float32"]["max_abs_diff"]
     double = precision["float64"]["max_abs_diff"]
+    shrink = precision["float64_shrink"]
     head = (f"Run again at {precision['length']} tokens, the largest difference was {format_sci(single)} in float32 "
             f"and {format_sci(double)} in float64")
     if single == 0:
         return f"{head}: the two paths agreed exactly in float32, so there was no rounding difference to shrink."
-    if double == 0 or single / double >= FLOAT64_SHRINK:
-        factor = "float64 removed it entirely" if double == 0 else f"about {power_of_ten(single / double)} times smaller"
+    if shrink is None or shrink >= FLOAT64_SHRINK:
+        factor = "float64 removed it entirely" if shrink is None else f"about {power_of_ten(shrink)} times smaller"
         return (f"{head}, {factor}: the float32 differences shrink with precision as rounding error does, "
                 f"instead of persisting as a logic error would.")
     return (f"{head}: float64 did not shrink the difference by {FLOAT64_SHRINK:.0e} or more, "

@@ -129,7 +129,7 @@ def medians_view(evidence: Evidence) -> str:
         rows.append({"length": length, "modes": [
             {**{name: entry["modes"][mode][name] for name in STATISTICS}, "mode": mode,
              "repeats": len(entry["modes"][mode]["durations_ns"]),
-             "per_step": entry["modes"][mode]["median_ns"] / entry["steps"],
+             "per_step": entry["modes"][mode]["per_step"]["median_ns"],
              "speedup": None if mode == baseline else entry["speedup"][mode], "flags": flags[length].get(mode)}
             for mode in modes
         ]})
@@ -140,7 +140,8 @@ def raw_view(evidence: Evidence) -> str:
     record = evidence.record
     modes = record["config"]["benchmark"]["modes"]
     groups = []
-    for length, by_length in repetitions_frame(record["lengths"]).groupby("length", sort=True):
+    frame = repetitions_frame(record["lengths"])  # one row per timed run
+    for length, by_length in frame.groupby("length", sort=True):
         rows = []
         for repetition, run in by_length.groupby("repetition", sort=True):
             run = run.sort_values("slot")  # the order the runs actually happened in
@@ -148,9 +149,8 @@ def raw_view(evidence: Evidence) -> str:
             rows.append({"repetition": int(repetition) + 1, "order": list(run["mode"]),
                          "cells": [cells[mode] for mode in modes]})
         groups.append({"length": int(length), "rows": rows})
-    runs = sum(len(group["rows"]) for group in groups) * len(modes)
     return render("raw.html.j2", modes=modes, groups=groups, record=evidence.lab.record.as_posix(),
-                  runs=runs, record_url=evidence.record_url)
+                  runs=len(frame), record_url=evidence.record_url)
 
 
 def timing_chart(evidence: Evidence, per_step: bool) -> str:
@@ -158,11 +158,12 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
     record = evidence.record
     bench = record["config"]["benchmark"]
     entries = record["lengths"]
-    scale = [1e3 * e["steps"] if per_step else 1e6 for e in entries]  # ns -> µs per step, or ms
     unit = "µs per decode step" if per_step else "ms per measured run"
 
     def stored(mode: str, name: str) -> list[float]:
-        return [e["modes"][mode][name] / s for e, s in zip(entries, scale)]
+        """The stored statistic per step in µs, or per run in ms."""
+        return [e["modes"][mode]["per_step"][name] / 1e3 if per_step else e["modes"][mode][name] / 1e6
+                for e in entries]
 
     series = [Series(label=mode, x=[e["length"] for e in entries], y=stored(mode, "median_ns"),
                      low=stored(mode, "min_ns"), high=stored(mode, "max_ns"))

@@ -198,7 +198,7 @@ def test_the_calculator_agrees_with_the_python_function_for_every_model_and_form
     from kv_cache.memory import KV_FORMATS
     from site_hooks.labviews import lab_module
 
-    capacity = lab_module(LAB, "kv_cache_views.capacity")  # the lab's views, loaded from its folder as the build does
+    capacity = lab_module(LAB, "kv_cache.figures")  # the lab's figures, loaded from its folder as the build does
     assert capacity is not None
 
     page, problems = open_page(browser, f"{server}/llm/kv-cache/")

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from labkit.figures import fill, path_text
 from labkit.manifest import Lab, discover_labs, load_lab
 from labkit.records import RecordError, atomic_write_json, load_record
+from labkit.summary import sweep_figures
 from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import (
@@ -163,7 +165,8 @@ def swapped_order(text: str) -> str:
     [
         (LAB, lambda t: t.replace('"max_abs_diff": ', '"max_abs_diff": NaN, "x": ', 1), "is NaN"),
         (LAB, lambda t: re.sub(r'"atol": [^,}]+', '"atol": Infinity', t, count=1), "$.tolerance.atol is Infinity"),
-        (LAB, lambda t: re.sub(r'"steps": \d+', '"steps": 1', t, count=1), "$.lengths[0].steps is 1"),
+        (LAB, lambda t: re.sub(r'"steps": \d+', '"steps": 1', t, count=1),
+         "over the run's decode steps ($.lengths[0].steps = 1) gives"),  # the per-step figures, derived first
         (LAB, lambda t: re.sub(r'"created_utc": "[^"]+"', '"created_utc": "2026-99-99T99:99:99Z"', t),
          "$.created_utc is '2026-99-99T99:99:99Z', not a UTC time"),
         (STORAGE_LAB, lambda t: re.sub(r'"shared_blocks": \d+', '"shared_blocks": 999', t),
@@ -279,6 +282,29 @@ def test_sigterm_during_the_write_removes_the_temporary_file_and_keeps_the_old_r
 def test_hand_edited_speedup_is_refused(record: dict[str, Any]) -> None:
     record["lengths"][0]["speedup"]["cached"]["ratio_of_medians"] = 99.0
     with pytest.raises(RecordError, match=r"speedup\.cached\.ratio_of_medians is 99, but the raw durations give"):
+        check_sweep(record, "r.json")
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [(("lengths", 1, "modes", "cached", "per_step", "median_ns"), 1.0),
+     (("lengths", 0, "modes", "full", "spread"), 9.0),
+     (("lengths", 2, "speedup", "cached", "median_gap_per_step_ns"), -1.0),
+     (("regimes", "cached", "overhead_bound"), None),
+     (("regimes", "full", "flat_until"), 999),
+     (("precision", "float64_shrink"), 2.0)],
+    ids=["per-step", "spread", "gap", "overhead-bound", "flat-until", "float64-shrink"],
+)
+def test_a_hand_edited_figure_derived_from_the_sweep_is_refused_by_its_own_path(
+    record: dict[str, Any], path: tuple[str | int, ...], value: Any
+) -> None:
+    fill(record, sweep_figures(record))  # the sweep's figures as the benchmark stores them
+    check_sweep(record, "r.json")
+    parent = record
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = (not parent[path[-1]]) if value is None else value
+    with pytest.raises(RecordError, match=re.escape(path_text(path)) + " is .*, but .* gives"):
         check_sweep(record, "r.json")
 
 

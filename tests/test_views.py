@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from labkit.figures import fill
-from labkit.summary import statistics_frame, sweep_figures
+from labkit.summary import float64_shrink, statistics_frame, sweep_figures
 from site_hooks import prose
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence
@@ -134,17 +134,22 @@ def test_too_few_repetitions_flag_every_row(evidence: Evidence) -> None:
     assert html.count("only 3 repetitions") == 2 * len(evidence.record["lengths"])
 
 
+def precision(single: float, double: float) -> dict[str, Any]:
+    """A precision check at 8 tokens with its float64_shrink derived as the benchmark stores it."""
+    check = {"length": 8, "float32": {"max_abs_diff": single}, "float64": {"max_abs_diff": double}}
+    return check | {"float64_shrink": float64_shrink(check)}
+
+
 def test_precision_sentence_when_float32_already_agreed_exactly() -> None:
-    exact = {"length": 8, "float32": {"max_abs_diff": 0.0}, "float64": {"max_abs_diff": 1e-16}}
-    assert "agreed exactly in float32" in prose.precision_sentence(exact)
+    assert "agreed exactly in float32" in prose.precision_sentence(precision(0.0, 1e-16))
 
 
 def test_precision_sentence_calls_it_rounding_only_when_float64_shrinks_the_error() -> None:
-    shrinking = {"length": 8, "float32": {"max_abs_diff": 6e-7}, "float64": {"max_abs_diff": 1.2e-15}}
+    shrinking = precision(6e-7, 1.2e-15)
     assert "as rounding error does" in prose.precision_sentence(shrinking)
     assert "5 × 10⁸ times smaller" in prose.precision_sentence(shrinking)
-    stuck = {"length": 8, "float32": {"max_abs_diff": 6e-7}, "float64": {"max_abs_diff": 5e-7}}
-    assert "points at a difference in the computation" in prose.precision_sentence(stuck)
+    assert "float64 removed it entirely" in prose.precision_sentence(precision(6e-7, 0.0))
+    assert "points at a difference in the computation" in prose.precision_sentence(precision(6e-7, 5e-7))
 
 
 @pytest.mark.parametrize(

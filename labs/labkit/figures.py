@@ -55,6 +55,15 @@ class Figures:
     def add(self, path: JsonPath, value: Any, how: str) -> None:
         self._items.append(Figure(tuple(path), value, how))
 
+    def add_each(self, path: JsonPath, value: Any, how: str) -> None:
+        """An object as one figure per leaf (a list or an empty object is a leaf), so that a refusal names the
+        field that differs rather than the whole object."""
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                self.add_each((*path, key), item, how)
+        else:
+            self.add(path, value, how)
+
     def __iter__(self) -> Iterator[Figure]:
         return iter(self._items)
 

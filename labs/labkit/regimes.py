@@ -1,6 +1,7 @@
-"""Which regime a per-step time is in, read from a sweep's stored medians: flat (per-call overhead) or growing.
+"""Which regime a per-step time is in, from a sweep's per-step medians: flat (per-call overhead) or growing.
 
-In labkit, not in the site's renderers, so that a lab's figures module can derive a regime once and store it.
+In labkit, not in the site's renderers, so that a figures module derives a regime once and stores it
+(labkit.summary.sweep_figures stores one per mode of a timing sweep, under ``regimes``); views word it.
 
 Horace He's three regimes are compute, memory bandwidth and overhead. A CPU timing sweep can name one of
 them by itself: where the time per step stays flat while the work per step grows several-fold, the
@@ -11,44 +12,34 @@ and points at a measurement that can (a floor measured in the same run, as the d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 FLAT_BAND = 0.10  # per-step medians within 10% of the shortest length's count as flat
+OVERHEAD_GROWTH = 4  # flat across at least a fourfold growth of the prefix: a fixed per-call cost dominates
 
 
 @dataclass(frozen=True)
 class Regime:
-    mode: str
-    per_step_us: dict[int, float]  # length -> median µs per decode step
     flat_until: int  # the longest length up to which every step stayed within FLAT_BAND of the first
+    flat_growth: float  # how many times the work per step grew across the flat span (the ratio of its lengths)
+    overhead_bound: bool  # flat across at least OVERHEAD_GROWTH-fold growth of the prefix
+    step_growth: float  # the longest length's per-step time over the shortest's
 
-    @property
-    def first(self) -> int:
-        return next(iter(self.per_step_us))
-
-    @property
-    def growth(self) -> float:
-        """How many times the work per step grew across the flat span (the ratio of its lengths)."""
-        return self.flat_until / self.first
-
-    @property
-    def overhead_bound(self) -> bool:
-        """Flat across at least a fourfold growth of the prefix: a fixed per-call cost dominates there."""
-        return self.growth >= 4
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def per_step(record: dict[str, Any], mode: str) -> dict[int, float]:
-    return {e["length"]: e["modes"][mode]["median_ns"] / e["steps"] / 1e3 for e in record["lengths"]}
-
-
-def regime(record: dict[str, Any], mode: str, band: float = FLAT_BAND) -> Regime:
-    steps = per_step(record, mode)
-    lengths = list(steps)
-    base = steps[lengths[0]]
-    flat_until = lengths[0]
+def regime(per_step: Mapping[int, float], band: float = FLAT_BAND) -> Regime:
+    """The regime of one mode from its per-step medians, by ascending length (any unit of time)."""
+    lengths = list(per_step)
+    first, base = lengths[0], per_step[lengths[0]]
+    flat_until = first
     for length in lengths[1:]:
-        if abs(steps[length] / base - 1) > band:
+        if abs(per_step[length] / base - 1) > band:
             break
         flat_until = length
-    return Regime(mode=mode, per_step_us=steps, flat_until=flat_until)
+    growth = flat_until / first
+    return Regime(flat_until=flat_until, flat_growth=growth, overhead_bound=growth >= OVERHEAD_GROWTH,
+                  step_growth=per_step[lengths[-1]] / base)

@@ -2,8 +2,9 @@
 
 A timing record lists, for each prefix length, the run order of every
 repetition and each mode's durations in that order. ``sweep_figures`` derives
-its statistics and speedups: the benchmark stores them, the site checks the
-stored ones against them (labkit.figures), and the views read the stored ones.
+its statistics, speedups, gaps and regimes: the benchmark stores them, the site
+checks the stored ones against them (labkit.figures), and the views read the
+stored ones.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from .figures import Figures
+from .regimes import regime
 
 STATISTICS = ("min_ns", "median_ns", "max_ns")
+SPEEDUPS = ("ratio_of_medians", "median_of_paired_ratios")
 
 
 def repetitions_frame(lengths: list[dict[str, Any]]) -> pd.DataFrame:
@@ -68,23 +71,47 @@ def as_number(value: float) -> int | float:
 
 
 def sweep_figures(record: dict[str, Any]) -> Figures:
-    """Every figure of a timing sweep that follows from its raw durations: per length and mode its
-    min, median and max, and per non-baseline mode both speedup estimates over the baseline."""
+    """Every figure of a timing sweep that follows from its raw durations: per length and mode its min, median
+    and max, the same per decode step and the spread; per non-baseline mode both speedup estimates over the
+    baseline and the gap between the medians; per mode its regime (labkit.regimes) from the per-step medians;
+    and, when the record compares precisions, how much smaller float64 made the difference."""
     lengths, baseline = record["lengths"], record["config"]["benchmark"]["baseline"]
     stats, speedups = statistics_frame(lengths), speedup_frame(lengths, baseline)
     figures = Figures()
+    per_step: dict[str, dict[int, float]] = {}
     for index, entry in enumerate(lengths):
+        length, steps = entry["length"], entry["steps"]
         for mode in entry["modes"]:
+            row = stats.loc[(length, mode)]
+            at = ("lengths", index, "modes", mode)
             for name in STATISTICS:
-                figures.add(("lengths", index, "modes", mode, name), as_number(stats.loc[(entry["length"], mode), name]),
-                            "its raw durations")
-        for mode, row in speedups.loc[entry["length"]].iterrows():
+                figures.add((*at, name), as_number(row[name]), "its raw durations")
+            figures.add_each((*at, "per_step"), {name: float(row[name]) / steps for name in STATISTICS},
+                        f"its statistics over the run's decode steps ($.lengths[{index}].steps = {steps})")
+            figures.add((*at, "spread"), float((row["max_ns"] - row["min_ns"]) / row["median_ns"]),
+                        "(max - min) / median of its raw durations")
+            per_step.setdefault(mode, {})[length] = float(row["median_ns"]) / steps
+        for mode, row in speedups.loc[length].iterrows():
             for name in SPEEDUPS:
                 figures.add(("lengths", index, "speedup", mode, name), float(row[name]), "the raw durations")
+            gap = float(stats.loc[(length, baseline), "median_ns"] - stats.loc[(length, mode), "median_ns"])
+            figures.add(("lengths", index, "speedup", mode, "median_gap_ns"), gap,
+                        f"the {baseline} median minus the {mode} median")
+            figures.add(("lengths", index, "speedup", mode, "median_gap_per_step_ns"), gap / steps,
+                        f"the {baseline} median minus the {mode} median over the run's decode steps "
+                        f"($.lengths[{index}].steps = {steps})")
+    for mode, medians in per_step.items():
+        figures.add_each(("regimes", mode), regime(medians).as_record(), "its per-step medians (labkit.regimes)")
+    if "precision" in record:
+        figures.add(("precision", "float64_shrink"), float64_shrink(record["precision"]),
+                    "the float32 difference over the float64 one (none when float64's is 0)")
     return figures
 
 
-SPEEDUPS = ("ratio_of_medians", "median_of_paired_ratios")
+def float64_shrink(precision: dict[str, Any]) -> float | None:
+    """How many times smaller float64 made the largest difference than float32; None when float64's is 0."""
+    single, double = (precision[name]["max_abs_diff"] for name in ("float32", "float64"))
+    return single / double if double else None
 
 
 def median(values: Sequence[float]) -> float:

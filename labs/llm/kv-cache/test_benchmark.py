@@ -6,6 +6,7 @@ import contextlib
 import copy
 import io
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -21,7 +22,7 @@ from unittest import mock
 import labkit.testing
 from kv_cache import benchmark, figures, trained
 from kv_cache.broken import PositionResetBlock
-from labkit.figures import check
+from labkit.figures import check, path_text
 from labkit.records import RecordError, load_record
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
@@ -82,6 +83,19 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         def drifted(record: dict[str, Any]) -> None:
             record["trained"]["teacher_forced"]["cached_vs_full_max_abs_diff"] = 1.0
         self.assertIn("field $.trained.teacher_forced.cached_vs_full_max_abs_diff is 1, beyond", refused(drifted))
+
+    def test_hand_edited_byte_capacity_and_projection_figures_are_refused_by_their_path(self) -> None:
+        for path in (("cache_formula", "per_position_bytes"), ("compared_steps",), ("projections", "full"),
+                     ("capacity", "models", figures.EXAMPLE_MODEL, "formats", "int4", "tokens_fit"),
+                     ("capacity", "example", "spare_bytes")):
+            record = copy.deepcopy(self.record)
+            parent = record
+            for key in path[:-1]:
+                parent = parent[key]
+            parent[path[-1]] = parent[path[-1]] * 2 + 1  # far beyond float rounding
+            with self.subTest(path=path), self.assertRaisesRegex(RecordError,
+                                                                 re.escape(path_text(path)) + " is .*, but"):
+                check(record, figures.derive(record), "record.json")
 
     def test_the_first_difference_of_two_answers_is_where_they_part_or_where_one_ends(self) -> None:
         self.assertIsNone(figures.first_difference([1, 2, 3], [1, 2, 3]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import statistics
 import unittest
 from typing import Any
@@ -78,6 +79,20 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         edited["gqa"][0]["positions_compared"] -= 1
         with self.assertRaisesRegex(RecordError, r"positions_compared"):
             check_record(edited, "quick.json")
+
+    def test_a_hand_edited_paged_overhead_peak_ratio_or_sharing_share_is_refused_by_its_path(self) -> None:
+        for path in (("paged_overhead", "intercept_ns"), ("paged_overhead", "mostly_fixed"),
+                     ("memory", "variants", "concat", "peak_ratio"), ("memory", "concat_vs_prealloc", "peak"),
+                     ("sharing", "saved_share"), ("gqa", 0, "share_of_multi_head")):
+            edited = copy.deepcopy(self.record)
+            parent = edited
+            for key in path[:-1]:
+                parent = parent[key]
+            value = parent[path[-1]]
+            parent[path[-1]] = (not value) if isinstance(value, bool) else value * 2 + 1
+            with self.subTest(path=path), self.assertRaisesRegex(RecordError,
+                                                                 re.escape(figures.path_text(path)) + " is .*, but"):
+                check_record(edited, "quick.json")
 
     def test_sharing_saves_the_prompt_blocks_of_all_but_one_request(self) -> None:
         sharing = self.record["sharing"]

@@ -8,6 +8,7 @@ import json
 import random
 import re
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from kv_storage.figures import FORK_EXAMPLE, TABLE_EXAMPLE, TableModel, forked, 
 from kv_storage.paged import BlockPool, PagedSequence
 from kv_storage_views.pictures import block_table_view, fork_view
 from kv_storage_views.results import answer_peak_view, answer_sharing_view, key_results_view, regime_item
+from labkit.figures import fill
+from labkit.summary import sweep_figures
 
 RECORD = Path(__file__).resolve().parents[3] / "results" / "storage-results.json"
 HEADS, DIM = 1, 2
@@ -174,16 +177,20 @@ class KeyResults(unittest.TestCase):
         self.assertIn(f"{concat['peak_bytes']:,} bytes", answer_peak_view(base).paragraphs[0])
 
     def test_the_regime_bullet_is_chosen_from_the_per_step_medians(self) -> None:
-        flat = record()
-        flat["lengths"] = [dict(copy.deepcopy(flat["lengths"][0]), length=n) for n in (16, 64, 256)]
-        for entry in flat["lengths"]:
-            for mode in ("concat", "prealloc", "paged"):
-                entry["modes"][mode]["median_ns"] = 1000 * entry["steps"]
-        self.assertTrue(regime_item(flat).startswith("Overhead-bound"))
-        growing = copy.deepcopy(flat)
-        for entry in growing["lengths"]:
-            for mode in ("concat", "prealloc", "paged"):
-                entry["modes"][mode]["median_ns"] = 1000 * entry["steps"] * entry["length"]
+        def timed(per_step_ns: Callable[[int], int]) -> dict[str, Any]:
+            """Every cached layout's repetitions equal to ``per_step_ns(length)`` per step; the sweep's figures
+            (regimes included) derived again, as the benchmark would."""
+            sweep = record()
+            sweep["lengths"] = [dict(copy.deepcopy(sweep["lengths"][0]), length=n) for n in (16, 64, 256)]
+            for entry in sweep["lengths"]:
+                for mode in ("concat", "prealloc", "paged"):
+                    values = entry["modes"][mode]
+                    values["durations_ns"] = [per_step_ns(entry["length"]) * entry["steps"]] * len(values["durations_ns"])
+            fill(sweep, sweep_figures(sweep))
+            return sweep
+
+        self.assertTrue(regime_item(timed(lambda length: 1000)).startswith("Overhead-bound"))
+        growing = timed(lambda length: 1000 * length)
         self.assertTrue(regime_item(growing).startswith("No flat span"))
         self.assertIsNone(re.search(r"\d+-fold", regime_item(growing)))
 

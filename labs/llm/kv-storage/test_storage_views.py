@@ -5,7 +5,7 @@ from __future__ import annotations
 import unittest
 from typing import Any
 
-from kv_storage.figures import TIE_SHARE
+from kv_storage.figures import TIE_SHARE, paged_overhead, peak_figures
 from kv_storage_views import headline
 from kv_storage_views.decode_step import (
     equivalence_rows,
@@ -15,27 +15,39 @@ from kv_storage_views.decode_step import (
 )
 from kv_storage_views.grouped_query import gqa_sentences
 from kv_storage_views.memory import memory_sentences
+from labkit.figures import fill
+from labkit.summary import sweep_figures
 
 MODES = ["full", "concat", "prealloc", "paged"]
 
 
 def sweep(windows: dict[int, dict[str, tuple[int, int, int]]], steps: int = 10,
           diffs: dict[int, float] | None = None) -> dict[str, Any]:
-    """A timing record: per length, each mode's (min, median, max) window in ns over seven repetitions."""
+    """A timing record: per length, each mode's (min, median, max) window in ns over seven repetitions, with the
+    figures the benchmark derives from them (labkit.summary.sweep_figures, kv_storage.figures)."""
     lengths = []
     for length, modes in windows.items():
         diff = (diffs or {}).get(length, 1e-7)
         lengths.append({
             "length": length, "steps": steps, "order": [MODES] * 7,
-            "modes": {mode: {"min_ns": low, "median_ns": median, "max_ns": high, "durations_ns": [low, *[median] * 5, high]}
-                      for mode, (low, median, high) in modes.items()},
+            "modes": {mode: {"durations_ns": [low, *[median] * 5, high]} for mode, (low, median, high) in modes.items()},
             "equivalence": {mode: {"max_abs_diff": diff, "max_abs_reference": 1.0, "within_tolerance": True,
                                    "argmax_agrees_every_step": True} for mode in MODES[1:]},
-            "speedup": {mode: {"ratio_of_medians": modes["full"][1] / modes[mode][1]} for mode in MODES[1:]},
         })
-    return {"config": {"benchmark": {"modes": MODES, "baseline": "full", "batch": 1}},
-            "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "lengths": lengths,
-            "memory": {"length": 512, "variants": {"concat": {"peak_bytes": 4}, "prealloc": {"peak_bytes": 2}}}}
+    record = {"config": {"benchmark": {"modes": MODES, "baseline": "full", "batch": 1}},
+              "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "lengths": lengths,
+              "memory": memory({"concat": (2, 4, 9), "prealloc": (2, 2, 9), "paged": (2, 3, 9)}) | {"length": 512}}
+    fill(record, sweep_figures(record))
+    record["paged_overhead"] = paged_overhead(record)
+    return record
+
+
+def memory(variants: dict[str, tuple[int, int, int]]) -> dict[str, Any]:
+    """$.memory from each layout's (retained, peak, allocated) bytes, with the comparisons derived from them."""
+    record = {"memory": {"variants": {mode: {"retained_bytes": kept, "peak_bytes": peak, "allocated_bytes": total,
+                                             "allocations": 9} for mode, (kept, peak, total) in variants.items()}}}
+    fill(record, peak_figures(record["memory"]["variants"]))
+    return record["memory"]
 
 
 def exact(value: int) -> tuple[int, int, int]:
@@ -107,12 +119,8 @@ def layouts(concat: int, prealloc: int, paged: int) -> dict[str, dict[str, Any]]
 
 class Memory(unittest.TestCase):
     def test_paged_storage_is_placed_among_the_layouts_by_peak_and_by_bytes_allocated(self) -> None:
-        memory = {"variants": {
-            "concat": {"retained_bytes": 100, "peak_bytes": 200, "allocated_bytes": 900, "allocations": 9},
-            "prealloc": {"retained_bytes": 100, "peak_bytes": 102, "allocated_bytes": 90, "allocations": 9},
-            "paged": {"retained_bytes": 100, "peak_bytes": 201, "allocated_bytes": 950, "allocations": 9},
-        }}
-        text = " ".join(memory_sentences(memory))
+        text = " ".join(memory_sentences(memory({"concat": (100, 200, 900), "prealloc": (100, 102, 90),
+                                                 "paged": (100, 201, 950)})))
         self.assertIn("Paged storage's peak was 201 bytes, the highest of all layouts (1 bytes above concat's and "
                       "99 bytes above prealloc's)", text)
         self.assertIn("did not give the lowest peak: concat and prealloc peaked lower", text)
@@ -122,16 +130,16 @@ class Memory(unittest.TestCase):
 
 class GroupedQuery(unittest.TestCase):
     def test_one_head_is_singular_and_equal_byte_counts_are_not_repeated(self) -> None:
-        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, b)}
-                for k, b in ((4, 400), (1, 100))]
+        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, b),
+                 "share_of_multi_head": k / 4} for k, b in ((4, 400), (1, 100))]
         text = " ".join(gqa_sentences(rows))
         self.assertIn("With 1 key/value head for 4 query heads", text)
         self.assertIn("prealloc and paged storage hold exactly the same", text)
         self.assertNotIn("1 key/value heads", text)
 
     def test_different_byte_counts_are_each_stated(self) -> None:
-        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, 2 * b)}
-                for k, b in ((4, 400), (2, 200))]
+        rows = [{"kv_heads": k, "heads": 4, "length": 8, "positions_compared": 8, "layouts": layouts(b, b, 2 * b),
+                 "share_of_multi_head": k / 4} for k, b in ((4, 400), (2, 200))]
         self.assertIn("prealloc storage holds 200 bytes; paged storage holds 400 bytes", " ".join(gqa_sentences(rows)))
 
 

@@ -7,16 +7,30 @@ The shared timing statistics (min/median/max, speedups) come from labkit.summary
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-from labkit.figures import Figures, refuse
+from labkit.figures import Figures, refuse, tolerance_bound
 
-from .memory import kv_cache_bytes
+from .memory import KV_FORMATS, kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 
 MODES = ("full", "cached")  # the benchmark's modes, in its run order: recompute the prefix, or read the cache
 BASELINE = "full"
 WORKED_EXAMPLE = 128  # positions: the article's worked example of the byte formula
 MASK_EXAMPLE = (5, 7)  # (new queries, cached prefix): the chunked-prefill test's chunk, drawn on the page
+
+# Real models' caches, priced by kv_cache.memory from models.toml (published configurations).
+MODELS_FILE = Path(__file__).with_name("models.toml")
+TABLE_FORMATS = ("fp16", "fp8", "int4")  # the formats the page's table prices (the calculator offers fp32 too)
+CONTEXTS = (8 * 1024, 128 * 1024)  # tokens: "8k" and "128k"
+GIB = 2**30
+MEMORY_GIB = 80  # one accelerator's memory, in GiB
+WEIGHT_BITS = 16  # the weights beside the cache are fp16 (or bf16): 2 bytes per parameter
+EXAMPLE_MODEL = "Llama-3-8B"  # the model the key results and the capacity question price
+EXAMPLE_BATCH = 16  # the capacity question: 16 sequences of CONTEXTS[0] tokens in fp16, beside the weights
 
 
 def causal_visible(query_len: int, offset: int) -> set[tuple[int, int]]:
@@ -33,9 +47,79 @@ def top_left_visible(query_len: int, keys: int) -> set[tuple[int, int]]:
     return {(row, key) for row in range(query_len) for key in range(min(row + 1, keys))}
 
 
+@dataclass(frozen=True)
+class MaskRow:
+    """One query row of the mask example: its absolute position, the keys it must see, the keys the wrong
+    top-left triangle shows it."""
+
+    position: int
+    sees: list[int]
+    shown: list[int]
+
+    @property
+    def hidden(self) -> int:
+        return len(self.sees) - len(self.shown)
+
+
+def mask_row(row: int, example: tuple[int, int] = MASK_EXAMPLE) -> MaskRow:
+    queries, offset = example
+    right, wrong = causal_visible(queries, offset), top_left_visible(queries, offset + queries)
+    return MaskRow(position=offset + row, sees=sorted(c for r, c in right if r == row),
+                   shown=sorted(c for r, c in wrong if r == row))
+
+
 def cache_bytes(model: dict[str, Any], batch: int, length: int) -> int:
     """The byte formula for a record's model config (kv_cache.memory.kv_cache_bytes)."""
     return kv_cache_bytes(batch, model["kv_heads"], length, model["head_dim"], model["bytes_per_element"])
+
+
+def vector_bytes(model: dict[str, Any]) -> int:
+    """Bytes of one head's keys (or values) at one position: D x bytes per element."""
+    return model["head_dim"] * model["bytes_per_element"]
+
+
+def projections(steps: int) -> tuple[int, int]:
+    """Positions whose keys and values each path projects over a loop of ``steps`` steps: the full path
+    projects positions 0 to t again at step t (1 + 2 + ... + steps), the cached path one per step."""
+    return steps * (steps + 1) // 2, steps
+
+
+@cache  # a deliberate cache: the file is read once per process
+def models() -> tuple[dict[str, Any], ...]:
+    """The published configurations of kv_cache/models.toml, in its order."""
+    return tuple(tomllib.loads(MODELS_FILE.read_text(encoding="utf-8"))["model"])
+
+
+def model(name: str) -> dict[str, Any]:
+    return next(m for m in models() if m["name"] == name)
+
+
+def per_token(entry: dict[str, Any], fmt: str) -> float:
+    """Bytes one token adds to a real model's cache in ``fmt`` (kv_cache.memory.kv_bytes_per_token)."""
+    return kv_bytes_per_token(entry["layers"], entry["kv_heads"], entry["head_dim"], KV_FORMATS[fmt])
+
+
+def weight_bytes(entry: dict[str, Any]) -> float:
+    return entry["parameters"] * WEIGHT_BITS / 8
+
+
+def fit(entry: dict[str, Any], fmt: str, memory_gib: float = MEMORY_GIB) -> int:
+    """Cached tokens in ``fmt`` that fit in ``memory_gib`` GiB beside the model's fp16 weights."""
+    return tokens_that_fit(memory_gib * GIB, weight_bytes(entry), per_token(entry, fmt))
+
+
+def capacity() -> dict[str, Any]:
+    """Every real model's bytes per token, cache at each context and tokens that fit, per table format; and
+    the capacity question's sums for the example model (``spare_bytes`` negative: the cache does not fit)."""
+    priced = {m["name"]: {"weight_bytes": weight_bytes(m), "formats": {
+        fmt: {"bytes_per_token": per_token(m, fmt), "context_bytes": [per_token(m, fmt) * n for n in CONTEXTS],
+              "tokens_fit": fit(m, fmt)} for fmt in TABLE_FORMATS}} for m in models()}
+    example = model(EXAMPLE_MODEL)
+    fp16, int4 = (per_token(example, fmt) * EXAMPLE_BATCH * CONTEXTS[0] for fmt in ("fp16", "int4"))
+    room = MEMORY_GIB * GIB - weight_bytes(example)
+    return {"models": priced, "example": {"fp16_bytes": fp16, "int4_bytes": int4, "room_bytes": room,
+                                          "spare_bytes": room - fp16,
+                                          "fp16_over_int4": per_token(example, "fp16") / per_token(example, "int4")}}
 
 
 def check_invariants(record: dict[str, Any], source: str) -> None:
@@ -87,23 +171,33 @@ def check_trained(record: dict[str, Any], source: str) -> None:
         refuse(source, ("trained", "teacher_forced", "bfloat16_argmax_agrees"), f"is {forced['bfloat16_argmax_agrees']}, "
                f"more than the {forced['positions']} positions compared")
     tolerance = section["tolerance"]
-    bound = tolerance["atol"] + tolerance["rtol"] * forced["max_abs_reference"]
+    bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], forced["max_abs_reference"])
     if forced["cached_vs_full_max_abs_diff"] > bound:
         refuse(source, ("trained", "teacher_forced", "cached_vs_full_max_abs_diff"), f"is "
                f"{forced['cached_vs_full_max_abs_diff']:g}, beyond atol + rtol x max|reference| = {bound:g}")
 
 
 def derive(record: dict[str, Any]) -> Figures:
-    """Per length, the byte formula's count for the record's config."""
-    model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
+    """Per length, the byte formula's count for the record's config; the bytes per position and at the worked
+    example; the decode steps compared; the positions each path projects over the longest loop; the trained
+    model's answers compared; and the real models' caches priced from models.toml."""
+    config, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
     figures = Figures()
     for index, entry in enumerate(record["lengths"]):
-        figures.add(("lengths", index, "cache_bytes", "formula"), cache_bytes(model, batch, entry["length"]),
+        figures.add(("lengths", index, "cache_bytes", "formula"), cache_bytes(config, batch, entry["length"]),
                     "2 x B x Hkv x T x D x bytes from the record's config")
+    how = "2 x B x Hkv x D x bytes from the record's config"
+    figures.add(("cache_formula", "per_position_bytes"), cache_bytes(config, batch, 1), how)
+    figures.add(("cache_formula", "worked_example_bytes"), cache_bytes(config, batch, WORKED_EXAMPLE),
+                f"{how}, at {WORKED_EXAMPLE} positions")
+    figures.add(("compared_steps",), sum(entry["steps"] for entry in record["lengths"]), "the steps of every length")
+    full, cached = projections(record["lengths"][-1]["steps"])
+    figures.add_each(("projections",), {"full": full, "cached": cached}, "the longest loop's steps")
     section = record["trained"]
     exact = section["float32"]
     figures.add(("trained", "same_answer_without_cache"), exact["ids"] == exact["full_recompute_ids"],
                 "comparing the cached and the full-recompute float32 answers")
     figures.add(("trained", "bfloat16_parts_at"), first_difference(exact["ids"], section["bfloat16"]["ids"]),
                 "the first token where the bfloat16 answer differs from the float32 one")
+    figures.add_each(("capacity",), capacity(), "kv_cache/models.toml priced by kv_cache.memory")
     return figures

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_cache.figures import WORKED_EXAMPLE, cache_bytes
-from site_hooks.blocks import Block, Table
+from kv_cache.figures import WORKED_EXAMPLE
+from site_hooks.blocks import Block, Table, View
 from site_hooks.formatting import format_number
 
 from .capacity import calculator_view, models_view
@@ -21,10 +21,10 @@ from .trained import trained_answer_view, trained_view
 def cache_bytes_view(record: dict[str, Any]) -> Block:
     """Bytes per position from the config, then the formula beside the count from the tensors, per length."""
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    per_position = cache_bytes(model, batch, length=1)
+    per_position = record["cache_formula"]["per_position_bytes"]
     rows = [e["cache_bytes"] | {"length": e["length"]} for e in record["lengths"]]
     last = rows[-1]
-    example = cache_bytes(model, batch, WORKED_EXAMPLE)
+    example = record["cache_formula"]["worked_example_bytes"]
     measured = any(row["length"] == WORKED_EXAMPLE for row in rows)
     example_source = ("the benchmark counted the same from the tensors" if measured else
                       "a length this record did not measure, so it comes from the formula alone")
@@ -49,7 +49,7 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
             for entry in (first, last)]
 
 
-VIEWS = {
+VIEWS: dict[str, View] = {
     "key-results": key_results_view,
     "trained": trained_view,
     "trained-answer": trained_answer_view,

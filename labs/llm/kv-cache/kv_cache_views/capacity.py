@@ -1,47 +1,17 @@
-"""Real models' caches: the table of published configurations and the page's calculator, both priced by
-kv_cache.memory.kv_bytes_per_token from kv_cache/models.toml (the calculator's JavaScript repeats that one
-formula in the browser, and tests/test_browser.py checks the two agree for every model and format)."""
+"""Real models' caches: the table of published configurations and the page's calculator. The record stores
+each model's bytes per token, cache per context and tokens that fit (kv_cache.figures.capacity, priced by
+kv_cache.memory.kv_bytes_per_token from kv_cache/models.toml); the calculator's JavaScript repeats that one
+formula in the browser, and tests/test_browser.py checks the two agree for every model and format."""
 
 from __future__ import annotations
 
 import json
-import tomllib
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import kv_cache
-from kv_cache.memory import INT4_GROUP, KV_FORMATS, kv_bytes_per_token, tokens_that_fit
+from kv_cache.figures import CONTEXTS, EXAMPLE_MODEL, GIB, MEMORY_GIB, TABLE_FORMATS, WEIGHT_BITS, models
+from kv_cache.memory import INT4_GROUP, KV_FORMATS
 from site_hooks.blocks import Block, Table, Widget
 from site_hooks.formatting import format_bytes
-
-MODELS_FILE = Path(kv_cache.__file__).with_name("models.toml")
-TABLE_FORMATS = ("fp16", "fp8", "int4")  # the formats the table prices (the calculator offers fp32 too)
-CONTEXTS = (8 * 1024, 128 * 1024)  # tokens: "8k" and "128k"
-MEMORY_GIB = 80  # one accelerator's memory, in GiB
-WEIGHT_BITS = 16  # the weights beside the cache are fp16 (or bf16): 2 bytes per parameter
-GIB = 2**30
-
-
-@cache
-def models() -> tuple[dict[str, Any], ...]:
-    return tuple(tomllib.loads(MODELS_FILE.read_text(encoding="utf-8"))["model"])
-
-
-def model(name: str) -> dict[str, Any]:
-    return next(m for m in models() if m["name"] == name)
-
-
-def per_token(entry: dict[str, Any], fmt: str) -> float:
-    return kv_bytes_per_token(entry["layers"], entry["kv_heads"], entry["head_dim"], KV_FORMATS[fmt])
-
-
-def weight_bytes(entry: dict[str, Any]) -> float:
-    return entry["parameters"] * WEIGHT_BITS / 8
-
-
-def fit(entry: dict[str, Any], fmt: str, memory_gib: float = MEMORY_GIB) -> int:
-    return tokens_that_fit(memory_gib * GIB, weight_bytes(entry), per_token(entry, fmt))
 
 
 def exact(value: float) -> str:
@@ -65,12 +35,13 @@ def models_view(record: dict[str, Any]) -> Block:
                m["repo"]) for m in models()])
     rows = []
     for m in models():
+        priced = record["capacity"]["models"][m["name"]]
         for index, fmt in enumerate(TABLE_FORMATS):
-            bytes_ = per_token(m, fmt)
-            tokens = fit(m, fmt)
-            rows.append((m["name"] if index == 0 else "", fmt, kib(bytes_),
-                         *(gib(bytes_ * n) for n in CONTEXTS),
-                         f"{tokens:,}" if tokens else f"none (weights {gib(weight_bytes(m))} GiB)"))
+            cache = priced["formats"][fmt]
+            tokens = cache["tokens_fit"]
+            rows.append((m["name"] if index == 0 else "", fmt, kib(cache["bytes_per_token"]),
+                         *(gib(value) for value in cache["context_bytes"]),
+                         f"{tokens:,}" if tokens else f"none (weights {gib(priced['weight_bytes'])} GiB)"))
     capacity = Table(
         headings=["Model", "KV format", "Bytes per token", "GiB at 8k tokens", "GiB at 128k tokens",
                   f"Tokens in {MEMORY_GIB} GiB beside fp16 weights"],
@@ -80,18 +51,18 @@ def models_view(record: dict[str, Any]) -> Block:
             f"divides the {MEMORY_GIB} GiB left after the weights ({WEIGHT_BITS // 8} bytes per parameter) by the "
             f"bytes per token, with nothing kept for activations or workspace: an upper bound, summed over "
             f"every sequence in the batch. 8k is 8,192 tokens and 128k 131,072.")
-    return Block(css="lab-models", tables=[configs, capacity], notes=[note])
+    return Block(tables=[configs, capacity], notes=[note])
 
 
 def calculator_data() -> dict[str, Any]:
     """What the calculator's script reads: the models, the formats' bits, the weights' bits, the defaults."""
     return {"models": [{k: m[k] for k in ("name", "layers", "kv_heads", "head_dim", "parameters")} for m in models()],
             "formats": KV_FORMATS, "weight_bits": WEIGHT_BITS, "memory_gib": MEMORY_GIB,
-            "default": {"model": "Llama-3-8B", "format": "fp16", "batch": 8, "context": CONTEXTS[0]}}
+            "default": {"model": EXAMPLE_MODEL, "format": "fp16", "batch": 8, "context": CONTEXTS[0]}}
 
 
 def calculator_view(record: dict[str, Any]) -> Block:
     data = calculator_data()
     form = Widget("calculator.html.j2", {"data": json.dumps(data), "models": data["models"],
                                          "formats": list(KV_FORMATS), "default": data["default"], "memory": MEMORY_GIB})
-    return Block(css="lab-calculator-block", widgets=[form])
+    return Block(widgets=[form])

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_cache.figures import MASK_EXAMPLE, causal_visible, top_left_visible
+from kv_cache.figures import (
+    MASK_EXAMPLE,
+    cache_bytes,
+    causal_visible,
+    mask_row,
+    projections,
+    top_left_visible,
+    vector_bytes,
+)
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, cell_grid, legend
 from site_hooks.formatting import format_bytes
@@ -17,7 +25,7 @@ STEPS = 5  # decode steps the growth picture shows
 def cache_growth_view(record: dict[str, Any]) -> Block:
     """Keys and values, [B, H_kv, T, D], after each of the first STEPS steps: one new position per step."""
     model, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
-    heads, dim, size = model["kv_heads"], model["head_dim"], model["bytes_per_element"]
+    heads, dim = model["kv_heads"], model["head_dim"]
     cell, left, gap = 22, 150, 36
     row_h = heads * cell + 30
     canvas = Canvas(width=left + 2 * STEPS * cell + gap + 110, height=40 + STEPS * row_h + 34,
@@ -37,17 +45,17 @@ def cache_growth_view(record: dict[str, Any]) -> Block:
         for x in (keys_x, values_x):
             cell_grid(canvas, x, y, heads, STEPS,
                       cell, lambda r, c, s=step: "new" if c == s - 1 else "old" if c < s - 1 else "empty")
-        per_token = 2 * batch * heads * dim * size
-        canvas.text(values_x + STEPS * cell + 14, y + heads * cell / 2 + 4, f"{format_bytes(per_token * step)}",
-                    anchor="start", size=12)
+        canvas.text(values_x + STEPS * cell + 14, y + heads * cell / 2 + 4,
+                    format_bytes(cache_bytes(model, batch, step)), anchor="start", size=12)
     bottom = 40 + STEPS * row_h
     legend(canvas, keys_x - 110, bottom, [("old", "kept from earlier steps")])
     legend(canvas, values_x - 10, bottom, [("new", "appended by this step")])
     caption = (f"One row per key/value head (H_kv = {heads}); one cell per position, holding D = {dim} "
-               f"{model['dtype']} values ({dim * size} bytes). Every step adds one column to keys and to values, "
-               f"{format_bytes(2 * batch * heads * dim * size)} in all at batch {batch}; the figure at the right "
+               f"{model['dtype']} values ({vector_bytes(model)} bytes). Every step adds one column to keys and to "
+               f"values, {format_bytes(record['cache_formula']['per_position_bytes'])} in all at batch {batch}; the "
+               f"figure at the right "
                f"is the whole cache. Shapes from the record's config.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 
 def work_view(record: dict[str, Any]) -> Block:
@@ -68,11 +76,13 @@ def work_view(record: dict[str, Any]) -> Block:
         cell_grid(canvas, left, 50, n, n, cell, rule, row_labels=[f"step {i}" for i in range(n)],
                   col_labels=[str(i) for i in range(n)])
         diagrams.append(Diagram(canvas.svg(), title))
-    last = record["lengths"][-1]["length"]
+    full, cached = projections(n)
+    longest = record["projections"]
     caption = (f"Orange: keys and values projected at that step; blue: read back from the cache. Over {n} steps "
-               f"the full path projects {n * (n + 1) // 2} positions and the cached path {n}; over the record's "
-               f"longest loop, {last:,} steps, that is {last * (last + 1) // 2:,} against {last:,}.")
-    return Block(css="lab-picture", diagrams=diagrams, notes=[caption])
+               f"the full path projects {full} positions and the cached path {cached}; over the record's "
+               f"longest loop, {record['lengths'][-1]['steps']:,} steps, that is {longest['full']:,} against "
+               f"{longest['cached']:,}.")
+    return Block(diagrams=diagrams, notes=[caption])
 
 
 def mask_view(record: dict[str, Any]) -> Block:
@@ -91,9 +101,9 @@ def mask_view(record: dict[str, Any]) -> Block:
         canvas = Canvas(width=left + keys * cell + 10, height=72 + queries * cell + 8, title=title, slug=slug,
                         description=(f"{queries} query rows at absolute positions {offset} to {keys - 1} against "
                                      f"{keys} key columns 0 to {keys - 1}; "
-                                     + "; ".join(f"query {offset + r} sees "
-                                                 f"{sum(1 for c in range(keys) if fill(r, c) in ('old', 'new'))} keys"
-                                                 for r in range(queries))),
+                                     + "; ".join(f"query {row.position} sees "
+                                                 f"{len(row.sees if slug == 'mask-right' else row.shown)} keys"
+                                                 for row in map(mask_row, range(queries)))),
                         max_width="26rem")
         canvas.text(left + offset * cell / 2, 16, f"cached prefix (keys 0–{offset - 1})", size=12)
         canvas.text(left + offset * cell + queries * cell / 2, 16, "new chunk", size=12)
@@ -101,9 +111,9 @@ def mask_view(record: dict[str, Any]) -> Block:
         cell_grid(canvas, left, 50, queries, keys, cell, fill, row_labels=[f"q{offset + r}" for r in range(queries)],
                   col_labels=[str(c) for c in range(keys)])
         diagrams.append(Diagram(canvas.svg(), title))
-    hidden = len(right - wrong)
+    hidden = len(right.difference(wrong))
     caption = (f"{queries} new queries after a {offset}-token prefix: {queries} × {keys} scores. Blue: a cached key "
                f"the query sees; orange: a key of the new chunk; purple: a key the top-left triangle hides although "
                f"the query must see it ({hidden} of {len(right)} pairs). Both grids come from kv_cache.figures, "
                f"which test_attention checks against the torch masks.")
-    return Block(css="lab-picture", diagrams=diagrams, notes=[caption])
+    return Block(diagrams=diagrams, notes=[caption])

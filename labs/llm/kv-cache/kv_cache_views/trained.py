@@ -29,7 +29,7 @@ def trained_view(record: dict[str, Any]) -> Block:
                   rows=[("float32, with the cache", exact["text"]),
                         ("float32, full recompute", "the same tokens" if same else "different tokens (see the record)"),
                         ("bfloat16, with the cache", halved["text"])])
-    return Block(css="lab-trained", paragraphs=[lead, check, dtype], tables=[table],
+    return Block(paragraphs=[lead, check, dtype], tables=[table],
                  notes=["The weights are real; the knowledge of a 135-million-parameter model is modest, and the "
                         "answer shows it. What matters here is that its logits are real, and the cache leaves them "
                         "as they were."])
@@ -41,5 +41,5 @@ def trained_answer_view(record: dict[str, Any]) -> Block:
     answer = t["float32"]
     lead = (f"{t['model']}'s greedy answer in float32 with the cache, {plural(len(answer['ids']), 'token')}, as "
             f"the KV-cache lab's record holds it:")
-    return Block(css="lab-trained", paragraphs=[lead],
+    return Block(paragraphs=[lead],
                  tables=[Table(headings=["Question", "Answer"], rows=[(t["prompt"], answer["text"])])])

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from kv_cache.memory import kv_cache_bytes
+
 from . import codecs
 from .codecs import Fields
 from .config import FP8_MAX, CacheFormat
@@ -122,7 +124,8 @@ class QuantizedKVCache:
     def bits_per_element(self) -> float:
         """Effective bits per cached element now, from the stored tensors: codes and all their metadata."""
         self._check_nonempty()
-        return self.stored_bytes() * 8 / (2 * self.batch * self.kv_heads * self._length * self.head_dim)
+        elements = kv_cache_bytes(self.batch, self.kv_heads, self._length, self.head_dim, bytes_per_element=1)
+        return self.stored_bytes() * 8 / elements
 
     # --- the formats ------------------------------------------------------------------------------
 

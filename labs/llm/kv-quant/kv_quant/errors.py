@@ -113,18 +113,3 @@ def error_chain(fmt: CacheFormat | None, model: DecoderBlock, ids: Tensor, prefi
             top1_agreement=float((logits.argmax(-1) == reference_logits.argmax(-1)).float().mean()),
         )
 
-
-def element_errors(fmt: CacheFormat, keys: Tensor, values: Tensor, chunks: list[int] | None = None,
-                   ) -> tuple[Tensor, Tensor]:
-    """|stored - original| of every element after appending ``keys``/``values`` (B, Hkv, T, D) in chunks
-    of the given sizes (default: all at once)."""
-    batch, kv_heads, tokens, head_dim = keys.shape
-    cache = make_cache(fmt, batch, kv_heads, head_dim, keys.dtype)
-    start = 0
-    for size in chunks or [tokens]:
-        cache.append(keys[:, :, start : start + size], values[:, :, start : start + size])
-        start += size
-    if start != tokens:
-        raise ValueError(f"chunks add up to {start} positions, the entries hold {tokens}")
-    stored_keys, stored_values = cache.keys_values()
-    return (stored_keys - keys).abs(), (stored_values - values).abs()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kv_cache.memory import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 from labkit.figures import Figures, JsonPath, refuse
+from labkit.summary import median
 
 from .config import FP8_MAX, GGML_BLOCK, CacheFormat
 
@@ -20,10 +22,15 @@ META_BYTES = 4  # one float32 scale or zero point (the model's dtype)
 GGML_SCALE_BYTES = 2  # llama.cpp's ggml_half d
 
 
+def kivi_residual_range(fmt: CacheFormat) -> tuple[int, int]:
+    """The fewest and most tokens KIVI's exact residual holds once groups leave it: R to R + G - 1."""
+    return fmt.residual, fmt.residual + fmt.group_size - 1
+
+
 def kivi_split(fmt: CacheFormat, tokens: int) -> tuple[int, int]:
     """(quantized, residual) tokens after ``tokens`` appends: whole groups of G leave the residual once it
     holds R + G, so the residual keeps between R and R + G - 1 tokens and never splits a key group."""
-    if tokens < fmt.residual + fmt.group_size:
+    if tokens <= kivi_residual_range(fmt)[1]:
         return 0, tokens
     quantized = fmt.group_size * ((tokens - fmt.residual) // fmt.group_size)
     return quantized, tokens - quantized
@@ -81,7 +88,8 @@ def effective_bits(fmt: CacheFormat, batch: int, kv_heads: int, head_dim: int, t
     """Bits per element at one length, residual and per-layer scales included."""
     if tokens < 1:
         raise ValueError(f"tokens must be at least 1, got {tokens}")
-    return formula_bytes(fmt, batch, kv_heads, head_dim, tokens) * 8 / (2 * batch * kv_heads * tokens * head_dim)
+    elements = kv_cache_bytes(batch, kv_heads, tokens, head_dim, bytes_per_element=1)  # 2 x B x Hkv x T x D
+    return formula_bytes(fmt, batch, kv_heads, head_dim, tokens) * 8 / elements
 
 
 def tokens_in_budget(fmt: CacheFormat, budget: int, batch: int, kv_heads: int, head_dim: int) -> int:
@@ -106,9 +114,7 @@ def naive_tokens(budget: int, batch: int, kv_heads: int, head_dim: int, bits: fl
     """What a budget admits by 2 x B x Hkv x T x D x bits / 8, the first lab's formula with nominal bits:
     32 or 16 for a full-precision estimate (too few tokens), 4 or 2 billed as the code width alone (too many,
     since scales, zeros and the residual are not free)."""
-    if bits <= 0:
-        raise ValueError(f"bits must be positive, got {bits}")
-    return int(budget * 8 // (2 * batch * kv_heads * head_dim * bits))
+    return tokens_that_fit(budget, 0, batch * kv_bytes_per_token(1, kv_heads, head_dim, bits))
 
 
 # --- serving: what a budget admits when blocks are priced in a format's real bytes ------------------------
@@ -186,12 +192,6 @@ def first_departure(ids: list[int], reference: list[int]) -> int | None:
     return None if len(ids) == len(reference) else min(len(ids), len(reference))
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def axis_of(group: dict[str, int]) -> str:
     """Which axis a quantization group runs along, from the elements it holds: one token's channels
     ("per token"), one channel over tokens ("per channel"), or neither."""
@@ -202,44 +202,66 @@ def axis_of(group: dict[str, int]) -> str:
     return "mixed"
 
 
-def serving_budget_bytes() -> int:
+def serving_requests(fmt: CacheFormat) -> int:
+    """Requests of SERVING's positions the serving lab's default budget admits with blocks priced in ``fmt``."""
     s = SERVING
-    return s["budget_blocks"] * s["layers"] * 2 * s["kv_heads"] * s["block_size"] * s["head_dim"] * s["bytes_per_element"]
+    return admitted_requests(fmt, serving_budget_bytes(), s["layers"], s["block_size"], s["kv_heads"],
+                             s["head_dim"], s["positions"])
+
+
+def serving_budget_bytes() -> int:
+    """The serving lab's default budget: its float32 blocks' bytes (kv_cache.memory's per-token formula)."""
+    s = SERVING
+    per_token = kv_bytes_per_token(s["layers"], s["kv_heads"], s["head_dim"], 8 * s["bytes_per_element"])
+    return int(per_token * s["block_size"] * s["budget_blocks"])
 
 
 def derive(record: dict[str, Any]) -> Figures:
-    """Per format: formula bytes at every counted length, bytes per token, effective and long-run bits, the
-    tokens a fixed budget holds (and the naive estimates), the serving requests a budget admits, and on the
-    trained model the first greedy departure and perplexity's change; the step's medians and dequantization
-    share; attention's peak ratio; transformers' bytes per token and group axis; the orderings the page reads."""
+    """Per format: formula bytes and bytes per token at every counted length, effective and long-run bits and
+    bytes, its size against float32's, the tokens a fixed budget holds (and the naive estimates, and how far
+    they are off), the serving requests a budget admits, and on the trained model the first greedy departure
+    and perplexity's change; the step's medians and dequantization share; attention's peaks against each other
+    and the cache; transformers' bytes per token and group axis; the orderings the page reads."""
     figures = Figures()
     layer = record["config"]["layer"]
     kv, d, layers = layer["kv_heads"], layer["head_dim"], layer["layers"]
     per_layer_budget = BUDGET_BYTES // layers
     reference_greedy = record["formats"][REFERENCE]["trained"]["greedy_ids"]
     longest = str(record["trained"]["contexts"][-1])
-    s = SERVING
+    naive_float32 = naive_tokens(per_layer_budget, 1, kv, d, 32)
+    reference = record["formats"][REFERENCE]["bytes"][-1]
     for label, entry in record["formats"].items():
         fmt = format_of(label)
         at = ("formats", label)
         for index, count in enumerate(entry["bytes"]):
             figures.add((*at, "bytes", index, "formula_bytes"), formula_bytes(fmt, 1, kv, d, count["tokens"]),
                         f"{label}'s byte formula at {count['tokens']} tokens")
+            figures.add((*at, "bytes", index, "bytes_per_token"), count["stored_bytes"] / count["tokens"],
+                        "its stored bytes over its tokens")
         last = entry["bytes"][-1]
         figures.add((*at, "bytes_per_token"), last["stored_bytes"] / last["tokens"],
                     "the stored bytes at the longest length over its tokens")
+        figures.add((*at, "smaller_than_float32"), (reference["stored_bytes"] / reference["tokens"])
+                    / (last["stored_bytes"] / last["tokens"]), "float32's bytes per token over its own")
         figures.add((*at, "effective_bits"), effective_bits(fmt, 1, kv, d, last["tokens"]),
                     f"{label}'s formula at the longest length")
         figures.add((*at, "long_run_bits"), bits_per_element(fmt, d), f"{label}'s per-token formula")
+        figures.add((*at, "long_run_bytes_per_token"), kv * per_token_head_bytes(fmt, d),
+                    f"{label}'s per-token formula over {kv} key/value heads")
         figures.add((*at, "nominal_bits"), fmt.code_bits, f"{label}'s code width")
-        figures.add((*at, "fits_tokens"), tokens_in_budget(fmt, per_layer_budget, 1, kv, d),
-                    f"{label}'s formula against the budget")
-        figures.add((*at, "naive_tokens"), naive_tokens(per_layer_budget, 1, kv, d, fmt.code_bits),
-                    "the budget over the code width alone")
+        fits, naive = tokens_in_budget(fmt, per_layer_budget, 1, kv, d), naive_tokens(per_layer_budget, 1, kv, d,
+                                                                                      fmt.code_bits)
+        figures.add((*at, "fits_tokens"), fits, f"{label}'s formula against the budget")
+        figures.add((*at, "naive_tokens"), naive, "the budget over the code width alone")
+        figures.add((*at, "fits_overpromise"), naive / fits - 1 if fits else None,
+                    "the code-width estimate over the tokens that fit, less one (none when none fit)")
+        figures.add((*at, "fits_vs_float32_estimate"), fits / naive_float32, "the tokens that fit over the "
+                    "float32 formula's estimate")
         if fmt.name != "kivi":
-            figures.add((*at, "serving_requests"),
-                        admitted_requests(fmt, serving_budget_bytes(), s["layers"], s["block_size"], s["kv_heads"],
-                                          s["head_dim"], s["positions"]), f"{label}'s block bytes against the serving budget")
+            requests = serving_requests(fmt)
+            figures.add((*at, "serving_requests"), requests, f"{label}'s block bytes against the serving budget")
+            figures.add((*at, "serving_vs_float32"), requests / serving_requests(format_of(REFERENCE)),
+                        "its serving requests over float32's")
         if "trained" in entry:
             trained = entry["trained"]
             figures.add((*at, "trained", "departs_at"), first_departure(trained["greedy_ids"], reference_greedy),
@@ -254,8 +276,7 @@ def derive(record: dict[str, Any]) -> Figures:
             figures.add((*at, "trained", "timing", "dequantize_share"), dequantize / step,
                         "the median dequantization over the median step")
     figures.add(("fits", "budget_bytes"), BUDGET_BYTES, "kv_quant.figures.BUDGET_BYTES")
-    figures.add(("fits", "naive_float32_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 32),
-                "the first lab's formula at 32 bits")
+    figures.add(("fits", "naive_float32_tokens"), naive_float32, "the first lab's formula at 32 bits")
     figures.add(("fits", "naive_bfloat16_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 16),
                 "the first lab's formula at 16 bits")
     figures.add(("serving", "budget_bytes"), serving_budget_bytes(), "the serving lab's default budget")
@@ -277,6 +298,10 @@ def derive(record: dict[str, Any]) -> Figures:
         figures.add(("attention_memory", "formats", label, "peak_ratio"),
                     row["all_at_once"]["peak_bytes"] / max(1, row["blockwise"]["peak_bytes"]),
                     "all-at-once peak over blockwise peak")
+        figures.add(("attention_memory", "formats", label, "peak_over_cache"),
+                    row["all_at_once"]["peak_bytes"] / row["cache_bytes"], "all-at-once peak over the cache's bytes")
+    toy = record["config"]["toy"]
+    figures.add(("error_chain_steps",), toy["length"] - toy["prefix"], "the toy run's one-token steps after its prefill")
     for label, row in record["transformers"]["backends"].items():
         at = ("transformers", "backends", label)
         figures.add((*at, "bytes_per_token"), row["stored_bytes"] / row["tokens"], "its stored bytes over its tokens")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from site_hooks.blocks import View
+
 from .bytes import bytes_chart_view, fits_view, formats_table_view, serving_view
 from .cost import memory_view, timing_view
 from .pictures import kivi_view, q4_block_view
@@ -28,14 +30,12 @@ __all__ = ["VIEWS", "headline"]
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     """Ratios within one run: float32's bytes per token over q4_0's, and q4_0's all-at-once attention peak
     over its blockwise one."""
-    formats = record["formats"]
-    return [("float32 ÷ q4_0, stored bytes per token", formats["float32"]["bytes_per_token"]
-             / formats["q4_0"]["bytes_per_token"]),
+    return [("float32 ÷ q4_0, stored bytes per token", record["formats"]["q4_0"]["smaller_than_float32"]),
             ("all at once ÷ block by block, q4_0 attention peak",
              record["attention_memory"]["formats"]["q4_0"]["peak_ratio"])]
 
 
-VIEWS = {"key-results": key_results_view, "kivi-layout": kivi_view, "q4-block": q4_block_view,
+VIEWS: dict[str, View] = {"key-results": key_results_view, "kivi-layout": kivi_view, "q4-block": q4_block_view,
          "bytes-chart": bytes_chart_view, "formats": formats_table_view, "fits": fits_view, "serving": serving_view,
          "chain": chain_view, "trained": trained_table_view, "quality-chart": quality_chart_view,
          "hidden": hidden_view, "greedy": greedy_view, "fp8": fp8_view, "timing": timing_view,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.figures import REFERENCE, SERVING
+from kv_quant.figures import SERVING
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_bytes, format_number, format_ratio
@@ -15,25 +15,21 @@ from .common import bits
 CHART_FORMATS = ("float32", "bfloat16", "int8", "int4-g32", "kivi-2b-g32-r128", "q4_0", "fp8-tensor-none")
 
 
-def per_token(entry: dict[str, Any]) -> list[float]:
-    return [count["stored_bytes"] / count["tokens"] for count in entry["bytes"]]
-
-
 def bytes_chart_view(record: dict[str, Any]) -> Block:
     formats = record["formats"]
     series = []
     for label in CHART_FORMATS:
         xs = [count["tokens"] for count in formats[label]["bytes"]]
-        ys = per_token(formats[label])
+        ys = [count["bytes_per_token"] for count in formats[label]["bytes"]]
         series.append(Series(label, xs, ys, ys, ys))
     layer = record["config"]["layer"]
     svg = line_chart(series, "Stored bytes per token, one layer", "tokens in the cache", "bytes per token",
                      f"Bytes per token of one SmolLM2-135M layer's cache ({layer['kv_heads']} key/value heads of "
                      f"{layer['head_dim']}), counted from the stored tensors, by format and length.")
     kivi = formats["kivi-2b-g32-r128"]
-    first, last = per_token(kivi)[0], per_token(kivi)[-1]
-    rate = kivi["long_run_bits"] * 2 * layer["kv_heads"] * layer["head_dim"] / 8
-    return Block(css="lab-quant-bytes", charts=[Chart(svg, "Counted from the tensors each cache holds (codes, "
+    first, last = kivi["bytes"][0]["bytes_per_token"], kivi["bytes"][-1]["bytes_per_token"]
+    rate = kivi["long_run_bytes_per_token"]
+    return Block(charts=[Chart(svg, "Counted from the tensors each cache holds (codes, "
                                                            "scales, zeros, residual); every count equals its formula.")],
                  paragraphs=[f"Most formats cost the same per token at any length. KIVI does not: at "
                              f"{kivi['bytes'][0]['tokens']} tokens its residual holds everything in float32 "
@@ -43,12 +39,11 @@ def bytes_chart_view(record: dict[str, Any]) -> Block:
 
 def formats_table_view(record: dict[str, Any]) -> Block:
     formats = record["formats"]
-    reference = formats[REFERENCE]["bytes_per_token"]
-    longest = formats[REFERENCE]["bytes"][-1]["tokens"]
+    longest = record["config"]["lengths"][-1]
     rows = [[label, str(entry["nominal_bits"]), bits(entry["effective_bits"]), bits(entry["long_run_bits"]),
-             f"{entry['bytes_per_token']:,.1f}", format_ratio(reference / entry["bytes_per_token"])]
+             f"{entry['bytes_per_token']:,.1f}", format_ratio(entry["smaller_than_float32"])]
             for label, entry in formats.items()]
-    return Block(css="lab-quant-formats", tables=[Table(
+    return Block(tables=[Table(
         ["format", "code bits", f"bits at {longest:,} tokens", "bits, long run", "bytes/token/layer",
          "smaller than float32"], rows,
         caption="Bits per cached element with every scale, zero point and residual included.")])
@@ -61,13 +56,13 @@ def fits_view(record: dict[str, Any]) -> Block:
     for label in ("float32", "bfloat16", "int8", "int4-g32", "kivi-2b-g32-r128", "kivi-4b-g32-r128", "q8_0", "q4_0",
                   "fp8-tensor-none"):
         entry = formats[label]
-        real, naive = entry["fits_tokens"], entry["naive_tokens"]
-        rows.append([label, format_number(real), format_number(naive),
-                     f"{(naive - real) / real:+.0%}" if real else "n/a",
-                     format_ratio(real / fits["naive_float32_tokens"])])
-    worst = max((row[0] for row in rows), key=lambda label: formats[label]["naive_tokens"] / formats[label]["fits_tokens"])
-    over = formats[worst]["naive_tokens"] / formats[worst]["fits_tokens"] - 1
-    return Block(css="lab-quant-fits", tables=[Table(
+        over = entry["fits_overpromise"]
+        rows.append([label, format_number(entry["fits_tokens"]), format_number(entry["naive_tokens"]),
+                     "n/a" if over is None else f"{over:+.0%}", format_ratio(entry["fits_vs_float32_estimate"])])
+    worst = max((row[0] for row in rows if formats[row[0]]["fits_overpromise"] is not None),
+                key=lambda label: formats[label]["fits_overpromise"])
+    over = formats[worst]["fits_overpromise"]
+    return Block(tables=[Table(
         ["format", "tokens that fit", "by code bits alone", "code-bits estimate off by",
          "against the float32 estimate"], rows,
         lead=f"A {format_bytes(fits['budget_bytes'], binary=True)} budget for SmolLM2-135M's whole cache "
@@ -79,10 +74,9 @@ def fits_view(record: dict[str, Any]) -> Block:
 def serving_view(record: dict[str, Any]) -> Block:
     formats = record["formats"]
     budget = record["serving"]["budget_bytes"]
-    base = formats[REFERENCE]["serving_requests"]
-    rows = [[label, format_number(entry["serving_requests"]), format_ratio(entry["serving_requests"] / base)]
+    rows = [[label, format_number(entry["serving_requests"]), format_ratio(entry["serving_vs_float32"])]
             for label, entry in formats.items() if "serving_requests" in entry and not label.startswith("fp8-head")]
-    return Block(css="lab-quant-serving", tables=[Table(
+    return Block(tables=[Table(
         ["priced as", "requests admitted", "against float32"], rows,
         lead=f"The serving lab's default byte budget ({format_bytes(budget, binary=True)}: {SERVING['layers']} "
              f"layers, {SERVING['kv_heads']} key/value heads of {SERVING['head_dim']}, blocks of "

@@ -17,7 +17,7 @@ def timing_view(record: dict[str, Any]) -> Block:
     rows = [[label, format_ms(v["timing"]["median_step_ns"], 1), format_ms(v["timing"]["median_dequantize_ns"], 1),
              format_percent(v["timing"]["dequantize_share"])] for label, v in t.items()]
     heaviest = max(t, key=lambda label: t[label]["timing"]["dequantize_share"])
-    return Block(css="lab-quant-timing", tables=[Table(
+    return Block(tables=[Table(
         ["format", "decode step", "of which dequantizing", "share"], rows,
         lead=f"Median of {timing['repeats']} decode steps after {timing['context']} cached tokens on SmolLM2-135M, "
              f"{record['config']['threads']} thread; the dequantization is every layer's cache read back as the step "
@@ -31,9 +31,9 @@ def memory_view(record: dict[str, Any]) -> Block:
     memory = record["attention_memory"]
     rows = [[label, format_bytes(v["cache_bytes"]), format_bytes(v["all_at_once"]["peak_bytes"]),
              format_bytes(v["blockwise"]["peak_bytes"]), format_ratio(v["peak_ratio"]),
-             format_ratio(v["all_at_once"]["peak_bytes"] / v["cache_bytes"])]
+             format_ratio(v["peak_over_cache"])]
             for label, v in memory["formats"].items() if not label.startswith("fp8-head")]
-    return Block(css="lab-quant-memory", tables=[Table(
+    return Block(tables=[Table(
         ["format", "cache", "peak, all at once", f"peak, blocks of {memory['block_tokens']}", "ratio",
          "all-at-once peak over cache"], rows,
         lead=f"Temporaries of one decode query's attention over {memory['tokens']:,} cached positions of one "

@@ -1,13 +1,13 @@
 """Two layouts drawn from the lab's own functions: KIVI's keys per channel with its residual window
 (kv_quant.figures.kivi_split), and one llama.cpp q4_0 block (32 four-bit codes beside one fp16 scale,
-kv_quant.figures.per_token_head_bytes)."""
+kv_quant.figures.bits_per_element)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kv_quant.config import GGML_BLOCK, CacheFormat
-from kv_quant.figures import GGML_SCALE_BYTES, kivi_split, per_token_head_bytes
+from kv_quant.figures import GGML_SCALE_BYTES, bits_per_element, kivi_residual_range, kivi_split
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, cell_grid, legend
 
@@ -43,18 +43,19 @@ def kivi_view(record: dict[str, Any]) -> Block:
     legend(canvas, x, y + CHANNELS * cell + 44, [
         ("old", f"{fmt.bits}-bit codes: along each channel, a group's {fmt.group_size} tokens share one scale and one zero"),
         ("shared", "the same, in the next group (shaded apart to show where groups meet)"),
-        ("new", f"full precision until {fmt.residual + fmt.group_size} tokens wait, then the oldest {fmt.group_size} leave together"),
+        ("new", f"full precision until {kivi_residual_range(fmt)[1] + 1} tokens wait, then the oldest "
+                f"{fmt.group_size} leave together"),
     ])
     caption = ("Keys are quantized per channel along tokens, so an outlier channel gets its own range. "
                f"Tokens leave the exact residual only as a whole group: after {TOKENS} appends with groups of {fmt.group_size} and a residual of {fmt.residual}, {quantized} are quantized and {residual} stay exact. "
                "Values (not drawn) are grouped per token instead.")
-    return Block(css="lab-quant-kivi", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 
 def q4_block_view(record: dict[str, Any]) -> Block:
     fmt = CacheFormat("q4_0")
     block_bytes = GGML_SCALE_BYTES + GGML_BLOCK // 2
-    bits = per_token_head_bytes(fmt, GGML_BLOCK) * 8 / (2 * GGML_BLOCK)
+    bits = bits_per_element(fmt, GGML_BLOCK)
     canvas = Canvas(width=720, height=200, slug="q4-block", title="One q4_0 block",
                     description=f"{GGML_BLOCK} values stored as {GGML_BLOCK} four-bit codes in {GGML_BLOCK // 2} "
                                 f"bytes, after one {GGML_SCALE_BYTES}-byte fp16 scale: {block_bytes} bytes, "
@@ -72,4 +73,4 @@ def q4_block_view(record: dict[str, Any]) -> Block:
     ])
     caption = (f"A q4_0 block is {block_bytes} bytes for {GGML_BLOCK} values: {bits:g} bits each, not 4. The scale "
                f"is the block's largest-magnitude value over −8, so that value is stored exactly.")
-    return Block(css="lab-quant-q4", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])

@@ -21,10 +21,10 @@ def chain_view(record: dict[str, Any]) -> Block:
                      format_sci(c["attention_output"]), format_sci(c["logits"]), agreement(c["top1_agreement"])])
     toy = record["config"]["toy"]
     magnitude = record["formats"][REFERENCE]["error_chain"]["logits_magnitude"]
-    return Block(css="lab-quant-chain", tables=[Table(
+    return Block(tables=[Table(
         ["format", "element", "scores", "attention output", "logits", "top-1 agrees"], rows,
         lead=f"Max |difference| from the float32 cache on one random-weight block: a {toy['prefix']}-token prefill, "
-             f"then {toy['length'] - toy['prefix']} one-token steps. Logits reach {magnitude:.2f} in magnitude.")])
+             f"then {record['error_chain_steps']} one-token steps. Logits reach {magnitude:.2f} in magnitude.")])
 
 
 def trained_table_view(record: dict[str, Any]) -> Block:
@@ -36,7 +36,7 @@ def trained_table_view(record: dict[str, Any]) -> Block:
             row += [f"{t['perplexity'][c]:.2f}", format_sci(t["kl"][c]), agreement(t["top1_agreement"][c])]
         rows.append(row)
     header = [("", 1)] + [(f"{c} tokens", 3) for c in contexts]
-    return Block(css="lab-quant-trained", tables=[Table(
+    return Block(tables=[Table(
         ["format"] + ["perplexity", "KL", "top-1"] * len(contexts), rows, header_rows=[header],
         caption="KL divergence and top-1 agreement are against the float32 cache's next-token distributions.")])
 
@@ -52,7 +52,7 @@ def quality_chart_view(record: dict[str, Any]) -> Block:
     svg = line_chart(series, f"KL divergence against bits, {at} tokens", "bits per element, long run",
                      "KL divergence (nats)", "Each format's mean KL divergence from the float32 cache's next-token "
                                              "distributions on the corpus, against its bits per element at long context.")
-    return Block(css="lab-quant-quality", charts=[Chart(svg, f"SmolLM2-135M-Instruct on the lab's corpus, first "
+    return Block(charts=[Chart(svg, f"SmolLM2-135M-Instruct on the lab's corpus, first "
                                                              f"{at} tokens; float32 is the reference (KL 0).")])
 
 
@@ -60,12 +60,12 @@ def hidden_view(record: dict[str, Any]) -> Block:
     at, hidden = longest(record), record["trained"]["perplexity_hides"]
     t = trained(record)
     if not hidden:
-        return Block(css="lab-quant-hidden", paragraphs=[
+        return Block(paragraphs=[
             f"In this record no format kept perplexity within {PERPLEXITY_BAND:.0%} of float32's while its top-1 "
             f"agreement fell below {TOP1_BAND:.0%}: here perplexity and top-1 tell the same story."])
     rows = [[label, ppl_change(t[label]["perplexity_change"][at]), format_sci(t[label]["kl"][at]),
              agreement(t[label]["top1_agreement"][at])] for label in hidden]
-    return Block(css="lab-quant-hidden", tables=[Table(
+    return Block(tables=[Table(
         ["format", "perplexity vs float32", "KL", "top-1 agrees"], rows,
         lead=f"{len(hidden)} formats kept perplexity within {PERPLEXITY_BAND:.0%} of float32's "
              f"({reference_perplexity(record):.2f} at {at} tokens) while changing the most likely token at "
@@ -81,7 +81,7 @@ def greedy_view(record: dict[str, Any]) -> Block:
                   + (join([f"{label} parts at token {at}" for label, at in sorted(parted.items(), key=lambda i: i[1])])
                      if parted else "no format parts from it")
                   + (f"; {join(same)} give the same {new} tokens." if same else ".")]
-    return Block(css="lab-quant-greedy", paragraphs=paragraphs,
+    return Block(paragraphs=paragraphs,
                  notes=[f"The float32 answer begins: “{' '.join(record['trained']['reference_text'].split()[:24])} …”"])
 
 
@@ -96,7 +96,7 @@ def fp8_view(record: dict[str, Any]) -> Block:
     verdict = ("slightly better than" if uncalibrated < calibrated * 0.95 else
                "slightly worse than" if uncalibrated > calibrated * 1.05 else "about as good as")
     fits = [variant for variant, need in needed.items() if not need]
-    return Block(css="lab-quant-fp8", tables=[Table(["format", "perplexity vs float32", "KL", "top-1 agrees"], rows)],
+    return Block(tables=[Table(["format", "perplexity vs float32", "KL", "top-1 agrees"], rows)],
                  paragraphs=[
                      f"SmolLM2's largest stored key or value is {largest:.1f}, "
                      + (f"inside the range of {join(fits)} (max {join([f'{FP8_MAX[v]:g}' for v in fits])})"

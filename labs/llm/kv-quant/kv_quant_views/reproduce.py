@@ -28,4 +28,4 @@ def config_view(record: dict[str, Any]) -> Block:
              ["attention memory", record["attention_memory"]["method"]],
              ["wall time", f"{record['wall_time_s']:.0f} s for the whole run, "
                            f"{'within' if record['wall_time_met'] else 'over'} its {WALL_TIME_LIMIT_S:.0f} s limit"]]
-    return Block(css="lab-quant-config", tables=[Table(["setting", "value"], rows)])
+    return Block(tables=[Table(["setting", "value"], rows)])

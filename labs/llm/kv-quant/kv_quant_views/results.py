@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from kv_quant.config import GGML_BLOCK
-from kv_quant.figures import GGML_SCALE_BYTES, PERPLEXITY_BAND, REFERENCE, TOP1_BAND, format_of, kivi_split
-from site_hooks.blocks import Block
+from kv_quant.figures import (
+    GGML_SCALE_BYTES,
+    PERPLEXITY_BAND,
+    REFERENCE,
+    TOP1_BAND,
+    format_of,
+    kivi_residual_range,
+    kivi_split,
+)
+from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_number, format_ratio, format_sci, join
 
 from .common import agreement, bits, longest, ppl_change, trained
@@ -42,29 +50,29 @@ def key_results_view(record: dict[str, Any]) -> Block:
 
 def answer_bits_view(record: dict[str, Any]) -> Block:
     q4 = record["formats"]["q4_0"]
-    return Block(css="lab-quant-answer", paragraphs=[
+    return answer(
         f"Every {GGML_BLOCK} values carry one {GGML_SCALE_BYTES}-byte fp16 scale, {8 * GGML_SCALE_BYTES} bits shared "
         f"by {GGML_BLOCK} values: {8 * GGML_SCALE_BYTES / GGML_BLOCK:g} bits each, so q4_0 costs "
         f"{bits(q4['effective_bits'])} bits per element and {q4['bytes_per_token']:,.0f} bytes per token per layer "
         f"here, not 4 bits. The same arithmetic makes q8_0 "
-        f"{bits(record['formats']['q8_0']['effective_bits'])} bits."])
+        f"{bits(record['formats']['q8_0']['effective_bits'])} bits.")
 
 
 def answer_perplexity_view(record: dict[str, Any]) -> Block:
     at, t = longest(record), trained(record)
     hidden = record["trained"]["perplexity_hides"]
     if not hidden:
-        return Block(css="lab-quant-answer", paragraphs=[
+        return answer(
             f"It did not, in this record: no format kept perplexity within {PERPLEXITY_BAND:.0%} of float32's at "
             f"{at} tokens while changing the top token at more than {1 - TOP1_BAND:.0%} of positions. The mechanism still holds: perplexity averages "
-            f"log-probabilities, and errors that raise some and lower others partly cancel in an average."])
+            f"log-probabilities, and errors that raise some and lower others partly cancel in an average.")
     label = min(hidden, key=lambda name: t[name]["top1_agreement"][at])
     v = t[label]
-    return Block(css="lab-quant-answer", paragraphs=[
+    return answer(
         f"Perplexity averages the log-probability of the right token. {label} moved it by "
         f"{ppl_change(v['perplexity_change'][at])} at {at} tokens, yet its most likely token differed from float32's "
         f"at {agreement(1 - v['top1_agreement'][at])} of positions (KL {format_sci(v['kl'][at])}). Errors that raise "
-        f"some probabilities and lower others partly cancel in the average; KL and top-1 agreement do not cancel."])
+        f"some probabilities and lower others partly cancel in the average; KL and top-1 agreement do not cancel.")
 
 
 def answer_kivi_view(record: dict[str, Any]) -> Block:
@@ -73,8 +81,9 @@ def answer_kivi_view(record: dict[str, Any]) -> Block:
     kivi, fmt = t[label], format_of(label)
     first, last = contexts[0], contexts[-1]
     early, late = kivi_split(fmt, int(first))[0], kivi_split(fmt, int(last))[0]
-    return Block(css="lab-quant-answer", paragraphs=[
-        f"Because its residual keeps the newest {fmt.residual} to {fmt.residual + fmt.group_size - 1} tokens exact. "
+    fewest, most = kivi_residual_range(fmt)
+    return answer(
+        f"Because its residual keeps the newest {fewest} to {most} tokens exact. "
         f"At {first} tokens {early} had left it (KL {format_sci(kivi['kl'][first])}); at {last} tokens {late} of "
         f"{last} were {fmt.bits}-bit and KL was {format_sci(kivi['kl'][last])}. A short evaluation measures KIVI's "
-        f"residual, not its quantizer."])
+        f"residual, not its quantizer.")

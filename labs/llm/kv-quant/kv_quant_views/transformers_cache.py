@@ -13,7 +13,7 @@ def transformers_view(record: dict[str, Any]) -> Block:
     section = record["transformers"]
     backends = section["backends"]
     if not backends:
-        return Block(css="lab-quant-transformers", paragraphs=[
+        return Block(paragraphs=[
             "Neither optimum-quanto nor hqq was installed when this record was made, so transformers' "
             "QuantizedCache was not compared."])
     rows = []
@@ -34,7 +34,7 @@ def transformers_view(record: dict[str, Any]) -> Block:
     elif defaults:
         paragraphs.append("The default axis 0 groups keys " + " and ".join(
             f"{axis} in {backend}" for backend, axis in defaults.items()) + ".")
-    return Block(css="lab-quant-transformers", paragraphs=paragraphs, tables=[Table(
+    return Block(paragraphs=paragraphs, tables=[Table(
         ["layer", "keys grouped", "one group holds", "key scale shape", "bytes", "key error", "ours (bytes, key error)"],
         rows, lead=f"transformers {versions['transformers']} on {section['tokens']} random tokens of one SmolLM2 "
                    f"layer, groups of {section['group_size']}, residual {section['residual_length']}.")],

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from kv_cache.memory import kv_cache_bytes
-from labkit.figures import Figures, JsonPath, refuse
+from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
+from labkit.summary import statistics_frame
 
 MODES = ("full", "concat", "prealloc", "paged")  # full recompute, then the three cached layouts, in run order
 BASELINE = "full"
 CACHED = MODES[1:]
 TIE_SHARE = 0.02  # medians closer than this share of the faster one count as a tie, as do overlapping ranges
 SMALL_TRANSIENT = 0.05  # a peak within this share of the retained bytes draws as two bars of one length
+FIXED_MAJORITY = 0.5  # the paged gap is "mostly fixed" when the line's intercept is at least this share of it
 
 
 def cache_bytes(model: dict[str, Any], kv_heads: int, length: int) -> int:
@@ -88,30 +92,84 @@ def grouped_query_invariants(record: dict[str, Any], source: str) -> None:
         expect(source, (*at, "layouts"), sorted(row["layouts"]), sorted(CACHED),
                "the cached modes of config.benchmark.modes")
         for mode, layout in row["layouts"].items():
-            bound = tolerance["atol"] + tolerance["rtol"] * layout["max_abs_reference"]
+            bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], layout["max_abs_reference"])
             if layout["max_abs_diff"] > bound:
                 refuse(source, (*at, "layouts", mode, "max_abs_diff"), f"is {layout['max_abs_diff']:g}, beyond "
                        f"atol + rtol x max|reference| = {bound:g}")
 
 
 def derive(record: dict[str, Any]) -> Figures:
-    """The byte formulas of the memory loop and the grouped-query variants, the paging table's counts from
-    its request lengths, and the blocks and bytes prefix sharing needs."""
+    """The paged step's overhead over preallocation, split by a line; the byte formulas of the memory loop and
+    the grouped-query variants with the ratios the page compares; the paging table's counts from its request
+    lengths; and the blocks and bytes prefix sharing needs."""
     figures = Figures()
     model = record["config"]["model"]
-    memory, block_size = record["memory"], record["config"]["benchmark"]["block_size"]
-    figures.add(("memory", "formula_bytes"), cache_bytes(model, model["kv_heads"], memory["length"]),
-                "2 x Hkv x T x D x bytes from the record's config")
-    for mode, value in retained(model, model["kv_heads"], memory["length"], block_size).items():
-        figures.add(("memory", "variants", mode, "retained_bytes"), value,
-                    f"{mode} storage of {memory['length']} positions")
+    figures.add_each(("paged_overhead",), paged_overhead(record), "a least-squares line through the paged step's "
+                "median minus the preallocated one's, per decode step, at every length")
+    memory_figures(record, figures)
+    block_size = record["config"]["benchmark"]["block_size"]
+    multi_head = next((r for r in record["gqa"] if r["kv_heads"] == r["heads"]), record["gqa"][0])
     for index, row in enumerate(record["gqa"]):
-        figures.add(("gqa", index, "formula_bytes"), cache_bytes(model, row["kv_heads"], row["length"]),
-                    "2 x Hkv x T x D x bytes")
+        formula = cache_bytes(model, row["kv_heads"], row["length"])
+        figures.add(("gqa", index, "formula_bytes"), formula, "2 x Hkv x T x D x bytes")
+        figures.add(("gqa", index, "share_of_multi_head"),
+                    formula / cache_bytes(model, multi_head["kv_heads"], multi_head["length"]),
+                    "its formula bytes over the multi-head variant's")
         for mode, value in retained(model, row["kv_heads"], row["length"], block_size).items():
             figures.add(("gqa", index, "layouts", mode, "bytes"), value, f"{mode} storage")
     paging_figures(record["paging"], figures)
     sharing_figures(model, record["sharing"], figures)
+    return figures
+
+
+def paged_overhead(record: dict[str, Any]) -> dict[str, Any] | None:
+    """Paged's median step minus prealloc's at each length (ns per step) and a least-squares line through
+    it: its intercept (the part paid at zero prefix) and slope (per cached position); None for one length."""
+    entries = record["lengths"]
+    if len(entries) < 2:
+        return None
+    medians = statistics_frame(entries)["median_ns"]
+    lengths = [entry["length"] for entry in entries]
+    gaps = [float(medians[(n, "paged")] - medians[(n, "prealloc")]) / entry["steps"]
+            for n, entry in zip(lengths, entries)]
+    slope, intercept = (float(value) for value in np.polyfit(lengths, gaps, 1))
+    fixed_share = intercept / gaps[0] if gaps[0] else None  # None: no gap at the shortest length to share out
+    return {"gap_per_step_ns": gaps, "intercept_ns": intercept, "slope_ns_per_position": slope,
+            "fixed_share": fixed_share,
+            "mostly_fixed": intercept > 0 and fixed_share is not None and fixed_share >= FIXED_MAJORITY}
+
+
+def memory_figures(record: dict[str, Any], figures: Figures) -> None:
+    """The memory loop's formula and retained bytes per layout, then how its peaks compare (peak_figures)."""
+    model, memory = record["config"]["model"], record["memory"]
+    block_size = record["config"]["benchmark"]["block_size"]
+    figures.add(("memory", "formula_bytes"), cache_bytes(model, model["kv_heads"], memory["length"]),
+                "2 x Hkv x T x D x bytes from the record's config")
+    kept = retained(model, model["kv_heads"], memory["length"], block_size)
+    for mode, value in kept.items():
+        figures.add(("memory", "variants", mode, "retained_bytes"), value, f"{mode} storage of {memory['length']} positions")
+    for figure in peak_figures({mode: values | {"retained_bytes": kept[mode]}
+                                for mode, values in memory["variants"].items()}):
+        figures.add(figure.path, figure.value, figure.how)
+
+
+def peak_figures(variants: dict[str, dict[str, Any]]) -> Figures:
+    """Each layout's peak against the bytes it retains, concatenation against preallocation, and paged storage
+    against each other layout, at their paths under $.memory."""
+    figures = Figures()
+    for mode, values in variants.items():
+        at, peak, kept = ("memory", "variants", mode), values["peak_bytes"], values["retained_bytes"]
+        figures.add((*at, "peak_ratio"), peak / kept, "its peak over its retained bytes")
+        figures.add((*at, "transient_bytes"), peak - kept, "its peak minus its retained bytes")
+        figures.add((*at, "transient_share"), (peak - kept) / kept, "its transient bytes over its retained ones")
+    concat, prealloc = variants["concat"], variants["prealloc"]
+    figures.add_each(("memory", "concat_vs_prealloc"), {name: concat[f"{name}_bytes"] / prealloc[f"{name}_bytes"]
+                                                   for name in ("peak", "allocated")},
+                "concat's peak and allocated bytes over prealloc's")
+    figures.add_each(("memory", "paged_minus"), {mode: {name: variants["paged"][name] - variants[mode][name]
+                                                   for name in ("peak_bytes", "allocated_bytes")}
+                                            for mode in variants if mode != "paged"},
+                "paged's peak and allocated bytes minus each other layout's")
     return figures
 
 
@@ -144,6 +202,10 @@ def sharing_figures(model: dict[str, Any], sharing: dict[str, Any], figures: Fig
     how = f"{n} requests, a {prompt}-token prompt, {tokens} tokens each and blocks of {size}"
     for path, value in (
         (("block_bytes",), block_bytes),
+        (("per_request_blocks",), per_request),
+        (("prompt_full_blocks",), full_prompt_blocks),
+        (("prompt_last_block_positions",), partial),
+        (("own_blocks",), per_request - full_prompt_blocks),
         (("without", "blocks"), n * per_request),
         (("without", "bytes"), n * per_request * block_bytes),
         (("with", "prompt_blocks"), blocks(prompt, size)),
@@ -152,6 +214,7 @@ def sharing_figures(model: dict[str, Any], sharing: dict[str, Any], figures: Fig
         (("with", "blocks"), shared_total),
         (("with", "bytes"), shared_total * block_bytes),
         (("saved_bytes",), (n * per_request - shared_total) * block_bytes),
+        (("saved_share",), (n * per_request - shared_total) / (n * per_request)),
     ):
         figures.add(("sharing", *path), value, how)
 
@@ -216,6 +279,10 @@ class TableModel:
         for block in self.tables.pop(name):
             self._release(block)
         del self.lengths[name]
+
+    def empty_slots(self) -> int:
+        """Slots reserved in the requests' last blocks that hold no position yet."""
+        return sum(len(table) * self.block_size - self.lengths[name] for name, table in self.tables.items())
 
     def filled(self, name: str) -> list[int]:
         """Positions held in each of the request's blocks, in table order (the last may be partial)."""

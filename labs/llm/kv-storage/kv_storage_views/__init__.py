@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from site_hooks.blocks import View
+
 from .decode_step import equivalence_view, findings_view
 from .grouped_query import gqa_view
 from .memory import memory_view
@@ -32,14 +34,12 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     ratios = [(f"{baseline} ÷ {mode}, median step time at {last['length']} tokens", values["ratio_of_medians"])
               for mode, values in last["speedup"].items()]
     memory = record["memory"]
-    variants = memory["variants"]
     ratios.append((f"concat ÷ prealloc, peak allocation in the {memory['length']}-step loop",
-                   variants["concat"]["peak_bytes"] / variants["prealloc"]["peak_bytes"]))
+                   memory["concat_vs_prealloc"]["peak"]))
     return ratios
 
 
-
-VIEWS = {"key-results": key_results_view, "regime": regime_view, "answer-sharing": answer_sharing_view,
+VIEWS: dict[str, View] = {"key-results": key_results_view, "regime": regime_view, "answer-sharing": answer_sharing_view,
          "answer-peak": answer_peak_view, "answer-paged": answer_paged_view,
          "block-table": block_table_view, "fork": fork_view, "gqa": gqa_view, "memory": memory_view, "paging": paging_view, "sharing": sharing_view,
          # in place of the shared findings and equivalence: ties, per-step gaps and repeated maxima (decode_step.py)

@@ -30,14 +30,16 @@ class Step:
 
 
 def per_step(record: dict[str, Any]) -> dict[int, dict[str, Step]]:
-    """Per prefix length and mode, the stored window statistics divided by the window's steps, in µs."""
-    table = {}
-    for entry in record["lengths"]:
-        scale = 1e3 * entry["steps"]
-        table[entry["length"]] = {mode: Step(values["median_ns"] / scale, values["min_ns"] / scale,
-                                             values["max_ns"] / scale)
-                                  for mode, values in entry["modes"].items()}
-    return table
+    """Per prefix length and mode, the stored statistics per decode step (labkit.summary), in µs."""
+    return {entry["length"]: {mode: Step(*(values["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")))
+                              for mode, values in entry["modes"].items()}
+            for entry in record["lengths"]}
+
+
+def speedups(record: dict[str, Any], mode: str, name: str) -> dict[int, float]:
+    """One stored speedup figure of ``mode`` per length: 'ratio_of_medians' (baseline ÷ mode) or
+    'median_gap_per_step_ns' (baseline − mode)."""
+    return {entry["length"]: entry["speedup"][mode][name] for entry in record["lengths"]}
 
 
 def format_us(value: float) -> str:
@@ -48,7 +50,7 @@ def format_us(value: float) -> str:
 def tied(a: Step, b: Step) -> bool:
     """The record cannot order these two: their ranges overlap, or their medians are within TIE_SHARE."""
     overlap = a.low <= b.high and b.low <= a.high
-    return overlap or abs(a.median - b.median) <= TIE_SHARE * min(a.median, b.median)
+    return overlap or max(a.median, b.median) <= (1 + TIE_SHARE) * min(a.median, b.median)
 
 
 def ranked(steps: dict[str, Step], modes: list[str]) -> str:
@@ -92,11 +94,10 @@ def noise_note(record: dict[str, Any], length: int, modes: list[str]) -> str:
 def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
     """How full / mode moved over the sweep, and the gap per decode step at both ends."""
     baseline = record["config"]["benchmark"]["baseline"]
-    table = per_step(record)
-    lengths = list(table)
+    ratio, gaps = speedups(record, mode, "ratio_of_medians"), speedups(record, mode, "median_gap_per_step_ns")
+    lengths = list(ratio)
     if len(lengths) < 2:
         return [prose.ONE_LENGTH]
-    ratio = {n: table[n][baseline].median / table[n][mode].median for n in lengths}
     first, last = lengths[0], lengths[-1]
     trend = prose.trend_text(ratio)
 
@@ -105,7 +106,7 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
                 f"{noise_note(record, length, [baseline, mode])}")
 
     def gap(length: int, against: str) -> str:
-        difference = table[length][baseline].median - table[length][mode].median
+        difference = gaps[length] / 1e3
         if difference == 0:
             return f"exactly as long{against.replace(' than ', ' as ')} at {length} tokens"
         return f"{format_us(abs(difference))} µs {'more' if difference > 0 else 'less'}{against} at {length} tokens"
@@ -117,59 +118,29 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
-class PagedGap:
-    """Paged's median step minus prealloc's, per prefix length (µs), and a least-squares line through it."""
-
-    gaps: dict[int, float]
-    fixed: float  # µs: the line's value at zero prefix length
-    growth: float  # µs per cached position
-
-    @property
-    def fixed_share(self) -> float:
-        """The line's intercept as a share of the gap at the shortest prefix."""
-        return self.fixed / next(iter(self.gaps.values()))
-
-    @property
-    def mostly_fixed(self) -> bool:
-        return self.fixed > 0 and self.fixed_share >= 0.5
-
-
-def paged_gap(record: dict[str, Any]) -> PagedGap | None:
-    """None when the sweep has one length or lacks paged or prealloc."""
-    table = per_step(record)
-    if len(table) < 2 or not all({"paged", "prealloc"} <= steps.keys() for steps in table.values()):
-        return None
-    gaps = {n: steps["paged"].median - steps["prealloc"].median for n, steps in table.items()}
-    lengths, values = list(gaps), list(gaps.values())
-    mean_n, mean_gap = sum(lengths) / len(lengths), sum(values) / len(values)
-    growth = (sum((n - mean_n) * (g - mean_gap) for n, g in gaps.items())
-              / sum((n - mean_n) ** 2 for n in lengths))
-    return PagedGap(gaps=gaps, fixed=mean_gap - growth * mean_n, growth=growth)
-
-
 def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
-    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix."""
-    fit = paged_gap(record)
+    """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix,
+    by the stored least-squares line (kv_storage.figures.paged_overhead)."""
+    fit = record["paged_overhead"]
     if fit is None:
         return []
     table = per_step(record)
-    lengths = list(fit.gaps)
+    lengths, gaps = list(table), [gap / 1e3 for gap in fit["gap_per_step_ns"]]
     first, last = lengths[0], lengths[-1]
-    if fit.gaps[first] <= 0:
+    if gaps[0] <= 0:
         return [f"At {first} tokens the median paged step was not slower than the preallocated one "
                 f"({format_us(table[first]['paged'].median)} against {format_us(table[first]['prealloc'].median)} µs)."]
     verdict = (
         f"so most of the gap at {first} tokens is a cost each step pays whatever the prefix length, "
         f"not the copying of cached positions"
-        if fit.mostly_fixed else
+        if fit["mostly_fixed"] else
         f"so most of the gap at {first} tokens grows with the prefix, as the gather's copying does"
     )
-    return [f"The median paged step took {format_us(fit.gaps[first])} µs more than the preallocated one at {first} "
-            f"tokens and {format_us(fit.gaps[last])} µs more at {last} tokens. A least-squares line through that gap "
+    return [f"The median paged step took {format_us(gaps[0])} µs more than the preallocated one at {first} "
+            f"tokens and {format_us(gaps[-1])} µs more at {last} tokens. A least-squares line through that gap "
             f"at {'both' if len(lengths) == 2 else f'all {len(lengths)}'} lengths has an intercept of "
-            f"{format_us(fit.fixed)} µs (its value at zero prefix length) and rises by {fit.growth * 1e3:,.0f} ns "
-            f"per cached position, {verdict}."]
+            f"{format_us(fit['intercept_ns'] / 1e3)} µs (its value at zero prefix length) and rises by "
+            f"{fit['slope_ns_per_position']:,.0f} ns per cached position, {verdict}."]
 
 
 def findings_sentences(record: dict[str, Any]) -> list[str]:
@@ -195,19 +166,14 @@ def stored_medians(record: dict[str, Any]) -> pd.DataFrame:
 def findings_table(record: dict[str, Any]) -> Table:
     """Per cached mode, the baseline's ratio and its gap per decode step at both ends, and the ratio's trend."""
     baseline = record["config"]["benchmark"]["baseline"]
-    table = per_step(record)
-    lengths = list(table)
+    lengths = [entry["length"] for entry in record["lengths"]]
     first, last = lengths[0], lengths[-1]
     rows = []
     for mode in (m for m in record["config"]["benchmark"]["modes"] if m != baseline):
-        ratio = {n: table[n][baseline].median / table[n][mode].median for n in lengths}
-
-        def gap(n: int, m: str = mode) -> str:
-            return format_us(table[n][baseline].median - table[n][m].median)
-
-        rows.append((mode, format_ratio(ratio[first]) + noise_note(record, first, [baseline, mode]),
-                     format_ratio(ratio[last]) + noise_note(record, last, [baseline, mode]),
-                     prose.trend_text(ratio), gap(first), gap(last)))
+        ratio, gaps = speedups(record, mode, "ratio_of_medians"), speedups(record, mode, "median_gap_per_step_ns")
+        rows.append((mode, f"{format_ratio(ratio[first])}{noise_note(record, first, [baseline, mode])}",
+                     f"{format_ratio(ratio[last])}{noise_note(record, last, [baseline, mode])}",
+                     prose.trend_text(ratio), format_us(gaps[first] / 1e3), format_us(gaps[last] / 1e3)))
     return Table(headings=["Layout", f"{baseline} ÷ layout at {first} tokens", f"at {last} tokens",
                            "The ratio over the sweep", f"{baseline} − layout, µs per step, at {first}",
                            f"at {last}"], rows=rows)

@@ -18,7 +18,7 @@ def gqa_view(record: dict[str, Any]) -> Block:
                       (f"Max |diff| from {baseline} recompute, over every position", len(modes))]],
         headings=["", "", "", "", *modes, *modes],
         rows=[(row["kv_heads"], row["heads"], format_number(row["formula_bytes"]),
-               f"{row['formula_bytes'] / full_heads(rows)['formula_bytes']:.0%}",
+               f"{row['share_of_multi_head']:.0%}",
                *(format_number(row["layouts"][mode]["bytes"]) for mode in modes),
                *(format_sci(row["layouts"][mode]["max_abs_diff"]) for mode in modes)) for row in rows],
     )
@@ -26,12 +26,7 @@ def gqa_view(record: dict[str, Any]) -> Block:
     method = (f"One model per key/value head count; each layout decoded {lengths} tokens one at a time and was "
               f"compared with {baseline} recompute at every position, within atol = {tolerance['atol']}, "
               f"rtol = {tolerance['rtol']}. Bytes are what each layout holds at the end.")
-    return Block(css="lab-gqa", tables=[table], notes=[method, gqa_sentences(rows)[-1]])
-
-
-def full_heads(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The multi-head row (as many key/value heads as query heads), or the first row if there is none."""
-    return next((r for r in rows if r["kv_heads"] == r["heads"]), rows[0])
+    return Block(tables=[table], notes=[method, gqa_sentences(rows)[-1]])
 
 
 def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:
@@ -50,7 +45,7 @@ def gqa_sentences(rows: list[dict[str, Any]]) -> list[str]:
         sentences.append(
             f"With {plural(row['kv_heads'], 'key/value head')} for {row['heads']} query heads, the concatenated "
             f"cache of {row['length']} positions takes {format_number(concat)} bytes, "
-            f"{concat / full['layouts']['concat']['bytes']:.0%} of the {full['kv_heads']}-head model's; {others}."
+            f"{row['share_of_multi_head']:.0%} of the {full['kv_heads']}-head model's; {others}."
         )
     row, mode = max(((r, mode) for r in rows for mode in r["layouts"]),
                     key=lambda pair: pair[0]["layouts"][pair[1]]["max_abs_diff"])

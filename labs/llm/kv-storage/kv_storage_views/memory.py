@@ -17,7 +17,6 @@ def kib(value: float) -> str:
 def memory_view(record: dict[str, Any]) -> Block:
     memory = record["memory"]
     variants = memory["variants"]
-    transient = {mode: values["peak_bytes"] - values["retained_bytes"] for mode, values in variants.items()}
     svg = bar_chart(
         [BarGroup(mode, [values["retained_bytes"] / 1024, values["peak_bytes"] / 1024])
          for mode, values in variants.items()],
@@ -27,7 +26,7 @@ def memory_view(record: dict[str, Any]) -> Block:
         description="; ".join(f"{mode}: retained {kib(values['retained_bytes'])}, peak {kib(values['peak_bytes'])}"
                               for mode, values in variants.items()),
     )
-    small = small_transients(variants, transient)
+    small = small_transients(variants)
     caption = ("Retained: cache bytes still held after the last step. Peak: the most bytes allocated at once "
                "during the loop, cache included."
                + (f" Peak and retained differ too little to tell the bars apart for {'; '.join(small)}." if small else ""))
@@ -35,13 +34,13 @@ def memory_view(record: dict[str, Any]) -> Block:
         headings=["Layout", "Retained after the loop", "Peak during the loop", "Peak ÷ retained", "Peak − retained",
                   "Allocated in total", "Allocations"],
         rows=[(mode, format_number(values["retained_bytes"]), format_number(values["peak_bytes"]),
-               f"{values['peak_bytes'] / values['retained_bytes']:.2f}×",
-               format_number(transient[mode]), format_number(values["allocated_bytes"]),
+               f"{values['peak_ratio']:.2f}×",
+               format_number(values["transient_bytes"]), format_number(values["allocated_bytes"]),
                format_number(values["allocations"])) for mode, values in variants.items()],
     )
     method = (f"Bytes over a {memory['length']}-step decode loop from an empty cache; the formula gives "
               f"{format_number(memory['formula_bytes'])} for the final cache.")
-    return Block(css="lab-memory", charts=[Chart(svg, caption)], tables=[table],
+    return Block(charts=[Chart(svg, caption)], tables=[table],
                  notes=[method, *comparison_sentences(memory)])
 
 
@@ -50,10 +49,10 @@ def comparison_sentences(memory: dict[str, Any]) -> list[str]:
     return memory_sentences(memory)[len(memory["variants"]):]
 
 
-def small_transients(variants: dict[str, dict[str, Any]], transient: dict[str, int]) -> list[str]:
+def small_transients(variants: dict[str, dict[str, Any]]) -> list[str]:
     """Layouts whose two bars look equal: 'prealloc (3,128 bytes, 2.4% of what it retains)'."""
-    return [f"{mode} ({transient[mode]:,} bytes, {transient[mode] / values['retained_bytes']:.1%} of what it retains)"
-            for mode, values in variants.items() if transient[mode] <= SMALL_TRANSIENT * values["retained_bytes"]]
+    return [f"{mode} ({values['transient_bytes']:,} bytes, {values['transient_share']:.1%} of what it retains)"
+            for mode, values in variants.items() if values["transient_share"] <= SMALL_TRANSIENT]
 
 
 def memory_sentences(memory: dict[str, Any]) -> list[str]:
@@ -61,10 +60,9 @@ def memory_sentences(memory: dict[str, Any]) -> list[str]:
     variants = memory["variants"]
     sentences = []
     for mode, values in variants.items():
-        ratio = values["peak_bytes"] / values["retained_bytes"]
         sentences.append(
             f"{mode}: ends holding {values['retained_bytes']:,} bytes of cache; the peak during the loop was "
-            f"{values['peak_bytes']:,} bytes (peak ÷ retained: {ratio:.2f}×), and the loop allocated "
+            f"{values['peak_bytes']:,} bytes (peak ÷ retained: {values['peak_ratio']:.2f}×), and the loop allocated "
             f"{values['allocated_bytes']:,} bytes in total over {values['allocations']:,} allocations."
         )
     if {"concat", "prealloc"} <= variants.keys():
@@ -73,23 +71,24 @@ def memory_sentences(memory: dict[str, Any]) -> list[str]:
         sentences.append(
             f"Concatenation's peak was {verdict} than preallocation's ({concat['peak_bytes']:,} vs "
             f"{prealloc['peak_bytes']:,} bytes; concat peak ÷ prealloc peak: "
-            f"{concat['peak_bytes'] / prealloc['peak_bytes']:.2f}×), and it allocated "
-            f"{concat['allocated_bytes'] / prealloc['allocated_bytes']:.1f}× as many bytes over the loop."
+            f"{memory['concat_vs_prealloc']['peak']:.2f}×), and it allocated "
+            f"{memory['concat_vs_prealloc']['allocated']:.1f}× as many bytes over the loop."
         )
     if "paged" in variants and len(variants) > 1:
-        sentences.append(paged_memory_sentence(variants))
+        sentences.append(paged_memory_sentence(memory))
     return sentences
 
 
-def paged_memory_sentence(variants: dict[str, dict[str, Any]]) -> str:
+def paged_memory_sentence(memory: dict[str, Any]) -> str:
     """Where paged storage stands among the layouts by peak and by bytes allocated, with a verdict."""
+    variants = memory["variants"]
     paged = variants["paged"]
     others = {mode: values for mode, values in variants.items() if mode != "paged"}
 
     def against(field: str) -> str:
         parts = []
-        for mode, values in others.items():
-            difference = paged[field] - values[field]
+        for mode in others:
+            difference = memory["paged_minus"][mode][field]
             parts.append(f"equal to {mode}'s" if difference == 0 else
                          f"{abs(difference):,} bytes {'above' if difference > 0 else 'below'} {mode}'s")
         return join(parts)

@@ -17,7 +17,7 @@ def paging_view(record: dict[str, Any]) -> Block:
                format_number(row["wasted_slots"]), f"{row['waste_share']:.1%}", format_number(row["table_entries"]))
               for row in paging["rows"]],
     )
-    return Block(css="lab-paging", tables=[table], notes=paging_sentences(paging))
+    return Block(tables=[table], notes=paging_sentences(paging))
 
 
 def paging_sentences(paging: dict[str, Any]) -> list[str]:
@@ -42,20 +42,20 @@ def sharing_view(record: dict[str, Any]) -> Block:
               (f"prompt shared: {shared['shared_blocks']} of its {shared['prompt_blocks']} blocks still shared by "
                f"all, {shared['copied_blocks']} copies made on write", shared["blocks"], format_number(shared["bytes"]))],
     )
-    return Block(css="lab-sharing", tables=[table], notes=[sharing_sentence(sharing)])
+    return Block(tables=[table], notes=[sharing_sentence(sharing)])
 
 
 def sharing_sentence(sharing: dict[str, Any]) -> str:
-    saved, without = sharing["saved_bytes"], sharing["without"]["bytes"]
+    saved = sharing["saved_bytes"]
     copies = (
         f"The prompt's last block was partly filled, so {sharing['with']['copied_blocks']} of the requests "
         f"copied it before their first write."
-        if sharing["prompt"] % sharing["block_size"] else
+        if sharing["prompt_last_block_positions"] else
         "The prompt filled its last block exactly, so no block had to be copied."
     )
     return (
         f"{sharing['requests']} requests that share a {sharing['prompt']}-token prompt and then decode "
         f"{sharing['tokens']} tokens each took {sharing['without']['blocks']} blocks of {sharing['block_size']} "
         f"positions when each kept its own copy, and {sharing['with']['blocks']} when they shared the prompt's "
-        f"blocks: {saved:,} bytes ({saved / without:.0%}) saved. {copies}"
+        f"blocks: {saved:,} bytes ({sharing['saved_share']:.0%}) saved. {copies}"
     )

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_storage.figures import FORK_EXAMPLE, TABLE_EXAMPLE, TableModel, forked, interleaved, locate
+from kv_storage.figures import FORK_EXAMPLE, TABLE_EXAMPLE, TableModel, blocks, forked, interleaved, locate
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, cell_grid, legend
-from site_hooks.formatting import join, plural
+from site_hooks.formatting import plural
 
 CELL = 22  # one slot
 ROW = 30  # one block's row
@@ -63,13 +63,13 @@ def block_table_view(record: dict[str, Any]) -> Block:
     name = next(iter(model.tables))
     last = model.lengths[name] - 1
     logical, slot = locate(last, size)
-    wasted = sum(len(t) * size - model.lengths[n] for n, t in model.tables.items())
+    wasted = model.empty_slots()
     caption = (f"Position p lives in slot p mod {size} of pool block table[p ÷ {size}]: request {name}'s position "
                f"{last} is slot {slot} of its logical block {logical}, pool block {model.tables[name][logical]}. "
                f"Decoded in alternation, the two requests take interleaved blocks; {plural(wasted, 'slot')} of their "
                f"last blocks are reserved but empty. The record's pool uses blocks of "
                f"{record['config']['benchmark']['block_size']} positions.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 
 def fork_panel(model: TableModel, prompt: int, slug: str, title: str) -> Diagram:
@@ -111,14 +111,14 @@ def fork_view(record: dict[str, Any]) -> Block:
     """A fork shares every block of the prompt; the first write into the shared partial block copies it."""
     prompt, size = FORK_EXAMPLE["prompt"], FORK_EXAMPLE["block_size"]
     before, after = forked(FORK_EXAMPLE), forked(FORK_EXAMPLE, child_tokens=1, parent_tokens=1)
-    full, partial = divmod(prompt, size)
+    partial = before.filled("parent")[-1]  # positions of the prompt in its last, partly filled block
     (who, shared, copy), = after.copies
     diagrams = [fork_panel(before, prompt, "fork-before", f"After fork(): one {prompt}-token prompt, two tables"),
                 fork_panel(after, prompt, "fork-after", "After one more token each: copy-on-write")]
     sharing = record["sharing"]
     colours = ("Green: a block both tables hold; blue: a prompt position in a block one request holds alone; "
                "orange: a token written after the fork; grey: an empty slot.")
-    note = (f"fork() copies the table and adds a reference to each of the prompt's {plural(full + bool(partial), 'block')}; "
+    note = (f"fork() copies the table and adds a reference to each of the prompt's {plural(blocks(prompt, size), 'block')}; "
             f"no key or value moves. The {who}'s first write lands in block {shared}, shared and holding "
             f"{partial} of {size} positions, so the pool copies that one block to block {copy} and the {who}'s "
             f"table moves to the copy; the other request, now its sole holder, writes in place. Full blocks are "
@@ -127,12 +127,5 @@ def fork_view(record: dict[str, Any]) -> Block:
             f"a {sharing['prompt']}-token prompt in blocks of {sharing['block_size']}: "
             f"{plural(sharing['with']['shared_blocks'], 'block')} stayed shared and "
             f"{plural(sharing['with']['copied_blocks'], 'request')} copied the partial one.")
-    return Block(css="lab-picture", diagrams=diagrams, notes=[colours, note, measured])
+    return Block(diagrams=diagrams, notes=[colours, note, measured])
 
-
-def example_summary() -> str:
-    """The two scripts the pictures draw, in words (for tests and the appendix)."""
-    lengths = TABLE_EXAMPLE["lengths"]
-    return (f"The block table shows requests {join(list(lengths))} ({join([str(n) for n in lengths.values()])} "
-            f"positions) decoded in alternation; the fork, a {FORK_EXAMPLE['prompt']}-token prompt in blocks of "
-            f"{FORK_EXAMPLE['block_size']}.")

@@ -6,26 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 from kv_storage.figures import CACHED
-from labkit.regimes import FLAT_BAND, Regime, regime
+from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, Table, answer
 from site_hooks.formatting import format_bytes, format_ratio, format_sci, join, plural
 
-from .decode_step import format_us, paged_gap, per_step
+from .decode_step import format_us, per_step
 
 
 def us(value: float) -> str:
     return f"{format_us(value)} µs"
 
 
-def regimes(record: dict[str, Any]) -> dict[str, Regime]:
-    return {mode: regime(record, mode) for mode in CACHED}
+Regime = dict[str, Any]  # a mode's stored regime (labkit.regimes): flat_until, flat_growth, overhead_bound, ...
 
 
 def flat_regimes(record: dict[str, Any]) -> tuple[dict[str, Regime], int, dict[str, Regime]]:
-    """Every cached layout's regime, the sweep's first length, and the layouts whose step stayed flat."""
-    found = regimes(record)
-    first = next(iter(found.values())).first
-    return found, first, {mode: r for mode, r in found.items() if r.overhead_bound}
+    """Every cached layout's stored regime, the sweep's first length, and the layouts whose step stayed flat."""
+    found = {mode: record["regimes"][mode] for mode in CACHED}
+    first = record["lengths"][0]["length"]
+    return found, first, {mode: r for mode, r in found.items() if r["overhead_bound"]}
 
 
 def flat_sentence(record: dict[str, Any]) -> str:
@@ -34,25 +33,25 @@ def flat_sentence(record: dict[str, Any]) -> str:
     if not flat:
         return (f"No cached layout's step stayed within {FLAT_BAND:.0%} of its {first}-token time over a fourfold "
                 f"growth of the prefix: in this record every layout's step grows with the cache.")
-    spans = {r.flat_until for r in flat.values()}
+    spans = {r["flat_until"] for r in flat.values()}
     where = (f"up to {spans.pop()} tokens" if len(spans) == 1 else
-             join([f"{mode} up to {r.flat_until}" for mode, r in flat.items()]) + " tokens")
+             join([f"{mode} up to {r['flat_until']}" for mode, r in flat.items()]) + " tokens")
     who = "every cached layout's" if len(flat) == len(found) else f"the {join(list(flat))} step's"
     return (f"From {first} tokens {where}, {who} step stayed within {FLAT_BAND:.0%} of its {first}-token time while "
-            f"the prefix it attends to grew {min(r.growth for r in flat.values()):g}-fold or more: overhead-bound, a "
+            f"the prefix it attends to grew {min(r['flat_growth'] for r in flat.values()):g}-fold or more: overhead-bound, a "
             f"fixed cost per call rather than work that scales with the cache.")
 
 
 def speed_item(record: dict[str, Any]) -> str:
-    last = list(per_step(record).items())[-1]
-    length, steps = last
+    length, steps = list(per_step(record).items())[-1]
     order = sorted(CACHED, key=lambda mode: steps[mode].median)
     full = steps["full"].median
+    # Both modes of one length time the same steps: the ratio of medians is the per-step ratio.
+    speedup = record["lengths"][-1]["speedup"][order[0]]["ratio_of_medians"]
     return (f"Speed at {length} tokens: a decode step took " + join([f"{us(steps[m].median)} {m}" for m in order])
             + f", against {us(full)} recomputing the prefix; {order[0]}, the fastest, was "
-            + (f"{format_ratio(full / steps[order[0]].median)} faster than recomputation"
-               if full > steps[order[0]].median else
-               f"not faster than recomputation ({format_ratio(full / steps[order[0]].median)})") + ".")
+            + (f"{format_ratio(speedup)} faster than recomputation" if full > steps[order[0]].median else
+               f"not faster than recomputation ({format_ratio(speedup)})") + ".")
 
 
 def regime_item(record: dict[str, Any]) -> str:
@@ -60,30 +59,31 @@ def regime_item(record: dict[str, Any]) -> str:
     if not flat:
         return (f"No flat span: every cached layout's step moved more than {FLAT_BAND:.0%} from its {first}-token "
                 f"time within a fourfold growth of the prefix, so this record names no overhead-bound regime.")
-    until = min(r.flat_until for r in flat.values())
-    return (f"Overhead-bound: from {first} to {until} tokens {'every' if len(flat) == len(found) else join(list(flat))}"
-            f" cached step stayed within {FLAT_BAND:.0%} of its {first}-token time while the prefix grew "
-            f"{until // first}-fold; the layouts differ by what each call does, not by how much they copy.")
+    shortest = min(flat.values(), key=lambda r: r["flat_until"])
+    return (f"Overhead-bound: from {first} to {shortest['flat_until']} tokens "
+            f"{'every' if len(flat) == len(found) else join(list(flat))} cached step stayed within {FLAT_BAND:.0%} "
+            f"of its {first}-token time while the prefix grew {shortest['flat_growth']:g}-fold; the layouts differ by "
+            f"what each call does, not by how much they copy.")
 
 
 def paged_item(record: dict[str, Any]) -> str | None:
-    fit = paged_gap(record)
+    fit = record["paged_overhead"]
     if fit is None:
         return None
-    first = next(iter(fit.gaps))
-    if fit.gaps[first] <= 0:
+    first, gap, fixed = record["lengths"][0]["length"], fit["gap_per_step_ns"][0], fit["intercept_ns"]
+    if gap <= 0:
         return f"Paging cost nothing measurable at {first} tokens: the paged step was not slower than preallocation."
     kind = ("mostly a fixed cost per step (table to index tensors, scatter, gather setup), not copying"
-            if fit.mostly_fixed else "mostly the per-step gather, which grows with the prefix")
-    part = "all of it" if fit.fixed >= fit.gaps[first] else us(fit.fixed)
-    return (f"Paging's price here is {kind}: {us(fit.gaps[first])} more per step than preallocation at {first} "
+            if fit["mostly_fixed"] else "mostly the per-step gather, which grows with the prefix")
+    part = "all of it" if fixed >= gap else us(fixed / 1e3)
+    return (f"Paging's price here is {kind}: {us(gap / 1e3)} more per step than preallocation at {first} "
             f"tokens, of which a line through every length puts {part} at zero prefix.")
 
 
 def memory_item(record: dict[str, Any]) -> str:
     memory = record["memory"]
     variants = memory["variants"]
-    ratios = join([f"{mode} {format_ratio(v['peak_bytes'] / v['retained_bytes'])}" for mode, v in variants.items()])
+    ratios = join([f"{mode} {format_ratio(v['peak_ratio'])}" for mode, v in variants.items()])
     kept = {v["retained_bytes"] for v in variants.values()}
     held = (f"all three end holding {format_bytes(kept.pop(), binary=True)}" if len(kept) == 1 else
             "they end holding " + join([f"{format_bytes(v['retained_bytes'], binary=True)} ({m})"
@@ -96,7 +96,7 @@ def sharing_item(record: dict[str, Any]) -> str:
     sharing = record["sharing"]
     without, shared = sharing["without"], sharing["with"]
     return (f"Prefix sharing: {sharing['requests']} requests on one {sharing['prompt']}-token prompt held "
-            f"{shared['blocks']} blocks instead of {without['blocks']} ({sharing['saved_bytes'] / without['bytes']:.0%}"
+            f"{shared['blocks']} blocks instead of {without['blocks']} ({sharing['saved_share']:.0%}"
             f" fewer bytes); {plural(shared['copied_blocks'], 'request')} copied the prompt's partly filled last "
             f"block on first write.")
 
@@ -105,9 +105,8 @@ def equivalence_item(record: dict[str, Any]) -> str:
     entries, tolerance, rows = record["lengths"], record["tolerance"], record["gqa"]
     agree = all(e["equivalence"][m]["within_tolerance"] for e in entries for m in CACHED)
     worst = max(e["equivalence"][m]["max_abs_diff"] for e in entries for m in CACHED)
-    full = next((r for r in rows if r["kv_heads"] == r["heads"]), rows[0])
     fewest = min(rows, key=lambda r: r["kv_heads"])
-    share = fewest["layouts"]["concat"]["bytes"] / full["layouts"]["concat"]["bytes"]
+    share = fewest["share_of_multi_head"]
     return (f"Same logits: every layout {'matched' if agree else 'did not always match'} full recomputation within "
             f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g} at {len(entries)} prefix lengths (largest "
             f"difference {format_sci(worst)}); with {plural(fewest['kv_heads'], 'key/value head')} for "
@@ -125,37 +124,38 @@ def regime_view(record: dict[str, Any]) -> Block:
     table = per_step(record)
     modes = record["config"]["benchmark"]["modes"]
     lengths = list(table)
-    rows = [(n, *(format_us(table[n][m].median) for m in modes),
-             format_ratio(table[n]["full"].median / min(table[n][m].median for m in CACHED))) for n in lengths]
+    # full ÷ the fastest cached layout: the largest of the stored ratios (both time the same steps)
+    rows = [(entry["length"], *(format_us(table[entry["length"]][m].median) for m in modes),
+             format_ratio(max(entry["speedup"][m]["ratio_of_medians"] for m in CACHED))) for entry in record["lengths"]]
     steps = Table(headings=["Prefix (tokens)", *(f"{m}: µs per step" for m in modes), "full ÷ fastest cached"],
                   rows=rows)
-    full = regime(record, "full")
-    grew = full.per_step_us[lengths[-1]] / full.per_step_us[lengths[0]]
+    grew = record["regimes"]["full"]["step_growth"]
     full_sentence = (f"Recomputing the prefix grew {grew:.1f}-fold from {lengths[0]} to {lengths[-1]} tokens: work "
                      f"that scales. Whether arithmetic or memory traffic limits it at this size, this record "
                      f"cannot tell." if grew > 1 + FLAT_BAND else
-                     f"Recomputing the prefix took {us(full.per_step_us[lengths[-1]])} per step at {lengths[-1]} "
+                     f"Recomputing the prefix took {us(table[lengths[-1]]['full'].median)} per step at {lengths[-1]} "
                      f"tokens, {grew:.2f} times its {lengths[0]}-token step: over so short a sweep it did not grow.")
-    fit = paged_gap(record)
+    fit = record["paged_overhead"]
     extra = []
-    if fit is not None and fit.gaps[lengths[0]] > 0:
-        extra.append(f"Paged minus preallocated: {us(fit.gaps[lengths[0]])} per step at {lengths[0]} tokens and "
-                     f"{us(fit.gaps[lengths[-1]])} at {lengths[-1]}; a least-squares line puts {us(fit.fixed)} at zero "
-                     f"prefix and adds {fit.growth * 1e3:,.0f} ns per cached position.")
-    return Block(css="lab-regime", paragraphs=[flat_sentence(record), *extra, full_sentence], tables=[steps])
+    if fit is not None and fit["gap_per_step_ns"][0] > 0:
+        gaps = fit["gap_per_step_ns"]
+        extra.append(f"Paged minus preallocated: {us(gaps[0] / 1e3)} per step at {lengths[0]} tokens and "
+                     f"{us(gaps[-1] / 1e3)} at {lengths[-1]}; a least-squares line puts {us(fit['intercept_ns'] / 1e3)} "
+                     f"at zero prefix and adds {fit['slope_ns_per_position']:,.0f} ns per cached position.")
+    return Block(paragraphs=[flat_sentence(record), *extra, full_sentence], tables=[steps])
 
 
 def answer_sharing_view(record: dict[str, Any]) -> Block:
     s = record["sharing"]
     size, prompt, tokens, n = s["block_size"], s["prompt"], s["tokens"], s["requests"]
-    full, partial = divmod(prompt, size)
-    own = s["without"]["blocks"] // n
-    return answer(f"Alone, each request needs ⌈({prompt} + {tokens}) / {size}⌉ = {own} blocks: {s['without']['blocks']} "
-            f"for {n}. Shared, the prompt's {plural(full, 'full block')} {'is' if full == 1 else 'are'} stored once; "
-            f"each request then holds its own {plural(own - full, 'block')}, the last prompt block (holding {partial} of {size} positions) and its "
-            f"continuation: {full} + {n} × {own - full} = {s['with']['blocks']}. That last block is shared and "
-            f"partly filled, so every request but the one left as its sole holder copies it on first write: "
-            f"{s['with']['copied_blocks']} copies.")
+    full, own = s["prompt_full_blocks"], s["own_blocks"]
+    return answer(f"Alone, each request needs ⌈({prompt} + {tokens}) / {size}⌉ = {s['per_request_blocks']} blocks: "
+                  f"{s['without']['blocks']} for {n}. Shared, the prompt's {plural(full, 'full block')} "
+                  f"{'is' if full == 1 else 'are'} stored once; each request then holds its own {plural(own, 'block')}, "
+                  f"the last prompt block (holding {s['prompt_last_block_positions']} of {size} positions) and its "
+                  f"continuation: {full} + {n} × {own} = {s['with']['blocks']}. That last block is shared and partly "
+                  f"filled, so every request but the one left as its sole holder copies it on first write: "
+                  f"{s['with']['copied_blocks']} copies.")
 
 
 def answer_peak_view(record: dict[str, Any]) -> Block:
@@ -164,29 +164,29 @@ def answer_peak_view(record: dict[str, Any]) -> Block:
     concat, prealloc = v["concat"], v["prealloc"]
     text = (f"At its last step torch.cat builds the new {memory['length']}-position cache while the old one is "
             f"still alive, so for a moment both exist: a peak of {concat['peak_bytes']:,} bytes against "
-            f"{concat['retained_bytes']:,} kept ({format_ratio(concat['peak_bytes'] / concat['retained_bytes'])}). "
+            f"{concat['retained_bytes']:,} kept ({format_ratio(concat['peak_ratio'])}). "
             f"Preallocation writes into buffers it already holds; its peak, {prealloc['peak_bytes']:,} bytes, is the "
             f"buffers plus one step's activations. Over the loop concatenation allocated "
-            f"{concat['allocated_bytes'] / prealloc['allocated_bytes']:.0f}× as many bytes: every step copies the "
-            f"whole prefix.")
+            f"{memory['concat_vs_prealloc']['allocated']:.0f}× as many bytes: every step copies the whole prefix.")
     if "paged" in v:
-        paged = v["paged"]
-        text += (f" Paged storage peaked at {format_ratio(paged['peak_bytes'] / paged['retained_bytes'])} its blocks "
-                 f"for a different reason: this lab's read gathers the whole request into a temporary copy each step.")
+        text += (f" Paged storage peaked at {format_ratio(v['paged']['peak_ratio'])} its blocks for a different "
+                 f"reason: this lab's read gathers the whole request into a temporary copy each step.")
     return answer(text)
 
 
 def answer_paged_view(record: dict[str, Any]) -> Block:
-    fit = paged_gap(record)
+    fit = record["paged_overhead"]
     if fit is None:
         return answer("This record has too few lengths to split the paged step's cost.")
-    first, last = next(iter(fit.gaps)), list(fit.gaps)[-1]
-    share = max(0.0, min(1.0, fit.fixed_share))
-    lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit.mostly_fixed else
+    lengths = [entry["length"] for entry in record["lengths"]]
+    gaps = fit["gap_per_step_ns"]
+    share = max(0.0, min(1.0, fit["fixed_share"] or 0.0))
+    lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit["mostly_fixed"] else
             "Most of it grows with the prefix, as the gather's copy does.")
-    return answer(f"{lead} At {first} tokens the paged step cost {us(fit.gaps[first])} more than preallocation; a line "
-            f"through the gap at every length puts {us(fit.fixed)} of it ({share:.0%}) at zero prefix, where there is "
-            f"nothing to copy, and adds {fit.growth * 1e3:,.0f} ns per cached position. The fixed part is Python "
-            f"bookkeeping per call (index tensors from the table, a scatter, the gather's setup); the growing part is "
-            f"the gather's copy, which takes the gap to {us(fit.gaps[last])} at {last} tokens. A kernel that reads blocks in place avoids the "
-            f"gather, and batching many requests per call spreads the fixed part.")
+    return answer(f"{lead} At {lengths[0]} tokens the paged step cost {us(gaps[0] / 1e3)} more than preallocation; "
+                  f"a line through the gap at every length puts {us(fit['intercept_ns'] / 1e3)} of it ({share:.0%}) "
+                  f"at zero prefix, where there is nothing to copy, and adds {fit['slope_ns_per_position']:,.0f} ns per "
+                  f"cached position. The fixed part is Python bookkeeping per call (index tensors from the table, a "
+                  f"scatter, the gather's setup); the growing part is the gather's copy, which takes the gap to "
+                  f"{us(gaps[-1] / 1e3)} at {lengths[-1]} tokens. A kernel that reads blocks in place avoids the "
+                  f"gather, and batching many requests per call spreads the fixed part.")
