@@ -14,11 +14,12 @@ import torch
 from transformers import LlamaConfig
 
 from kv_cache.broken import RotaryResetDecoder
+from llm_models.attention import causal_attention
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.decode import cached_step_logits, prefill
 from llm_models.llama.generate import greedy_full_recompute, greedy_tokens
-from llm_models.llama.model import LlamaDecoder, rms_norm
+from llm_models.llama.model import LlamaDecoder, rms_norm, rotary_angles, rotate
 from llm_models.llama.testing import random_ids
 from llm_models.llama.tiny import TINY, tiny_pair
 
@@ -65,6 +66,35 @@ class TinyMatchesTransformers(unittest.TestCase):
         self.assertEqual(logits.dtype, torch.bfloat16)
         self.assertEqual(self.model.embedding.dtype, torch.float32)
         torch.testing.assert_close(logits.float(), self.expected(), atol=0.25, rtol=0.05)  # bf16 keeps 8 bits
+
+
+class LayerHalves(unittest.TestCase):
+    """A cache of another kind calls a layer's two halves around its own attention (the serving and window labs)."""
+
+    def setUp(self) -> None:
+        _, self.model = tiny_pair(seed=4)
+
+    def test_project_rotate_attend_finish_is_the_layer(self) -> None:
+        x = torch.randn(2, 5, TINY.hidden_size, generator=torch.Generator().manual_seed(0))
+        cos, sin = rotary_angles(torch.arange(5), self.model.inverse_frequencies, torch.float32)
+        layer = self.model.layers[0]
+        with torch.inference_mode():
+            q, k, v = layer.project(x)
+            by_halves = layer.finish(x, causal_attention(rotate(q, cos, sin), rotate(k, cos, sin), v, 0))
+            whole = layer(x, cos, sin, 0, None)
+        torch.testing.assert_close(by_halves, whole, atol=0, rtol=0)
+
+    def test_positions_per_row_rotate_each_row_as_if_it_were_alone(self) -> None:
+        """Rows at different offsets in one batch (a serving step): (B, T) positions, each row its own."""
+        q = torch.randn(2, 4, 3, 16, generator=torch.Generator().manual_seed(1))  # (B, H, T, D)
+        positions = torch.tensor([[7, 8, 9], [0, 1, 2]])  # (B, T)
+        cos, sin = rotary_angles(positions, self.model.inverse_frequencies, torch.float32)  # (B, T, D)
+        together = rotate(q, cos[:, None], sin[:, None])
+        for row in range(2):
+            alone = rotate(q[row : row + 1], *rotary_angles(positions[row], self.model.inverse_frequencies,
+                                                            torch.float32))
+            torch.testing.assert_close(together[row : row + 1], alone, atol=0, rtol=0)
+        self.assertFalse(torch.equal(together[0], together[1]))  # the offsets did turn the rows differently
 
 
 class GroupedQueryCache(unittest.TestCase):

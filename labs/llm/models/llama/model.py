@@ -58,9 +58,13 @@ def inverse_frequencies(config: LlamaDecoderConfig) -> Tensor:
 
 
 def rotary_angles(positions: Tensor, inverse: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos and sin, (T, D), of the absolute ``positions`` (T,): angles in float32, then cast to ``dtype``."""
-    angles = positions.float()[:, None] * inverse[None, :]  # (T, D/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (T, D): feature j pairs with feature j + D/2
+    """cos and sin, (..., T, D), of the absolute ``positions`` (..., T): angles in float32, then cast to ``dtype``.
+
+    One row of positions (T,) gives (T, D), shared by every sequence of a batch; positions per sequence (B, T)
+    give (B, T, D): index them ``[:, None]`` to broadcast over the heads of (B, H, T, D).
+    """
+    angles = positions.float()[..., None] * inverse  # (..., T, D/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (..., T, D): feature j pairs with feature j + D/2
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -72,7 +76,13 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class LlamaLayer(nn.Module):
-    """Pre-norm: x + attention(rms_norm(x)), then x + swiglu(rms_norm(x))."""
+    """Pre-norm: x + attention(rms_norm(x)), then x + swiglu(rms_norm(x)).
+
+    Two halves around the attention: ``project`` (the queries, keys and values of the new tokens, not yet
+    rotated) and ``finish`` (the output projection, the residual and the SwiGLU block). ``forward`` is the
+    contiguous cache's path between them; a cache that numbers, keeps or evicts its slots another way (the
+    serving lab's block pool, the window lab's ring buffer) calls the two halves around its own attention.
+    """
 
     def __init__(self, config: LlamaDecoderConfig, weights: Mapping[str, Tensor]) -> None:
         super().__init__()
@@ -84,17 +94,27 @@ class LlamaLayer(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, offset: int,
                 cache: LayerCache | None) -> Tensor:
         """x (B, T, C) -> (B, T, C); cos and sin (T, D) belong to the new tokens' absolute positions."""
-        config = self.config
-        batch, length, _ = x.shape
-        h = rms_norm(x, self.attention_norm, config.rms_norm_eps)
-        q = F.linear(h, self.q).view(batch, length, config.heads, config.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = F.linear(h, self.k).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        v = F.linear(h, self.v).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
+        q, k, v = self.project(x)  # (B, H, T, D), k and v (B, Hkv, T, D)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # keys are cached after rotation: they never turn again
         keys, values = (k, v) if cache is None else cache.update(k, v)  # (B, Hkv, offset + T, D)
         attended = causal_attention(q, keys, values, offset)  # (B, H, T, D); each Hkv head serves H/Hkv queries
-        x = x + F.linear(attended.transpose(1, 2).reshape(batch, length, config.heads * config.head_dim), self.o)
-        h = rms_norm(x, self.mlp_norm, config.rms_norm_eps)
+        return self.finish(x, attended)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> the new tokens' queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated."""
+        config = self.config
+        batch, length, _ = x.shape
+        h = rms_norm(x, self.attention_norm, config.rms_norm_eps)
+        q = F.linear(h, self.q).view(batch, length, config.heads, config.head_dim).transpose(1, 2)
+        k = F.linear(h, self.k).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
+        v = F.linear(h, self.v).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def finish(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and the SwiGLU block."""
+        batch, length, _ = x.shape
+        x = x + F.linear(attended.transpose(1, 2).reshape(batch, length, -1), self.o)
+        h = rms_norm(x, self.mlp_norm, self.config.rms_norm_eps)
         return x + F.linear(F.silu(F.linear(h, self.gate)) * F.linear(h, self.up), self.down)  # SwiGLU
     # --8<-- [end:layer]
 
