@@ -464,3 +464,57 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
     assert "labs/llm/kv-cache/kv_cache/llama/*.py" in serving.test_sources
     assert any(ROOT.glob("labs/llm/kv-cache/kv_cache/llama/*.py"))
+
+
+# A record's strings, depth and text are bounded by the loader, whatever its lab's schema says: one line naming
+# the file and the field, never a traceback, and never a page many times the record's size.
+def nested(levels: int) -> Any:
+    """An edit of a record's text: a field ``deep`` of ``levels`` arrays, one inside the other."""
+    return lambda t: t.replace('"lab": ', f'"deep": {"[" * levels}{"]" * levels}, "lab": ', 1)
+
+
+def cpu_model(text: str) -> Any:
+    """An edit of a record's text: ``text`` (JSON, escapes allowed) as the recording machine's CPU name."""
+    return lambda t: re.sub(r'"model": "[^"]*"', lambda _: f'"model": "{text}"', t, count=1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (nested(100_000), "measurement record nests arrays or objects too deeply to parse, more than the 32 levels "
+                          "a record may"),
+        (nested(900), "field $.deep" + "[0]" * 31 + " nests arrays or objects more than 32 levels deep"),
+        (nested(33), "field $.deep" + "[0]" * 31 + " nests arrays or objects more than 32 levels deep"),
+        (cpu_model("x" * 15 * 2**20), "field $.environment.cpu.model is a string of 15728640 characters, more than "
+                                      "the 65536 a string of a record may hold"),
+        (cpu_model("x" * 1000), "field $.environment.cpu.model is invalid: 'xxxxxxxx"),
+        (cpu_model("AMD \\ud800 EPYC"), "field $.environment.cpu.model is a string holding a lone surrogate "
+                                        "(\\ud800 at character 4), which no UTF-8 text can carry"),
+        (lambda t: t.replace('"lab": ', '"\\udc00": 1, "lab": ', 1),
+         "field $ holds a key that is a key holding a lone surrogate (\\udc00 at character 0)"),
+        (lambda t: t.replace('"lab": ', f'"{"k" * 70_000}": 1, "lab": ', 1),
+         "field $ holds a key that is a key of 70000 characters, more than the 65536"),
+    ],
+    ids=["100000-deep", "900-deep", "33-deep", "15-mib-cpu", "long-cpu", "lone-surrogate", "surrogate-key",
+         "long-key"],
+)
+def test_a_record_nested_too_deep_or_with_an_unbounded_or_invalid_string_is_refused_in_one_line(
+        tmp_path: Path, edit: Any, message: str) -> None:
+    assert message in refusal(tmp_path, LAB, edit((ROOT / LAB.record).read_text()))
+
+
+def test_every_string_of_the_shared_header_is_bounded_by_the_schema() -> None:
+    common = json.loads((ROOT / "results" / "record-common.schema.json").read_text())["$defs"]
+
+    def strings(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+        found = [(path, schema)] if "string" in ([schema["type"]] if isinstance(schema.get("type"), str) else
+                                                schema.get("type", [])) else []
+        for name, part in schema.get("properties", {}).items():
+            found += strings(part, f"{path}.{name}")
+        return found
+
+    header = strings(common["header"], "header") + strings(common["environment"], "environment")
+    assert len(header) >= 15
+    unbounded = [path for path, schema in header
+                 if "maxLength" not in schema and "const" not in schema and "pattern" not in schema]
+    assert unbounded == []
