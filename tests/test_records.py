@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from site_hooks.orchestrate import (
     is_stale,
     other_machines,
     read_record,
+    stale_files,
 )
 from site_hooks.orchestrate import tests_digest as digest_of_tests  # a name pytest does not collect
 
@@ -284,8 +286,9 @@ def test_hand_edited_speedup_is_refused(record: dict[str, Any]) -> None:
 
 def test_record_for_other_sources_is_stale(record: dict[str, Any]) -> None:
     assert not is_stale(record, LAB, ROOT)
-    record["fingerprint"]["digest"] = "0" * 64
-    assert is_stale(record, LAB, ROOT)
+    record["fingerprint"]["digest"] = "0" * 64  # measured on other sources: the digest and that file's hash differ
+    record["fingerprint"]["files"]["labs/llm/kv-cache/benchmark.py"] = "0" * 64
+    assert stale_files(record, LAB, ROOT) == ["labs/llm/kv-cache/benchmark.py"]
 
 
 def test_lab_bench_accepts_three_policies_and_rejects_others() -> None:
@@ -518,3 +521,83 @@ def test_every_string_of_the_shared_header_is_bounded_by_the_schema() -> None:
     unbounded = [path for path, schema in header
                  if "maxLength" not in schema and "const" not in schema and "pattern" not in schema]
     assert unbounded == []
+
+
+# A record's fingerprint is checked whole: the overall digest decides freshness, and the per-file list must agree
+# with it (labkit.fingerprint.changed_since). The lab here measures four files.
+def fingerprinted_lab(root: Path) -> Lab:
+    folder = root / "labs" / "demo" / "print-lab"
+    folder.mkdir(parents=True)
+    for name in ("a", "b", "c", "d"):
+        (folder / f"{name}.py").write_text(f"{name.upper()} = 1\n")
+    (folder / "lab.toml").write_text(
+        'name = "print-lab"\ntitle = "t"\nrecord = "results/print.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
+        'tests = { start = "x", pattern = "test_*.py" }\nfingerprint = ["labs/demo/print-lab/*.py"]\n')
+    return load_lab(folder / "lab.toml", root)
+
+
+def measured(lab: Lab, root: Path) -> dict[str, Any]:
+    from labkit.fingerprint import source_fingerprint
+
+    return {"fingerprint": source_fingerprint(root, lab.fingerprint)}
+
+
+def drop_one(files: dict[str, str]) -> None:
+    files.pop(sorted(files)[1])
+
+
+def keep_one(files: dict[str, str]) -> None:
+    for name in sorted(files)[1:]:
+        files.pop(name)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (drop_one, "field $.fingerprint.files lists 3 files, but the lab's fingerprint globs match 4 (not listed: "
+                   "labs/demo/print-lab/b.py), while $.fingerprint.digest is the digest of exactly those 4 files as "
+                   "they are: the list was edited"),
+        (keep_one, "field $.fingerprint.files lists 1 files, but the lab's fingerprint globs match 4 (not listed: "
+                   "labs/demo/print-lab/b.py, labs/demo/print-lab/c.py, labs/demo/print-lab/d.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/bogus.py": "0" * 64}),
+         "lists 5 files, but the lab's fingerprint globs match 4 (matched by no glob: labs/demo/print-lab/bogus.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/e.py": files.pop("labs/demo/print-lab/d.py")}),
+         "(not listed: labs/demo/print-lab/d.py; matched by no glob: labs/demo/print-lab/e.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/c.py": "f" * 64}),
+         f'field $.fingerprint.files["labs/demo/print-lab/c.py"] is {"f" * 64}, but the file\'s sha256 is '),
+    ],
+    ids=["one-dropped", "all-but-one-dropped", "bogus-added", "renamed", "hash-corrupted"],
+)
+def test_a_fresh_record_whose_fingerprint_list_disagrees_with_its_digest_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path, edit: Any, message: str) -> None:
+    lab = fingerprinted_lab(tmp_path)
+    record = measured(lab, tmp_path)
+    assert not is_stale(record, lab, tmp_path)  # whole, it is fresh
+    edit(record["fingerprint"]["files"])
+    with pytest.raises(SiteBuildError) as refused:
+        is_stale(record, lab, tmp_path)
+    assert "\n" not in str(refused.value) and str(refused.value).startswith("results/print.json: ")
+    assert message in str(refused.value)
+    with pytest.raises(SiteBuildError, match=r"^results/machines/print-lab/box\.json: field \$\.fingerprint"):
+        is_stale(record, lab, tmp_path, "results/machines/print-lab/box.json")  # a machine record is named as such
+
+
+def test_a_stale_record_stays_stale_whatever_its_list_says_and_names_the_files_that_changed(tmp_path: Path) -> None:
+    lab = fingerprinted_lab(tmp_path)
+    folder = tmp_path / "labs" / "demo" / "print-lab"
+    record = measured(lab, tmp_path)
+    (folder / "b.py").write_text("B = 2\n")  # the code changed since the measurement
+    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/b.py"]
+    edited = copy.deepcopy(record)  # b's hash edited to today's: only the digest can tell, and it does
+    edited["fingerprint"]["files"] = measured(lab, tmp_path)["fingerprint"]["files"]
+    with pytest.raises(SiteBuildError, match=r"^results/print\.json: field \$\.fingerprint\.digest is [0-9a-f]{64}, "
+                                             r"but each of the 4 files it lists has the sha256 the record gives it"):
+        stale_files(edited, lab, tmp_path)
+    corrupted = copy.deepcopy(record)  # another file's hash corrupted: still stale, never fresh
+    corrupted["fingerprint"]["files"]["labs/demo/print-lab/a.py"] = "0" * 64
+    assert stale_files(corrupted, lab, tmp_path) == ["labs/demo/print-lab/a.py", "labs/demo/print-lab/b.py"]
+    (folder / "e.py").write_text("E = 1\n")  # a file added to the lab, and one removed: stale, not corrupt
+    (folder / "d.py").unlink()
+    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/b.py", "labs/demo/print-lab/d.py",
+                                                  "labs/demo/print-lab/e.py"]
+
