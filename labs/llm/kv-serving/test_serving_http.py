@@ -23,6 +23,7 @@ from kv_serving.launch import free_ports
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine
+from labkit.waiting import HANG_S, within
 
 TIMEOUT_S = 20
 JSON = {"content-type": "application/json"}
@@ -257,6 +258,20 @@ class ServerTest(QuietLoopTestCase):
         self.assertTrue(slow_body.startswith(b"HTTP/1.1 408 "), slow_body[:80])
         self.assertIn(b"the request body did not arrive within 0.5 s", slow_body)
         self.assertEqual(after.status_code, 200)  # a request sent at once is served as before
+
+    async def test_a_connection_that_sends_nothing_is_answered_408_and_closed_after_the_request_timeout(self) -> None:
+        async with serve_in_loop(tiny_engine(), request_timeout_s=0.5) as (url, _):
+            port = int(url.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:  # nothing is sent: the deadline runs from the accept, not from a first byte that never comes
+                reply = await within(reader.read(), "the server to close a connection that sent nothing")
+            finally:
+                writer.close()
+            async with httpx.AsyncClient(timeout=HANG_S) as client:
+                after = await client.post(f"{url}/v1/completions", json={"prompt": [1], "max_tokens": 1})
+        self.assertTrue(reply.startswith(b"HTTP/1.1 408 "), reply[:80])
+        self.assertIn(b"no request arrived within 0.5 s of the connection opening", reply)
+        self.assertEqual(after.status_code, 200)  # a client that sends at once is served as before
 
     async def test_a_stream_whose_client_takes_nothing_is_cancelled_past_the_unread_bound_and_frees_its_blocks(
             self) -> None:

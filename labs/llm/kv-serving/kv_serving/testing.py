@@ -18,11 +18,11 @@ from starlette.types import ASGIApp
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
-from .bounds import REQUEST_TIMEOUT_S, bounded_headers
+from .bounds import HOST, REQUEST_TIMEOUT_S, bounded_config
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, MAX_UNREAD_TOKENS, Server, create_app
+from .server import MAX_UNREAD_TOKENS, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -46,9 +46,8 @@ async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
     The server stops when the block exits, by itself, within ``timeout_s``.
     """
     app = create_app(config, request_timeout_s, max_unread_tokens)
-    server = Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                   lifespan="on", timeout_graceful_shutdown=timeout_s / 2,
-                                   http=bounded_headers(request_timeout_s)))
+    server = Server(bounded_config(app, 0, request_timeout_s, log_level="warning", lifespan="on",
+                                   timeout_graceful_shutdown=timeout_s / 2))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
     task = asyncio.get_running_loop().create_task(server.serve(), name="uvicorn-under-test")
     try:
@@ -66,11 +65,13 @@ async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, timeout_s: float = 20.0) -> Iterator[str]:
-    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own;
-    yield its base URL. The server stops when the block exits, by itself, within ``timeout_s``."""
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+def serve_in_thread(app: ASGIApp, timeout_s: float = 20.0,
+                    request_timeout_s: float = REQUEST_TIMEOUT_S) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own, its
+    connections bounded as the servers' own commands bound them; yield its base URL. The server stops when the
+    block exits, by itself, within ``timeout_s``."""
+    server = uvicorn.Server(bounded_config(app, 0, request_timeout_s, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=timeout_s / 2))
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test runner owns signals
     thread = threading.Thread(target=server.run, name="uvicorn-under-test", daemon=True)
     thread.start()
