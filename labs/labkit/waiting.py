@@ -13,10 +13,11 @@ import asyncio
 import inspect
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 HANG_S = 300.0  # the bound of any one wait: far beyond a loaded machine's slowest honest step
 POLL_S = 0.005  # how often a polled state is looked at again
@@ -88,6 +89,34 @@ def communicate(process: subprocess.Popen[Any], what: str, timeout_s: float = HA
         process.kill()
         process.communicate()
         raise Hung(what, timeout_s) from None
+
+
+def lines_until(process: subprocess.Popen[str], stream: IO[str], text: str, what: str,
+                timeout_s: float = HANG_S) -> list[str]:
+    """The lines ``process`` writes to ``stream`` (one of its pipes), up to the first that holds ``text``. If the
+    stream ends first, the test fails with the lines so far; if neither happens within ``timeout_s``, the process
+    is killed and Hung names ``what``."""
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    lines: list[str] = []
+    try:
+        while not lines or text not in lines[-1]:
+            line = stream.readline()
+            if not line:
+                if expired.is_set():
+                    raise Hung(what, timeout_s)
+                raise AssertionError(f"the process's output ended before {what}: {lines[-5:]}")
+            lines.append(line)
+    finally:
+        timer.cancel()
+    return lines
 
 
 def read_until_closed(connection: socket.socket, what: str, timeout_s: float = HANG_S) -> bytes:

@@ -9,6 +9,7 @@ from transformers import LlamaConfig
 
 from kv_cache.llama import ChatModel, LlamaDecoder, LlamaDecoderConfig, trained
 from kv_cache.llama.testing import TINY, tiny_reference
+from labkit.waiting import HANG_S
 
 from ..testing import Gate
 
@@ -26,7 +27,7 @@ class TokenGate(Gate):
     """Holds each token a chat model streams until the test lets it through (``step``, ``open``).
     ``produced`` counts the tokens each call to ``stream`` computed, in call order."""
 
-    def __init__(self, chat: ChatModel, timeout_s: float = 20.0) -> None:
+    def __init__(self, chat: ChatModel, timeout_s: float = HANG_S) -> None:
         super().__init__(timeout_s)
         self.chat = chat
         self._stream = chat.stream
