@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from labkit.manifest import Lab, discover_labs, load_lab
 from labkit.records import RecordError, atomic_write_json, load_record
+from labkit.waiting import run
 from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import (
@@ -336,7 +336,8 @@ def test_a_hung_benchmark_is_stopped_at_the_deadline_and_the_record_kept(
     import site_hooks.orchestrate as orchestrate
 
     record = toy_site.write_fresh_record()
-    (toy_site.root / "bench.py").write_text("import sys, time\nprint('benchmark: started', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    (toy_site.root / "bench.py").write_text("import sys, threading\nprint('benchmark: started', file=sys.stderr, flush=True)\n"
+                                            "threading.Event().wait()\n")  # hangs until the deadline kills it
     monkeypatch.setattr(orchestrate, "BENCH_TIMEOUT_S", 1)
     with pytest.raises(SiteBuildError, match=r"benchmark exceeded 1 s and was stopped; results/toy\.json keeps"):
         orchestrate.run_benchmark(lab_of(toy_site), toy_site.root, log)
@@ -428,8 +429,8 @@ def hostile_copy(tmp_path: Path, name: str) -> Path:
 def test_a_record_that_is_not_a_bounded_regular_file_of_the_repository_is_refused_in_one_line_without_reading_it(
         tmp_path: Path, name: str, message: str) -> None:
     root = hostile_copy(tmp_path, name)
-    finished = subprocess.run([sys.executable, "-c", READ_EVERY_RECORD, str(root)], capture_output=True, text=True,
-                              timeout=20, cwd=ROOT / "tests", env=os.environ | {"PYTHONPATH": str(ROOT / "tests")})
+    finished = run([sys.executable, "-c", READ_EVERY_RECORD, str(root)], f"the build to refuse the {name} record",
+                   capture_output=True, text=True, cwd=ROOT / "tests", env=os.environ | {"PYTHONPATH": str(ROOT / "tests")})
     expected = message.format(outside=os.path.realpath(tmp_path / "outside"), root=os.path.realpath(root))
     assert finished.stdout == f"refused: {expected}\n", finished.stderr[-2000:]
 
