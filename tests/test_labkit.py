@@ -28,7 +28,7 @@ UNTIL_SIGNALLED = ["--sleep", str(10 * HANG_S)]  # a benchmark that runs until t
 
 
 def git(folder: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    run(["git", *args], f"git {args[0]}", cwd=folder, check=True, capture_output=True)
 
 
 def test_an_untracked_measured_source_makes_the_tree_dirty(tmp_path: Path) -> None:
