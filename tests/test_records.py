@@ -495,9 +495,9 @@ def cpu_model(text: str) -> Any:
         (cpu_model("AMD \\ud800 EPYC"), "field $.environment.cpu.model is a string holding a lone surrogate "
                                         "(\\ud800 at character 4), which no UTF-8 text can carry"),
         (lambda t: t.replace('"lab": ', '"\\udc00": 1, "lab": ', 1),
-         "field $ holds a key that is a key holding a lone surrogate (\\udc00 at character 0)"),
+         "field $ holds a key holding a lone surrogate (\\udc00 at character 0)"),
         (lambda t: t.replace('"lab": ', f'"{"k" * 70_000}": 1, "lab": ', 1),
-         "field $ holds a key that is a key of 70000 characters, more than the 65536"),
+         "field $ holds a key of 70000 characters, more than the 65536"),
     ],
     ids=["100000-deep", "900-deep", "33-deep", "15-mib-cpu", "long-cpu", "lone-surrogate", "surrogate-key",
          "long-key"],

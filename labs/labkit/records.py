@@ -172,25 +172,25 @@ def _lone_surrogate(text: str) -> int | None:
     return None
 
 
-def _string_problem(text: str, what: str) -> str | None:
+def _string_problem(text: str) -> str | None:
+    """What no string or key of a record may be, as words after "a string" or "a key"; None for nearly all."""
     if len(text) <= MAX_STRING_CHARS and text.isascii():  # nearly every string: nothing to look at further
         return None
     if len(text) > MAX_STRING_CHARS:
-        return (f"is {what} of {len(text)} characters, more than the {MAX_STRING_CHARS} a string of a record may "
-                f"hold")
+        return f"of {len(text)} characters, more than the {MAX_STRING_CHARS} a string of a record may hold"
     at = _lone_surrogate(text)
     if at is not None:
-        return (f"is {what} holding a lone surrogate (\\u{ord(text[at]):04x} at character {at}), which no UTF-8 "
-                f"text can carry")
+        return (f"holding a lone surrogate (\\u{ord(text[at]):04x} at character {at}), which no UTF-8 text can "
+                f"carry")
     return None
 
 
 def _unfit(path: JsonPath, key: Key, item: Any) -> str | None:
     """What is wrong with ``item``, stored under ``key`` at ``path``; the path is spelled only for a refusal."""
-    if type(key) is str and (problem := _string_problem(key, "a key")):
-        return f"{path_text(path)} holds a key that {problem}"
-    if type(item) is str and (problem := _string_problem(item, "a string")):
-        return f"{path_text((*path, key))} {problem}"
+    if type(key) is str and (problem := _string_problem(key)):
+        return f"{path_text(path)} holds a key {problem}"
+    if type(item) is str and (problem := _string_problem(item)):
+        return f"{path_text((*path, key))} is a string {problem}"
     if type(item) is _NonFinite:
         return f"{path_text((*path, key))} is {item.text}"  # type: ignore[attr-defined]
     if type(item) in (dict, list) and len(path) + 1 >= MAX_DEPTH:
@@ -208,8 +208,8 @@ def _find_unfit(value: Any) -> str | None:
     an infinity, a string (or key) beyond MAX_STRING_CHARS or with a lone surrogate, arrays and objects nested
     beyond MAX_DEPTH. Walked with a stack of its own (one frame per open array or object), not by recursion: a
     record nested a thousand levels deep must be refused in one line, not by exhausting the interpreter's."""
-    if type(value) is str and (problem := _string_problem(value, "a string")):
-        return f"$ {problem}"
+    if type(value) is str and (problem := _string_problem(value)):
+        return f"$ is a string {problem}"
     if type(value) is _NonFinite:
         return f"$ is {value.text}"  # type: ignore[attr-defined]
     if type(value) not in (dict, list):
