@@ -8,7 +8,7 @@ export NO_MKDOCS_2_WARNING := 1
 # Every lab folder with a pyproject.toml: its package is installed in development mode, found by glob.
 LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
-.PHONY: venv test lint site serve bench lab-server clean
+.PHONY: venv test test-busy lint site serve bench lab-server clean
 
 venv: $(VENV)/.installed $(VENV)/.develop
 
@@ -30,6 +30,21 @@ $(VENV)/.develop: $(VENV)/.installed pyproject.toml $(LAB_PROJECTS)
 
 test: venv lint
 	$(PY) -m pytest
+
+# make test on a busy machine: BUSY CPU-bound processes (default 2, as many as the 2-core machines this site is built
+# on have cores) spin beside the whole suite, so a test that waits on speed instead of a state fails here first
+# (CONTRIBUTING.md). The burners stop when the suite ends, fails or is interrupted; one whose shell is gone stops by
+# itself (its parent changes), so none is left behind.
+BUSY ?= 2
+BURNER := import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); parent = os.getppid(); \
+	exec("while os.getppid() == parent: pass")
+test-busy: venv lint
+	@burners=""; trap 'kill $$burners 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	for i in $$(seq $(BUSY)); do $(PY) -c '$(BURNER)' & burners="$$burners $$!"; done; \
+	echo "make test-busy: $(BUSY) CPU-bound processes spin beside the suite (pids$$burners)"; \
+	start=$$(date +%s); status=0; $(PY) -m pytest || status=$$?; \
+	echo "make test-busy: the suite took $$(( $$(date +%s) - start )) s beside $(BUSY) CPU-bound processes (exit $$status)"; \
+	exit $$status
 
 lint: venv
 	$(PY) -m ruff check --quiet .

@@ -26,7 +26,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from labkit.fingerprint import changed_files, source_fingerprint
+from labkit.fingerprint import FingerprintError, changed_since, source_fingerprint
 from labkit.machines import MACHINES_DIR, LabelError, check_label, machine_records
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
@@ -169,23 +169,27 @@ def other_machines(lab: Lab, root: Path, reference: dict[str, Any]) -> list[Mach
         if record["machine"] != label:  # one label, one file: a record may not claim another's label
             raise SiteBuildError(f"{relative}: field $.machine claims machine {record['machine']!r}, but the file "
                                  f"is named for machine {label!r}")
-        others.append(MachineRecord(relative.as_posix(), record, False, stale_files(record, lab, lab.root or root)))
+        others.append(MachineRecord(relative.as_posix(), record, False,
+                                    stale_files(record, lab, lab.root or root, relative.as_posix())))
     return others
 
 
-def stale_files(record: dict[str, Any], lab: Lab, root: Path) -> list[str]:
-    """The measured sources that changed since the record was made (empty: the record is fresh)."""
+def stale_files(record: dict[str, Any], lab: Lab, root: Path, source: str | None = None) -> list[str]:
+    """The measured sources that changed since the record was made (empty: the record is fresh). A fingerprint
+    block that no change of code explains (labkit.fingerprint.changed_since states the rule) fails in one line
+    naming the record's file, ``source`` (default: the lab's reference record)."""
     try:
         current = source_fingerprint(root, lab.fingerprint)
     except ValueError as error:
         raise SiteBuildError(f"lab {lab.name}: {error}") from None
-    if record["fingerprint"]["digest"] == current["digest"]:
-        return []
-    return changed_files(record["fingerprint"], current) or ["(file order or names)"]
+    try:
+        return changed_since(record["fingerprint"], current)
+    except FingerprintError as error:
+        raise SiteBuildError(f"{source or lab.record.as_posix()}: {error}") from None
 
 
-def is_stale(record: dict[str, Any], lab: Lab, root: Path) -> bool:
-    return bool(stale_files(record, lab, root))
+def is_stale(record: dict[str, Any], lab: Lab, root: Path, source: str | None = None) -> bool:
+    return bool(stale_files(record, lab, root, source))
 
 
 def run_benchmark(lab: Lab, root: Path, log: logging.Logger) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from labkit.fingerprint import source_fingerprint
 from labkit.manifest import load_lab
+from labkit.waiting import HANG_S, run
 from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
 
@@ -137,10 +138,8 @@ class ToySite:
         return record
 
     def build(self, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(self.root / "site")],
-            cwd=self.root, env=build_env(**env), capture_output=True, text=True, timeout=300,
-        )
+        return run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(self.root / "site")],
+                   "the toy site's build", cwd=self.root, env=build_env(**env), capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -152,9 +151,8 @@ def toy_site(tmp_path: Path, record: dict[str, Any]) -> ToySite:
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The real site, built once in strict mode from the committed record (LAB_BENCH=never)."""
     site = tmp_path_factory.mktemp("site")
-    finished = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, env=build_env(LAB_BENCH="never"), capture_output=True, text=True, timeout=600,
-    )
+    finished = run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                   "the real site's build", 2 * HANG_S, cwd=ROOT, env=build_env(LAB_BENCH="never"),
+                   capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return site, finished.stderr

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from labkit.waiting import HANG_S
+
 from conftest import LAB, OUTPUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium as root in a container, with no network beyond loopback: no sandbox, no background calls.
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
+PLAYWRIGHT_TIMEOUT_MS = HANG_S * 1000
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("REQUIRE_BROWSER") == "1":
@@ -45,13 +48,22 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=PLAYWRIGHT_TIMEOUT_MS)
         yield launched
         launched.close()
 
 
+def bounded_page(browser: Browser, **options: object) -> Page:
+    """A new page whose every wait (navigation, load state, locator) is bounded for a hang only, not Playwright's
+    default of 30 s: a loaded machine renders slowly, and a wait on a state is not a claim about speed."""
+    page = browser.new_page(**options)  # type: ignore[arg-type]
+    page.set_default_timeout(PLAYWRIGHT_TIMEOUT_MS)
+    page.set_default_navigation_timeout(PLAYWRIGHT_TIMEOUT_MS)
+    return page
+
+
 def open_page(browser: Browser, url: str) -> tuple[Page, list[str]]:
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page = bounded_page(browser, viewport={"width": 1366, "height": 900})
     problems: list[str] = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -173,7 +185,7 @@ OVERFLOW = """() => {
 def test_every_page_fits_its_width_in_both_schemes_with_every_diagram_visible(
     browser: Browser, server: str, page_path: str, width: int, scheme: str
 ) -> None:
-    page = browser.new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page = bounded_page(browser, viewport={"width": width, "height": 900}, color_scheme=scheme)
     problems: list[str] = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))

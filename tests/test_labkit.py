@@ -19,14 +19,16 @@ import pytest
 from labkit import harness, run_benchmarks
 from labkit.environment import git_state
 from labkit.machines import LabelError, check_label
+from labkit.waiting import HANG_S, communicate, lines_until, run
 
 from conftest import build_env
 
-DEADLINE_S = 60  # no test here waits longer for a process; each normally takes well under a second
+DEADLINE_S = HANG_S  # no wait here on a process lasts longer: a bound for a hang, not for a loaded machine
+UNTIL_SIGNALLED = ["--sleep", str(10 * HANG_S)]  # a benchmark that runs until the test signals it, however late
 
 
 def git(folder: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    run(["git", *args], f"git {args[0]}", cwd=folder, check=True, capture_output=True)
 
 
 def test_an_untracked_measured_source_makes_the_tree_dirty(tmp_path: Path) -> None:
@@ -103,21 +105,16 @@ def start(root: Path, *argv: str) -> subprocess.Popen[str]:
 
 def read_until(process: subprocess.Popen[str], text: str) -> list[str]:
     assert process.stderr is not None
-    lines = []
-    while not lines or text not in lines[-1]:
-        line = process.stderr.readline()
-        assert line, f"stderr ended before {text!r}: {lines}"
-        lines.append(line.rstrip())
-    return lines
+    return [line.rstrip() for line in lines_until(process, process.stderr, text, f"make bench to say {text!r}")]
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, list[str]]:
-    _, rest = process.communicate(timeout=DEADLINE_S)
+    _, rest = communicate(process, "make bench to end")
     return process.returncode, rest.splitlines()
 
 
 def test_sigterm_right_after_a_benchmark_is_announced_stops_it_before_it_writes(tmp_path: Path) -> None:
-    root = fake_root(tmp_path, ("first-lab", ["--sleep", "30"]), ("second-lab", []))
+    root = fake_root(tmp_path, ("first-lab", UNTIL_SIGNALLED), ("second-lab", []))
     process = start(root, "--machine", "box")
     read_until(process, "first-lab: python")  # printed just before the benchmark starts
     process.send_signal(signal.SIGTERM)
@@ -129,7 +126,7 @@ def test_sigterm_right_after_a_benchmark_is_announced_stops_it_before_it_writes(
 
 @pytest.mark.parametrize("target", ["pid", "group"])
 def test_ctrl_c_to_make_bench_reaches_the_benchmark_once_and_stops_the_run(tmp_path: Path, target: str) -> None:
-    root = fake_root(tmp_path, ("first-lab", ["--sleep", "30"]), ("second-lab", []))
+    root = fake_root(tmp_path, ("first-lab", UNTIL_SIGNALLED), ("second-lab", []))
     process = start(root, "--machine", "box")
     read_until(process, "child: ready")
     if target == "pid":  # kill -INT <pid>: the benchmark hears of it only through make bench
@@ -168,8 +165,8 @@ def test_ctrl_c_while_make_bench_imports_is_one_line_without_a_traceback(tmp_pat
         sys.argv = ["run_benchmarks", "--help"]
         runpy.run_module("labkit.run_benchmarks", run_name="__main__", alter_sys=True)
     ''')
-    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=build_env(),
-                              cwd=tmp_path, timeout=DEADLINE_S)
+    finished = run([sys.executable, "-c", script], "make bench to stop at the interrupt", capture_output=True,
+                   text=True, env=build_env(), cwd=tmp_path)
     assert finished.returncode == 130, finished.stderr
     assert finished.stderr == "run_benchmarks: interrupted (SIGINT); no benchmark was running\n"
 
@@ -237,8 +234,8 @@ def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_lan
             print("benchmark: wrote the record")
             return 0
     '''))
-    finished = subprocess.run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], capture_output=True,
-                              text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)), timeout=DEADLINE_S)
+    finished = run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], "the launcher to exit",
+                   capture_output=True, text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)))
     assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")
 
 
@@ -284,9 +281,9 @@ def test_a_signal_at_the_records_write_is_reported_as_what_became_of_the_record(
     (tmp_path / "signal_at_the_write.py").write_text(SIGNAL_AT_THE_WRITE)
     output = tmp_path / "record.json"
     output.write_text('{"old": true}')
-    finished = subprocess.run([sys.executable, "-m", "labkit.launch", "signal_at_the_write", where, str(output)],
-                              capture_output=True, text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)),
-                              timeout=DEADLINE_S)
+    finished = run([sys.executable, "-m", "labkit.launch", "signal_at_the_write", where, str(output)],
+                   f"the launcher to exit at a signal {where}", capture_output=True, text=True, cwd=tmp_path,
+                   env=build_env(PYTHONPATH=str(tmp_path)))
     assert (finished.returncode, finished.stderr) == (code, line.format(output=output) + "\n")
     assert output.read_text() == ('{\n  "new": true\n}\n' if replaced else '{"old": true}')
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json", "signal_at_the_write.py", "x.schema.json"]
@@ -308,7 +305,7 @@ def make_bench(root: Path) -> subprocess.Popen[str]:
 
 @pytest.mark.parametrize("target", ["make", "make's group"])
 def test_sigkill_to_make_bench_stops_the_benchmark_before_it_replaces_the_record(tmp_path: Path, target: str) -> None:
-    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]))
+    root = fake_root(tmp_path, ("first-lab", UNTIL_SIGNALLED))
     process = make_bench(root)
     read_until(process, "child: ready")
     if target == "make":
@@ -321,7 +318,7 @@ def test_sigkill_to_make_bench_stops_the_benchmark_before_it_replaces_the_record
 
 
 def test_sigint_to_make_alone_reaches_the_benchmark_and_ends_make_by_sigint(tmp_path: Path) -> None:
-    root = fake_root(tmp_path, ("first-lab", ["--sleep", "5"]), ("second-lab", []))
+    root = fake_root(tmp_path, ("first-lab", UNTIL_SIGNALLED), ("second-lab", []))
     process = make_bench(root)
     read_until(process, "child: ready")
     process.send_signal(signal.SIGINT)  # kill -INT <make>: make itself passes nothing on

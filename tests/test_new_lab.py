@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from labkit.waiting import run
+
 from conftest import ROOT, build_env
 from test_layout import duplicated_names, loose_modules
 
@@ -122,12 +124,12 @@ def site_with_new_lab(root: Path) -> None:
 
 def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_else_edited(tmp_path: Path) -> None:
     site_with_new_lab(tmp_path)
-    measured = subprocess.run([sys.executable, "labs/demo/toy-lab/benchmark.py", "--output", "results/toy-results.json"],
-                              cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
+    measured = run([sys.executable, "labs/demo/toy-lab/benchmark.py", "--output", "results/toy-results.json"],
+                   "the throwaway lab's benchmark", cwd=tmp_path, env=build_env(), capture_output=True, text=True)
     assert measured.returncode == 0 and "benchmark: the answer is 42, squared 1764" in measured.stderr, measured.stderr
-    finished = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
-                              cwd=tmp_path, env=build_env(LAB_BENCH="never"), capture_output=True, text=True,
-                              timeout=300)
+    finished = run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
+                   "the build with the throwaway lab", cwd=tmp_path, env=build_env(LAB_BENCH="never"),
+                   capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "lab toy-lab: 1 of 1 tests passed" in finished.stderr
     record = json.loads((tmp_path / "results" / "toy-results.json").read_text())
@@ -142,8 +144,9 @@ def test_a_lab_that_is_not_a_timing_sweep_builds_with_its_own_view_and_nothing_e
     # The figure the benchmark derived is checked by the build against the same derivation.
     edited = tmp_path / "results" / "toy-results.json"
     edited.write_text(edited.read_text().replace('"answer_squared": 1764', '"answer_squared": 1765'))
-    refused = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
-                             cwd=tmp_path, env=build_env(LAB_BENCH="never"), capture_output=True, text=True, timeout=300)
+    refused = run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
+                  "the build to refuse the edited figure", cwd=tmp_path, env=build_env(LAB_BENCH="never"),
+                  capture_output=True, text=True)
     assert refused.returncode != 0
     assert ("results/toy-results.json: field $.answer_squared is 1765, but the square of $.answer gives 1764"
             in refused.stderr), refused.stderr[-2000:]
@@ -155,8 +158,8 @@ def test_a_failing_view_is_one_line_and_its_traceback_shows_with_verbose(tmp_pat
     views.write_text(views.read_text().replace("record['answer']}", "record['no-such-field']}"))
 
     def build(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", *flags, "--site-dir", "site"],
-                              cwd=tmp_path, env=build_env(), capture_output=True, text=True, timeout=300)
+        return run([sys.executable, "-m", "mkdocs", "build", "--strict", *flags, "--site-dir", "site"],
+                   "the build with the failing view", cwd=tmp_path, env=build_env(), capture_output=True, text=True)
 
     quiet = build()
     assert quiet.returncode != 0

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from labkit.figures import fill, path_text
 from labkit.manifest import Lab, discover_labs, load_lab
 from labkit.records import RecordError, atomic_write_json, load_record
 from labkit.summary import sweep_figures
+from labkit.waiting import run
 from site_hooks.consistency import check_header, check_sweep
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import (
@@ -28,6 +29,7 @@ from site_hooks.orchestrate import (
     is_stale,
     other_machines,
     read_record,
+    stale_files,
 )
 from site_hooks.orchestrate import tests_digest as digest_of_tests  # a name pytest does not collect
 
@@ -310,8 +312,9 @@ def test_a_hand_edited_figure_derived_from_the_sweep_is_refused_by_its_own_path(
 
 def test_record_for_other_sources_is_stale(record: dict[str, Any]) -> None:
     assert not is_stale(record, LAB, ROOT)
-    record["fingerprint"]["digest"] = "0" * 64
-    assert is_stale(record, LAB, ROOT)
+    record["fingerprint"]["digest"] = "0" * 64  # measured on other sources: the digest and that file's hash differ
+    record["fingerprint"]["files"]["labs/llm/kv-cache/benchmark.py"] = "0" * 64
+    assert stale_files(record, LAB, ROOT) == ["labs/llm/kv-cache/benchmark.py"]
 
 
 def test_lab_bench_accepts_three_policies_and_rejects_others() -> None:
@@ -359,7 +362,8 @@ def test_a_hung_benchmark_is_stopped_at_the_deadline_and_the_record_kept(
     import site_hooks.orchestrate as orchestrate
 
     record = toy_site.write_fresh_record()
-    (toy_site.root / "bench.py").write_text("import sys, time\nprint('benchmark: started', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    (toy_site.root / "bench.py").write_text("import sys, threading\nprint('benchmark: started', file=sys.stderr, flush=True)\n"
+                                            "threading.Event().wait()\n")  # hangs until the deadline kills it
     monkeypatch.setattr(orchestrate, "BENCH_TIMEOUT_S", 1)
     with pytest.raises(SiteBuildError, match=r"benchmark exceeded 1 s and was stopped; results/toy\.json keeps"):
         orchestrate.run_benchmark(lab_of(toy_site), toy_site.root, log)
@@ -451,8 +455,8 @@ def hostile_copy(tmp_path: Path, name: str) -> Path:
 def test_a_record_that_is_not_a_bounded_regular_file_of_the_repository_is_refused_in_one_line_without_reading_it(
         tmp_path: Path, name: str, message: str) -> None:
     root = hostile_copy(tmp_path, name)
-    finished = subprocess.run([sys.executable, "-c", READ_EVERY_RECORD, str(root)], capture_output=True, text=True,
-                              timeout=20, cwd=ROOT / "tests", env=os.environ | {"PYTHONPATH": str(ROOT / "tests")})
+    finished = run([sys.executable, "-c", READ_EVERY_RECORD, str(root)], f"the build to refuse the {name} record",
+                   capture_output=True, text=True, cwd=ROOT / "tests", env=os.environ | {"PYTHONPATH": str(ROOT / "tests")})
     expected = message.format(outside=os.path.realpath(tmp_path / "outside"), root=os.path.realpath(root))
     assert finished.stdout == f"refused: {expected}\n", finished.stderr[-2000:]
 
@@ -490,3 +494,137 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
     assert "labs/llm/models/llama/*.py" in serving.test_sources
     assert any(ROOT.glob("labs/llm/models/llama/*.py"))
+
+
+# A record's strings, depth and text are bounded by the loader, whatever its lab's schema says: one line naming
+# the file and the field, never a traceback, and never a page many times the record's size.
+def nested(levels: int) -> Any:
+    """An edit of a record's text: a field ``deep`` of ``levels`` arrays, one inside the other."""
+    return lambda t: t.replace('"lab": ', f'"deep": {"[" * levels}{"]" * levels}, "lab": ', 1)
+
+
+def cpu_model(text: str) -> Any:
+    """An edit of a record's text: ``text`` (JSON, escapes allowed) as the recording machine's CPU name."""
+    return lambda t: re.sub(r'"model": "[^"]*"', lambda _: f'"model": "{text}"', t, count=1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (nested(100_000), "measurement record nests arrays or objects too deeply to parse, more than the 32 levels "
+                          "a record may"),
+        (nested(900), "field $.deep" + "[0]" * 31 + " nests arrays or objects more than 32 levels deep"),
+        (nested(33), "field $.deep" + "[0]" * 31 + " nests arrays or objects more than 32 levels deep"),
+        (cpu_model("x" * 15 * 2**20), "field $.environment.cpu.model is a string of 15728640 characters, more than "
+                                      "the 65536 a string of a record may hold"),
+        (cpu_model("x" * 1000), "field $.environment.cpu.model is invalid: 'xxxxxxxx"),
+        (cpu_model("AMD \\ud800 EPYC"), "field $.environment.cpu.model is a string holding a lone surrogate "
+                                        "(\\ud800 at character 4), which no UTF-8 text can carry"),
+        (lambda t: t.replace('"lab": ', '"\\udc00": 1, "lab": ', 1),
+         "field $ holds a key holding a lone surrogate (\\udc00 at character 0)"),
+        (lambda t: t.replace('"lab": ', f'"{"k" * 70_000}": 1, "lab": ', 1),
+         "field $ holds a key of 70000 characters, more than the 65536"),
+    ],
+    ids=["100000-deep", "900-deep", "33-deep", "15-mib-cpu", "long-cpu", "lone-surrogate", "surrogate-key",
+         "long-key"],
+)
+def test_a_record_nested_too_deep_or_with_an_unbounded_or_invalid_string_is_refused_in_one_line(
+        tmp_path: Path, edit: Any, message: str) -> None:
+    assert message in refusal(tmp_path, LAB, edit((ROOT / LAB.record).read_text()))
+
+
+def test_every_string_of_the_shared_header_is_bounded_by_the_schema() -> None:
+    common = json.loads((ROOT / "results" / "record-common.schema.json").read_text())["$defs"]
+
+    def strings(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+        found = [(path, schema)] if "string" in ([schema["type"]] if isinstance(schema.get("type"), str) else
+                                                schema.get("type", [])) else []
+        for name, part in schema.get("properties", {}).items():
+            found += strings(part, f"{path}.{name}")
+        return found
+
+    header = strings(common["header"], "header") + strings(common["environment"], "environment")
+    assert len(header) >= 15
+    unbounded = [path for path, schema in header
+                 if "maxLength" not in schema and "const" not in schema and "pattern" not in schema]
+    assert unbounded == []
+
+
+# A record's fingerprint is checked whole: the overall digest decides freshness, and the per-file list must agree
+# with it (labkit.fingerprint.changed_since). The lab here measures four files.
+def fingerprinted_lab(root: Path) -> Lab:
+    folder = root / "labs" / "demo" / "print-lab"
+    folder.mkdir(parents=True)
+    for name in ("a", "b", "c", "d"):
+        (folder / f"{name}.py").write_text(f"{name.upper()} = 1\n")
+    (folder / "lab.toml").write_text(
+        'name = "print-lab"\ntitle = "t"\nrecord = "results/print.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
+        'tests = { start = "x", pattern = "test_*.py" }\nfingerprint = ["labs/demo/print-lab/*.py"]\n')
+    return load_lab(folder / "lab.toml", root)
+
+
+def measured(lab: Lab, root: Path) -> dict[str, Any]:
+    from labkit.fingerprint import source_fingerprint
+
+    return {"fingerprint": source_fingerprint(root, lab.fingerprint)}
+
+
+def drop_one(files: dict[str, str]) -> None:
+    files.pop(sorted(files)[1])
+
+
+def keep_one(files: dict[str, str]) -> None:
+    for name in sorted(files)[1:]:
+        files.pop(name)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (drop_one, "field $.fingerprint.files lists 3 files, but the lab's fingerprint globs match 4 (not listed: "
+                   "labs/demo/print-lab/b.py), while $.fingerprint.digest is the digest of exactly those 4 files as "
+                   "they are: the list was edited"),
+        (keep_one, "field $.fingerprint.files lists 1 files, but the lab's fingerprint globs match 4 (not listed: "
+                   "labs/demo/print-lab/b.py, labs/demo/print-lab/c.py, labs/demo/print-lab/d.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/bogus.py": "0" * 64}),
+         "lists 5 files, but the lab's fingerprint globs match 4 (matched by no glob: labs/demo/print-lab/bogus.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/e.py": files.pop("labs/demo/print-lab/d.py")}),
+         "(not listed: labs/demo/print-lab/d.py; matched by no glob: labs/demo/print-lab/e.py)"),
+        (lambda files: files.update({"labs/demo/print-lab/c.py": "f" * 64}),
+         f'field $.fingerprint.files["labs/demo/print-lab/c.py"] is {"f" * 64}, but the file\'s sha256 is '),
+    ],
+    ids=["one-dropped", "all-but-one-dropped", "bogus-added", "renamed", "hash-corrupted"],
+)
+def test_a_fresh_record_whose_fingerprint_list_disagrees_with_its_digest_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path, edit: Any, message: str) -> None:
+    lab = fingerprinted_lab(tmp_path)
+    record = measured(lab, tmp_path)
+    assert not is_stale(record, lab, tmp_path)  # whole, it is fresh
+    edit(record["fingerprint"]["files"])
+    with pytest.raises(SiteBuildError) as refused:
+        is_stale(record, lab, tmp_path)
+    assert "\n" not in str(refused.value) and str(refused.value).startswith("results/print.json: ")
+    assert message in str(refused.value)
+    with pytest.raises(SiteBuildError, match=r"^results/machines/print-lab/box\.json: field \$\.fingerprint"):
+        is_stale(record, lab, tmp_path, "results/machines/print-lab/box.json")  # a machine record is named as such
+
+
+def test_a_stale_record_stays_stale_whatever_its_list_says_and_names_the_files_that_changed(tmp_path: Path) -> None:
+    lab = fingerprinted_lab(tmp_path)
+    folder = tmp_path / "labs" / "demo" / "print-lab"
+    record = measured(lab, tmp_path)
+    (folder / "b.py").write_text("B = 2\n")  # the code changed since the measurement
+    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/b.py"]
+    edited = copy.deepcopy(record)  # b's hash edited to today's: only the digest can tell, and it does
+    edited["fingerprint"]["files"] = measured(lab, tmp_path)["fingerprint"]["files"]
+    with pytest.raises(SiteBuildError, match=r"^results/print\.json: field \$\.fingerprint\.digest is [0-9a-f]{64}, "
+                                             r"but each of the 4 files it lists has the sha256 the record gives it"):
+        stale_files(edited, lab, tmp_path)
+    corrupted = copy.deepcopy(record)  # another file's hash corrupted: still stale, never fresh
+    corrupted["fingerprint"]["files"]["labs/demo/print-lab/a.py"] = "0" * 64
+    assert stale_files(corrupted, lab, tmp_path) == ["labs/demo/print-lab/a.py", "labs/demo/print-lab/b.py"]
+    (folder / "e.py").write_text("E = 1\n")  # a file added to the lab, and one removed: stale, not corrupt
+    (folder / "d.py").unlink()
+    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/b.py", "labs/demo/print-lab/d.py",
+                                                  "labs/demo/print-lab/e.py"]
+

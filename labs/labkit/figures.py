@@ -12,31 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .records import RecordError
+from .records import JsonPath, RecordError, path_text
 
-Key = str | int
-JsonPath = tuple[Key, ...]
 REL_TOL = 1e-9  # stored figures are the same arithmetic on the same data: only float rounding may differ
 ABS_TOL = 1e-12
-PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-
-
-def path_text(path: JsonPath) -> str:
-    """('lengths', 3, 'modes', 'ours-concat') -> '$.lengths[3].modes.ours-concat'; other keys quoted."""
-    parts = ["$"]
-    for key in path:
-        if isinstance(key, int):
-            parts.append(f"[{key}]")
-        elif PLAIN_KEY.fullmatch(key):
-            parts.append(f".{key}")
-        else:
-            parts.append(f"[{json.dumps(key)}]")
-    return "".join(parts)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """A digest of the source files a measurement depends on, so a stale record can be recognised.
 
 Each file's own sha256 is kept beside the overall digest, so a mismatch can name the files that changed.
+Only the overall digest decides whether a record is fresh; ``changed_since`` says how the per-file list
+must agree with it.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import Any
+
+from .records import path_text
 
 
 def fingerprint_files(root: Path, globs: tuple[str, ...] | list[str]) -> list[str]:
@@ -38,3 +42,53 @@ def changed_files(recorded: dict[str, Any], current: dict[str, Any]) -> list[str
     """Files whose content differs between two fingerprints, or that only one of them covers."""
     old, new = recorded["files"], current["files"]
     return sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+
+
+class FingerprintError(ValueError):
+    """A record's fingerprint that contradicts itself or today's files in a way no change of code explains."""
+
+
+def _some(names: list[str], limit: int = 3) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def changed_since(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The measured files that changed since ``recorded`` was taken (empty: the record is fresh), once its
+    fingerprint block is found whole; FingerprintError says what is wrong with one that is not.
+
+    The overall digest covers every file's path and bytes, so it alone decides freshness; the per-file
+    digests only name what changed, and no edit of them can make a stale record fresh or a fresh one stale.
+    They must agree with the digest all the same:
+
+    - The digest is today's: the record was measured on exactly the files the lab's globs match now, as
+      they are now. Its list must hold those files, no fewer, no more, no others, each with the sha256 of
+      the file today. Anything else was edited after the measurement.
+    - The digest is not today's: the record is stale, and a change of code may have added, removed or
+      renamed files since, so the list may differ from today's in any way, and the files that differ
+      (content, or listed on one side only) are what changed. But if none differs, the list describes
+      today's files exactly while the digest says they are not what was measured: one was edited.
+    """
+    listed, today = recorded["files"], current["files"]
+    if recorded["digest"] == current["digest"]:
+        missing, extra = sorted(today.keys() - listed.keys()), sorted(listed.keys() - today.keys())
+        if missing or extra:
+            differences = ([f"not listed: {_some(missing)}"] if missing else []) + (
+                [f"matched by no glob: {_some(extra)}"] if extra else [])
+            raise FingerprintError(
+                f"field $.fingerprint.files lists {len(listed)} files, but the lab's fingerprint globs match "
+                f"{len(today)} ({'; '.join(differences)}), while $.fingerprint.digest is the digest of exactly "
+                f"those {len(today)} files as they are: the list was edited")
+        for name in sorted(today):
+            if listed[name] != today[name]:
+                raise FingerprintError(
+                    f"field {path_text(('fingerprint', 'files', name))} is {listed[name]}, but the file's sha256 "
+                    f"is {today[name]}, while $.fingerprint.digest covers its bytes as they are: the hash was edited")
+        return []
+    changed = changed_files(recorded, current)
+    if not changed:
+        raise FingerprintError(
+            f"field $.fingerprint.digest is {recorded['digest']}, but each of the {len(listed)} files it lists has "
+            f"the sha256 the record gives it, and together they digest to {current['digest']}: the digest or a "
+            f"file's hash was edited")
+    return changed

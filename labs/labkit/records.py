@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ class RecordError(ValueError):
 
 
 MAX_RECORD_BYTES = 16 * 2**20  # 16 MiB: the largest committed record is under 1 MB; a bound, not a budget
+# Every string and key of any record: the longest committed one, torch's build configuration, is about 2,000
+# characters. A page renders a record's strings, some of them more than once (and the search index again): a
+# 15 MiB CPU name would make a page of 90 MB. The shared header's schema bounds its own fields far tighter.
+MAX_STRING_CHARS = 64 * 1024
+MAX_DEPTH = 32  # levels of arrays and objects; committed records nest 7 deep, their schemas 13
 
 
 def _kind(mode: int) -> str:
@@ -139,14 +145,86 @@ def _float_or_non_finite(text: str) -> float:
     return value if math.isfinite(value) else _NonFinite(text)
 
 
-def _find_non_finite(value: Any, path: str = "$") -> str | None:
-    if isinstance(value, _NonFinite):
-        return f"{path} is {value.text}"  # type: ignore[attr-defined]
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _find_non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
-        if found:
-            return found
+Key = str | int
+JsonPath = tuple[Key, ...]
+PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def path_text(path: JsonPath) -> str:
+    """('lengths', 3, 'modes', 'ours-concat') -> '$.lengths[3].modes.ours-concat'; other keys quoted."""
+    parts = ["$"]
+    for key in path:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif PLAIN_KEY.fullmatch(key):
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{json.dumps(key)}]")
+    return "".join(parts)
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first code point no UTF-8 text can carry (a lone \\ud800 escape), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def _string_problem(text: str) -> str | None:
+    """What no string or key of a record may be, as words after "a string" or "a key"; None for nearly all."""
+    if len(text) <= MAX_STRING_CHARS and text.isascii():  # nearly every string: nothing to look at further
+        return None
+    if len(text) > MAX_STRING_CHARS:
+        return f"of {len(text)} characters, more than the {MAX_STRING_CHARS} a string of a record may hold"
+    at = _lone_surrogate(text)
+    if at is not None:
+        return (f"holding a lone surrogate (\\u{ord(text[at]):04x} at character {at}), which no UTF-8 text can "
+                f"carry")
+    return None
+
+
+def _unfit(path: JsonPath, key: Key, item: Any) -> str | None:
+    """What is wrong with ``item``, stored under ``key`` at ``path``; the path is spelled only for a refusal."""
+    if type(key) is str and (problem := _string_problem(key)):
+        return f"{path_text(path)} holds a key {problem}"
+    if type(item) is str and (problem := _string_problem(item)):
+        return f"{path_text((*path, key))} is a string {problem}"
+    if type(item) is _NonFinite:
+        return f"{path_text((*path, key))} is {item.text}"  # type: ignore[attr-defined]
+    if type(item) in (dict, list) and len(path) + 1 >= MAX_DEPTH:
+        return (f"{path_text((*path, key))} nests arrays or objects more than {MAX_DEPTH} levels deep, deeper "
+                f"than any record")
+    return None
+
+
+def _children(item: dict[str, Any] | list[Any]) -> Iterator[tuple[Key, Any]]:
+    return iter(item.items()) if isinstance(item, dict) else enumerate(item)
+
+
+def _find_unfit(value: Any) -> str | None:
+    """The first value, in document order, that no record may hold, as "<JSON path> <what is wrong>": a NaN or
+    an infinity, a string (or key) beyond MAX_STRING_CHARS or with a lone surrogate, arrays and objects nested
+    beyond MAX_DEPTH. Walked with a stack of its own (one frame per open array or object), not by recursion: a
+    record nested a thousand levels deep must be refused in one line, not by exhausting the interpreter's."""
+    if type(value) is str and (problem := _string_problem(value)):
+        return f"$ is a string {problem}"
+    if type(value) is _NonFinite:
+        return f"$ is {value.text}"  # type: ignore[attr-defined]
+    if type(value) not in (dict, list):
+        return None
+    frames: list[tuple[JsonPath, Iterator[tuple[Key, Any]]]] = [((), _children(value))]
+    while frames:
+        path, children = frames[-1]
+        for key, item in children:
+            if problem := _unfit(path, key, item):
+                return problem
+            if type(item) in (dict, list):
+                frames.append(((*path, key), _children(item)))
+                break
+        else:
+            frames.pop()
     return None
 
 
@@ -165,7 +243,8 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def load_json(path: Path, what: str, label: str | None = None, root: Path | None = None) -> Any:
     """Parse a JSON file, read as ``read_bounded`` reads it (with ``root``: inside it); errors name it as
-    ``label`` (default: the path). NaN, Infinity and a key repeated within one object are refused."""
+    ``label`` (default: the path). NaN, Infinity, a key repeated within one object, a string or key of more
+    than MAX_STRING_CHARS or with a lone surrogate, and nesting beyond MAX_DEPTH are refused, naming the field."""
     name = label or str(path)
     data = read_bounded(path, what, name, root)
     if data.startswith(b"\xef\xbb\xbf"):  # the request bodies of the serving lab follow the same rule
@@ -182,9 +261,13 @@ def load_json(path: Path, what: str, label: str | None = None, root: Path | None
     except _DuplicateKey as key:
         raise RecordError(f"{name}: {what} holds key {key.args[0]!r} twice in one object; "
                           f"which value counts would be JSON's silent choice") from None
-    found = _find_non_finite(data)
+    except RecursionError:  # the parser's own recursion: far deeper than the walk below would allow
+        raise RecordError(f"{name}: {what} nests arrays or objects too deeply to parse, more than the "
+                          f"{MAX_DEPTH} levels a record may") from None
+    found = _find_unfit(data)
     if found:
-        raise RecordError(f"{name}: field {found}: a {what} holds finite numbers only")
+        raise RecordError(f"{name}: field {found}: a {what} holds finite numbers, bounded Unicode strings and "
+                          f"at most {MAX_DEPTH} levels of nesting")
     return data
 
 

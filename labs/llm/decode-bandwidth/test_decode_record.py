@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -14,6 +13,7 @@ from typing import Any
 
 from labkit.figures import JsonPath, path_text, shown
 from labkit.manifest import load_lab
+from labkit.waiting import run
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import read_record
 
@@ -102,7 +102,8 @@ class CommittedRecord(unittest.TestCase):
     def test_the_figures_and_views_import_no_torch(self) -> None:
         code = ("import sys, decode_bandwidth.figures, decode_bandwidth_views; "
                 "sys.exit('torch' in sys.modules)")
-        self.assertEqual(subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent).returncode, 0)
+        finished = run([sys.executable, "-c", code], "the torch-free import check", cwd=Path(__file__).parent)
+        self.assertEqual(finished.returncode, 0)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from kv_cache import benchmark, figures, trained
 from kv_cache.broken import PositionResetBlock
 from labkit.figures import check, path_text
 from labkit.records import RecordError, load_record
+from labkit.waiting import communicate, lines_until
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 
@@ -214,29 +214,52 @@ class BadArgumentsFailBeforeMeasuring(labkit.testing.ExistingRecordTest):
                             f"--batch must lie in [1, {benchmark.MAX_BATCH}], got {benchmark.MAX_BATCH + 1}")
 
 
+# The launcher run so that the signal lands exactly while it imports torch, whatever the machine's speed.
+INTERRUPT_DURING_IMPORT = """
+import os, runpy, signal, sys
+signum = getattr(signal, sys.argv[1])
+class InterruptDuringImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, InterruptDuringImport())
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 class SigtermIsHandledLikeCtrlC(unittest.TestCase):
     """The real launcher in a subprocess, stopped by SIGTERM while importing, measuring and writing."""
 
     LAUNCHER = Path(benchmark.ROOT / benchmark.LAB.benchmark[0])
     PREVIOUS = b'{"previous": "record"}\n'
 
-    def run_and_terminate(self, after_s: float, signum: int = signal.SIGTERM) -> tuple[int, str, Path]:
+    def run_and_terminate(self, when: str, signum: int = signal.SIGTERM) -> tuple[int, str, Path]:
+        """Signal the benchmark while it imports torch ("importing"), or once it says it has timed a repetition
+        ("measuring"): the moments are states of the run, not delays."""
         folder = tempfile.TemporaryDirectory()
         self.addCleanup(folder.cleanup)
         path = Path(folder.name) / "record.json"
         path.write_bytes(self.PREVIOUS)
-        process = subprocess.Popen([sys.executable, str(self.LAUNCHER), "--output", str(path),
-                                    "--lengths", "256", "--repeats", "500"],
-                                   stderr=subprocess.PIPE, text=True, cwd=benchmark.ROOT)
-        time.sleep(after_s)
-        process.send_signal(signum)
-        _, stderr = process.communicate(timeout=60)
-        return process.returncode, stderr, path
+        # 1,000 repetitions at 64 tokens: minutes of measuring are left when the first is reported
+        arguments = [str(self.LAUNCHER), "--output", str(path), "--lengths", "64", "--repeats", "1000"]
+        if when == "importing":
+            arguments = ["-c", INTERRUPT_DURING_IMPORT, signal.Signals(signum).name, *arguments]
+        process = subprocess.Popen([sys.executable, *arguments], stderr=subprocess.PIPE, text=True,
+                                   cwd=benchmark.ROOT)
+        said = []
+        if when == "measuring":
+            assert process.stderr is not None
+            said = lines_until(process, process.stderr, "repetition", "the benchmark's first timed repetition")
+            process.send_signal(signum)
+        _, stderr = communicate(process, f"the benchmark to stop at {signal.Signals(signum).name} while {when}")
+        return process.returncode, "".join(said) + stderr, path
 
     def test_sigterm_at_any_moment_keeps_the_previous_record_and_leaves_no_temporary_file(self) -> None:
-        for after_s in (0.3, 4.0):  # early (imports, on most machines) and late (measuring): any moment must hold
-            with self.subTest(after_s=after_s):
-                code, stderr, path = self.run_and_terminate(after_s)
+        for when in ("importing", "measuring"):  # early and late: any moment must hold
+            with self.subTest(when=when):
+                code, stderr, path = self.run_and_terminate(when)
                 self.assertEqual(code, 143, stderr)
                 self.assertIn("interrupted (SIGTERM)", stderr)
                 self.assertNotIn("Traceback", stderr)
@@ -245,7 +268,7 @@ class SigtermIsHandledLikeCtrlC(unittest.TestCase):
 
 
     def test_ctrl_c_while_torch_is_imported_prints_one_line_and_no_traceback(self) -> None:
-        code, stderr, path = self.run_and_terminate(0.3, signal.SIGINT)
+        code, stderr, path = self.run_and_terminate("importing", signal.SIGINT)
         self.assertEqual(code, 130, stderr)
         self.assertIn("interrupted (SIGINT)", stderr)
         self.assertNotIn("Traceback", stderr)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
-import time
+import tempfile
 import unittest
 from collections.abc import Callable
 from typing import Any
@@ -19,10 +20,11 @@ import httpx
 import kv_serving_views
 from kv_serving import benchmark, figures, formulas
 from kv_serving.formulas import policy
-from kv_serving.launch import free_port, healthy
+from kv_serving.launch import log_text, serving_url
 from labkit.figures import check_record
 from labkit.records import RecordError
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, run_quietly
+from labkit.waiting import HANG_S, communicate, read_until_closed
 from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
@@ -344,24 +346,25 @@ class FailedRun(ExistingRecordTest):
 
 
 class ServerProcessTest(unittest.TestCase):
-    def test_the_server_command_serves_on_127_0_0_1_and_stops_cleanly_on_ctrl_c(self) -> None:
-        port = free_port()
-        process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", str(port), "--num-blocks", "16"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            for _ in range(300):
-                if healthy(url) or process.poll() is not None:
-                    break
-                time.sleep(0.1)
-            reply = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 4}, timeout=30)
-            self.assertEqual(len(reply.json()["choices"][0]["token_ids"]), 4)
-        finally:
-            process.send_signal(signal.SIGINT)
-            output, _ = process.communicate(timeout=30)
-        self.assertEqual(process.returncode, 0, output.decode(errors="replace"))
-        self.assertIn(f"http://127.0.0.1:{port}", output.decode())
-        self.assertIn("Application shutdown complete", output.decode())
+    def test_the_server_command_serves_on_127_0_0_1_closes_silent_connections_and_stops_cleanly_on_ctrl_c(
+            self) -> None:
+        with tempfile.TemporaryFile(mode="w+") as log:
+            process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", "0", "--num-blocks", "16",
+                                        "--request-timeout-s", "0.5"], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                url = serving_url(process, log, HANG_S)  # importing torch is most of a start
+                with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as silent:
+                    silent_reply = read_until_closed(silent, "the server to close a connection that sent nothing")
+                reply = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 4}, timeout=HANG_S)
+                self.assertEqual(len(reply.json()["choices"][0]["token_ids"]), 4)
+            finally:
+                process.send_signal(signal.SIGINT)
+                communicate(process, "the server to stop on Ctrl-C")
+            output = log_text(log)
+        self.assertEqual(process.returncode, 0, output)
+        self.assertRegex(url, r"^http://127\.0\.0\.1:\d+$")
+        self.assertIn("Application shutdown complete", output)
+        self.assertTrue(silent_reply.startswith(b"HTTP/1.1 408 "), silent_reply[:80])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import unittest
@@ -12,6 +11,7 @@ from kv_serving.launch import free_port
 from kv_serving.loadgen import main, run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
 from kv_serving.workload import WorkloadSpec, make_workload
+from labkit.waiting import HANG_S, eventually
 
 
 def spec(**changes: object) -> WorkloadSpec:
@@ -43,7 +43,7 @@ class LoadTest(QuietLoopTestCase):
     async def test_every_request_completes_with_its_tokens_and_client_side_latencies(self) -> None:
         workload = make_workload(spec())
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
-            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=20)
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S)
         summary = run.summary()
         self.assertEqual((summary["completed"], summary["refused"], summary["failed"]), (14, 0, 0))
         for item, result in zip(workload, run.requests):
@@ -57,12 +57,9 @@ class LoadTest(QuietLoopTestCase):
     async def test_clients_that_leave_are_counted_apart_and_their_blocks_return(self) -> None:
         workload = make_workload(spec(leave_fraction=1.0))
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, app):
-            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=20)
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S)
             scheduler = app.state.scheduler
-            for _ in range(200):
-                if not scheduler.running:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: not scheduler.running, "the departed clients' requests to retire")
             self.assertEqual(scheduler.pool.num_used_blocks, 0)
         self.assertEqual(run.summary()["left"], sum(item.leave_after_tokens is not None for item in workload))
         self.assertGreater(run.summary()["left"], 0)

@@ -20,15 +20,16 @@ from kv_serving.server import create_app
 from kv_serving.testing import serve_in_thread, tiny_engine
 from kv_serving.trained import create_chat_app
 from kv_serving.trained.testing import TokenGate, tiny_chat
+from labkit.waiting import HANG_S, eventually, within
 from llm_models.llama.generate import ChatModel, smollm2
 
-TIMEOUT_S = 20  # every request and every wait below ends within this, pass or fail
+CLIENT_TIMEOUT_S = HANG_S  # a reply may be slow on a loaded machine: this bound is for a hang, never for speed
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def client_for(url: str) -> openai.OpenAI:
     """The official client pointed at a server under test: no retries, so a refusal is seen once, as sent."""
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=CLIENT_TIMEOUT_S)
 
 
 class OpenAIClientOnTheTrainedServer(unittest.TestCase):
@@ -38,7 +39,7 @@ class OpenAIClientOnTheTrainedServer(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls.chat = tiny_chat()
-        cls.serving = serve_in_thread(create_chat_app(lambda: cls.chat), TIMEOUT_S)
+        cls.serving = serve_in_thread(create_chat_app(lambda: cls.chat))
         cls.client = client_for(cls.serving.__enter__())
 
     @classmethod
@@ -85,7 +86,7 @@ class OpenAIClientOnTheTrainedServer(unittest.TestCase):
 
 class OpenAIClientOnTheLoadServer(unittest.TestCase):
     def test_streamed_and_plain_completions_of_token_ids_agree_and_refusals_name_the_field(self) -> None:
-        with serve_in_thread(create_app(tiny_engine()), TIMEOUT_S) as url, client_for(url) as client:
+        with serve_in_thread(create_app(tiny_engine())) as url, client_for(url) as client:
             listed = [model.id for model in client.models.list()]
             prompt = [3, 1, 4, 1, 5]
             chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=9, stream=True))
@@ -104,7 +105,7 @@ class OpenAIClientOnTheLoadServer(unittest.TestCase):
 
 class TrainedModelThroughTheClient(unittest.TestCase):
     def test_the_trained_model_streams_a_chat_answer_in_words(self) -> None:
-        with serve_in_thread(create_chat_app(smollm2), TIMEOUT_S) as url, client_for(url) as client:
+        with serve_in_thread(create_chat_app(smollm2)) as url, client_for(url) as client:
             chunks = list(client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=24,
                                                          stream=True))
         text = "".join(c.choices[0].delta.content or "" for c in chunks)
@@ -146,18 +147,18 @@ class StreamsKeepGoing(unittest.IsolatedAsyncioTestCase):
             ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role"),
             ({"messages": [{"role": "user", "content": 7}]}, 400, "messages[0].content"),
         ]
-        with serve_in_thread(create_chat_app(lambda: chat), TIMEOUT_S) as url, TokenGate(chat, TIMEOUT_S) as gate:
-            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client, asyncio.timeout(2 * TIMEOUT_S):
+        with serve_in_thread(create_chat_app(lambda: chat)) as url, TokenGate(chat) as gate:
+            async with httpx.AsyncClient(timeout=CLIENT_TIMEOUT_S) as client:
                 # The leaver goes first and holds the model (one request decodes at a time); its first token
                 # waits at the gate, so nothing below can finish before the test says, however fast the host.
                 leaver_started = asyncio.Event()
                 leaver = asyncio.create_task(chat_stream(client, url, QUESTION, 40, leaver_started, leave_after=1))
-                while not gate.holding:
-                    await asyncio.sleep(0.005)
+                await eventually(lambda: gate.holding, "the leaver's first token to wait at the gate")
                 started = [asyncio.Event() for _ in questions]
                 streams = [asyncio.create_task(chat_stream(client, url, messages, 10, event))
                            for messages, event in zip(questions, started)]
-                await asyncio.gather(*(event.wait() for event in started))  # all three are in, waiting their turn
+                await within(asyncio.gather(*(event.wait() for event in started)),  # all three in, waiting their turn
+                             "the first event of each of the three streams")
                 for body, status, param in bad:
                     reply = await client.post(f"{url}/v1/chat/completions", json=body | {"max_tokens": 4})
                     with self.subTest(param=param):
@@ -165,11 +166,11 @@ class StreamsKeepGoing(unittest.IsolatedAsyncioTestCase):
                         self.assertEqual(reply.json()["error"]["type"], "invalid_request_error")
                 self.assertTrue(gate.holding and not any(stream.done() for stream in streams))
                 gate.step()  # the leaver's first token goes out, and its client leaves on it
-                left_with, _ = await leaver
-                while len(gate.produced) < 2:  # the server saw the leaver go and gave the model to the next stream
-                    await asyncio.sleep(0.005)
+                left_with, _ = await within(leaver, "the leaver's stream to end at its first token")
+                await eventually(lambda: len(gate.produced) >= 2,  # the server saw the leaver go: the next stream runs
+                                 "the model to pass from the leaver to the next stream")
                 gate.open()
-                results = await asyncio.gather(*streams)
+                results = await within(asyncio.gather(*streams), "the three streams to finish")
         self.assertEqual(len(left_with), 1)
         self.assertLessEqual(gate.produced[0], 3, "the leaver's decoding stopped soon after it left, not at 40")
         for (pieces, reason), expected in zip(results, alone):

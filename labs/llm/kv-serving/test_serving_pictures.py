@@ -25,6 +25,7 @@ from kv_serving.formulas import (
 )
 from kv_serving.request import Finished, Request, Token
 from kv_serving.testing import TINY_BLOCK, TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
+from labkit.waiting import bounded
 from site_hooks.blocks import render_block
 
 
@@ -66,7 +67,7 @@ class ReplayAgainstTheScheduler(QuietLoopTestCase):
         scheduler.start()
         seen: list[tuple[tuple[str, ...], ...]] = []
         try:
-            async with asyncio.timeout(20):
+            async with bounded("every request of the example to finish, iteration by iteration"):
                 step = 0
                 while any(not r.done for r in requests.values()) or len(requests) < len(jobs):
                     if not (gate.holding and sum(kind == "decode" for kind, _, _ in calls) == step + 1):

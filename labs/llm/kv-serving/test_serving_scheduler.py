@@ -10,6 +10,7 @@ from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.request import Failed, Finished, Request, Status, Token
 from kv_serving.scheduler import Counters, RequestRefused, Scheduler
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
+from labkit.waiting import bounded, eventually, within
 
 
 async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
@@ -61,9 +62,8 @@ class SchedulerTest(QuietLoopTestCase):
     async def gate_after_prefill(self, scheduler: Scheduler, requests: list[Request]) -> StepGate:
         """Hold the first decode step of requests submitted together, once every one has its first token."""
         gate = StepGate(scheduler.model)
-        async with asyncio.timeout(10):
-            while not (gate.holding and len(scheduler.running) == len(requests)):
-                await asyncio.sleep(0.001)
+        await eventually(lambda: gate.holding and len(scheduler.running) == len(requests),
+                         "every request prefilled and the first decode step held")
         self.assertTrue(all(len(r.output) == 1 for r in requests))
         return gate
 
@@ -84,7 +84,7 @@ class SchedulerTest(QuietLoopTestCase):
         for prompt, max_tokens in work[3:]:
             await asyncio.sleep(0.002)
             requests.append(scheduler.submit(prompt, max_tokens))
-        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to finish")
         for (prompt, max_tokens), (tokens, end) in zip(work, outcomes):
             self.assertEqual(end, Finished("length"))
             self.assertEqual(tokens, greedy_alone(scheduler, prompt, max_tokens))
@@ -104,7 +104,7 @@ class SchedulerTest(QuietLoopTestCase):
 
         watcher = asyncio.create_task(watch())
         requests = [scheduler.submit(p, m) for p, m in random_requests(25, seed=1)]
-        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to finish")
         watcher.cancel()
         self.assertTrue(all(isinstance(end, Finished) for _, end in outcomes))
         self.assertLessEqual(max(peaks), budget_blocks)
@@ -115,7 +115,7 @@ class SchedulerTest(QuietLoopTestCase):
     async def test_count_limit_sized_for_average_requests_overcommits_and_fails_some(self) -> None:
         scheduler = self.start(num_blocks=10, policy=MaxRunning(6))
         requests = [scheduler.submit([1] * 20, 12) for _ in range(6)]  # 31 positions = 8 blocks of 4 each
-        outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 20)
+        outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to end")
         failures = [end for _, end in outcomes if isinstance(end, Failed)]
         self.assertEqual(len(failures), 5)  # only one request's 8 blocks fit a 10-block pool
         self.assertEqual(failures[0].message, "out of KV memory: admitted as running request 2 under max_running=6, "
@@ -146,27 +146,27 @@ class SchedulerTest(QuietLoopTestCase):
         scheduler = self.start(num_blocks=40)
         long = scheduler.submit([5] * 10, 60)
         other = scheduler.submit([6] * 3, 40)
-        async with asyncio.timeout(5):
+        async with bounded("the long request's fifth token"):
             while len(long.output) < 5:
                 await long.events.get()
         scheduler.disconnect(long)
-        tokens, end = await asyncio.wait_for(drain(long), 5)
+        tokens, end = await within(drain(long), "the cancelled request to end")
         self.assertEqual(long.status, Status.CANCELLED)
         self.assertIsInstance(end, Failed)
         self.assertLessEqual(long.decode_steps_after_gone, 1)  # at most the step already under way
         self.assertLess(len(long.output), 60)
-        _, other_end = await asyncio.wait_for(drain(other), 10)
+        _, other_end = await within(drain(other), "the other request to finish")
         self.assertEqual(other_end, Finished("length"))
         self.assert_idle_with_every_block_free(scheduler)
 
     async def test_a_server_ignoring_disconnects_decodes_for_nobody_until_max_tokens(self) -> None:
         scheduler = self.start(num_blocks=40, honor_disconnect=False)
         request = scheduler.submit([5] * 10, 30)
-        async with asyncio.timeout(5):
+        async with bounded("the request's third token"):
             while len(request.output) < 3:
                 await request.events.get()
         scheduler.disconnect(request)
-        tokens, end = await asyncio.wait_for(drain(request), 10)
+        tokens, end = await within(drain(request), "the request to run to max_tokens")
         self.assertEqual(end, Finished("length"))
         self.assertEqual(len(request.output), 30)
         self.assertGreaterEqual(scheduler.counters.tokens_after_disconnect, 30 - 3 - 1)
@@ -180,7 +180,7 @@ class SchedulerTest(QuietLoopTestCase):
             scheduler.disconnect(requests[0])  # both leave while one decode step is held mid-flight
             scheduler.disconnect(requests[1])
             gate.open()
-            outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+            outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to end")
         counters = scheduler.counters
         self.assertEqual([r.status for r in requests], [Status.CANCELLED, Status.CANCELLED, Status.FINISHED])
         self.assertEqual(len(outcomes[2][0]), 30)
@@ -196,7 +196,7 @@ class SchedulerTest(QuietLoopTestCase):
         with await self.gate_after_prefill(scheduler, requests) as gate:
             scheduler.disconnect(requests[0])
             gate.open()
-            await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+            await within(asyncio.gather(*(drain(r) for r in requests)), "every request to run to max_tokens")
         counters = scheduler.counters
         self.assertEqual([len(r.output) for r in requests], [30, 12])
         self.assertEqual((counters.cancelled, counters.rows_dropped), (0, 0))
@@ -211,10 +211,10 @@ class SchedulerTest(QuietLoopTestCase):
         running, waiting = scheduler.submit([5] * 10, 30), scheduler.submit([6] * 3, 30)
         with await self.gate_after_prefill(scheduler, [running]) as gate:
             scheduler.fail_all("the server is shutting down")
-            _, waiting_end = await asyncio.wait_for(drain(waiting), 5)
+            _, waiting_end = await within(drain(waiting), "the waiting request to fail")
             held = (running.done, scheduler.pool.num_used_blocks)  # the held step still writes into its blocks
             gate.open()
-            _, running_end = await asyncio.wait_for(drain(running), 5)
+            _, running_end = await within(drain(running), "the running request to fail after its step")
         self.assertEqual(held, (False, 10))
         self.assertEqual(waiting_end, Failed("the server is shutting down", 503, "server_shutting_down"))
         self.assertEqual(running_end, waiting_end)
@@ -236,7 +236,7 @@ class SchedulerTest(QuietLoopTestCase):
         scheduler.model.prefill = failing_prefill  # type: ignore[method-assign]
         with self.assertLogs("kv_serving.scheduler", "ERROR"):
             requests = [scheduler.submit(prompt, 8) for prompt in ([1] * 5, [9] * 5, [2] * 7)]
-            outcomes = await asyncio.wait_for(asyncio.gather(*(drain(r) for r in requests)), 10)
+            outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to end")
         self.assertEqual([end for _, end in outcomes], [
             Finished("length"),
             Failed("internal error in the prefill: ValueError: simulated prefill failure", 500, "internal_error"),
@@ -252,9 +252,9 @@ class SchedulerTest(QuietLoopTestCase):
         queued = [scheduler.submit([2] * 4, 4) for _ in range(3)]
         for request in queued:
             scheduler.disconnect(request)
-        await asyncio.wait_for(drain(first), 10)
+        await within(drain(first), "the first request to finish")
         for request in queued:
-            _, end = await asyncio.wait_for(drain(request), 5)
+            _, end = await within(drain(request), "a queued request to fail")
             self.assertIsInstance(end, Failed)
             self.assertEqual(request.output, [])
         self.assert_idle_with_every_block_free(scheduler)

@@ -1,19 +1,27 @@
 """The trained-model server: OpenAI-shaped chat and completion requests answered in text, bad fields named.
 
 Most tests run a tiny random decoder with SmolLM2's real tokenizer (the vocabulary size of the trained model,
-2 layers of width 64): the HTTP layer is what they check. One test asks the trained model itself.
+2 layers of width 64): the HTTP layer is what they check. One test runs the server's own command, the trained model
+behind it, on a port it picks itself.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import unittest
 
+import httpx
 from fastapi.testclient import TestClient
 
+from kv_serving.launch import serving_url
 from kv_serving.trained import create_chat_app
 from kv_serving.trained.testing import tiny_chat
-from llm_models.llama.generate import smollm2
+from labkit.waiting import HANG_S, communicate, read_until_closed
 
 CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
 
@@ -96,11 +104,24 @@ class TinyServer(unittest.TestCase):
 
 
 class TrainedServer(unittest.TestCase):
-    def test_the_trained_model_answers_a_chat_in_words(self) -> None:
-        with TestClient(create_chat_app(smollm2)) as client:
-            answer = client.post("/v1/chat/completions", json=CHAT | {"model": "smollm2"}).json()
+    def test_the_trained_server_command_answers_a_chat_in_words_and_closes_a_connection_that_sends_nothing(
+            self) -> None:
+        with tempfile.TemporaryFile(mode="w+") as log:
+            process = subprocess.Popen([sys.executable, "-m", "kv_serving.trained", "--port", "0",
+                                        "--request-timeout-s", "0.5"], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                url = serving_url(process, log, HANG_S)  # loading the model is most of a start
+                with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as silent:
+                    silent_reply = read_until_closed(silent, "the server to close a connection that sent nothing")
+                answer = httpx.post(f"{url}/v1/chat/completions", json=CHAT | {"model": "smollm2"},
+                                    timeout=HANG_S).json()
+            finally:
+                process.send_signal(signal.SIGINT)
+                communicate(process, "the trained server to stop on Ctrl-C")
         self.assertIn("Paris", answer["choices"][0]["message"]["content"])
         self.assertEqual(answer["choices"][0]["finish_reason"], "stop")
+        self.assertTrue(silent_reply.startswith(b"HTTP/1.1 408 "), silent_reply[:80])
+        self.assertIn(b"no request arrived within 0.5 s of the connection opening", silent_reply)
 
 
 if __name__ == "__main__":

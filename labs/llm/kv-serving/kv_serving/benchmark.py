@@ -196,13 +196,18 @@ def request_rows(run: RunResult) -> list[dict[str, Any]]:
              "error": r.error} for r in run.requests]
 
 
-def final_metrics(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The server's counters once it has nothing left to do (requests of departed clients included)."""
+def final_metrics(url: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    """The server's counters once it has nothing left to do (requests of departed clients included). ``timeout_s``
+    bounds a hang, not a slow machine: a server still busy after it fails the run rather than give counters of a
+    run that has not ended."""
     deadline = time.monotonic() + timeout_s
     while True:
-        metrics = httpx.get(f"{url}/metrics", timeout=5.0).json()
-        if (metrics["num_running"] == 0 and metrics["num_waiting"] == 0) or time.monotonic() > deadline:
+        metrics = httpx.get(f"{url}/metrics", timeout=timeout_s).json()
+        if metrics["num_running"] == 0 and metrics["num_waiting"] == 0:
             return metrics
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server at {url} still had {metrics['num_running']} running and "
+                               f"{metrics['num_waiting']} waiting requests {timeout_s:g} s after the load ended")
         time.sleep(0.05)
 
 

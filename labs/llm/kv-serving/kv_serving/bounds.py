@@ -1,9 +1,11 @@
 """Bounds on a slow client: the request's headers and its body must arrive in time, and the body within a size.
 
-A client that sends its headers a byte at a time gets a 408 and the connection closes (``BoundedHeaders``, the
-protocol class uvicorn runs); a body larger than the server reads is refused with a 413 before or while it arrives,
-and one that does not arrive within the timeout with a 408 (``read_body``). The server (kv_serving.server) turns
-these into OpenAI error objects.
+A connection that sends nothing, or its headers a byte at a time, gets a 408 and is closed (``BoundedHeaders``, the
+protocol class uvicorn runs): the first request's headers must be in within the timeout of the connection's accept,
+a later request's within the timeout of its first byte (uvicorn's keep-alive timeout closes a connection idle
+between requests). A body larger than the server reads is refused with a 413 before or while it arrives, and one
+that does not arrive within the timeout with a 408 (``read_body``). Both servers, the load experiments'
+(kv_serving.server) and the trained model's (kv_serving.trained), run uvicorn with ``bounded_config``.
 """
 
 from __future__ import annotations
@@ -12,22 +14,32 @@ import asyncio
 import json
 
 import h11
+import uvicorn
 from fastapi import Request as HTTPRequest
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .protocol import BODY_SLACK_BYTES, BYTES_PER_TOKEN_ID, error_body
 
-REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from their first byte), and again for its body
+HOST = "127.0.0.1"  # never another interface: the lab servers have no authentication
+REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from the accept, or a later request's first byte), then its body
 
 
 class BoundedHeaders(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, with a deadline on a request's headers: a client that sends them a byte
-    at a time gets a 408 and the connection closes, instead of holding it for as long as it likes."""
+    """uvicorn's HTTP/1.1 protocol, with a deadline on a request's headers: a client that sends nothing, or its
+    headers a byte at a time, gets a 408 and the connection closes, instead of holding it for as long as it likes
+    (uvicorn itself times nothing before a connection's first request)."""
 
     header_timeout_s = REQUEST_TIMEOUT_S
     _header_deadline: asyncio.TimerHandle | None = None
+    _silent = True  # nothing has arrived on this connection yet
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
 
     def data_received(self, data: bytes) -> None:
+        self._silent = self._silent and not data
         waiting_for_headers = self.conn.their_state is h11.IDLE
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the headers are in (uvicorn's cycle has the request)
@@ -48,8 +60,9 @@ class BoundedHeaders(H11Protocol):
         self._header_deadline = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        body = json.dumps(error_body(f"the request headers did not arrive within {self.header_timeout_s:g} s",
-                                     "request_timeout")).encode()
+        what = (f"no request arrived within {self.header_timeout_s:g} s of the connection opening" if self._silent
+                else f"the request headers did not arrive within {self.header_timeout_s:g} s")
+        body = json.dumps(error_body(what, "request_timeout")).encode()
         # h11 sends no response before a request has arrived: written by hand, then the connection closes
         self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
                              b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -59,6 +72,14 @@ class BoundedHeaders(H11Protocol):
 def bounded_headers(timeout_s: float) -> type[BoundedHeaders]:
     """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s``."""
     return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s})
+
+
+def bounded_config(app: ASGIApp, port: int, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                   **options: object) -> uvicorn.Config:
+    """uvicorn's settings for a lab server: 127.0.0.1 only, no access log, every connection's headers bounded to
+    ``request_timeout_s`` (``BoundedHeaders``); ``options`` are uvicorn.Config's own (log_level, lifespan, ...)."""
+    return uvicorn.Config(app, host=HOST, port=port, access_log=False, http=bounded_headers(request_timeout_s),
+                          **options)  # type: ignore[arg-type]
 
 
 class BodyTooLarge(ValueError):

@@ -1,4 +1,4 @@
-"""Start lab servers as separate processes on 127.0.0.1, wait until they answer, stop them with Ctrl-C.
+"""Start lab servers as separate processes on 127.0.0.1, wait until they listen, stop them with Ctrl-C.
 
 A separate process keeps the load generator's event loop and the server's
 decode thread from sharing one interpreter lock, as they would not in a
@@ -10,6 +10,7 @@ experiments against them one after another.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,37 +22,37 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import IO
 
-import httpx
 import uvicorn
 
-from .server import GRACE_S, HOST, Server, create_app, engine_config, parse_args
+from .bounds import HOST, bounded_config
+from .server import GRACE_S, Server, create_app, engine_config, parse_args
+
+LISTENING = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")  # uvicorn's line once the app has started
 
 
 def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports: every probe stays bound until all are chosen, so none is handed out twice."""
-    with ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind((HOST, 0))
-        return [probe.getsockname()[1] for probe in probes]
+    """A port free on 127.0.0.1 when asked (a server picks its own with --port 0; this is for "nobody listens")."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
 
 
 @contextmanager
-def server_processes(argument_lists: list[list[str]], startup_timeout_s: float = 90.0,
-                     stop_timeout_s: float = 15.0) -> Iterator[list[str]]:
-    """Run ``python -m kv_serving.server --port <free> *arguments`` for each list; yield their base URLs."""
+def server_processes(argument_lists: list[list[str]], startup_timeout_s: float = 300.0,
+                     stop_timeout_s: float = 60.0) -> Iterator[list[str]]:
+    """Run ``python -m kv_serving.server --port 0 *arguments`` for each list; yield their base URLs.
+
+    Each server picks a free port itself and names it in its log, so no other process can take it in between;
+    a server is ready once it says it is listening (uvicorn says so after the app's startup). The bounds are for
+    a hang: a start on a loaded machine takes what it takes."""
     with ExitStack() as stack:
-        started: list[tuple[subprocess.Popen[bytes], IO[str], str]] = []
+        started: list[tuple[subprocess.Popen[bytes], IO[str]]] = []
 
         def stop_all() -> None:
-            for process, _, _ in started:
+            for process, _ in started:
                 if process.poll() is None:
                     process.send_signal(signal.SIGINT)  # what Ctrl-C does: a clean uvicorn shutdown
-            for process, _, _ in started:
+            for process, _ in started:
                 try:
                     process.wait(stop_timeout_s)
                 except subprocess.TimeoutExpired:
@@ -59,37 +60,40 @@ def server_processes(argument_lists: list[list[str]], startup_timeout_s: float =
                     process.wait()
 
         stack.callback(stop_all)
-        for arguments, port in zip(argument_lists, free_ports(len(argument_lists))):
+        for arguments in argument_lists:
             log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", str(port), *arguments],
+            process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", "0", *arguments],
                                        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-            started.append((process, log, f"http://{HOST}:{port}"))
+            started.append((process, log))
         deadline = time.monotonic() + startup_timeout_s
-        for process, log, url in started:
-            while not healthy(url):
-                if process.poll() is not None:
-                    raise RuntimeError(f"the server exited with code {process.returncode}: {tail(log)}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server did not answer within {startup_timeout_s} s: {tail(log)}")
-                time.sleep(0.1)
-        time.sleep(0.5)
-        for process, log, url in started:  # a server that lost its port to another process has exited by now
-            if process.poll() is not None:
-                raise RuntimeError(f"the server for {url} exited with code {process.returncode}: {tail(log)}")
-        yield [url for _, _, url in started]
+        yield [serving_url(process, log, max(0.0, deadline - time.monotonic())) for process, log in started]
+
+
+def serving_url(process: subprocess.Popen[bytes], log: IO[str], timeout_s: float) -> str:
+    """The base URL a lab server process (either server; its stdout and stderr go to ``log``) listens on, as its
+    own log line says once it serves; RuntimeError with the log's tail if it exits first or has not said so
+    within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (found := LISTENING.search(log_text(log))) is None:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode} before it listened: {tail(log)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not say it was listening within {timeout_s:g} s: {tail(log)}")
+        time.sleep(0.05)
+    return found[1]
 
 
 @contextmanager
-def server_threads(argument_lists: list[list[str]], startup_timeout_s: float = 30.0,
-                   stop_timeout_s: float = 15.0) -> Iterator[list[str]]:
+def server_threads(argument_lists: list[list[str]], startup_timeout_s: float = 300.0,
+                   stop_timeout_s: float = 60.0) -> Iterator[list[str]]:
     """The same servers, each on its own thread and event loop in this process: quick to start, but they share
     the interpreter lock with the caller, so timings taken this way mean little (the quick mode's use)."""
     with ExitStack() as stack:
         urls = []
         for arguments in argument_lists:
             config = engine_config(parse_args(["--port", "0", *arguments]))
-            server = Server(uvicorn.Config(create_app(config), host=HOST, port=0, log_level="warning",
-                                           access_log=False, timeout_graceful_shutdown=GRACE_S))
+            server = Server(bounded_config(create_app(config), 0, log_level="warning",
+                                           timeout_graceful_shutdown=GRACE_S))
             thread = threading.Thread(target=server.run, name="kv-serving-server", daemon=True)
             thread.start()
 
@@ -107,13 +111,11 @@ def server_threads(argument_lists: list[list[str]], startup_timeout_s: float = 3
         yield urls
 
 
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+def log_text(log: IO[str]) -> str:
+    """What a child process has written to ``log`` so far, read without moving the file offset it shares."""
+    descriptor = log.fileno()
+    return os.pread(descriptor, os.fstat(descriptor).st_size, 0).decode(errors="replace")
 
 
 def tail(log: IO[str], lines: int = 5) -> str:
-    log.seek(0)
-    return " | ".join(log.read().strip().splitlines()[-lines:])
+    return " | ".join(log_text(log).strip().splitlines()[-lines:])

@@ -51,7 +51,7 @@ from starlette.types import Receive, Scope, Send
 
 from labkit.exit import exit_now
 
-from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_headers, read_body
+from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from .formulas import DTYPES
 from .pool import block_bytes
@@ -68,7 +68,6 @@ from .protocol import (
 from .request import Failed, Finished, Request, Token
 from .scheduler import RequestRefused, Scheduler
 
-HOST = "127.0.0.1"  # never another interface: this is a lab server with no authentication
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
 SHUTTING_DOWN = "the server is shutting down"
 MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
@@ -272,7 +271,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
     add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
-        help="seconds a request's headers (from their first byte), then its body, may take to arrive before a 408 "
+        help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
+             "body, may take to arrive before a 408 "
              "(default: %(default)s)")
     add("--max-unread-tokens", type=int, default=MAX_UNREAD_TOKENS,
         help="tokens a stream's client may leave untaken before it is treated as departed and its blocks freed "
@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
     app = create_app(config, args.request_timeout_s, args.max_unread_tokens)
-    Server(uvicorn.Config(app, host=HOST, port=args.port, log_level="info", access_log=False,
-                          timeout_graceful_shutdown=GRACE_S, http=bounded_headers(args.request_timeout_s))).run()
+    Server(bounded_config(app, args.port, args.request_timeout_s, log_level="info",
+                          timeout_graceful_shutdown=GRACE_S)).run()
     return 0
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 import unittest
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -16,13 +15,14 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from kv_cache.config import ModelConfig
+from labkit.waiting import HANG_S, Hung, eventually, until, within
 
 from .admission import AdmissionPolicy, KVBudget
-from .bounds import REQUEST_TIMEOUT_S, bounded_headers
+from .bounds import HOST, REQUEST_TIMEOUT_S, bounded_config
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import HOST, MAX_UNREAD_TOKENS, Server, create_app
+from .server import GRACE_S, MAX_UNREAD_TOKENS, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -38,54 +38,59 @@ def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **c
 
 
 @asynccontextmanager
-async def serve_in_loop(config: EngineConfig, timeout_s: float = 10.0,
+async def serve_in_loop(config: EngineConfig, timeout_s: float = HANG_S,
                         request_timeout_s: float = REQUEST_TIMEOUT_S,
                         max_unread_tokens: int = MAX_UNREAD_TOKENS) -> AsyncIterator[tuple[str, object]]:
     """Start uvicorn on 127.0.0.1 with an ephemeral port inside the running loop; yield (base URL, app).
 
-    The server stops when the block exits, by itself, within ``timeout_s``.
+    The server is ready once uvicorn has started it, and stops when the block exits, giving replies still going
+    out the servers' own grace (GRACE_S); ``timeout_s`` bounds the start and the stop, for a hang only.
     """
     app = create_app(config, request_timeout_s, max_unread_tokens)
-    server = Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                   lifespan="on", timeout_graceful_shutdown=timeout_s / 2,
-                                   http=bounded_headers(request_timeout_s)))
+    server = Server(bounded_config(app, 0, request_timeout_s, log_level="warning", lifespan="on",
+                                   timeout_graceful_shutdown=GRACE_S))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
     task = asyncio.get_running_loop().create_task(server.serve(), name="uvicorn-under-test")
+
+    def started() -> bool:
+        if task.done():
+            task.result()  # raises the startup error
+        return server.started
+
     try:
-        async with asyncio.timeout(timeout_s):
-            while not server.started:
-                if task.done():
-                    task.result()  # raises the startup error
-                await asyncio.sleep(0.01)
+        await eventually(started, "the server under test to start", timeout_s)
         port = server.servers[0].sockets[0].getsockname()[1]
         yield f"http://{HOST}:{port}", app
     finally:
         server.should_exit = True
-        async with asyncio.timeout(timeout_s):
-            await task
+        await within(task, "the server under test to stop", timeout_s)
 
 
 @contextmanager
-def serve_in_thread(app: ASGIApp, timeout_s: float = 20.0) -> Iterator[str]:
-    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own;
-    yield its base URL. The server stops when the block exits, by itself, within ``timeout_s``."""
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=0, log_level="warning", access_log=False,
-                                           lifespan="on", timeout_graceful_shutdown=timeout_s / 2))
+def serve_in_thread(app: ASGIApp, timeout_s: float = HANG_S,
+                    request_timeout_s: float = REQUEST_TIMEOUT_S) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 with an ephemeral port, on a thread and event loop of its own, its
+    connections bounded as the servers' own commands bound them; yield its base URL once uvicorn has started it.
+    The server stops when the block exits, as serve_in_loop's does; ``timeout_s`` bounds the start and the stop."""
+    server = uvicorn.Server(bounded_config(app, 0, request_timeout_s, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=GRACE_S))
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test runner owns signals
     thread = threading.Thread(target=server.run, name="uvicorn-under-test", daemon=True)
     thread.start()
+
+    def started() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError("the server under test stopped before it started (its log says why)")
+        return server.started
+
     try:
-        deadline = time.monotonic() + timeout_s
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the server under test stopped before it started (its log says why)")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server under test did not start within {timeout_s:g} s")
-            time.sleep(0.01)
+        until(started, "the server under test to start", timeout_s)
         yield f"http://{HOST}:{server.servers[0].sockets[0].getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout_s)
+        if thread.is_alive():
+            raise Hung("the server under test to stop", timeout_s)
 
 
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
@@ -97,10 +102,11 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
 
 class Gate:
     """Holds a piece of work until the test lets it through, so how far a request gets before the test acts
-    depends on the test, never on the host's speed. Every wait is bounded by ``timeout_s``: a gate the test
-    forgets to open slows the test down, it never hangs it. Subclasses call ``wait`` where the work is held."""
+    depends on the test, never on the host's speed. Every wait is bounded by ``timeout_s``, a bound for a hang
+    (labkit.waiting.HANG_S): a gate the test forgets to open lets the work through then, and the test's own
+    bounded wait has named what it waited for by that time. Subclasses call ``wait`` where the work is held."""
 
-    def __init__(self, timeout_s: float = 20.0) -> None:
+    def __init__(self, timeout_s: float = HANG_S) -> None:
         self.timeout_s = timeout_s
         self._permits = threading.Semaphore(0)
         self._open = threading.Event()
@@ -131,7 +137,7 @@ class Gate:
 class StepGate(Gate):
     """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely."""
 
-    def __init__(self, model: ServingModel, timeout_s: float = 20.0) -> None:
+    def __init__(self, model: ServingModel, timeout_s: float = HANG_S) -> None:
         super().__init__(timeout_s)
         self.model = model
         self._decode = model.decode

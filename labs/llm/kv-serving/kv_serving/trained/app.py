@@ -30,9 +30,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from llm_models.llama.generate import ChatModel
 
+from ..bounds import REQUEST_TIMEOUT_S, bounded_config
 from ..protocol import error_body, sse, usage
 
-HOST = "127.0.0.1"  # never another interface: a lab server with no authentication
 DEFAULT_MAX_TOKENS = 128
 ROLES = ("system", "user", "assistant")  # the roles SmolLM2's template renders (it prints any role name verbatim)
 
@@ -236,15 +236,21 @@ def main(argv: list[str] | None = None) -> int:
                                                  "(OpenAI chat and completions subset).")
     parser.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1; 0 picks a free one")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the decode loop (default: 1)")
+    parser.add_argument("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
+                        help="seconds a request's headers may take to arrive, from the connection's accept (or a "
+                             "later request's first byte), before a 408 and the connection's close "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535 or args.threads < 1:
         parser.error(f"--port must be 0 to 65535 and --threads at least 1, got {args.port} and {args.threads}")
+    if not 0 < args.request_timeout_s < float("inf"):
+        parser.error(f"--request-timeout-s must be a finite number of seconds above 0, got {args.request_timeout_s}")
     import torch
 
     from llm_models.llama.generate import smollm2
 
     torch.set_num_threads(args.threads)
-    uvicorn.run(create_chat_app(smollm2), host=HOST, port=args.port, log_level="info", access_log=False)
+    uvicorn.Server(bounded_config(create_chat_app(smollm2), args.port, args.request_timeout_s, log_level="info")).run()
     return 0
 
 

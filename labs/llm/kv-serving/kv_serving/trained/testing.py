@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from transformers import LlamaConfig
 
+from labkit.waiting import HANG_S
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
@@ -29,7 +30,7 @@ class TokenGate(Gate):
     """Holds each token a chat model streams until the test lets it through (``step``, ``open``).
     ``produced`` counts the tokens each call to ``stream`` computed, in call order."""
 
-    def __init__(self, chat: ChatModel, timeout_s: float = 20.0) -> None:
+    def __init__(self, chat: ChatModel, timeout_s: float = HANG_S) -> None:
         super().__init__(timeout_s)
         self.chat = chat
         self._stream = chat.stream
