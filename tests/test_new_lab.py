@@ -1,4 +1,4 @@
-"""Adding a lab touches only its own folder, its record's schema, its page and the nav: the README's
+"""Adding a lab touches only its own folder, its record's schema, its page and the nav: CONTRIBUTING.md's
 "Add a lab" steps, done here for a throwaway lab whose record is not a timing sweep."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ THROWAWAY = ("labs/demo/toy-lab", "results/toy-results.json", "results/toy-resul
 
 
 def add_lab(root: Path) -> None:
-    """Steps 1-5 of the README's "Add a lab"."""
+    """Steps 1-5 of CONTRIBUTING.md's "Add a lab"."""
     lab = root / "labs" / "demo" / "toy-lab"
     (lab / "toy").mkdir(parents=True)
     files = {

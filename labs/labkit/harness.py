@@ -59,9 +59,19 @@ def machine_label(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+# What every benchmark's --help ends with: what becomes of the record, and what the exit status says.
+EPILOG = """\
+The modes are checked to give the same logits before anything is timed. The record is written atomically
+(a temporary file beside it, renamed into place) with the mode a plain write would give; a failed run, Ctrl-C
+or SIGTERM leaves the previous record byte-identical and no temporary file, and says so in one line.
+Exit status: 0 written; 2 the modes disagree (nothing is timed); 1 any other failure; 130 Ctrl-C; 143 SIGTERM.
+A signal during the rename is held until the rename is done, so the line says which happened."""
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """A parser with the arguments every benchmark takes; the lab adds its own."""
-    result = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    result = argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add = result.add_argument
     add("--output", type=output_path, required=True, help="record to write (JSON), in an existing folder")
     add("--repeats", type=int, default=7, help="timed repetitions per mode (default: %(default)s)")
@@ -77,7 +87,8 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: dict[str, Any],
           bounds: dict[str, tuple[int, int]]) -> argparse.Namespace:
     """Parse, apply --quick's settings, and check every integer against its (low, high) bounds."""
-    parser.epilog = "--quick sets " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+    parser.epilog = ("--quick sets " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+                     + "\n\n" + EPILOG)
     args = parser.parse_args(argv)
     if args.quick:  # what the command line set itself stays as given
         vars(args).update({key: value for key, value in quick.items() if getattr(args, key) == parser.get_default(key)})

@@ -3,6 +3,14 @@
 A lab's ``benchmark.py`` (named in its lab.toml) is two lines that call ``launch("<package>.benchmark")``
 before anything heavy is imported, so an interrupt while torch loads prints no traceback either. This
 module imports the standard library only, for the same reason.
+
+The interrupt contract, from the moment ``launch`` runs until the process ends: Ctrl-C or SIGTERM ends the run
+in one line with status 130 or 143, and the previous record is untouched (labkit.records holds a signal back
+while the new record is renamed into place, so the line says whether it was written). The process leaves
+without an interpreter shutdown, so there is no window after the last line. The first few tens of
+milliseconds of interpreter startup come before any project code and cannot be caught: a signal there ends
+the process with Python's own behaviour (no line, or a ``KeyboardInterrupt`` traceback), and the previous
+record is untouched all the same.
 """
 
 from __future__ import annotations

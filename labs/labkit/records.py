@@ -1,4 +1,15 @@
-"""Reading, validating and atomically writing measurement records."""
+"""Reading, validating and atomically writing measurement records.
+
+A record, the reference or a machine's, is a regular file inside the repository of at most
+``MAX_RECORD_BYTES``, read once. A symlink is followed only to such a file, and a ``results/machines/<lab>``
+folder must lie inside the repository too. A FIFO, a device, a folder, a dangling or looping symlink, a file
+outside the repository or a larger file is refused in one line naming the file and what is wrong with it,
+without reading it. Inside, nesting beyond ``MAX_DEPTH`` levels, a string or key beyond ``MAX_STRING_CHARS``
+characters and a lone surrogate are refused in one line naming the JSON path; then the lab's JSON Schema
+(``results/<record>.schema.json``, with the shared header of ``record-common.schema.json``) decides the rest.
+A record is written to a temporary file beside its path and renamed into place, with signals held during the
+rename, so a reader never sees half of one and an interrupted write leaves the previous record byte-identical.
+"""
 
 from __future__ import annotations
 

@@ -11,8 +11,14 @@ Each benchmark writes its record atomically; one failing does not stop the other
 is non-zero if any failed. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
 the running benchmark (which keeps its previous record) and stops the rest, in one line. Under make
 (the Makefile's recipe execs this), a SIGINT or SIGTERM to make alone does the same, and a run ended by
-an interrupt ends make by that signal. On Linux, a benchmark whose caller dies (even by SIGKILL) gets
-SIGTERM and stops without writing; so does this process when make dies.
+an interrupt ends make by that signal (130 or 143 in the shell; make itself passes a SIGINT on to nobody, so
+this process reads it from make's signal mask). A Ctrl-C or SIGTERM to the benchmark process alone ends the
+run the same way, by that signal, not with make's status 2 for a failed recipe. Each benchmark runs in a
+process group of its own; on Linux, a benchmark whose caller dies (even by SIGKILL) gets SIGTERM from the
+kernel (the parent-death signal) and stops without writing, in its one line; so does this process when make
+dies. Any other failure makes `make bench` exit 2, as make does for every failed recipe; run this module
+directly for the statuses themselves: 0 every record written, 1 a benchmark failed, 2 a bad label or option,
+130 or 143 interrupted.
 """
 
 # ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
@@ -156,7 +162,8 @@ def refuse_reference_label(labs: list[Lab], label: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("labs", nargs="*", help="lab names (default: every lab)")
     parser.add_argument("--reference", action="store_true", help="replace each lab's reference record")
     parser.add_argument("--machine", default=None, help="machine label (default: derived from CPU and threads)")
