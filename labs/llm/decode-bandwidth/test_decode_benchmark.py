@@ -15,9 +15,10 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import benchmark, figures, formulas, workloads
+from decode_bandwidth import benchmark, figures, workloads
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.compiled import CompiledDecoder
+from decode_bandwidth.figures import formulas
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import tiny_model

@@ -10,8 +10,9 @@ import unittest
 
 import torch
 
-from decode_bandwidth import formulas, llama
-from decode_bandwidth.formulas import LLAMA_ATOL, LLAMA_RTOL
+from decode_bandwidth import llama
+from decode_bandwidth.figures import formulas
+from decode_bandwidth.figures.formulas import LLAMA_ATOL, LLAMA_RTOL
 from kv_cache.llama import LlamaDecoder, LlamaDecoderConfig
 from kv_cache.llama.broken import RotaryResetDecoder
 from kv_cache.llama.testing import tiny_pair

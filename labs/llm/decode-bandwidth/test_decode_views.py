@@ -9,7 +9,8 @@ from typing import Any
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import benchmark, formulas
+from decode_bandwidth import benchmark
+from decode_bandwidth.figures import formulas
 from site_hooks.blocks import render_block
 
 

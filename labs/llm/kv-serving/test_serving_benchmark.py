@@ -17,8 +17,9 @@ from unittest import mock
 import httpx
 
 import kv_serving_views
-from kv_serving import benchmark, figures, formulas
-from kv_serving.formulas import policy
+from kv_serving import benchmark, figures
+from kv_serving.figures import formulas
+from kv_serving.figures.formulas import policy
 from kv_serving.launch import free_port, healthy
 from labkit.figures import check_record
 from labkit.records import RecordError

@@ -1,4 +1,4 @@
-"""The page's pictures are drawn from kv_serving.formulas.replay: the real scheduler must do what it says."""
+"""The page's pictures are drawn from kv_serving.figures.formulas.replay: the real scheduler must do what it says."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import kv_serving_views
 from kv_serving.admission import KVBudget
 from kv_serving.benchmark import LAB, ROOT
-from kv_serving.formulas import (
+from kv_serving.figures.formulas import (
     REPLAY_BLOCK,
     REPLAY_BUDGET,
     REPLAY_EXAMPLE,

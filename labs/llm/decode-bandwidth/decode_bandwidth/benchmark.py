@@ -24,12 +24,13 @@ from typing import Any
 
 import torch
 
-from decode_bandwidth import figures, formulas, llama
+from decode_bandwidth import figures, llama
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.compiled import CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures import formulas
+from decode_bandwidth.figures.formulas import (
     ATOL,
     BASELINE,
     MIN_BANDWIDTH_PASSES,

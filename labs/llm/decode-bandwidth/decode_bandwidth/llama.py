@@ -26,7 +26,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 from kv_cache.llama import LayerCache, LlamaDecoder
 from labkit import bench, harness
 
-from . import formulas
+from .figures import formulas
 from .hf import rewind
 from .workloads import Runner, synchronizer
 

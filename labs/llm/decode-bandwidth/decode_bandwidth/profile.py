@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 
-from . import formulas
 from .config import DecoderConfig
-from .formulas import KINDS
+from .figures import formulas
+from .figures.formulas import KINDS
 
 
 def minor_faults() -> int:

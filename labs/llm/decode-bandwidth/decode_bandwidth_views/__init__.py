@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import best_ours, cell_table, headline_key
+from decode_bandwidth.figures.formulas import best_ours, cell_table, headline_key
 from site_hooks.blocks import View
 
 from .batches import batches_view

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import cell_table, headline_key, stored_matrix_ns
+from decode_bandwidth.figures.formulas import cell_table, headline_key, stored_matrix_ns
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
-from .wording import gbs
+from .common import gbs
 
 
 def other_layout(stored: str) -> str:

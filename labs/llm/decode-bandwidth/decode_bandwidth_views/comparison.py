@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import MODES, OURS, best_ours, cell_table, headline_key
+from decode_bandwidth.figures.formulas import MODES, OURS, best_ours, cell_table, headline_key
 from labkit.summary import percentile
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 from site_hooks.prose import NOISY_SPREAD
 
-from .wording import format_count, threads_text
+from .common import format_count, threads_text
 
 
 def comparison_view(record: dict[str, Any]) -> Block:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import COMPILED, cell_table
+from decode_bandwidth.figures.formulas import COMPILED, cell_table
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, format_seconds
 
-from .wording import ratio_range, threads_text
+from .common import ratio_range, threads_text
 
 EAGER = "ours-prealloc"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
+from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 
-from .wording import gbs, threads_text
+from .common import gbs, threads_text
 
 
 def where_text(groups: list[dict[str, Any]]) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import COMPILED, headline_key
+from decode_bandwidth.figures.formulas import COMPILED, headline_key
 from site_hooks.blocks import Block, Chart, Strong, Table
 from site_hooks.chart import BarGroup, bar_chart
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 
-from .wording import gbs
+from .common import gbs
 
 LABELS = {"in_out": "(in, out)", "out_in": "(out, in)"}
 # The kernels a row may hold, in the table's order: the stored layout's two BLAS calls, then two more kernels

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures.formulas import (
     BYTES_PER_ELEMENT,
     REGIMES,
     best_ours,
@@ -19,7 +19,7 @@ from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, join
 
-from .wording import threads_text
+from .common import threads_text
 
 SEGMENTS = (("weights", "old", "weights, read once"), ("kv_read", "new", "KV cache, read"),
             ("rest", "shared", "KV written and embedding rows"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import MATRICES, cell_table
+from decode_bandwidth.figures.formulas import MATRICES, cell_table
 from labkit.summary import percentile
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio
 
-from .wording import format_count, gbs, threads_text
+from .common import format_count, gbs, threads_text
 
 MANY_FAULTS = 1000  # extra faults per step worth naming: megabytes freshly mapped, milliseconds of kernel work
 

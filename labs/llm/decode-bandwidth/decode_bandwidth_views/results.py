@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures.formulas import (
     COMPILED,
     MATRICES,
     OURS,
@@ -18,9 +18,9 @@ from decode_bandwidth.formulas import (
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join, spelled
 
+from .common import gbs, ratio_range, threads_text
 from .pictures import cell_regimes, headline_groups
 from .trained import trained_item
-from .wording import gbs, ratio_range, threads_text
 
 
 def cell_regime(cell: dict[str, Any], group: dict[str, Any]) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import cell_table, headline_key
+from decode_bandwidth.figures.formulas import cell_table, headline_key
 from site_hooks.blocks import Block, Chart
 from site_hooks.chart import Series, line_chart
 
-from .wording import threads_text
+from .common import threads_text
 
 CHARTED = ["ours-prealloc", "ours-concat", "hf-dynamic"]  # with the floors: the per-batch charts' lines
 X_LABEL, Y_LABEL = "context (positions attended)", "ms per step (median, whiskers min–max)"

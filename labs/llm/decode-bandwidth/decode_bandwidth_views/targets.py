@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import COMPILED, MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, headline_key
+from decode_bandwidth.figures.formulas import (
+    COMPILED,
+    MATRICES,
+    WALL_TIME_TARGET_S,
+    best_ours,
+    cell_table,
+    headline_key,
+)
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
+from .common import threads_text
 from .layout import floor_rate
-from .wording import threads_text
 
 
 def compiled_sentences(record: dict[str, Any]) -> list[str]:

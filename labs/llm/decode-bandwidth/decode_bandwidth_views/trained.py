@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures.formulas import (
     BYTES_PER_ELEMENT,
     LLAMA_BASELINE,
     REGIMES,
@@ -19,8 +19,8 @@ from site_hooks.blocks import Block, Strong, Table
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
 
+from .common import ratio_range, threads_text
 from .pictures import headline_groups, stacked_bar
-from .wording import ratio_range, threads_text
 
 OURS = "ours-prealloc"
 SEGMENTS = (("layers", "old", "layer weights, read once"), ("head", "shared", "output head = token embedding, once"),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table, stored_matrix_ns
+from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, MATRICES, best_ours, cell_table, stored_matrix_ns
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
-from .wording import gbs, percent_range, ratio_range, signed_percent, threads_text
+from .common import gbs, percent_range, ratio_range, signed_percent, threads_text
 
 COMPARED = ("ours-prealloc", "hf-dynamic")  # the variant table's modes: this lab's main cache and the baseline
 TIE = 0.02  # two medians within 2% of each other count as unchanged: closer than the repetitions spread

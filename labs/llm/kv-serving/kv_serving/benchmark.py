@@ -27,9 +27,10 @@ import torch
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
-from . import figures, formulas
+from . import figures
 from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
-from .formulas import DTYPES, TOLERANCES, blocks_for, tie_bound
+from .figures import formulas
+from .figures.formulas import DTYPES, TOLERANCES, blocks_for, tie_bound
 from .launch import server_processes, server_threads
 from .loadgen import RunResult, run_load
 from .model import ServingModel, greedy_together

@@ -3,14 +3,14 @@ headline ratios.
 
 Torch-free: every view is ``record -> site_hooks.blocks.Block``, reading the figures the build has checked
 against kv_serving.figures.derive; what the record does not store (a run's mean blocks in use, each rate's
-ratio to serial) comes from the one formula in kv_serving.formulas.
+ratio to serial) comes from the one formula in kv_serving.figures.formulas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, policy
+from kv_serving.figures.formulas import mean_used, policy
 from site_hooks.blocks import View
 
 from .admission import admission_detail_view, admission_view

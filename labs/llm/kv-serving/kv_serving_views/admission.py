@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, policy
+from kv_serving.figures.formulas import mean_used, policy
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.formatting import format_latency, format_share, plural
 
-from .cells import blocks_timeline, pct, short_label, spread
+from .common import blocks_timeline, pct, short_label, spread
 
 
 def admission_view(record: dict[str, Any]) -> Block:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, mode
+from kv_serving.figures.formulas import mean_used, mode
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.formatting import plural
 
-from .cells import blocks_timeline
+from .common import blocks_timeline
 
 
 def cancellation_view(record: dict[str, Any]) -> Block:

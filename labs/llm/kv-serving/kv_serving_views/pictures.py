@@ -1,4 +1,4 @@
-"""The page's concept diagrams, drawn from kv_serving.formulas.replay (the scheduler's rules on plain numbers,
+"""The page's concept diagrams, drawn from kv_serving.figures.formulas.replay (the scheduler's rules on plain numbers,
 which test_serving_pictures checks against the real Scheduler): one iteration's phases, a few iterations of
 continuous batching, and the prefill stall on a timeline with the record's own step and prefill times."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import (
+from kv_serving.figures.formulas import (
     REPLAY_BLOCK,
     REPLAY_BUDGET,
     REPLAY_EXAMPLE,
@@ -127,7 +127,7 @@ def iterations_view(record: dict[str, Any]) -> Block:
     waits = sorted({n for it in its for n in it.waiting})
     caption = (f"Block size {REPLAY_BLOCK} positions; a request reserves prompt + max_tokens − 1 positions when admitted. "
                f"{join(waits)} wait{'s' if len(waits) == 1 else ''} at the head of the queue until a retirement frees "
-               f"enough blocks; nobody overtakes. Drawn by kv_serving.formulas.replay, which a test checks against the "
+               f"enough blocks; nobody overtakes. Drawn by kv_serving.figures.formulas.replay, which a test checks against the "
                f"real scheduler iteration by iteration.")
     return Block(css="lab-picture", diagrams=[Diagram(grid.svg(), caption)])
 

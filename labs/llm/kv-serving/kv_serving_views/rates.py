@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kv_serving.formulas import arrival_span, best_point, mean_step_s, over_serial
+from kv_serving.figures.formulas import arrival_span, best_point, mean_step_s, over_serial
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_latency, format_ms, format_share, join, spelled
 
-from .cells import blocks_timeline, spread
+from .common import blocks_timeline, spread
 
 
 def rates_view(record: dict[str, Any]) -> Block:

@@ -1,11 +1,11 @@
 """What the serving record establishes, in the reader's terms: the key results and the answers to the page's
-check-yourself questions. Every number comes from the record's checked figures or kv_serving.formulas."""
+check-yourself questions. Every number comes from the record's checked figures or kv_serving.figures.formulas."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
+from kv_serving.figures.formulas import best_point, mean_used, mode, over_serial, policy
 from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import best_point, mode, over_serial, policy
+from kv_serving.figures.formulas import best_point, mode, over_serial, policy
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import join
 

@@ -1,9 +1,9 @@
-"""Every figure of the serving record that follows from its raw data, and what the raw data must satisfy.
+"""Every figure of the serving record that follows from its raw data (``derive``).
 
 Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build checks
-the stored figures against it (labkit.figures.check) after ``check_invariants`` (kv_serving.invariants),
-and the views read the stored figures and import the formulas of kv_serving.formulas. A figure is
-derived only from raw data: durations, request rows, the servers' own counters and the config.
+the stored figures against it (labkit.figures.check) after ``check_invariants`` (invariants.py), and the
+views read the stored figures. A figure is derived only from raw data: durations, request rows, the
+servers' own counters and the config; the formulas are formulas.py's.
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from labkit.figures import Figures, JsonPath
 from labkit.summary import as_number, percentile
 
 from .formulas import blocks_for, budget_blocks, client_summary, mean_batch, policy, record_block_bytes, runs
-from .invariants import check_invariants
-
-__all__ = ["check_invariants", "derive"]
 
 
 # ---- derive ---------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The decode lab's constants and formulas: bytes, flops, floors and the grid a record covers.
 
 Torch-free, and the one home of each: the torch modules (bandwidth, profile, layout, equivalence,
-benchmark), the record's derivations (figures.py) and the views import them from here.
+benchmark), the record's derivations (derivation.py, invariants.py) and the views import them from here.
 
 A formula takes the record's model config (``config.model``, or ``DecoderConfig.as_record()``) and
 the bytes per element of the dtype it is applied in.
