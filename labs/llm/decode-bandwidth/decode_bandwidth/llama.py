@@ -15,7 +15,6 @@ logits within the stated tolerance, or the run stops.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
@@ -25,6 +24,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from kv_cache.llama import LayerCache, LlamaDecoder
 from labkit import bench, harness
+from labkit.summary import median
 
 from .figures import formulas
 from .hf import rewind
@@ -168,7 +168,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
                 groups.append({"threads": count, "context": context, "order": order})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
                           for mode in formulas.LLAMA_MODES]
-                progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+                progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
                                                               for m, d in durations.items()))
     finally:
         progress.close()

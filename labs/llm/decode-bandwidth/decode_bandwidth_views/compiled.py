@@ -32,9 +32,9 @@ def compile_text(record: dict[str, Any]) -> str:
 def compiled_summary_view(record: dict[str, Any]) -> Block:
     """The body's two sentences: how much the generated loop bought per dtype and thread count, and its cost."""
     by_run: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    for group, eager, compiled in batch_1_pairs(record):
+    for group, _, compiled in batch_1_pairs(record):
         by_run.setdefault((group["dtype"], group["threads"]), []).append(
-            (compiled["median_ns_per_step"] / eager["median_ns_per_step"], compiled["step_over_floor"]))
+            (group["compiled_over_prealloc"], compiled["step_over_floor"]))
     parts = [f"{ratio_range([r for r, _ in pairs])} of {EAGER}'s step in {dtype} at {threads_text(threads)} "
              f"({ratio_range([f for _, f in pairs])} its floor)" for (dtype, threads), pairs in by_run.items()]
     return Block(css="lab-decode-compiled-summary", paragraphs=[
@@ -49,7 +49,7 @@ def compiled_summary_view(record: dict[str, Any]) -> Block:
 def compiled_view(record: dict[str, Any]) -> Block:
     rows, ratios = [], []
     for group, eager, compiled in batch_1_pairs(record):
-        ratio = compiled["median_ns_per_step"] / eager["median_ns_per_step"]
+        ratio = group["compiled_over_prealloc"]
         ratios.append(ratio)
         better = compiled["median_ns_per_step"] < eager["median_ns_per_step"]
         rows.append((f"{group['dtype']}, {threads_text(group['threads'])}", f"{group['context']:,}",
