@@ -30,6 +30,9 @@ ALLOWED: dict[str, str] = {
     "labs/llm/decode-bandwidth/decode_bandwidth_views/pictures.py::step_bytes_canvas": "diagram geometry: placing shapes on a canvas",
     "labs/llm/decode-bandwidth/decode_bandwidth_views/pictures.py::regime_canvas": "diagram geometry: placing shapes on a canvas",
     "labs/llm/decode-bandwidth/decode_bandwidth_views/trained.py::bars_canvas": "diagram geometry: placing shapes on a canvas",
+    "labs/llm/kv-serving/kv_serving_views/pictures.py::phases_canvas": "diagram geometry: placing shapes on a canvas",
+    "labs/llm/kv-serving/kv_serving_views/pictures.py::iterations_canvas": "diagram geometry: placing shapes on a canvas",
+    "labs/llm/kv-serving/kv_serving_views/pictures.py::stall_canvas": "diagram geometry: the replayed timeline's spans placed to scale",
 }
 
 # Modules that still compute figures a page shows, to be derived and stored instead. A module leaves this
@@ -45,14 +48,6 @@ PENDING: set[str] = {
     "labs/llm/kv-quant/kv_quant_views/quality.py",
     "labs/llm/kv-quant/kv_quant_views/reproduce.py",
     "labs/llm/kv-quant/kv_quant_views/results.py",
-    "labs/llm/kv-serving/kv_serving_views/__init__.py",
-    "labs/llm/kv-serving/kv_serving_views/admission.py",
-    "labs/llm/kv-serving/kv_serving_views/cancellation.py",
-    "labs/llm/kv-serving/kv_serving_views/model.py",
-    "labs/llm/kv-serving/kv_serving_views/pictures.py",
-    "labs/llm/kv-serving/kv_serving_views/rates.py",
-    "labs/llm/kv-serving/kv_serving_views/results.py",
-    "labs/llm/kv-serving/kv_serving_views/steps.py",
     "labs/llm/kv-storage/kv_storage_views/__init__.py",
     "labs/llm/kv-storage/kv_storage_views/decode_step.py",
     "labs/llm/kv-storage/kv_storage_views/grouped_query.py",

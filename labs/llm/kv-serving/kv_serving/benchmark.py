@@ -307,7 +307,7 @@ def choose_dtype(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, An
         gates[dtype] = equivalence(candidate, args)
         probes[dtype] = timed(weights_only(candidate, DTYPE_PROBE_BATCH), max(3, args.repeats // 3))
     if args.dtype == "auto":
-        args.dtype = min(DTYPES, key=lambda d: statistics.median(probes[d]["durations_ns"]))
+        args.dtype = formulas.faster_dtype(probes)
         how = "auto: the faster of the two at this batch"
     else:
         how = "given by --dtype"
