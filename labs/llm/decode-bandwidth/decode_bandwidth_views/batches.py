@@ -55,7 +55,7 @@ def batches_view(record: dict[str, Any]) -> Block:
               f"summed over its matrices. The same {matrix_bytes:,} bytes of weight matrices are read at every batch; "
               "only the kernel that multiplies them changes.")
     scaling = dtype_scaling(record)
-    return Block(css="lab-decode-batches", tables=[table, *scaling.tables], notes=[legend, *sentences, *scaling.notes])
+    return Block(tables=[table, *scaling.tables], notes=[legend, *sentences, *scaling.notes])
 
 
 def dtype_scaling(record: dict[str, Any]) -> Block:
@@ -65,7 +65,7 @@ def dtype_scaling(record: dict[str, Any]) -> Block:
     for dtype, layouts in record["layout_batches_other_dtypes"].items():
         series[dtype] = [record["layout_other_dtypes"][dtype], *layouts]
     if len(series) == 1 or len(series[record["layout"]["dtype"]]) == 1:
-        return Block(css="", tables=[], notes=[])
+        return Block(tables=[], notes=[])
     batches = [layout["batch"] for layout in series[record["layout"]["dtype"]]]
     rows, growth = [], {}
     for dtype, layouts in series.items():
@@ -73,7 +73,7 @@ def dtype_scaling(record: dict[str, Any]) -> Block:
         rows.append((dtype, *(format_ms(layout["stored_step_ns"]) for layout in layouts), format_ratio(growth[dtype])))
     table = Table(headings=["Dtype", *(f"Batch {b} (ms)" for b in batches), f"Batch {batches[-1]} ÷ batch {batches[0]}"],
                   rows=rows, caption="One step's weight multiplies per batch, in every timed dtype")
-    return Block(css="", tables=[table], notes=[
+    return Block(tables=[table], notes=[
         f"From batch {batches[0]} to batch {batches[-1]} the weight multiplies grew "
         + join([f"{format_ratio(ratio)} in {dtype}" for dtype, ratio in growth.items()])
         + " on the same matrices (a 16-bit dtype holds half the bytes). A multiply whose time stays flat as rows are "

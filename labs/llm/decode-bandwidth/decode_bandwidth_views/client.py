@@ -17,7 +17,7 @@ def client_view(record: dict[str, Any]) -> Block:
         rows=[(label, format_ms(m["ttft_ns"]), format_ms(m["itl_p50_ns"]), format_ms(m["itl_p90_ns"]),
                format_ms(m["itl_p99_ns"]), f"{m['tokens_per_s']:.1f}")
               for label, m in (("this lab's decoder", ours), ("transformers generate", theirs))])
-    return Block(css="lab-decode-client", tables=[table], notes=[
+    return Block(tables=[table], notes=[
         f"Batch {client['batch']}, a {client['prompt']}-token prompt, {client['new_tokens']} new tokens chosen greedily. "
         "Times run from the call to the moment each token exists; tokens/s is new tokens ÷ the median run's total "
         "time, prefill included; inter-token percentiles pool every gap of every run.",

@@ -35,7 +35,7 @@ def comparison_view(record: dict[str, Any]) -> Block:
     legend = (f"Median milliseconds per decode step over {bench['repeats']} timed steps per mode, after {warmup} untimed "
               f"warm-up step{'' if warmup == 1 else 's'}, the {len(MODES)} modes in rotating order; the fastest of this lab's "
               f"{len(OURS)} modes is in bold. Cache: {bench['cache_contents']}. Timer: {bench['timer']}.")
-    return Block(css="lab-decode-comparison", tables=tables,
+    return Block(tables=tables,
                  notes=[legend, *noise_sentences(record), *faults_sentences(record)])
 
 

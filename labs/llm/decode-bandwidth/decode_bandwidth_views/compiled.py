@@ -37,7 +37,7 @@ def compiled_summary_view(record: dict[str, Any]) -> Block:
             (group["compiled_over_prealloc"], compiled["step_over_floor"]))
     parts = [f"{ratio_range([r for r, _ in pairs])} of {EAGER}'s step in {dtype} at {threads_text(threads)} "
              f"({ratio_range([f for _, f in pairs])} its floor)" for (dtype, threads), pairs in by_run.items()]
-    return Block(css="lab-decode-compiled-summary", paragraphs=[
+    return Block(paragraphs=[
         f"At batch 1 {COMPILED} took " + "; ".join(parts) + ", over every context.",
         "The price is a compile, once per dtype and thread count before anything is timed, "
         + ("from an empty cache: " if record["compiled"]["cold_cache"] else
@@ -58,7 +58,7 @@ def compiled_view(record: dict[str, Any]) -> Block:
                      format_ratio(compiled["step_over_floor"]), format_ratio(ratio)))
     table = Table(headings=["Dtype, threads", "Context", f"{EAGER} (ms)", "÷ floor", f"{COMPILED} (ms)", "÷ floor",
                             f"{COMPILED} ÷ {EAGER}"], rows=rows)
-    return Block(css="lab-decode-compiled", tables=[table], notes=[
+    return Block(tables=[table], notes=[
         f"Median step at batch 1, every batch-1 group of the run; the faster of the two in bold. {COMPILED} took "
         f"{ratio_range(ratios)} the step time of {EAGER}.",
         f"Compiling its one-row kernels: {compile_text(record)}. Kernel: {record['compiled']['kernel']}.",

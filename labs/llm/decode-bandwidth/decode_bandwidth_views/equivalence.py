@@ -18,7 +18,7 @@ def equivalence_view(record: dict[str, Any]) -> Block:
     table = Table(headings=["Mode", "max |difference|", "max |reference logit|", "Greedy token agrees at every position"],
                   rows=[(mode, format_sci(e["max_abs_diff"]), format_sci(e["max_abs_reference"]),
                          "yes" if e["argmax_agrees_every_step"] else "no") for mode, e in modes.items()])
-    return Block(css="lab-decode-equivalence", tables=[table], notes=[
+    return Block(tables=[table], notes=[
         f"Batch {equivalence['batch']}, {equivalence['dtype']}: a {equivalence['prefix']}-token prefix of random token "
         f"ids prefilled in one call, then {equivalence['steps']} one-token decode steps, every logit compared with "
         f"{equivalence['reference']}; hf-full is transformers' own single pass. {COMPILED} decodes each row "

@@ -55,7 +55,7 @@ def kernel_chart_view(record: dict[str, Any]) -> Block:
     missing = [KERNELS[key] for key in KERNELS if key not in present]
     if missing:
         notes.append(f"Not measured in this run: {join(missing)} (absent from this PyTorch build or this dtype).")
-    return Block(css="lab-decode-kernels", charts=[Chart(svg, (
+    return Block(charts=[Chart(svg, (
         f"One matrix-vector product per matrix, best of {layout['passes']} passes; each pass runs every layer's "
         "matrix of that kind once, so the weights come from memory as in a real step."))], notes=notes)
 
@@ -81,4 +81,4 @@ def layout_view(record: dict[str, Any]) -> Block:
         f"Of the two BLAS layouts, the one ours-prealloc stores was the faster for {len(stored_faster)} of "
         f"{len(rows)} kinds in this run.",
     ]
-    return Block(css="lab-decode-layout", tables=[table], notes=notes)
+    return Block(tables=[table], notes=notes)

@@ -12,7 +12,7 @@ def model_view(record: dict[str, Any]) -> Block:
     weights = record["kv_crossover"]["weight_bytes"]
     heads = f"{model['heads']} heads" + ("" if model["kv_heads"] == model["heads"]
                                          else f" sharing {model['kv_heads']} key/value heads")
-    return Block(css="lab-decode-model", paragraphs=[
+    return Block(paragraphs=[
         f"This record's model is the {model['preset']} preset: {model['layers']} layers, width {model['width']}, "
         f"{heads} of {model['head_dim']}, a feed-forward width of {model['ffn_width']:,}, a "
         f"vocabulary of {model['vocab_size']:,} tokens and {model['max_positions']:,} learned positions. A decode "

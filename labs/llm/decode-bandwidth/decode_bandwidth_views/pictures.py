@@ -76,7 +76,7 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
                f"at every batch; the KV read grows with batch × context and equals them at B × T ≈ {crossover:,.0f}"
                f"{reached} The right column divides each total by the fastest read bandwidth measured at "
                f"{threads_text(threads)}: no step can be faster than that floor.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 
 def cell_regimes(record: dict[str, Any], who: str) -> dict[tuple[int, int], dict[str, Any]]:
@@ -130,4 +130,4 @@ def regime_grid_view(record: dict[str, Any]) -> Block:
                "under half of the step, most of the time goes to neither, and the cell is overhead-bound. The faster of "
                f"this lab's caches: {counts} of {len(headline_groups(record))} cells. "
                "Under each regime: the step ÷ the higher floor, and which floor that is.")
-    return Block(css="lab-picture", diagrams=diagrams, notes=[caption])
+    return Block(diagrams=diagrams, notes=[caption])

@@ -45,7 +45,7 @@ def profile_view(record: dict[str, Any]) -> Block:
               "\"attention\" is the fused attention kernel over the cache; \"other\" is everything else (norms, GELU, "
               "residual adds, embedding lookups, views), whose own bytes are tiny, so its ratio mostly measures "
               "per-operation overhead.")
-    return Block(css="lab-decode-profile", tables=[table], notes=[legend, *sentences])
+    return Block(tables=[table], notes=[legend, *sentences])
 
 
 def total_sentence(mode: str, entry: dict[str, Any], timed: float) -> str:

@@ -50,7 +50,7 @@ def roofline_view(record: dict[str, Any]) -> Block:
             f"context {c}: " + ", ".join(f"{s.label} {s.y[i]:.1f} ms" for s in series) for i, c in enumerate(contexts))
         title = f"Decode step at batch {batch} ({dtype}, {threads_text(threads)})"
         charts.append(Chart(line_chart(series, title, X_LABEL, Y_LABEL, description), title))
-    return Block(css="lab-decode-roofline", charts=charts, notes=[
+    return Block(charts=charts, notes=[
         "Median time of one decode step against the number of positions it attends over, first every batch against "
         "its floor, then one chart per batch size with all modes; whiskers span the fastest and slowest repetition. "
         "The memory floor is the bytes the step must move ÷ the read bandwidth measured in the same run. hf-static "

@@ -91,4 +91,4 @@ def targets_view(record: dict[str, Any]) -> Block:
                   rows=[(r["context"], r["best"], format_ratio(r["over_hf"]), "yes" if r["met_hf"] else "no",
                          format_ratio(r["over_floor"]), "yes" if r["met_floor"] else "no",
                          format_ratio(r["hf_over_floor"])) for r in rows])
-    return Block(css="lab-decode-targets", paragraphs=[summary], tables=[table], notes=sentences)
+    return Block(paragraphs=[summary], tables=[table], notes=sentences)

@@ -109,7 +109,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
                f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
                f"would. The right column divides each total by the fastest read bandwidth measured at "
                f"{threads_text(section['threads'][0])}.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
+    return Block(diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
 
 
 def trained_view(record: dict[str, Any]) -> Block:
@@ -144,7 +144,7 @@ def trained_view(record: dict[str, Any]) -> Block:
         f"Loading the pair, the checks and these timed steps took {section['wall_time_s']:.0f} s of the whole "
         f"run's {record['wall_time_s']:.0f} s.",
     ]
-    return Block(css="lab-decode-trained", tables=[table], notes=notes)
+    return Block(tables=[table], notes=notes)
 
 
 def trained_verdict_view(record: dict[str, Any]) -> Block:

@@ -142,4 +142,4 @@ def variants_view(record: dict[str, Any]) -> Block:
                             "Variant ÷ headline", "Variant floor (ms)", "Variant ÷ its floor"],
                   rows=[(r["label"], r["batch"], r["context"], r["mode"], format_ms(r["base"]), format_ms(r["variant"]),
                          format_ratio(r["ratio"]), format_ms(r["floor"]), format_ratio(r["over_floor"])) for r in rows])
-    return Block(css="lab-decode-variants", tables=[table], notes=sentences)
+    return Block(tables=[table], notes=sentences)

@@ -92,7 +92,7 @@ def iteration_view(record: dict[str, Any]) -> Block:
     strip = phases_canvas(example()[SHOWN - 1])
     caption = (f"Iteration {SHOWN} of the example below: what each phase does, and (bold) what it did there. Prefill "
                f"and decode (orange) are the model's work; the rest is bookkeeping between steps.")
-    return Block(css="lab-picture", diagrams=[Diagram(strip.svg(), caption)])
+    return Block(diagrams=[Diagram(strip.svg(), caption)])
 
 
 def iterations_canvas(its: list[Iteration]) -> Canvas:
@@ -137,7 +137,7 @@ def iterations_view(record: dict[str, Any]) -> Block:
                f"{join(waits)} wait{'s' if len(waits) == 1 else ''} at the head of the queue until a retirement frees "
                f"enough blocks; nobody overtakes. Drawn by kv_serving.figures.formulas.replay, which a test checks against the "
                f"real scheduler iteration by iteration.")
-    return Block(css="lab-picture", diagrams=[Diagram(iterations_canvas(its).svg(), caption)])
+    return Block(diagrams=[Diagram(iterations_canvas(its).svg(), caption)])
 
 
 def stall_times(record: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
@@ -197,4 +197,4 @@ def stall_view(record: dict[str, Any]) -> Block:
                f"{format_latency(step)} and a prefill of {format_latency(prefill)}. While {STALL_EXAMPLE[-1].name}'s "
                f"prompt is prefilled, no running stream advances: A's and B's next token comes after {stalled} "
                f"instead of {format_latency(step)}.")
-    return Block(css="lab-picture", diagrams=[Diagram(stall_canvas(spans, description, stalled).svg(), caption)])
+    return Block(diagrams=[Diagram(stall_canvas(spans, description, stalled).svg(), caption)])
