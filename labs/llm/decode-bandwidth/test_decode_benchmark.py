@@ -15,14 +15,15 @@ import torch
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import benchmark, figures, formulas, workloads
+from decode_bandwidth import benchmark, figures, workloads
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.compiled import CompiledDecoder
+from decode_bandwidth.figures import formulas
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import tiny_model
 from labkit import harness
-from labkit.figures import check_record
+from labkit.figures import check_record, fill, path_text
 from labkit.records import RecordError
 from labkit.summary import percentile
 from site_hooks.blocks import render_block
@@ -43,6 +44,11 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def page(self, view: str, record: dict[str, Any]) -> str:
         """The HTML one of the lab's views puts into the page."""
         return render_block(decode_bandwidth_views.VIEWS[view](record))
+
+    def rederived(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record with every derived figure recomputed from its (edited) raw data, as the benchmark stores them."""
+        fill(record, figures.derive(record))
+        return record
 
     def check(self, record: dict[str, Any]) -> None:
         """The site's check of this lab's record: its invariants, then every derived figure."""
@@ -82,6 +88,29 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_check_record_refuses_a_median_its_durations_do_not_give(self) -> None:
         self.assert_refused("cells[3].median_ns_per_step",
                             lambda r: r["cells"][3].update(median_ns_per_step=r["cells"][3]["median_ns_per_step"] / 2))
+
+    def test_check_record_refuses_a_hand_edited_ratio_share_or_regime_naming_its_path(self) -> None:
+        """The figures the views word instead of computing: each, edited, is refused at its own path."""
+        edits = [("groups", 0, "best_over_hf_dynamic"), ("groups", 1, "compiled_over_prealloc"),
+                 ("groups", 2, "kv_over_weights"), ("cells", 4, "step_over_higher_floor"), ("cells", 5, "spread"),
+                 ("layout", "stored_step_ns"), ("layout", "rows", 0, "fastest_over_floor"),
+                 ("profile", "modes", "ours-prealloc", "matrices_share"), ("equivalence", "modes", "hf-static", "bound"),
+                 ("client", "ours_over_transformers"), ("variants", "threads", "bandwidth_ratio"),
+                 ("llama", "contrast", "ratios", "weight_bytes"), ("kv_crossover", "full_context_sequences"),
+                 ("activations", "logits", "share_of_weights")]
+        for path in edits:
+            with self.subTest(path=path):
+                def tamper(record: dict[str, Any], path: tuple[Any, ...] = path) -> None:
+                    parent = record
+                    for key in path[:-1]:
+                        parent = parent[key]
+                    parent[path[-1]] *= 1.5
+                self.assert_refused(f"field {path_text(path)} is ", tamper)
+        flipped = {"memory": "overhead", "compute": "memory", "overhead": "memory"}
+        self.assert_refused("cells[0].regime", lambda r: r["cells"][0].update(regime=flipped[r["cells"][0]["regime"]]),
+                            "its median against its group's two floors")
+        self.assert_refused("groups[0].best_ours", lambda r: r["groups"][0].update(
+            best_ours="ours-concat" if r["groups"][0]["best_ours"] != "ours-concat" else "ours-prealloc"))
 
     def test_check_record_refuses_a_floor_the_bandwidth_does_not_give(self) -> None:
         def tamper(record: dict[str, Any]) -> None:
@@ -188,7 +217,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         for row in larger[-1]["rows"]:  # the largest batch: every multiply three times its batch-1 time
             batch_one = next(r for r in first["rows"] if r["kind"] == row["kind"])
             row["in_out_ns"], row["out_in_ns"] = 3 * batch_one["in_out_ns"], 3 * batch_one["out_in_ns"]
-        html = self.page("batches", record)
+        html = self.page("batches", self.rederived(record))
         self.assertIn(f"to batch {larger[-1]['batch']} the weight multiplies went from", html)
         self.assertIn("(3.00×) for the same bytes", html)
 
@@ -201,19 +230,18 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             timed["minor_faults"] = [10] * len(timed["minor_faults"])
             profile["modes"][mode]["minor_faults"] = [10] * len(profile["modes"][mode]["minor_faults"])
         profile["modes"]["hf-dynamic"]["minor_faults"] = [5000] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
-        html = self.page("profile", record)
+        html = self.page("profile", self.rederived(record))
         self.assertIn("hf-dynamic step took 5,000 minor page faults", html)
         self.assertIn("freshly mapped", html)
         profile["modes"]["hf-dynamic"]["minor_faults"] = [10] * len(profile["modes"]["hf-dynamic"]["minor_faults"])
-        self.assertNotIn("freshly mapped", self.page("profile", record))
+        self.assertNotIn("freshly mapped", self.page("profile", self.rederived(record)))
 
     def test_the_noise_sentence_counts_the_cells_whose_repetitions_spread_widely(self) -> None:
         record = copy.deepcopy(self.record)
-        for cell in record["cells"]:
-            cell["min_ns_per_step"] = cell["max_ns_per_step"] = cell["median_ns_per_step"]
-        widened = record["cells"][0]
-        widened["max_ns_per_step"] = widened["median_ns_per_step"] * 2
-        html = self.page("comparison", record)
+        for cell in record["cells"]:  # every repetition of a cell alike, but one cell's last twice as long
+            cell["durations_ns"] = [cell["median_ns_per_step"]] * len(cell["durations_ns"])
+        record["cells"][0]["durations_ns"][-1] *= 2
+        html = self.page("comparison", self.rederived(record))
         self.assertIn(f"1 of {len(record['cells'])} cells spread more than 25%", html)
 
     def test_the_floor_view_names_the_cells_where_arithmetic_is_the_higher_floor(self) -> None:
@@ -257,9 +285,12 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         profile = record["profile"]
         key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
         cells = formulas.cell_table(record)
-        for mode, scale in (("ours-prealloc", 1.5), ("hf-dynamic", 0.5)):
-            profile["modes"][mode]["total_ns_per_step"] = cells[(*key, mode)]["median_ns_per_step"] * scale
-        html = self.page("profile", record)
+        for mode, scale in (("ours-prealloc", 1.5), ("hf-dynamic", 0.5)):  # every profiled row scaled alike
+            entry = profile["modes"][mode]
+            factor = cells[(*key, mode)]["median_ns_per_step"] * scale / entry["total_ns_per_step"]
+            for row in entry["rows"]:
+                row["ns_per_step"] *= factor
+        html = self.page("profile", self.rederived(record))
         self.assertIn("(1.50×) more than its timed median", html)
         self.assertIn("shares of a profiled step", html)
         self.assertIn("less than its timed median", html)
@@ -271,14 +302,15 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             if cell["threads"] == bench["threads"] and cell["batch"] == 1 and cell["mode"] != "hf-dynamic":
                 hf = formulas.cell_table(record)[(cell["dtype"], cell["threads"], 1, cell["context"], "hf-dynamic")]
                 scale = 0.7 if cell["dtype"] == "float32" else 0.9  # ours loses part of its lead in bfloat16
-                cell["median_ns_per_step"] = hf["median_ns_per_step"] * scale
-        html = self.page("variants", record)
+                cell["durations_ns"] = [hf["median_ns_per_step"] * scale] * len(cell["durations_ns"])
+        html = self.page("variants", self.rederived(record))
         contexts = len(bench["contexts"])
         self.assertIn("0.70× hf-dynamic&#39;s step in float32 and 0.90× in bfloat16", html)
         self.assertIn(f"shrinks in bfloat16 at every one of the {contexts} cells", html)
         self.assertIn("taken in both dtypes", html)
         del record["layout_other_dtypes"]
-        html = self.page("variants", record)
+        record["layout_batches_other_dtypes"] = {}
+        html = self.page("variants", self.rederived(record))
         self.assertIn("ran in float32 only", html)
 
     def test_the_two_thread_sentence_states_the_measured_bandwidth_gain(self) -> None:

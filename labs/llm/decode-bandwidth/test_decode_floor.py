@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from decode_bandwidth import benchmark, equivalence, formulas, profile
+from decode_bandwidth import benchmark, equivalence, profile
 from decode_bandwidth.bandwidth import (
     MIN_STREAM_BYTES,
     kv_crossover,
@@ -23,7 +23,7 @@ from decode_bandwidth.bandwidth import (
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.compiled import row_dot
 from decode_bandwidth.config import preset
-from decode_bandwidth.figures import hardware_figures
+from decode_bandwidth.figures import formulas, hardware_figures
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids

@@ -10,8 +10,9 @@ import unittest
 
 import torch
 
-from decode_bandwidth import formulas, llama
-from decode_bandwidth.formulas import LLAMA_ATOL, LLAMA_RTOL
+from decode_bandwidth import llama
+from decode_bandwidth.figures import formulas
+from decode_bandwidth.figures.formulas import LLAMA_ATOL, LLAMA_RTOL
 from kv_cache.broken import RotaryResetDecoder
 from labkit.bench import EquivalenceError
 from llm_models.llama.config import LlamaDecoderConfig
@@ -55,13 +56,20 @@ class ByteFormula(unittest.TestCase):
     def test_the_contrast_sets_grouped_query_heads_against_one_key_value_head_per_query_head(self) -> None:
         llama_config = LlamaDecoderConfig().as_record()
         gpt2 = {"vocab_size": 50_257, "width": 768, "layers": 12, "heads": 12, "kv_heads": 12, "head_dim": 64,
-                "ffn_multiplier": 4}
-        rows = formulas.contrast(gpt2, llama_config, SIZE)
+                "ffn_multiplier": 4, "max_positions": 1024}
+        rows = formulas.contrast(gpt2, llama_config, SIZE, 512)
         self.assertEqual(rows["gpt2"]["kv_bytes_per_position"], 2 * 12 * 12 * 64 * SIZE)
         self.assertEqual(rows["llama"]["kv_bytes_per_position"], 2 * 30 * 3 * 64 * SIZE)
         self.assertEqual(rows["llama"]["head_bytes"], 49_152 * 576 * SIZE)
         self.assertAlmostEqual(rows["llama"]["batch_x_context"],
                                rows["llama"]["weight_bytes"] / rows["llama"]["kv_bytes_per_position"])
+        self.assertEqual((rows["llama"]["queries_per_kv_head"], rows["llama"]["kv_heads_x_layers"]), (3, 90))
+        self.assertAlmostEqual(rows["ratios"]["kv_bytes_per_position"], (30 * 3) / (12 * 12))
+        for name, step in (("gpt2", formulas.step_bytes(gpt2, SIZE, 1, 512)),
+                           ("llama", formulas.llama_step_bytes(llama_config, SIZE, 1, 512))):
+            row = rows[name]  # the bar's three segments: every byte of the step, each once
+            self.assertEqual(row["layer_bytes"] + row["head_bytes"] + row["step_kv_bytes"], step["total"])
+            self.assertEqual(row["step_total_bytes"], step["total"])
 
 
 class TimedSteps(unittest.TestCase):

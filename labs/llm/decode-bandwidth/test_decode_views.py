@@ -9,8 +9,21 @@ from typing import Any
 
 import decode_bandwidth_views
 import labkit.testing
-from decode_bandwidth import benchmark, formulas
+from decode_bandwidth import benchmark, figures
+from decode_bandwidth.figures import formulas
+from labkit.figures import fill
 from site_hooks.blocks import render_block
+
+
+def rederived(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every derived figure recomputed from its (edited) raw data, as the benchmark stores them."""
+    fill(record, figures.derive(record))
+    return record
+
+
+def steps_at(cell: dict[str, Any], ns: float) -> None:
+    """Every timed repetition of a cell at ``ns``: its median becomes ``ns``."""
+    cell["durations_ns"] = [ns] * len(cell["durations_ns"])
 
 
 class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
@@ -26,14 +39,12 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         bench = record["config"]["benchmark"]
         items = decode_bandwidth_views.VIEWS["key-results"](record).items
         self.assertEqual(len(items), 7)
-        floors = {(g["dtype"], g["threads"], g["batch"], g["context"]): g for g in record["groups"]}
-        for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at half of it
-            group = floors[(cell["dtype"], cell["threads"], cell["batch"], cell["context"])]
-            group["compute_floor_ns_per_step"] = group["floor_ns_per_step"] / 10
+        for entry in record["hardware"]["matmul"].values():  # matrix arithmetic fast enough to bound no step
+            entry["durations_ns"] = [1] * len(entry["durations_ns"])
+        for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at 0.6 of it
             share = {"ours-prealloc": 1.2, "ours-concat": 1.3, "ours-compiled": 1.25}.get(cell["mode"], 0.6)
-            cell["median_ns_per_step"] = group["floor_ns_per_step"] * share
-            cell["step_over_floor"] = share
-        items = decode_bandwidth_views.VIEWS["key-results"](record).items
+            steps_at(cell, cell["floor_ns_per_step"] * share)
+        items = decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items
         self.assertTrue(items[2].startswith("Batch 1, bandwidth-bound"), items[2])
         self.assertIn("1.20× the floor", items[2])
         self.assertTrue(items[3].startswith("Slower than transformers"), items[3])
@@ -41,8 +52,8 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
                       f"{len(bench['batches']) * len(bench['contexts'])} are bandwidth-bound", items[4])
         for cell in record["cells"]:
             if cell["mode"] == "hf-dynamic":
-                cell["median_ns_per_step"] *= 10
-        self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](record).items[3].startswith("Faster than"))
+                steps_at(cell, cell["median_ns_per_step"] * 10)
+        self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items[3].startswith("Faster than"))
         for group in record["llama"]["groups"]:  # the trained model's bullet words its verdict from the record
             group["ours_over_transformers"] = 1.5
         self.assertIn("slower than transformers' Llama on the same weights (1.50× its step time)",
@@ -51,12 +62,14 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
     def test_the_step_bytes_diagram_draws_the_labs_byte_formula(self) -> None:
         from decode_bandwidth_views import pictures
         record, model = self.record, self.record["config"]["model"]
+        bench = record["config"]["benchmark"]
         groups = pictures.headline_groups(record)
-        for batch, context, parts in pictures.bar_rows(record):
-            needed = formulas.step_bytes(model, formulas.BYTES_PER_ELEMENT[record["config"]["benchmark"]["dtype"]],
-                                         batch, context)
-            self.assertEqual(parts["weights"] + parts["kv_read"] + parts["rest"], needed["total"])
-            self.assertEqual(groups[(batch, context)]["bytes"], needed)  # what the benchmark stored and the build checked
+        self.assertEqual(list(groups), [(b, c) for b in bench["batches"] for c in bench["contexts"]])
+        drawn = [key for keys, _, _ in pictures.SEGMENTS for key in keys]
+        for (batch, context), group in groups.items():  # the bars draw what the benchmark stored and the build checked
+            needed = formulas.step_bytes(model, formulas.BYTES_PER_ELEMENT[bench["dtype"]], batch, context)
+            self.assertEqual(group["bytes"], needed)
+            self.assertEqual(sum(group["bytes"][key] for key in drawn), needed["total"])
         html = self.page("step-bytes", record)
         self.assertIn('id="lab-diagram-step-bytes-title"', html)
         self.assertEqual(html.count("B 1 × T"), len(record["config"]["benchmark"]["contexts"]))
@@ -67,14 +80,14 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(formulas.regime(100, 10, 60), "compute")
         self.assertEqual(formulas.regime(100, 40, 30), "overhead")
         record = copy.deepcopy(self.record)
-        for (batch, context), (key, _times, mode) in pictures.cell_regimes(record, "hf-dynamic").items():
-            group = pictures.headline_groups(record)[(batch, context)]
-            cell = formulas.cell_table(record)[(*formulas.headline_key(record), batch, context, mode)]
-            self.assertEqual(key, formulas.regime(cell["median_ns_per_step"], group["floor_ns_per_step"],
-                                                  group["compute_floor_ns_per_step"]))
-        for group in record["groups"]:  # every floor of arithmetic just under every step
-            group["compute_floor_ns_per_step"] = 0.9 * max(c["median_ns_per_step"] for c in record["cells"])
-        html = self.page("regimes", record)
+        for who in pictures.COMPARED:
+            for (batch, context), cell in pictures.cell_regimes(record, who).items():
+                group = pictures.headline_groups(record)[(batch, context)]
+                self.assertEqual(cell["regime"], formulas.regime(cell["median_ns_per_step"], group["floor_ns_per_step"],
+                                                                 group["compute_floor_ns_per_step"]))
+        for entry in record["hardware"]["matmul"].values():  # matrix arithmetic so slow its floor bounds every step
+            entry["durations_ns"] = [duration * 10**6 for duration in entry["durations_ns"]]
+        html = self.page("regimes", rederived(record))
         self.assertIn(">compute<", html)
         self.assertNotIn(">overhead<", html)
         self.assertIn("compute floor", html)
@@ -94,17 +107,15 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         for cell in record["cells"]:
             if (cell["dtype"], cell["threads"], cell["batch"]) == (bench["dtype"], bench["threads"], 1):
                 scale = 1.0 if cell["mode"].startswith("ours") else 2.0  # ours at its floor, transformers at twice it
-                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * scale
-                cell["step_over_floor"] = scale
-        html = self.page("targets", record)
+                steps_at(cell, cell["floor_ns_per_step"] * scale)
+        html = self.page("targets", rederived(record))
         contexts = len(bench["contexts"])
         self.assertIn(f"at {contexts} of {contexts} contexts, and stayed within", html)
         self.assertNotIn("Missed", html)
         for cell in record["cells"]:
             if cell["mode"].startswith("ours") and cell["batch"] == 1:
-                cell["median_ns_per_step"] = cell["floor_ns_per_step"] * 3
-                cell["step_over_floor"] = 3.0
-        html = self.page("targets", record)
+                steps_at(cell, cell["floor_ns_per_step"] * 3)
+        html = self.page("targets", rederived(record))
         self.assertIn("Missed", html)
         self.assertIn("What limits them", html)
 
@@ -113,7 +124,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         rows = record["layout"]["rows"]
         for index, row in enumerate(rows):  # the compiled loop fastest for the first kind only, oneDNN for the rest
             row.update(in_out_ns=400.0, out_in_ns=300.0, onednn_ns=200.0, compiled_ns=100.0 if index == 0 else 250.0)
-        html = render_block(decode_bandwidth_views.VIEWS["layout"](record))
+        html = render_block(decode_bandwidth_views.VIEWS["layout"](rederived(record)))
         self.assertEqual(html.count("<strong>"), len(rows))
         chart = decode_bandwidth_views.VIEWS["kernels"](record)
         self.assertEqual(len(chart.charts), 1)
@@ -124,14 +135,14 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         for row in rows:
             del row["onednn_ns"]
         self.assertIn("Not measured in this run: oneDNN linear, packed",
-                      " ".join(decode_bandwidth_views.VIEWS["kernels"](record).notes))
+                      " ".join(decode_bandwidth_views.VIEWS["kernels"](rederived(record)).notes))
 
     def test_the_compiled_table_compares_both_modes_at_every_batch_1_group(self) -> None:
         record = copy.deepcopy(self.record)
         for cell in record["cells"]:
             if cell["batch"] == 1 and cell["mode"] in ("ours-prealloc", "ours-compiled"):
-                cell["median_ns_per_step"] = 2e6 if cell["mode"] == "ours-prealloc" else 1.5e6
-        block = decode_bandwidth_views.VIEWS["compiled"](record)
+                steps_at(cell, 2e6 if cell["mode"] == "ours-prealloc" else 1.5e6)
+        block = decode_bandwidth_views.VIEWS["compiled"](rederived(record))
         ones = [g for g in record["groups"] if g["batch"] == 1]
         self.assertEqual(len(block.tables[0].rows), len(ones))
         notes = " ".join(block.notes)
@@ -153,7 +164,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
                               (record["layout_other_dtypes"][dtype], 1.0), (later[-1], 1.25)):
             for row in layout["rows"]:
                 row["in_out_ns"] = row["out_in_ns"] = 1000.0 * scale
-        block = decode_bandwidth_views.VIEWS["batches"](record)
+        block = decode_bandwidth_views.VIEWS["batches"](rederived(record))
         scaling = block.tables[-1]
         self.assertEqual([row[0] for row in scaling.rows], ["float32", dtype])
         self.assertEqual([row[-1] for row in scaling.rows], ["3.00×", "1.25×"])

@@ -18,10 +18,11 @@ from unittest import mock
 import httpx
 
 import kv_serving_views
-from kv_serving import benchmark, figures, formulas
-from kv_serving.formulas import policy
+from kv_serving import benchmark, figures
+from kv_serving.figures import formulas
+from kv_serving.figures.formulas import policy
 from kv_serving.launch import log_text, serving_url
-from labkit.figures import check_record
+from labkit.figures import JsonPath, check_record, fill, path_text
 from labkit.records import RecordError
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, run_quietly
 from labkit.waiting import HANG_S, communicate, read_until_closed
@@ -33,6 +34,12 @@ SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 def check(record: dict[str, Any], source: str) -> None:
     """The site's check of this lab's record: its invariants, then every derived figure."""
     check_record(record, source, figures.check_invariants, figures.derive)
+
+
+def rederived(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every derived figure recomputed from its (edited) raw data, as the benchmark stores them."""
+    fill(record, figures.derive(record))
+    return record
 
 
 def rendered(name: str, record: dict[str, Any]) -> str:
@@ -81,6 +88,27 @@ class QuickRun(QuickBenchmarkRun):
         change(record)
         with self.assertRaisesRegex(RecordError, re.escape(path)):
             check(record, "edited")
+
+    def test_check_record_refuses_a_hand_edited_ratio_share_or_verdict_the_views_read(self) -> None:
+        """The figures the views word instead of computing: each, edited, is refused at its own path."""
+        edits: list[JsonPath] = [
+            ("step_scaling", "growth"), ("step_times", 0, "weights_share"), ("step_times", 1, "rest_ns"),
+            ("rates", "points", 0, "over_serial"), ("rates", "serial", "server", "stalled_gap_s"),
+            ("rates", "points", 1, "busy_share"), ("admission", "policies", 0, "mean_used_share"),
+            ("admission", "occupancy_bytes_over_safe"), ("admission", "longest_request_bytes"),
+            ("cancellation", "modes", 1, "tokens_unread"), ("cancellation", "tokens_before_noticed"),
+            ("config", "benchmark", "dtype_choice", "probes", "float32", "median_ns")]
+        for path in edits:
+            def change(record: dict[str, Any], path: JsonPath = path) -> None:
+                parent = record
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = parent[path[-1]] * 1.5 + 1
+            with self.subTest(path=path):
+                self.assert_refused(f"field {path_text(path)} is ", change)
+        regimes = {"flat": "shared", "shared": "per-row", "per-row": "flat"}
+        self.assert_refused("$.step_scaling.regime", lambda r: r["step_scaling"].update(
+            regime=regimes[r["step_scaling"]["regime"]]))
 
     def test_check_record_refuses_failed_for_memory_that_the_failed_request_rows_contradict(self) -> None:
         self.assert_refused("$.admission.policies[0].server.failed_for_memory",
@@ -263,9 +291,8 @@ class QuickRun(QuickBenchmarkRun):
         small, large = record["step_times"][0], record["step_times"][-1]
         for row, value in ((small, 30_000_000), (large, 20_000_000)):  # every repeat equal: ranges cannot overlap
             for timings in (row, row["weights"]):
-                timings.update(durations_ns=[value] * len(timings["durations_ns"]), median_ns=value, min_ns=value,
-                               max_ns=value)
-        html = rendered("steps", record)
+                timings["durations_ns"] = [value] * len(timings["durations_ns"])
+        html = rendered("steps", rederived(record))
         self.assertIn(f"a step for {small['batch']} requests took 30.00 ms", html)
         self.assertIn("so this is not noise between repeats", html)
         self.assertIn("The weight multiplications alone show the same inversion", html)
@@ -275,13 +302,13 @@ class QuickRun(QuickBenchmarkRun):
         for run in record["cancellation"]["modes"]:  # nothing streamed before the server noticed
             run["server"]["tokens_generated"] = (sum(r["tokens"] for r in run["requests"])
                                                  + run["server"]["tokens_after_disconnect"])
-        html = rendered("cancellation", record)
+        html = rendered("cancellation", rederived(record))
         self.assertIn("start when the server noticed a departure", html)
         self.assertIn("So no streamed token fell between a client", html)
         honoured = next(m for m in record["cancellation"]["modes"] if m["honor_disconnect"])
         honoured["server"]["tokens_generated"] += 2  # two tokens streamed that nobody read, before the server noticed
         self.assertIn("So 2 tokens went out between a client",
-                      rendered("cancellation", record))
+                      rendered("cancellation", rederived(record)))
 
     def test_targets_view_gives_the_evidence_beside_each_verdict(self) -> None:
         record = self.record

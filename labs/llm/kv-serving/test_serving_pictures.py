@@ -1,4 +1,4 @@
-"""The page's pictures are drawn from kv_serving.formulas.replay: the real scheduler must do what it says."""
+"""The page's pictures are drawn from kv_serving.figures.formulas.replay: the real scheduler must do what it says."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import unittest
 from typing import Any
 
 import kv_serving_views
+from kv_serving import figures
 from kv_serving.admission import KVBudget
 from kv_serving.benchmark import LAB, ROOT
-from kv_serving.formulas import (
+from kv_serving.figures.formulas import (
     REPLAY_BLOCK,
     REPLAY_BUDGET,
     REPLAY_EXAMPLE,
@@ -25,6 +26,8 @@ from kv_serving.formulas import (
 )
 from kv_serving.request import Finished, Request, Token
 from kv_serving.testing import TINY_BLOCK, TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
+from kv_serving_views.pictures import stall_wait
+from labkit.figures import fill
 from labkit.waiting import bounded
 from site_hooks.blocks import render_block
 
@@ -127,36 +130,51 @@ if __name__ == "__main__":
     unittest.main()
 
 
+def rederived(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every derived figure recomputed from its (edited) raw data, as the benchmark stores them."""
+    fill(record, figures.derive(record))
+    return record
+
+
+def scale_times(run: dict[str, Any], factor: float) -> None:
+    """Every time of a run's request rows stretched by ``factor``: its throughput divided by it."""
+    for row in run["requests"]:
+        for name in ("sent_s", "ttft_s", "e2e_s"):
+            if row[name] is not None:
+                row[name] *= factor
+
+
 class ViewsFromTheRecord(unittest.TestCase):
     """The key results and the pictures word what the record holds, and change with it."""
 
     @classmethod
     def setUpClass(cls) -> None:
 
-        cls.record = json.loads((ROOT / LAB.record).read_text(encoding="utf-8"))
+        cls.record = rederived(json.loads((ROOT / LAB.record).read_text(encoding="utf-8")))
 
     def render(self, name: str, record: dict[str, Any]) -> str:
         return render_block(kv_serving_views.VIEWS[name](record))
 
     def test_key_results_choose_their_words_from_the_record(self) -> None:
         record = copy.deepcopy(self.record)
-        serial = record["rates"]["serial"]["summary"]
+        serial = record["rates"]["serial"]
         best = max(p["summary"]["throughput_tokens_per_s"] for p in record["rates"]["points"])
-        serial["throughput_tokens_per_s"] = best / 10
-        self.assertIn("10.00× the same requests served one at a time (at or above", self.render("key-results", record))
-        serial["throughput_tokens_per_s"] = best
-        self.assertIn("1.00× the same requests served one at a time (below", self.render("key-results", record))
+        scale_times(serial, 10 * serial["summary"]["throughput_tokens_per_s"] / best)  # serial at a tenth of the best
+        self.assertIn("10.00× the same requests served one at a time (at or above",
+                      self.render("key-results", rederived(record)))
+        scale_times(serial, 0.1)  # serial as fast as the best
+        self.assertIn("1.00× the same requests served one at a time (below", self.render("key-results", rederived(record)))
         for row in record["step_times"]:
-            row["median_ns"] = 10_000_000
-        self.assertIn("flat within 10%", self.render("key-results", record))
+            row["durations_ns"] = [10_000_000] * len(row["durations_ns"])
+        self.assertIn("flat within 10%", self.render("key-results", rederived(record)))
         for row in record["step_times"]:
-            row["median_ns"] = 10_000_000 * row["batch"]
-        self.assertIn("little of it is shared", self.render("key-results", record))
+            row["durations_ns"] = [10_000_000 * row["batch"]] * len(row["durations_ns"])
+        self.assertIn("little of it is shared", self.render("key-results", rederived(record)))
         point = best_point(record)
         point["server"].update(decode_seconds=0.1 * point["summary"]["duration_s"], prefill_seconds=0.0)
-        self.assertIn("computed for only 10% of the run: overhead-bound", self.render("key-results", record))
+        self.assertIn("computed for only 10% of the run: overhead-bound", self.render("key-results", rederived(record)))
         point["server"].update(decode_seconds=0.95 * point["summary"]["duration_s"])
-        self.assertIn("not HTTP, was the limit", self.render("key-results", record))
+        self.assertIn("not HTTP, was the limit", self.render("key-results", rederived(record)))
         average = next(p for p in record["admission"]["policies"] if p["name"] == "count_average")
         average["server"]["failed_for_memory"] = 0
         self.assertIn("happened to fail nobody", self.render("key-results", record))
@@ -174,6 +192,9 @@ class ViewsFromTheRecord(unittest.TestCase):
         record = copy.deepcopy(self.record)
         server = best_point(record)["server"]
         server.update(decode_seconds=0.02 * server["decode_steps"], prefill_seconds=0.06 * server["prefills"])
-        stall = self.render("prefill-stall", record)
+        stall = self.render("prefill-stall", rederived(record))
         self.assertIn("a decode step of 20 ms and a prefill of 60 ms", stall)
         self.assertIn("after 80 ms instead of 20 ms", stall)
+        self.assertIn("A waits 80 ms", stall)
+        before, after = stall_wait(model_thread(replay(STALL_EXAMPLE, 100, REPLAY_BLOCK), 0.02, 0.06))
+        self.assertAlmostEqual(after - before, 0.08)  # the wait the picture marks is the stored step + prefill

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from . import formulas
 from .compiled import compiled_row_dot
 from .config import DecoderConfig
-from .formulas import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
+from .figures import formulas
+from .figures.formulas import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")

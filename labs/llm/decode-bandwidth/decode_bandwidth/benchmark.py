@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from decode_bandwidth import figures, formulas, llama
+from decode_bandwidth import figures, llama
 from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
 from decode_bandwidth.compiled import CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures import formulas
+from decode_bandwidth.figures.formulas import (
     ATOL,
     BASELINE,
     MIN_BANDWIDTH_PASSES,
@@ -46,6 +46,7 @@ from decode_bandwidth.profile import minor_faults, profile_step
 from decode_bandwidth.workloads import client_run, step_runners
 from labkit import bench, harness
 from labkit.manifest import lab_for
+from labkit.summary import median
 
 LAB, ROOT = lab_for(__file__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -232,7 +233,7 @@ def time_groups(args: argparse.Namespace, models: dict[str, Models],
                                               progress, label)
         groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
                        "durations": durations, "faults": faults})
-        progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+        progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
                                                       for m, d in durations.items()))
     torch.set_num_threads(args.threads)
     return groups
@@ -367,12 +368,13 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
 def summary(record: dict[str, Any]) -> list[str]:
     lines = []
     dtype, threads = formulas.headline_key(record)
-    cells = formulas.cell_table(record)
+    cells, groups = formulas.cell_table(record), formulas.group_table(record)
     for context in record["config"]["benchmark"]["contexts"]:
-        best, hf = formulas.best_ours(cells, (dtype, threads, 1, context)), cells[(dtype, threads, 1, context, BASELINE)]
+        key = (dtype, threads, 1, context)
+        best, hf = formulas.best_cell(record, key), cells[(*key, BASELINE)]
         lines.append(f"batch 1, context {context}: {best['mode']} {best['median_ns_per_step'] / 1e6:.1f} ms, "
                      f"{BASELINE} {hf['median_ns_per_step'] / 1e6:.1f} ms "
-                     f"({best['median_ns_per_step'] / hf['median_ns_per_step']:.2f}x), "
+                     f"({groups[key]['best_over_hf_dynamic']:.2f}x), "
                      f"floor {best['floor_ns_per_step'] / 1e6:.1f} ms ({best['step_over_floor']:.2f}x)")
     llama = record["llama"]
     for group in llama["groups"]:

@@ -15,7 +15,6 @@ logits within the stated tolerance, or the run stops.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
@@ -24,10 +23,11 @@ from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM
 
 from labkit import bench, harness
+from labkit.summary import median
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder
 
-from . import formulas
+from .figures import formulas
 from .hf import rewind
 from .workloads import Runner, synchronizer
 
@@ -169,7 +169,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
                 groups.append({"threads": count, "context": context, "order": order})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
                           for mode in formulas.LLAMA_MODES]
-                progress.note(f"{label}: median " + ", ".join(f"{m} {statistics.median(d) / 1e6:.1f} ms"
+                progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
                                                               for m, d in durations.items()))
     finally:
         progress.close()

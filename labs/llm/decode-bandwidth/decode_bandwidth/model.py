@@ -30,7 +30,7 @@ from llm_models.attention import causal_attention
 
 from .cache import ConcatCache, PreallocatedCache
 from .config import DecoderConfig
-from .formulas import LAYOUT
+from .figures.formulas import LAYOUT
 
 
 def _draw(shape: tuple[int, ...], std: float, generator: torch.Generator) -> Tensor:

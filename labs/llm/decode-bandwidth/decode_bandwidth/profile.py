@@ -8,14 +8,15 @@ the same shapes, so one classification serves both models.
 from __future__ import annotations
 
 import resource
-import statistics
 from collections.abc import Callable
 
 from torch.profiler import ProfilerActivity, profile
 
-from . import formulas
+from labkit.summary import median
+
 from .config import DecoderConfig
-from .formulas import KINDS
+from .figures import formulas
+from .figures.formulas import KINDS
 
 
 def minor_faults() -> int:
@@ -74,5 +75,5 @@ def profile_step(step: Callable[[], None], reset: Callable[[], None], config: De
             self_ns[kind] += getattr(event, field) * 1e3  # microseconds -> ns
         for kind in KINDS:
             per_step[kind].append(self_ns[kind])
-    rows = [{"kind": kind, "ns_per_step": statistics.median(per_step[kind])} for kind in KINDS]
+    rows = [{"kind": kind, "ns_per_step": median(per_step[kind])} for kind in KINDS]
     return {"steps": steps, "rows": rows, "minor_faults": faults}

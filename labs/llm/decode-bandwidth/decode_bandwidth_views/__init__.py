@@ -1,13 +1,13 @@
 """The decode-bandwidth lab's views: one module per section of its page (docs/llm/decode-bandwidth.md), each a
 function of the checked record returning a site_hooks.blocks.Block, and the headline ratios for comparing
 machines. Torch-free; the figures they read are stored by the benchmark and checked by the build against
-decode_bandwidth.figures.derive, and the constants come from there."""
+decode_bandwidth.figures.derive, and the constants come from decode_bandwidth.figures.formulas."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import best_ours, cell_table, headline_key
+from decode_bandwidth.figures.formulas import cell_table, group_key, headline_key
 from site_hooks.blocks import View
 
 from .batches import batches_view
@@ -41,20 +41,18 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     """Ratios within one run, comparable across machines: ours against transformers and against the floor."""
     bench = record["config"]["benchmark"]
     dtype, threads = headline_key(record)
+    groups = {group_key(g): g for g in record["groups"]}
     cells = cell_table(record)
     short, long = bench["contexts"][0], bench["contexts"][-1]
     batch = bench["batches"][-1]
-    best_long = best_ours(cells, (dtype, threads, 1, long))
-    best_short = best_ours(cells, (dtype, threads, 1, short))
-    client = record["client"]["modes"]
+    best_short = groups[(dtype, threads, 1, short)]["best_ours"]
     return [
-        (f"ours best / hf-dynamic, batch 1, context {long}",
-         best_long["median_ns_per_step"] / cells[(dtype, threads, 1, long, "hf-dynamic")]["median_ns_per_step"]),
-        (f"ours best / memory floor, batch 1, context {short}", best_short["step_over_floor"]),
+        (f"ours best / hf-dynamic, batch 1, context {long}", groups[(dtype, threads, 1, long)]["best_over_hf_dynamic"]),
+        (f"ours best / memory floor, batch 1, context {short}",
+         cells[(dtype, threads, 1, short, best_short)]["step_over_floor"]),
         (f"hf-dynamic / memory floor, batch 1, context {short}",
          cells[(dtype, threads, 1, short, "hf-dynamic")]["step_over_floor"]),
         (f"ours-concat / ours-prealloc, batch {batch}, context {long}",
-         cells[(dtype, threads, batch, long, "ours-concat")]["median_ns_per_step"]
-         / cells[(dtype, threads, batch, long, "ours-prealloc")]["median_ns_per_step"]),
-        ("client tokens/s, ours / transformers", client["ours"]["tokens_per_s"] / client["transformers"]["tokens_per_s"]),
+         groups[(dtype, threads, batch, long)]["concat_over_prealloc"]),
+        ("client tokens/s, ours / transformers", record["client"]["ours_over_transformers"]),
     ]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import COMPILED, cell_table
+from decode_bandwidth.figures.formulas import COMPILED, cell_table
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, format_seconds
 
-from .wording import ratio_range, threads_text
+from .common import ratio_range, threads_text
 
 EAGER = "ours-prealloc"
 
@@ -32,12 +32,12 @@ def compile_text(record: dict[str, Any]) -> str:
 def compiled_summary_view(record: dict[str, Any]) -> Block:
     """The body's two sentences: how much the generated loop bought per dtype and thread count, and its cost."""
     by_run: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    for group, eager, compiled in batch_1_pairs(record):
+    for group, _, compiled in batch_1_pairs(record):
         by_run.setdefault((group["dtype"], group["threads"]), []).append(
-            (compiled["median_ns_per_step"] / eager["median_ns_per_step"], compiled["step_over_floor"]))
+            (group["compiled_over_prealloc"], compiled["step_over_floor"]))
     parts = [f"{ratio_range([r for r, _ in pairs])} of {EAGER}'s step in {dtype} at {threads_text(threads)} "
              f"({ratio_range([f for _, f in pairs])} its floor)" for (dtype, threads), pairs in by_run.items()]
-    return Block(css="lab-decode-compiled-summary", paragraphs=[
+    return Block(paragraphs=[
         f"At batch 1 {COMPILED} took " + "; ".join(parts) + ", over every context.",
         "The price is a compile, once per dtype and thread count before anything is timed, "
         + ("from an empty cache: " if record["compiled"]["cold_cache"] else
@@ -49,7 +49,7 @@ def compiled_summary_view(record: dict[str, Any]) -> Block:
 def compiled_view(record: dict[str, Any]) -> Block:
     rows, ratios = [], []
     for group, eager, compiled in batch_1_pairs(record):
-        ratio = compiled["median_ns_per_step"] / eager["median_ns_per_step"]
+        ratio = group["compiled_over_prealloc"]
         ratios.append(ratio)
         better = compiled["median_ns_per_step"] < eager["median_ns_per_step"]
         rows.append((f"{group['dtype']}, {threads_text(group['threads'])}", f"{group['context']:,}",
@@ -58,7 +58,7 @@ def compiled_view(record: dict[str, Any]) -> Block:
                      format_ratio(compiled["step_over_floor"]), format_ratio(ratio)))
     table = Table(headings=["Dtype, threads", "Context", f"{EAGER} (ms)", "÷ floor", f"{COMPILED} (ms)", "÷ floor",
                             f"{COMPILED} ÷ {EAGER}"], rows=rows)
-    return Block(css="lab-decode-compiled", tables=[table], notes=[
+    return Block(tables=[table], notes=[
         f"Median step at batch 1, every batch-1 group of the run; the faster of the two in bold. {COMPILED} took "
         f"{ratio_range(ratios)} the step time of {EAGER}.",
         f"Compiling its one-row kernels: {compile_text(record)}. Kernel: {record['compiled']['kernel']}.",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
+from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 
-from .wording import gbs, threads_text
+from .common import gbs, threads_text
+
+MIB = 2**20
 
 
 def where_text(groups: list[dict[str, Any]]) -> str:
@@ -25,9 +27,9 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
     best = "; ".join(f"at {threads_text(int(t))} the fastest was {e['best_kernel']}, {gbs(e['bytes_per_s'])}"
                      for t, e in machine["bandwidth"].items())
     return [
-        (f"The last-level cache is {llc / 2**20:g} MiB (read from {machine['last_level_cache_source']}), so the "
+        (f"The last-level cache is {llc / MIB:g} MiB (read from {machine['last_level_cache_source']}), so the "
          if llc else f"The last-level cache size was {machine['last_level_cache_source']}, so the ")
-        + f"bandwidth buffer was {machine['buffer_bytes'] / 2**20:g} MiB, read by {len(READ_KERNELS)} kernels "
+        + f"bandwidth buffer was {machine['buffer_bytes'] / MIB:g} MiB, read by {len(READ_KERNELS)} kernels "
         f"(table below), each the best of its passes; the floor takes the fastest, {best}.",
         f"Matrix arithmetic, best of a few square {next(iter(machine['matmul'].values()))['size']}-wide matmuls: "
         + "; ".join(f"{key.split('/')[0]} at {threads_text(int(key.split('/')[1]))}, "
@@ -50,23 +52,23 @@ def floor_view(record: dict[str, Any]) -> Block:
     groups = [g for g in record["groups"] if (g["dtype"], g["threads"]) == (dtype, threads)]
     crossover = record["kv_crossover"]
     over = [g for g in groups if g["bytes"]["kv_read"] > g["bytes"]["weights"]]
+    reached = (f"In this grid that happens at {where_text(over)}." if over else
+               "No cell of this grid reaches it; the weights dominate every step.")
     crossing = (f"KV reads overtake weight reads at B × T = {crossover['weight_bytes']:,} / "
                 f"{crossover['kv_bytes_per_position']:,} = {crossover['batch_x_context']:,.0f} positions "
-                f"(weights ÷ KV bytes per position, batch 1). ")
-    crossing += (f"In this grid that happens at {where_text(over)}." if over else
-                 "No cell of this grid reaches it; the weights dominate every step.")
+                f"(weights ÷ KV bytes per position, batch 1). {reached}")
     table = Table(
         headings=["Batch", "Context", "Weights", "KV read", "KV written", "Embedding rows", "Total", "KV read ÷ weights",
                   "Memory floor (ms)", "Arithmetic floor (ms)"],
         rows=[(g["batch"], g["context"], *(format_number(g["bytes"][name]) for name in
                                            ("weights", "kv_read", "kv_written", "embedding_rows", "total")),
-               format_ratio(g["bytes"]["kv_read"] / g["bytes"]["weights"]), format_ms(g["floor_ns_per_step"]),
+               format_ratio(g["kv_over_weights"]), format_ms(g["floor_ns_per_step"]),
                format_ms(g["compute_floor_ns_per_step"])) for g in groups])
     legend = (f"Bytes one decode step must move on {bench['device']} in {dtype} at {threads_text(threads)}, from the "
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
               "measured read bandwidth; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
-    return Block(css="lab-decode-floor", paragraphs=machine_paragraphs(record["hardware"]),
+    return Block(paragraphs=machine_paragraphs(record["hardware"]),
                  tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
 
@@ -77,7 +79,8 @@ def bound_sentence(groups: list[dict[str, Any]]) -> str:
     if not compute:
         return ("The memory floor is above the arithmetic floor in every cell of this grid: by these two lower "
                 "bounds, every step here is bound by the bytes it moves, not by its flops.")
-    memory_bound = sorted({g["batch"] for g in groups} - {g["batch"] for g in compute})
+    compute_batches = {g["batch"] for g in compute}
+    memory_bound = sorted({g["batch"] for g in groups if g["batch"] not in compute_batches})
     return (f"The arithmetic floor is the higher of the two at {where_text(compute)}: there the step's flops, not its "
             "bytes, set the lower bound, and a step's ratio to the memory floor overstates how far it is from what "
             "the machine allows. "
@@ -86,20 +89,19 @@ def bound_sentence(groups: list[dict[str, Any]]) -> str:
 
 
 def activations_sentence(record: dict[str, Any], groups: list[dict[str, Any]]) -> str:
-    """What the floor leaves out, sized from the config at the grid's largest batch and context."""
-    model = record["config"]["model"]
+    """What the floor leaves out, sized from the config at the grid's largest batch and context (activations)."""
+    model, activations = record["config"]["model"], record["activations"]
     batch, context = max(g["batch"] for g in groups), max(g["context"] for g in groups)
     size = BYTES_PER_ELEMENT[groups[0]["dtype"]]
-    hidden = model["ffn_multiplier"] * model["width"]
-    sizes = {  # name: (factors, bytes)
-        "the logits": (f"{batch} × {model['vocab_size']:,} × {size}", batch * model["vocab_size"] * size),
+    sizes = {  # name: (factors, its entry in activations)
+        "the logits": (f"{batch} × {model['vocab_size']:,} × {size}", activations["logits"]),
         f"one layer's attention scores at context {context}, where a kernel materialises them":
-            (f"{batch} × {model['heads']} × {context:,} × {size}", batch * model["heads"] * context * size),
-        "one layer's MLP hidden vector": (f"{batch} × {hidden:,} × {size}", batch * hidden * size),
+            (f"{batch} × {model['heads']} × {context:,} × {size}", activations["attention_scores"]),
+        "one layer's MLP hidden vector": (f"{batch} × {model['ffn_width']:,} × {size}", activations["mlp_hidden"]),
     }
-    ordered = sorted(sizes.items(), key=lambda item: -item[1][1])
+    ordered = sorted(sizes.items(), key=lambda item: -item[1][1]["bytes"])
     weights = groups[0]["bytes"]["weights"]
     (name, (factors, largest)), rest = ordered[0], ordered[1:]
-    return (f"Activations are not counted. At batch {batch} the largest is {name}, {factors} = {largest:,} bytes, "
-            f"{largest / weights:.1%} of the {weights:,} weight bytes; then "
-            + join([f"{other} ({value:,} bytes)" for other, (_, value) in rest]) + ".")
+    return (f"Activations are not counted. At batch {batch} the largest is {name}, {factors} = {largest['bytes']:,} "
+            f"bytes, {largest['share_of_weights']:.1%} of the {weights:,} weight bytes; then "
+            + join([f"{other} ({value['bytes']:,} bytes)" for other, (_, value) in rest]) + ".")

@@ -12,9 +12,9 @@ def model_view(record: dict[str, Any]) -> Block:
     weights = record["kv_crossover"]["weight_bytes"]
     heads = f"{model['heads']} heads" + ("" if model["kv_heads"] == model["heads"]
                                          else f" sharing {model['kv_heads']} key/value heads")
-    return Block(css="lab-decode-model", paragraphs=[
+    return Block(paragraphs=[
         f"This record's model is the {model['preset']} preset: {model['layers']} layers, width {model['width']}, "
-        f"{heads} of {model['head_dim']}, a feed-forward width of {model['ffn_multiplier'] * model['width']:,}, a "
+        f"{heads} of {model['head_dim']}, a feed-forward width of {model['ffn_width']:,}, a "
         f"vocabulary of {model['vocab_size']:,} tokens and {model['max_positions']:,} learned positions. A decode "
         f"step multiplies by {weights:,} bytes of weights in {record['config']['benchmark']['dtype']}.",
         f"Weights are drawn from seed {model['seed']} with standard deviation {model['init_std']:g}, the two residual "

@@ -4,27 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import (
+from decode_bandwidth.figures.formulas import (
     COMPILED,
-    MATRICES,
     OURS,
     READ_KERNELS,
     REGIMES,
-    best_ours,
+    best_cell,
     cell_table,
     headline_key,
-    regime,
 )
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, format_sci, join, spelled
 
-from .pictures import cell_regimes, headline_groups
+from .common import gbs, ratio_range, threads_text
+from .pictures import headline_groups
 from .trained import trained_item
-from .wording import gbs, ratio_range, threads_text
-
-
-def cell_regime(cell: dict[str, Any], group: dict[str, Any]) -> str:
-    return REGIMES[regime(cell["median_ns_per_step"], group["floor_ns_per_step"], group["compute_floor_ns_per_step"])]
 
 
 def parity_item(record: dict[str, Any]) -> str:
@@ -48,9 +42,8 @@ def floor_item(record: dict[str, Any]) -> str:
 
 
 def best_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
-    """The fastest of this lab's modes at the headline dtype and thread count."""
-    dtype, threads = headline_key(record)
-    return best_ours(cell_table(record), (dtype, threads, batch, context))
+    """The cell of the fastest of this lab's modes at the headline dtype and thread count."""
+    return best_cell(record, (*headline_key(record), batch, context))
 
 
 def transformers_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
@@ -64,7 +57,7 @@ def batch_one_item(record: dict[str, Any]) -> str:
     best = [best_at(record, 1, c) for c in contexts]
     hf = [transformers_at(record, 1, c) for c in contexts]
     closest = min(best, key=lambda cell: cell["step_over_floor"])
-    named = cell_regime(closest, headline_groups(record)[(1, closest["context"])])
+    named = REGIMES[closest["regime"]]
     return (f"Batch 1, {named}: the fastest of this lab's modes came closest to the floor at context "
             f"{closest['context']:,}, {format_ms(closest['median_ns_per_step'])} ms or {format_ratio(closest['step_over_floor'])} the floor; "
             f"across contexts it took {ratio_range([c['step_over_floor'] for c in best])} the floor, "
@@ -73,8 +66,8 @@ def batch_one_item(record: dict[str, Any]) -> str:
 
 def versus_item(record: dict[str, Any]) -> str:
     contexts = record["config"]["benchmark"]["contexts"]
-    ratios = [best_at(record, 1, c)["median_ns_per_step"] / transformers_at(record, 1, c)["median_ns_per_step"]
-              for c in contexts]
+    groups = headline_groups(record)
+    ratios = [groups[(1, c)]["best_over_hf_dynamic"] for c in contexts]
     verdict = ("Faster than transformers" if max(ratios) < 1 else "Slower than transformers" if min(ratios) > 1
                else "Level with transformers")
     return (f"{verdict}: at batch 1 the fastest of this lab's modes took {ratio_range(ratios)} the step time of "
@@ -84,23 +77,21 @@ def versus_item(record: dict[str, Any]) -> str:
 def batching_item(record: dict[str, Any]) -> str:
     bench = record["config"]["benchmark"]
     batch, context = bench["batches"][-1], bench["contexts"][0]
-    one = best_at(record, 1, context)["median_ns_per_step"]
-    many = best_at(record, batch, context)["median_ns_per_step"]
-    regimes = cell_regimes(record, "ours")
-    counts = [f"{n} {label}" for key, label in REGIMES.items()
-              if (n := sum(1 for r, _, _ in regimes.values() if r == key))]
+    groups = headline_groups(record)
+    one, many = groups[(1, context)], groups[(batch, context)]
+    counts = [f"{n} {label}" for key, label in REGIMES.items() if (n := record["headline_regimes"][key])]
     verb = "is" if counts[0].startswith("1 ") else "are"
     counts[0] = counts[0].replace(" ", f" {verb} ", 1)
     return (f"Batching shares the weight read: at context {context:,} a batch-{batch} step took "
-            f"{format_ratio(many / one)} the batch-1 step for {batch} times the tokens, "
-            f"{format_ms(many / batch)} ms per token against {format_ms(one)} ms. "
-            f"Of the grid's {len(regimes)} cells, " + join(counts) + ".")
+            f"{format_ratio(many['best_over_batch_1'])} the batch-1 step for {batch} times the tokens, "
+            f"{format_ms(many['best_ns_per_token'])} ms per token against {format_ms(one['best_ns_per_token'])} ms. "
+            f"Of the grid's {len(groups)} cells, {join(counts)}.")
 
 
 def client_item(record: dict[str, Any]) -> str:
     ours, theirs = record["client"]["modes"]["ours"], record["client"]["modes"]["transformers"]
     return (f"A client streaming one sequence sees {ours['tokens_per_s']:.1f} tokens/s from this decoder and {theirs['tokens_per_s']:.1f} from transformers' generate "
-            f"({format_ratio(ours['tokens_per_s'] / theirs['tokens_per_s'])}); time to first token {format_ms(ours['ttft_ns'])} ms against {format_ms(theirs['ttft_ns'])} ms.")
+            f"({format_ratio(record['client']['ours_over_transformers'])}); time to first token {format_ms(ours['ttft_ns'])} ms against {format_ms(theirs['ttft_ns'])} ms.")
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -112,23 +103,21 @@ def key_results_view(record: dict[str, Any]) -> Block:
 def answer_gap_view(record: dict[str, Any]) -> Block:
     """Where a batch-1 step's time above its floor goes, from the profile of ours-prealloc."""
     profile = record["profile"]
-    rows = {row["kind"]: row for row in profile["modes"]["ours-prealloc"]["rows"]}
+    ours = profile["modes"]["ours-prealloc"]
+    rows = {row["kind"]: row for row in ours["rows"]}
     key = (profile["dtype"], profile["threads"], profile["batch"], profile["context"], "ours-prealloc")
     cell = cell_table(record)[key]
-    spent = sum(rows[kind]["ns_per_step"] for kind in MATRICES)
-    floor = sum(rows[kind]["floor_ns"] for kind in MATRICES)
-    small = rows["other"]["ns_per_step"] + rows["cache writes and copies"]["ns_per_step"]
-    timed, profiled = cell["median_ns_per_step"], profile["modes"]["ours-prealloc"]["total_ns_per_step"]
-    between = (f"and {format_ms(timed - profiled)} ms fell between operators, in Python and dispatch"
+    timed, profiled = cell["median_ns_per_step"], ours["total_ns_per_step"]
+    between = (f"and {format_ms(-ours['total_minus_timed_ns'])} ms fell between operators, in Python and dispatch"
                if profiled < timed else "and the profiler's own cost made the profiled step "
-               f"{format_ms(profiled - timed)} ms longer than the timed one")
+               f"{format_ms(ours['total_minus_timed_ns'])} ms longer than the timed one")
     return answer(f"At batch {profile['batch']}, context {profile['context']:,}, ours-prealloc took "
             f"{format_ms(timed)} ms against a floor of {format_ms(cell['floor_ns_per_step'])} ms "
             f"({format_ratio(cell['step_over_floor'])}). In its profile the five weight matrices took "
-            f"{format_ms(spent)} ms against their own floor of {format_ms(floor)} ms ({format_ratio(spent / floor)}); "
-            f"attention read the cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
-            f"{format_ms(rows['attention']['floor_ns'])} ms; norms, GELU, adds and the cache write took "
-            f"{format_ms(small)} ms; {between}.")
+            f"{format_ms(ours['matrices_ns'])} ms against their own floor of {format_ms(ours['matrices_floor_ns'])} ms "
+            f"({format_ratio(ours['matrices_over_floor'])}); attention read the cache in "
+            f"{format_ms(rows['attention']['ns_per_step'])} ms against {format_ms(rows['attention']['floor_ns'])} ms; "
+            f"norms, GELU, adds and the cache write took {format_ms(ours['small_ops_ns'])} ms; {between}.")
 
 
 def answer_bound_view(record: dict[str, Any]) -> Block:
@@ -141,10 +130,10 @@ def answer_bound_view(record: dict[str, Any]) -> Block:
     memory, compute = group["floor_ns_per_step"], group["compute_floor_ns_per_step"]
     higher = "the arithmetic floor" if compute > memory else "the memory floor"
     dominant = "cache dominates" if kv > weights else "weights dominate"
-    return answer(f"At batch {batch}, context {context:,} the step reads {format_bytes(kv)} of KV cache against {format_bytes(weights)} of weights ({format_ratio(kv / weights)}): the {dominant} the bytes. "
+    return answer(f"At batch {batch}, context {context:,} the step reads {format_bytes(kv)} of KV cache against {format_bytes(weights)} of weights ({format_ratio(group['kv_over_weights'])}): the {dominant} the bytes. "
                   f"Its memory floor is {format_ms(memory)} ms and its arithmetic floor {format_ms(compute)} ms, so {higher} is the higher bound. "
                   f"The fastest of this lab's modes ({cell['mode']}) took {format_ms(cell['median_ns_per_step'])} ms, "
-                  f"{format_ratio(cell['median_ns_per_step'] / max(memory, compute))} that bound: {cell_regime(cell, group)}.")
+                  f"{format_ratio(cell['step_over_higher_floor'])} that bound: {REGIMES[cell['regime']]}.")
 
 
 def answer_crossover_view(record: dict[str, Any]) -> Block:
@@ -152,6 +141,6 @@ def answer_crossover_view(record: dict[str, Any]) -> Block:
     model = record["config"]["model"]
     return answer(f"Weights ÷ KV bytes per position: {crossover['weight_bytes']:,} ÷ {crossover['kv_bytes_per_position']:,} "
             f"= {crossover['batch_x_context']:,.0f} positions of batch × context: at the full "
-            f"{model['max_positions']:,}-position context, {crossover['batch_x_context'] / model['max_positions']:.1f} "
+            f"{model['max_positions']:,}-position context, {crossover['full_context_sequences']:.1f} "
             f"sequences. The dtype cancels: bfloat16 halves both sides. Fewer "
             f"key/value heads (grouped-query attention) would shrink the denominator and push the crossover out.")

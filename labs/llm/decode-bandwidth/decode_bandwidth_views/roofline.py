@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import cell_table, headline_key
+from decode_bandwidth.figures.formulas import cell_table, headline_key
 from site_hooks.blocks import Block, Chart
 from site_hooks.chart import Series, line_chart
 
-from .wording import threads_text
+from .common import threads_text
 
 CHARTED = ["ours-prealloc", "ours-concat", "hf-dynamic"]  # with the floors: the per-batch charts' lines
 X_LABEL, Y_LABEL = "context (positions attended)", "ms per step (median, whiskers min–max)"
@@ -50,7 +50,7 @@ def roofline_view(record: dict[str, Any]) -> Block:
             f"context {c}: " + ", ".join(f"{s.label} {s.y[i]:.1f} ms" for s in series) for i, c in enumerate(contexts))
         title = f"Decode step at batch {batch} ({dtype}, {threads_text(threads)})"
         charts.append(Chart(line_chart(series, title, X_LABEL, Y_LABEL, description), title))
-    return Block(css="lab-decode-roofline", charts=charts, notes=[
+    return Block(charts=charts, notes=[
         "Median time of one decode step against the number of positions it attends over, first every batch against "
         "its floor, then one chart per batch size with all modes; whiskers span the fastest and slowest repetition. "
         "The memory floor is the bytes the step must move ÷ the read bandwidth measured in the same run. hf-static "

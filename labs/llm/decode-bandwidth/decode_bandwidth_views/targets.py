@@ -5,23 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import COMPILED, MATRICES, WALL_TIME_TARGET_S, best_ours, cell_table, headline_key
+from decode_bandwidth.figures.formulas import COMPILED, WALL_TIME_TARGET_S, cell_table, group_key, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 
-from .layout import floor_rate
-from .wording import threads_text
+from .common import threads_text
 
 
 def compiled_sentences(record: dict[str, Any]) -> list[str]:
     """The fastest path's weights, from the kernel table: its generated loop over every matrix at batch 1."""
-    rows = record["layout"]["rows"]
-    rate, _ = floor_rate(record)
-    spent = sum(row["compiled_ns"] * row["matrices"] for row in rows)
-    floor = sum(row["bytes_per_matrix"] * row["matrices"] for row in rows) / rate * 1e9
+    layout = record["layout"]
     return [f"What limits them: the weights. Through {COMPILED}'s generated loop alone, the five kinds of weight "
-            f"matrix took {format_ms(spent)} ms per step at batch 1 in the kernel table, against "
-            f"{format_ms(floor)} ms for their bytes at the floor's rate ({format_ratio(spent / floor)}): the loop "
+            f"matrix took {format_ms(layout['compiled_step_ns'])} ms per step at batch 1 in the kernel table, against "
+            f"{format_ms(layout['matrix_floor_ns'])} ms for their bytes at the floor's rate "
+            f"({format_ratio(layout['compiled_over_floor'])}): the loop "
             "streams below the best read kernel's rate, and the rest of the step comes on top."]
 
 
@@ -31,28 +28,25 @@ def limit_sentences(record: dict[str, Any], group: dict[str, Any]) -> list[str]:
         return [f"What limits them: at this batch the arithmetic floor ({format_ms(group['compute_floor_ns_per_step'])} "
                 "ms at the measured matmul rate) is above the memory floor, so the step is bound by compute, not by bytes."]
     profile, target = record["profile"], record["config"]["benchmark"]["targets"]["step_over_floor"]
-    rows = {row["kind"]: row for row in profile["modes"]["ours-prealloc"]["rows"]}
-    spent = sum(rows[kind]["ns_per_step"] for kind in MATRICES)
-    floor = sum(rows[kind]["floor_ns"] for kind in MATRICES)
-    small = rows["other"]["ns_per_step"] + rows["cache writes and copies"]["ns_per_step"]
+    ours = profile["modes"]["ours-prealloc"]
+    rows = {row["kind"]: row for row in ours["rows"]}
     cell = cell_table(record)[(profile["dtype"], profile["threads"], profile["batch"], profile["context"], "ours-prealloc")]
-    timed = cell["median_ns_per_step"]
-    profiled = profile["modes"]["ours-prealloc"]["total_ns_per_step"]
-    budget = target * cell["floor_ns_per_step"]
-    gap = (f"{format_ms(timed - profiled)} ms of the timed step's {format_ms(timed)} ms is time between operators "
-           f"(Python and dispatch) that no row holds" if profiled < timed else
-           f"the profiled rows add to {format_ms(profiled - timed)} ms more than the timed step, the profiler's own cost")
+    timed, profiled = cell["median_ns_per_step"], ours["total_ns_per_step"]
+    gap = (f"{format_ms(-ours['total_minus_timed_ns'])} ms of the timed step's {format_ms(timed)} ms is time between "
+           f"operators (Python and dispatch) that no row holds" if profiled < timed else
+           f"the profiled rows add to {format_ms(ours['total_minus_timed_ns'])} ms more than the timed step, the "
+           "profiler's own cost")
     return [
         *compiled_sentences(record),
         (f"In the profile of ours-prealloc (batch {profile['batch']}, context {profile['context']}) "
-         f"the five weight matrices took {format_ms(spent)} ms against their own floor of {format_ms(floor)} ms "
-         f"({format_ratio(spent / floor)}, {'within' if spent <= target * floor else 'beyond'} {target:g}× on their "
-         f"own); attention read the KV cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
+         f"the five weight matrices took {format_ms(ours['matrices_ns'])} ms against their own floor of "
+         f"{format_ms(ours['matrices_floor_ns'])} ms ({format_ratio(ours['matrices_over_floor'])}, "
+         f"{'within' if ours['matrices_over_floor'] <= target else 'beyond'} {target:g}× on their own); attention read the KV cache in {format_ms(rows['attention']['ns_per_step'])} ms against "
          f"{format_ms(rows['attention']['floor_ns'])} ms ({format_ratio(rows['attention']['ratio_to_floor'])})."),
-        (f"Operators that move almost no bytes (norms, GELU, residual adds, the cache write) took {format_ms(small)} ms; "
-         f"{gap}."),
-        (f"Within {target:g}× of that cell's floor the whole step would have to take at most {format_ms(budget)} ms, "
-         f"and the weights alone used {spent / budget:.0%} of that. The profile is of the longest context; at shorter "
+        (f"Operators that move almost no bytes (norms, GELU, residual adds, the cache write) took "
+         f"{format_ms(ours['small_ops_ns'])} ms; {gap}."),
+        (f"Within {target:g}× of that cell's floor the whole step would have to take at most "
+         f"{format_ms(ours['target_budget_ns'])} ms, and the weights alone used {ours['matrices_over_budget']:.0%} of that. The profile is of the longest context; at shorter "
          "ones the KV cache is a smaller share of the bytes, so the weights and the small operators weigh more."),
     ]
 
@@ -64,9 +58,9 @@ def targets_view(record: dict[str, Any]) -> Block:
     bound = [g for g in record["groups"] if (g["dtype"], g["threads"], g["batch"]) == (dtype, threads, 1)]
     rows, sentences = [], []
     for group in bound:
-        key = (dtype, threads, 1, group["context"])
-        best, hf = best_ours(cells, key), cells[(*key, "hf-dynamic")]
-        over_hf = best["median_ns_per_step"] / hf["median_ns_per_step"]
+        key = group_key(group)
+        best, hf = cells[(*key, group["best_ours"])], cells[(*key, "hf-dynamic")]
+        over_hf = group["best_over_hf_dynamic"]
         rows.append({"context": group["context"], "best": best["mode"], "over_hf": over_hf,
                      "met_hf": over_hf <= targets["best_over_hf_dynamic"], "over_floor": best["step_over_floor"],
                      "met_floor": best["step_over_floor"] <= targets["step_over_floor"],
@@ -80,11 +74,12 @@ def targets_view(record: dict[str, Any]) -> Block:
                 + join([f"{r['context']} ({format_ratio(r[key])})" for r in missed]) + ".")
     if any(not (r["met_hf"] and r["met_floor"]) for r in rows):
         compute = [g for g in bound if g["compute_floor_ns_per_step"] > g["floor_ns_per_step"]]
-        sentences += limit_sentences(record, compute[0] if compute else bound[0])
+        sentences.extend(limit_sentences(record, compute[0] if compute else bound[0]))
+    met_hf, met_floor = ([r for r in rows if r[name]] for name in ("met_hf", "met_floor"))
     summary = (f"At batch 1, {dtype}, {threads_text(threads)}: the fastest of this lab's modes took at most "
-               f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {sum(r['met_hf'] for r in rows)} of "
+               f"{targets['best_over_hf_dynamic']:g}× hf-dynamic's step at {len(met_hf)} of "
                f"{len(rows)} contexts, and stayed within {targets['step_over_floor']:g}× the measured memory floor at "
-               f"{sum(r['met_floor'] for r in rows)} of {len(rows)}.")
+               f"{len(met_floor)} of {len(rows)}.")
     wall = record["wall_time_s"]
     sentences.append(
         f"The whole benchmark, from building the models to the end of the client workload (starting Python and "
@@ -96,4 +91,4 @@ def targets_view(record: dict[str, Any]) -> Block:
                   rows=[(r["context"], r["best"], format_ratio(r["over_hf"]), "yes" if r["met_hf"] else "no",
                          format_ratio(r["over_floor"]), "yes" if r["met_floor"] else "no",
                          format_ratio(r["hf_over_floor"])) for r in rows])
-    return Block(css="lab-decode-targets", paragraphs=[summary], tables=[table], notes=sentences)
+    return Block(paragraphs=[summary], tables=[table], notes=sentences)

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.formulas import (
-    BYTES_PER_ELEMENT,
-    LLAMA_BASELINE,
-    REGIMES,
-    headline_key,
-    llama_step_bytes,
-    step_bytes,
-)
-from site_hooks.blocks import Block, Strong, Table
+from decode_bandwidth.figures.formulas import LLAMA_BASELINE, REGIMES, headline_key
+from site_hooks.blocks import Block, Strong, Table, answer
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
 
+from .common import ratio_range, threads_text
 from .pictures import headline_groups, stacked_bar
-from .wording import ratio_range, threads_text
 
 OURS = "ours-prealloc"
-SEGMENTS = (("layers", "old", "layer weights, read once"), ("head", "shared", "output head = token embedding, once"),
-            ("kv", "new", "KV cache, read and written"))
+# Each bar's segments: the field of llama.contrast.<model> it draws (a batch-1 step at the longest context), its
+# fill and its legend.
+SEGMENTS = (("layer_bytes", "old", "layer weights, read once"),
+            ("head_bytes", "shared", "output head = token embedding, once"),
+            ("step_kv_bytes", "new", "KV cache, read and written"))
 
 
 def llama_name(record: dict[str, Any]) -> str:
@@ -48,26 +44,35 @@ def shape_text(model: dict[str, Any]) -> str:
     return f"{model['kv_heads']} heads of {model['head_dim']} features × {model['layers']} layers"
 
 
-def bars(record: dict[str, Any]) -> list[tuple[str, dict[str, int], float]]:
-    """Per model (GPT-2 first): its name, the bytes of a batch-1 step at the longest context by segment, and the
-    floor they set at the headline thread count; from the two byte formulas on the record's configs."""
+def bars(record: dict[str, Any]) -> list[tuple[str, dict[str, float], float | None]]:
+    """Per model (GPT-2 first): its name, its bytes of a batch-1 step at the longest context (llama.contrast), and
+    the floor they set at the headline thread count (GPT-2's only where its headline grid ran in the same dtype)."""
     section = record["llama"]
-    size = BYTES_PER_ELEMENT[section["dtype"]]
     context, threads = section["contexts"][-1], section["threads"][0]
-    gpt2 = step_bytes(record["config"]["model"], size, 1, context)
-    ours = llama_step_bytes(section["model"], size, 1, context)
     contrast = section["contrast"]
     gpt2_floor = headline_groups(record)[(1, context)]["floor_ns_per_step"] if headline_key(record) == (
         section["dtype"], threads) else None
-    rows = []
-    for name, needed, head, floor in (
-            (gpt2_name(record), gpt2, contrast["gpt2"]["head_bytes"], gpt2_floor),
-            (llama_name(record), ours, contrast["llama"]["head_bytes"],
-             llama_groups(record)[(threads, context)]["floor_ns_per_step"])):
-        parts = {"layers": needed["weights"] - head, "head": head,
-                 "kv": needed["kv_read"] + needed["kv_written"] + needed["embedding_rows"], "total": needed["total"]}
-        rows.append((name, parts, floor))
-    return rows
+    return [(gpt2_name(record), contrast["gpt2"], gpt2_floor),
+            (llama_name(record), contrast["llama"], llama_groups(record)[(threads, context)]["floor_ns_per_step"])]
+
+
+def bars_canvas(rows: list[tuple[str, dict[str, float], float | None]], title: str, description: str) -> Canvas:
+    """Two bars to one scale, each total and its floor at the right, the legend below."""
+    widest = max(parts["step_total_bytes"] for _, parts, _ in rows)
+    left, bar_w, row_h = 200, 250, 34  # room for the longer model name
+    canvas = Canvas(width=left + bar_w + 170, height=40 + len(rows) * row_h + 24 * len(SEGMENTS) + 16,
+                    slug="trained-bytes", title=title, description=description)
+    canvas.text(left + bar_w + 14, 18, "bytes → floor", anchor="start", size=14, weight="bold")
+    y = 32
+    for name, parts, floor in rows:
+        canvas.text(left - 10, y + row_h / 2 + 5, name, anchor="end", size=14)
+        stacked_bar(canvas, left, y + 5, row_h - 10, [([parts[key]], fill) for key, fill, _ in SEGMENTS], bar_w / widest)
+        total = format_bytes(parts["step_total_bytes"])
+        canvas.text(left + bar_w + 14, y + row_h / 2 + 5, total if floor is None else f"{total} → {format_ms(floor)} ms",
+                    anchor="start", size=14)
+        y += row_h
+    legend(canvas, left, y + 14, [(fill, text) for _, fill, text in SEGMENTS])
+    return canvas
 
 
 def trained_bytes_view(record: dict[str, Any]) -> Block:
@@ -75,49 +80,36 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
     section = record["llama"]
     context = section["contexts"][-1]
     rows = bars(record)
-    widest = max(parts["total"] for _, parts, _ in rows)
-    left, bar_w, row_h = 200, 250, 34  # room for the longer model name
-    canvas = Canvas(width=left + bar_w + 170, height=40 + len(rows) * row_h + 24 * len(SEGMENTS) + 16,
-                    slug="trained-bytes", title=f"One batch-1 step at context {context:,}, float32: two models' bytes",
-                    description="; ".join(f"{name}: {format_bytes(p['layers'])} of layer weights, {format_bytes(p['head'])} "
-                                          f"of head, {format_bytes(p['kv'])} of KV cache" for name, p, _ in rows))
-    canvas.text(left + bar_w + 14, 18, "bytes → floor", anchor="start", size=14, weight="bold")
-    y = 32
-    for name, parts, floor in rows:
-        canvas.text(left - 10, y + row_h / 2 + 5, name, anchor="end", size=14)
-        stacked_bar(canvas, left, y + 5, row_h - 10, [(parts[key], fill) for key, fill, _ in SEGMENTS], bar_w / widest)
-        right = format_bytes(parts["total"]) + ("" if floor is None else f" → {format_ms(floor)} ms")
-        canvas.text(left + bar_w + 14, y + row_h / 2 + 5, right, anchor="start", size=14)
-        y += row_h
-    legend(canvas, left, y + 14, [(fill, text) for _, fill, text in SEGMENTS])
-    gpt2, llama = section["contrast"]["gpt2"], section["contrast"]["llama"]
+    canvas = bars_canvas(rows, f"One batch-1 step at context {context:,}, float32: two models' bytes",
+                         "; ".join(f"{name}: {format_bytes(p['layer_bytes'])} of layer weights, "
+                                   f"{format_bytes(p['head_bytes'])} of head, {format_bytes(p['step_kv_bytes'])} of KV "
+                                   "cache" for name, p, _ in rows))
+    gpt2, llama, ratios = section["contrast"]["gpt2"], section["contrast"]["llama"], section["contrast"]["ratios"]
     g_model, l_model = record["config"]["model"], section["model"]
     table = Table(
         headings=["Per step, float32", gpt2_name(record), llama_name(record), f"{llama_name(record)} ÷ {gpt2_name(record)}"],
         rows=[
             ("Weights read (a tied head counted once)", format_bytes(gpt2["weight_bytes"]),
-             format_bytes(llama["weight_bytes"]), format_ratio(llama["weight_bytes"] / gpt2["weight_bytes"])),
+             format_bytes(llama["weight_bytes"]), format_ratio(ratios["weight_bytes"])),
             ("Output head, vocabulary × width",
              f"{g_model['vocab_size']:,} × {g_model['width']}: {format_bytes(gpt2['head_bytes'])}",
              f"{l_model['vocab_size']:,} × {l_model['width']}: {format_bytes(llama['head_bytes'])}",
-             format_ratio(llama["head_bytes"] / gpt2["head_bytes"])),
+             format_ratio(ratios["head_bytes"])),
             ("Head's share of the weights", format_percent(gpt2["head_share"]), format_percent(llama["head_share"]),
-             format_ratio(llama["head_share"] / gpt2["head_share"])),
-            ("Key/value heads × layers", shape_text(g_model), shape_text(l_model),
-             format_ratio(l_model["kv_heads"] * l_model["layers"] / (g_model["kv_heads"] * g_model["layers"]))),
+             format_ratio(ratios["head_share"])),
+            ("Key/value heads × layers", shape_text(g_model), shape_text(l_model), format_ratio(ratios["kv_heads_x_layers"])),
             ("KV cache per position", format_bytes(gpt2["kv_bytes_per_position"]),
-             format_bytes(llama["kv_bytes_per_position"]),
-             format_ratio(llama["kv_bytes_per_position"] / gpt2["kv_bytes_per_position"])),
+             format_bytes(llama["kv_bytes_per_position"]), format_ratio(ratios["kv_bytes_per_position"])),
             ("Batch × context at which KV reads equal the weights", f"{gpt2['batch_x_context']:,.0f}",
-             f"{llama['batch_x_context']:,.0f}", format_ratio(llama["batch_x_context"] / gpt2["batch_x_context"])),
+             f"{llama['batch_x_context']:,.0f}", format_ratio(ratios["batch_x_context"])),
         ])
-    per_query = l_model["heads"] // l_model["kv_heads"]
     caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
-               f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves {per_query} of its "
-               f"{l_model['heads']} query heads, so its cache holds {format_ratio(l_model['kv_heads'] / l_model['heads'])} "
-               f"the keys and values that one key/value head per query head would. The right column divides each total by the fastest "
-               f"read bandwidth measured at {threads_text(section['threads'][0])}.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
+               f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves "
+               f"{llama['queries_per_kv_head']} of its {l_model['heads']} query heads, so its cache holds "
+               f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
+               f"would. The right column divides each total by the fastest read bandwidth measured at "
+               f"{threads_text(section['threads'][0])}.")
+    return Block(diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
 
 
 def trained_view(record: dict[str, Any]) -> Block:
@@ -152,7 +144,7 @@ def trained_view(record: dict[str, Any]) -> Block:
         f"Loading the pair, the checks and these timed steps took {section['wall_time_s']:.0f} s of the whole "
         f"run's {record['wall_time_s']:.0f} s.",
     ]
-    return Block(css="lab-decode-trained", tables=[table], notes=notes)
+    return Block(tables=[table], notes=notes)
 
 
 def trained_verdict_view(record: dict[str, Any]) -> Block:
@@ -170,7 +162,7 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
             f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
             f"{ratio_range(ratios)} its step time.")
-    return Block(css="lab-answer", paragraphs=[text, layout_sentence(record)])
+    return answer(text, layout_sentence(record))
 
 
 def layout_sentence(record: dict[str, Any]) -> str:
@@ -182,7 +174,7 @@ def layout_sentence(record: dict[str, Any]) -> str:
                else "the faster one for every kind of GPT-2 matrix at batch 1")
     return (f"Both Llama paths keep every weight (out, in), as transformers stores it, and multiply it with F.linear: "
             f"in this run's layout measurement above that layout was {verdict}; over the output head it took "
-            f"{format_ratio(head['out_in_ns'] / head['in_out_ns'])} the time of the (in, out) product.")
+            f"{format_ratio(head['out_in_over_in_out'])} the time of the (in, out) product.")
 
 
 def trained_item(record: dict[str, Any]) -> str:

@@ -27,9 +27,10 @@ import torch
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
-from . import figures, formulas
+from . import figures
 from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
-from .formulas import DTYPES, TOLERANCES, blocks_for, tie_bound
+from .figures import formulas
+from .figures.formulas import DTYPES, TOLERANCES, blocks_for, tie_bound
 from .launch import server_processes, server_threads
 from .loadgen import RunResult, run_load
 from .model import ServingModel, greedy_together
@@ -311,7 +312,7 @@ def choose_dtype(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, An
         gates[dtype] = equivalence(candidate, args)
         probes[dtype] = timed(weights_only(candidate, DTYPE_PROBE_BATCH), max(3, args.repeats // 3))
     if args.dtype == "auto":
-        args.dtype = min(DTYPES, key=lambda d: statistics.median(probes[d]["durations_ns"]))
+        args.dtype = formulas.faster_dtype(probes)
         how = "auto: the faster of the two at this batch"
     else:
         how = "given by --dtype"

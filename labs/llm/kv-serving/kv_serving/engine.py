@@ -9,7 +9,7 @@ import torch
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
-from .formulas import DTYPES
+from .figures.formulas import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .scheduler import Scheduler

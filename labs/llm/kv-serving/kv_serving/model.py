@@ -23,7 +23,7 @@ from kv_cache.config import ModelConfig
 from kv_cache.model import DecoderBlock
 from llm_models.attention import causal_attention, one_query_attention
 
-from .formulas import blocks_for
+from .figures.formulas import blocks_for
 from .pool import LayeredPool
 
 

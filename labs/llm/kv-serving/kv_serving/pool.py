@@ -15,7 +15,7 @@ from torch import Tensor
 from kv_cache.config import ModelConfig
 from kv_storage.paged import BlockPool, PoolExhausted
 
-from . import formulas
+from .figures import formulas
 
 
 def block_bytes(config: ModelConfig, layers: int, block_size: int) -> int:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
-from .formulas import blocks_for
+from .figures.formulas import blocks_for
 from .model import ServingModel
 from .pool import LayeredPool
 from .request import Failed, Finished, Request, Status, Token

@@ -53,7 +53,7 @@ from labkit.exit import exit_now
 
 from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
-from .formulas import DTYPES
+from .figures.formulas import DTYPES
 from .pool import block_bytes
 from .protocol import (
     BadRequest,

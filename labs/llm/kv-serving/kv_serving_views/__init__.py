@@ -2,15 +2,13 @@
 headline ratios.
 
 Torch-free: every view is ``record -> site_hooks.blocks.Block``, reading the figures the build has checked
-against kv_serving.figures.derive; what the record does not store (a run's mean blocks in use, each rate's
-ratio to serial) comes from the one formula in kv_serving.formulas.
+against kv_serving.figures.derive; the constants and the pictures' replay come from kv_serving.figures.formulas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, policy
 from site_hooks.blocks import View
 
 from .admission import admission_detail_view, admission_view
@@ -29,9 +27,9 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     return [
         ("batched throughput at the best arrival rate over serial", record["rates"]["speedup_over_serial"]),
         (f"decode tokens/s, batch {steps[-1]['batch']} over batch {steps[0]['batch']}",
-         steps[-1]["tokens_per_s"] / steps[0]["tokens_per_s"]),
+         record["step_scaling"]["tokens_per_s_ratio"]),
         ("mean pool occupancy, byte admission over the safe count limit",
-         mean_used(policy(record, "kv_budget_bytes")) / mean_used(policy(record, "count_safe"))),
+         record["admission"]["occupancy_bytes_over_safe"]),
     ]
 
 

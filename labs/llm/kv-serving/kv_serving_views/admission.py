@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, policy
+from kv_serving.figures.formulas import policy
 from site_hooks.blocks import Block, Chart, Table
-from site_hooks.formatting import format_latency, format_share, plural
+from site_hooks.formatting import format_latency, plural
 
-from .cells import blocks_timeline, pct, short_label, spread
+from .common import blocks_timeline, pct, percent, short_label, spread
 
 
 def admission_view(record: dict[str, Any]) -> Block:
@@ -20,7 +20,7 @@ def admission_view(record: dict[str, Any]) -> Block:
     chart = blocks_timeline([(p["label"], p) for p in runs_],
                      [(pool, f"pool: {pool} blocks"), (budget, f"byte budget: {budget} blocks")],
                      "KV blocks in use under three admission policies, same workload, same pool",
-                     "; ".join(f"{p['label']}: peak {p['server']['peak_used_blocks']} blocks, mean {mean_used(p):.0f}"
+                     "; ".join(f"{p['label']}: peak {p['server']['peak_used_blocks']} blocks, mean {p['mean_used_blocks']:.0f}"
                                for p in runs_))
     memory, latency = [], []
     for p in runs_:
@@ -28,7 +28,7 @@ def admission_view(record: dict[str, Any]) -> Block:
         limit = server["budget_blocks"]
         memory.append((short_label(p), f"{s['completed']} / {s['failed']} / {s['refused']}",
                        f"{server['peak_used_blocks']} of {limit} ({'budget' if p['name'] == 'kv_budget_bytes' else 'pool'})",
-                       f"{mean_used(p):.0f} ({format_share(mean_used(p), limit)})",
+                       f"{p['mean_used_blocks']:.0f} ({percent(p['mean_used_share'])})",
                        f"{s['output_tokens']:,}", f"{s['throughput_tokens_per_s']:,.0f}"))
         latency.append((short_label(p), f"{s['completed']} of {s['requests']} ({s['failed']} failed)",
                         *(spread(s, name) for name in ("ttft_s", "itl_s", "e2e_s"))))
@@ -74,14 +74,14 @@ def admission_sentences(record: dict[str, Any]) -> list[str]:
     budget = (f"Every server had the same pool of {pool} blocks. The byte "
              f"server's budget was {config['byte_budget_share']:g} of it, {config['byte_budget_blocks']} blocks "
              f"({admission['kv_budget_bytes']:,} bytes), so the "
-             f"{pool - config['byte_budget_blocks']} blocks above the budget were free in the allocator all along and "
+             f"{admission['blocks_above_budget']} blocks above the budget were free in the allocator all along and "
              f"only the admission policy kept reservations out of them; the count limits had no budget but the pool.")
     b = by_bytes["server"]
     bytes_sentence = (
         f"Admitted by KV bytes, reservations peaked at {b['peak_used_blocks']} of the {b['budget_blocks']} budgeted "
         f"blocks ({'never above' if b['peak_used_blocks'] <= b['budget_blocks'] else 'above'} the budget, "
-        f"{format_share(b['peak_used_blocks'], pool)} of the pool), held {mean_used(by_bytes):.0f} blocks on average "
-        f"({format_share(mean_used(by_bytes), b['budget_blocks'])} of the budget), ran up to {b['peak_running']} requests at "
+        f"{percent(b['peak_share_of_pool'])} of the pool), held {by_bytes['mean_used_blocks']:.0f} blocks on average "
+        f"({percent(by_bytes['mean_used_share'])} of the budget), ran up to {b['peak_running']} requests at "
         f"once, and " + ("no request failed for memory." if b["failed_for_memory"] == 0 else
                          f"{plural(b['failed_for_memory'], 'request')} failed for memory."))
     s, sp = safe["summary"], by_bytes["summary"]
@@ -91,8 +91,8 @@ def admission_sentences(record: dict[str, Any]) -> list[str]:
         f"A count limit that is safe for the longest request ({safe['options'][-1]} running) "
         + ("never ran out of memory" if safe["server"]["failed_for_memory"] == 0 else
            f"still saw {plural(safe['server']['failed_for_memory'], 'request')} fail for memory")
-        + f" but held only {mean_used(safe):.0f} blocks on average, {format_share(mean_used(safe), pool)} of its pool, "
-        f"against {mean_used(by_bytes):.0f} by bytes with a smaller budget; its median time to first token, "
+        + f" but held only {safe['mean_used_blocks']:.0f} blocks on average, {percent(safe['mean_used_share'])} of its "
+        f"pool, against {by_bytes['mean_used_blocks']:.0f} by bytes with a smaller budget; its median time to first token, "
         f"{format_latency(safe_ttft)}, was {comparison} the {format_latency(bytes_ttft)} of admission by bytes.")
     a = average["server"]
     average_sentence = (

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import mean_used, mode
+from kv_serving.figures.formulas import mode
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.formatting import plural
 
-from .cells import blocks_timeline
+from .common import blocks_timeline
 
 
 def cancellation_view(record: dict[str, Any]) -> Block:
@@ -17,7 +17,8 @@ def cancellation_view(record: dict[str, Any]) -> Block:
     pool = honoured["server"]["num_blocks"]
     chart = blocks_timeline([("disconnects honoured", honoured), ("disconnects ignored", ignored)],
                                    [(pool, f"pool: {pool} blocks")], "KV blocks in use while every client leaves partway",
-                            f"honoured: mean {mean_used(honoured):.0f} blocks; ignored: mean {mean_used(ignored):.0f} blocks")
+                            f"honoured: mean {honoured['mean_used_blocks']:.0f} blocks; ignored: mean "
+                            f"{ignored['mean_used_blocks']:.0f} blocks")
     work, memory = [], []
     for label, m in (("honoured", honoured), ("ignored", ignored)):
         server = m["server"]
@@ -25,7 +26,7 @@ def cancellation_view(record: dict[str, Any]) -> Block:
                      f"{server['decode_rows_after_disconnect']:,}", f"{server['rows_dropped']:,}",
                      f"{server['tokens_after_disconnect']:,}",
                      f"{server['decode_steps_with_departed']:,} of {server['decode_steps']:,}"))
-        memory.append((label, f"{server['tokens_generated'] - m['summary']['output_tokens']:,}",
+        memory.append((label, f"{m['tokens_unread']:,}",
                        f"{server['block_seconds_after_disconnect']:.2f}", server["num_used_blocks"]))
     workload = record["cancellation"]["workload"]
     lead = (f"{workload['requests']} clients, each leaving after a random number of tokens; a row is one request's "
@@ -51,8 +52,9 @@ def cancellation_detail_view(record: dict[str, Any]) -> Block:
 def cancellation_sentences(record: dict[str, Any]) -> list[str]:
     honoured, ignored = mode(record, True), mode(record, False)
     h, i = honoured["server"], ignored["server"]
-    workload = record["cancellation"]["workload"]
-    per_request = (f"{h['decode_rows_after_disconnect'] / h['cancelled']:.2f} per cancelled request"
+    cancellation = record["cancellation"]
+    workload = cancellation["workload"]
+    per_request = (f"{cancellation['rows_per_cancelled']:.2f} per cancelled request"
                    if h["cancelled"] else "with no request cancelled")
     bound = ("no more rows than cancelled requests, as the scheduler drops at most the row of the step already "
              "under way for each (a scheduler test checks this per request)" if h["rows_dropped"] <= h["cancelled"]
@@ -60,7 +62,8 @@ def cancellation_sentences(record: dict[str, Any]) -> list[str]:
     prefills = (f", and {plural(h['prefills_after_disconnect'], 'prefill')} whose client left while it ran"
                 if h["prefills_after_disconnect"] else "")
     held, held_honoured = i["block_seconds_after_disconnect"], h["block_seconds_after_disconnect"]
-    times = f", {held / held_honoured:.0f} times as many" if held_honoured > 0 else ""
+    times = (f", {cancellation['block_seconds_ignored_over_honoured']:.0f} times as many" if held_honoured > 0
+             else "")
     return [
         f"{workload['requests']} clients each disconnected after a random number of tokens. With disconnects "
         f"honoured, the server cancelled {plural(h['cancelled'], 'request')}. It still decoded "
@@ -81,12 +84,10 @@ def cancellation_sentences(record: dict[str, Any]) -> list[str]:
 
 def when_counted_sentence(record: dict[str, Any]) -> list[str]:
     """Which moment the counts start from, and what the record says about the time before it."""
-    parts, early = [], 0
+    parts, early = [], record["cancellation"]["tokens_before_noticed"]
     for label, m in (("honoured", mode(record, True)), ("ignored", mode(record, False))):
         s = m["server"]
-        unread = s["tokens_generated"] - m['summary']['output_tokens']
-        before = unread - s["tokens_after_disconnect"]
-        early += before
+        unread, before = m["tokens_unread"], m["tokens_unread_before_noticed"]
         parts.append(f"With disconnects {label}, the server streamed {s['tokens_generated']:,} tokens and the clients "
                      f"received {m['summary']['output_tokens']:,}; "
                      + ("every token it streamed was received." if unread == 0 else

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from site_hooks.blocks import Block
 from site_hooks.formatting import join, plural
+
+MIB = 2**20
 
 
 def model_cost_view(record: dict[str, Any]) -> Block:
@@ -29,7 +30,7 @@ def model_cost_view(record: dict[str, Any]) -> Block:
 def dtype_sentence(record: dict[str, Any]) -> str:
     """Why the model ran in the dtype it did: the probe of one step's weight multiplies in each dtype."""
     choice = record["config"]["benchmark"]["dtype_choice"]
-    medians = {name: statistics.median(probe["durations_ns"]) / 1e6 for name, probe in choice["probes"].items()}
+    medians = {name: probe["median_ns"] / 1e6 for name, probe in choice["probes"].items()}
     chosen = choice["chosen"]
     if len(medians) < 2:
         return f"The model ran in {chosen}, as the benchmark was told ({choice['how']})."
@@ -47,7 +48,7 @@ def pool_view(record: dict[str, Any]) -> Block:
         f"One token's keys and values take 2 × {config['layers']} layers × {model['kv_heads']} key/value heads × "
         f"{model['head_dim']} features × {model['bytes_per_element']} bytes = {config['kv_bytes_per_token']:,} bytes, "
         f"so a block of {config['block_size']} positions is {config['block_bytes']:,} bytes and the pool of "
-        f"{config['num_blocks']} blocks is {config['pool_bytes']:,} bytes ({config['pool_bytes'] / 2**20:.2f} MiB).",
+        f"{config['num_blocks']} blocks is {config['pool_bytes']:,} bytes ({config['pool_bytes'] / MIB:.2f} MiB).",
     ]
     gate = record["equivalence"]
     ties = gate["ties"]

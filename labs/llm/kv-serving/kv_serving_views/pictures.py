@@ -1,4 +1,4 @@
-"""The page's concept diagrams, drawn from kv_serving.formulas.replay (the scheduler's rules on plain numbers,
+"""The page's concept diagrams, drawn from kv_serving.figures.formulas.replay (the scheduler's rules on plain numbers,
 which test_serving_pictures checks against the real Scheduler): one iteration's phases, a few iterations of
 continuous batching, and the prefill stall on a timeline with the record's own step and prefill times."""
 
@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import (
+from kv_serving.figures.formulas import (
     REPLAY_BLOCK,
     REPLAY_BUDGET,
     REPLAY_EXAMPLE,
     STALL_EXAMPLE,
     Iteration,
     best_point,
-    blocks_for,
-    mean_step_s,
     model_thread,
     replay,
+    reservation_blocks,
     token_times,
 )
 from site_hooks.blocks import Block
@@ -31,38 +30,36 @@ def example() -> list[Iteration]:
 
 
 def need(name: str) -> int:
+    """The blocks one of the example's requests reserves when admitted."""
     job = next(j for j in REPLAY_EXAMPLE if j.name == name)
-    return blocks_for(job.prompt + job.max_tokens - 1, REPLAY_BLOCK)
+    return reservation_blocks(job.prompt, job.max_tokens, REPLAY_BLOCK)
 
 
-def phases(it: Iteration, before: int) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+def phases(it: Iteration) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     """(phase, what it does, what it did in iteration ``it``) for the five phases of one pass of the loop."""
     admitted = join(list(it.admitted)) if it.admitted else "nobody"
-    freed = sum(need(n) for n in it.finished)
+    freed, before = it.freed_blocks, it.reserved_before
     return [
         ("1 admit", ("queue's head,", "if its blocks fit"),
-         (admitted, f"{before} + {sum(need(n) for n in it.admitted)} of {REPLAY_BUDGET} blocks")),
+         (admitted, f"{before} + {it.admitted_blocks} of {REPLAY_BUDGET} blocks")),
         ("2 prefill", ("each new prompt", "on its own"), (admitted, "first token")),
         ("3 decode", ("one step for", "all running"), (join(list(it.decoded)), "together")),
-        ("4 stream", ("each new token", "to its client"), (f"{len(it.decoded) + len(it.admitted)} tokens", "")),
+        ("4 stream", ("each new token", "to its client"), (f"{it.streamed} tokens", "")),
         ("5 retire", ("finished or gone:", "blocks back"),
          (join(list(it.finished)), f"{freed} block{'s' if freed != 1 else ''} free") if it.finished else ("nobody", "")),
     ]
 
 
-def iteration_view(record: dict[str, Any]) -> Block:
-    """The five phases of one iteration, with what they did in iteration SHOWN of the example."""
-    its = example()
-    shown = its[SHOWN - 1]
-    before = shown.reserved_blocks - sum(need(n) for n in shown.admitted)
+def phases_canvas(shown: Iteration) -> Canvas:
+    """The five phases as boxes on a loop of two rows, each with what it does and what it did in ``shown``."""
     box, gap, high = 132, 28, 128
     # a loop on two rows: admit -> prefill -> decode, then stream <- retire back under them, and round again
     places = [(0, 0), (1, 0), (2, 0), (2, 1), (1, 1)]
     strip = Canvas(width=3 * box + 2 * gap + 12, height=2 * high + gap + 12, slug="iteration-phases", max_width="34rem",
                    title=f"One pass of the scheduler loop (iteration {SHOWN} of the example below)",
-                   description="; ".join(f"{p}: {' '.join(does)}; here {' '.join(did)}" for p, does, did in phases(shown, before)))
+                   description="; ".join(f"{p}: {' '.join(does)}; here {' '.join(did)}" for p, does, did in phases(shown)))
     centres = []
-    for index, (phase, does, did) in enumerate(phases(shown, before)):
+    for index, (phase, does, did) in enumerate(phases(shown)):
         col, row = places[index]
         x, y = 6 + col * (box + gap), 6 + row * (high + gap)
         centres.append((x, y))
@@ -87,14 +84,19 @@ def iteration_view(record: dict[str, Any]) -> Block:
     strip.line(ax + box / 2, ry + high / 2, ax + box / 2, ay + high + 4, width=2, dash="5 4")
     strip.text(ax + box / 2, ay + high + 16, "▲", size=12)
     strip.text(ax + box / 2, ry + high / 2 + 20, "next pass", size=13)
+    return strip
+
+
+def iteration_view(record: dict[str, Any]) -> Block:
+    """The five phases of one iteration, with what they did in iteration SHOWN of the example."""
+    strip = phases_canvas(example()[SHOWN - 1])
     caption = (f"Iteration {SHOWN} of the example below: what each phase does, and (bold) what it did there. Prefill "
                f"and decode (orange) are the model's work; the rest is bookkeeping between steps.")
-    return Block(css="lab-picture", diagrams=[Diagram(strip.svg(), caption)])
+    return Block(diagrams=[Diagram(strip.svg(), caption)])
 
 
-def iterations_view(record: dict[str, Any]) -> Block:
-    """The example's iterations as a grid of requests against iterations, with the blocks reserved."""
-    its = example()
+def iterations_canvas(its: list[Iteration]) -> Canvas:
+    """Requests down, iterations across: each request's state per iteration, the blocks reserved under each."""
     names = [j.name for j in REPLAY_EXAMPLE]
     cell, left, top = 58, 96, 40
     grid = Canvas(width=left + len(its) * cell + 10, height=top + len(names) * 34 + 40 + 2 * 24 + 4,
@@ -103,7 +105,7 @@ def iterations_view(record: dict[str, Any]) -> Block:
                   description="; ".join(
                       f"iteration {it.number}: admitted {join(list(it.admitted)) if it.admitted else 'nobody'}, "
                       f"decoded {join(list(it.decoded))}, {it.reserved_blocks} blocks reserved"
-                      + (f", waiting {join(list(it.waiting))}" if it.waiting else "") for it in its))
+                      f"{f', waiting {join(list(it.waiting))}' if it.waiting else ''}" for it in its))
     for col, it in enumerate(its):
         x = left + col * cell
         grid.text(x + cell / 2, top - 12, f"iter {it.number}", size=12, weight="bold" if it.number == SHOWN else "normal")
@@ -112,9 +114,9 @@ def iterations_view(record: dict[str, Any]) -> Block:
             state = ("new", "prefill + step") if name in it.admitted else ("old", "step") if name in it.decoded \
                 else ("empty", "waits") if name in it.waiting else ("empty", "")
             grid.rect(x + 2, y, cell - 4, 28, state[0], rx=3)
-            label = state[1] + (" ✓" if name in it.finished else "")
-            grid.text(x + cell / 2, y + 18, label if len(label) < 9 else "P+D" + (" ✓" if name in it.finished else ""),
-                      size=11)
+            done = " ✓" if name in it.finished else ""
+            label = f"{state[1]}{done}"
+            grid.text(x + cell / 2, y + 18, label if len(label) < 9 else f"P+D{done}", size=11)
         grid.text(x + cell / 2, top + len(names) * 34 + 18, f"{it.reserved_blocks}/{REPLAY_BUDGET}", size=12)
     for row, name in enumerate(names):
         grid.text(left - 8, top + row * 34 + 18, f"{name}: {need(name)} block{'s' if need(name) > 1 else ''}",
@@ -124,37 +126,36 @@ def iterations_view(record: dict[str, Any]) -> Block:
     grid.line(left + SHOWN * cell, top - 26, left + SHOWN * cell, top + len(names) * 34 + 26, dash="4 3")
     legend(grid, left, top + len(names) * 34 + 40, [("new", "P+D: admitted, prefilled, then decoded in the same pass"),
                                                      ("old", "decoded in the batched step; ✓ finished, blocks freed")])
+    return grid
+
+
+def iterations_view(record: dict[str, Any]) -> Block:
+    """The example's iterations as a grid of requests against iterations, with the blocks reserved."""
+    its = example()
     waits = sorted({n for it in its for n in it.waiting})
     caption = (f"Block size {REPLAY_BLOCK} positions; a request reserves prompt + max_tokens − 1 positions when admitted. "
                f"{join(waits)} wait{'s' if len(waits) == 1 else ''} at the head of the queue until a retirement frees "
-               f"enough blocks; nobody overtakes. Drawn by kv_serving.formulas.replay, which a test checks against the "
+               f"enough blocks; nobody overtakes. Drawn by kv_serving.figures.formulas.replay, which a test checks against the "
                f"real scheduler iteration by iteration.")
-    return Block(css="lab-picture", diagrams=[Diagram(grid.svg(), caption)])
+    return Block(diagrams=[Diagram(iterations_canvas(its).svg(), caption)])
 
 
 def stall_times(record: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
     """The record's mean decode step and mean prefill at the rate of highest throughput."""
     point = best_point(record)
-    server = point["server"]
-    prefill = server["prefill_seconds"] / server["prefills"] if server["prefills"] else 0.0
-    return mean_step_s(server), prefill, point
+    return point["server"]["mean_step_s"], point["server"]["mean_prefill_s"], point
 
 
-def stall_view(record: dict[str, Any]) -> Block:
-    """Two streams decoding when a third prompt arrives, on the worker thread's timeline, at the record's times."""
-    step, prefill, point = stall_times(record)
-    spans = model_thread(replay(STALL_EXAMPLE, 100, REPLAY_BLOCK), step, prefill)
+def stall_canvas(spans: list[tuple[str, str, float, float]], description: str, waits: str) -> Canvas:
+    """The model thread's spans on a timeline to scale, each stream's tokens under it, and A's wait across the
+    newcomer's prefill marked with ``waits``."""
     tokens = token_times(spans)
     end = spans[-1][3]
     left, width = 110, 600
     scale = width / end
     lanes = ["model thread", *[j.name for j in STALL_EXAMPLE]]
     canvas = Canvas(width=left + width + 20, height=60 + len(lanes) * 40 + 50, slug="prefill-stall",
-                    title="A new prompt's prefill stalls every running stream",
-                    description=(f"Mean decode step {format_latency(step)}, mean prefill {format_latency(prefill)} "
-                                 f"(the record's run at {point['rate']:g}/s). " + "; ".join(
-                                     f"{kind} {names} from {start * 1000:.1f} to {stop * 1000:.1f} ms"
-                                     for kind, names, start, stop in spans)))
+                    title="A new prompt's prefill stalls every running stream", description=description)
     for row, lane in enumerate(lanes):
         y = 40 + row * 40
         canvas.text(left - 10, y + 18, lane if row == 0 else f"stream {lane}", anchor="end", size=12)
@@ -167,17 +168,33 @@ def stall_view(record: dict[str, Any]) -> Block:
     for row, lane in enumerate(lanes[1:], start=1):
         for t in tokens[lane]:
             canvas.rect(left + t * scale - 3, 40 + row * 40 + 10, 6, 14, "new", rx=1)
-    newcomer = STALL_EXAMPLE[-1].name
-    _, _, start, stop = next(span for span in spans if span[0] == "prefill" and span[1] == newcomer)
-    before = max(t for t in tokens["A"] if t <= start)
-    after = min(t for t in tokens["A"] if t >= stop)
+    before, after = stall_wait(spans)
     x0, x1 = left + before * scale, left + after * scale
     canvas.line(x0, 40 + 40 + 32, x1, 40 + 40 + 32, width=1)
-    canvas.text((x0 + x1) / 2, 40 + 40 + 47, f"A waits {format_latency(after - before)}", size=12)
+    canvas.text((x0 + x1) / 2, 40 + 40 + 47, f"A waits {waits}", size=12)
     legend(canvas, left, 50 + len(lanes) * 40, [("new", "prefill of a new prompt; a token streamed"),
                                                 ("old", "one batched decode step")])
+    return canvas
+
+
+def stall_wait(spans: list[tuple[str, str, float, float]]) -> tuple[float, float]:
+    """A's last token before the newcomer's prefill and its first after it: the wait the picture marks."""
+    tokens = token_times(spans)
+    _, _, start, stop = next(span for span in spans if span[0] == "prefill" and span[1] == STALL_EXAMPLE[-1].name)
+    return max(t for t in tokens["A"] if t <= start), min(t for t in tokens["A"] if t >= stop)
+
+
+def stall_view(record: dict[str, Any]) -> Block:
+    """Two streams decoding when a third prompt arrives, on the worker thread's timeline, at the record's times."""
+    step, prefill, point = stall_times(record)
+    stalled = format_latency(point["server"]["stalled_gap_s"])  # a step and a prefill: A's wait in the picture
+    spans = model_thread(replay(STALL_EXAMPLE, 100, REPLAY_BLOCK), step, prefill)
+    description = (f"Mean decode step {format_latency(step)}, mean prefill {format_latency(prefill)} "
+                   f"(the record's run at {point['rate']:g}/s). " + "; ".join(
+                       f"{kind} {names} from {start * 1000:.1f} to {stop * 1000:.1f} ms"
+                       for kind, names, start, stop in spans))
     caption = (f"Widths are the record's own means at {point['rate']:g} arrivals per second: a decode step of "
-               f"{format_latency(step)} and a prefill of {format_latency(prefill)}. While {newcomer}'s prompt is prefilled, "
-               f"no running stream advances: A's and B's next token comes after {format_latency(step + prefill)} "
+               f"{format_latency(step)} and a prefill of {format_latency(prefill)}. While {STALL_EXAMPLE[-1].name}'s "
+               f"prompt is prefilled, no running stream advances: A's and B's next token comes after {stalled} "
                f"instead of {format_latency(step)}.")
-    return Block(css="lab-picture", diagrams=[Diagram(canvas.svg(), caption)])
+    return Block(diagrams=[Diagram(stall_canvas(spans, description, stalled).svg(), caption)])

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from kv_serving.formulas import arrival_span, best_point, mean_step_s, over_serial
+from kv_serving.figures.formulas import best_point
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
-from site_hooks.formatting import format_latency, format_ms, format_share, join, spelled
+from site_hooks.formatting import format_latency, format_ms, join, spelled
 
-from .cells import blocks_timeline, spread
+from .common import blocks_timeline, percent, spread
 
 
 def rates_view(record: dict[str, Any]) -> Block:
@@ -49,11 +48,11 @@ def rates_view(record: dict[str, Any]) -> Block:
     for p in [*points, serial]:
         s, server = p["summary"], p["server"]
         name = f"serial at {p['rate']:g}" if p is serial else f"{p['rate']:g}"
-        load.append((name, f"{arrival_span(p):.1f} of {s['duration_s']:.1f}", s["completed"],
+        load.append((name, f"{p['arrival_span_s']:.1f} of {s['duration_s']:.1f}", s["completed"],
                      f"{server['mean_batch']:.1f}", server["peak_running"],
                      f"{server['peak_used_blocks']} of {server['num_blocks']}",
-                     f"{s['throughput_tokens_per_s']:,.0f}", "1 (baseline)" if p is serial else f"{over_serial(p, record['rates']['serial']):.2f}×"))
-        latencies.append((name, *(spread(s, n) for n in ("ttft_s", "itl_s", "e2e_s")), format_latency(mean_step_s(server))))
+                     f"{s['throughput_tokens_per_s']:,.0f}", "1 (baseline)" if p is serial else f"{p['over_serial']:.2f}×"))
+        latencies.append((name, *(spread(s, n) for n in ("ttft_s", "itl_s", "e2e_s")), format_latency(server["mean_step_s"])))
     lead = (f"The same {rates['requests']} requests at every rate; the serial server ran once, at {serial['rate']:g} "
             f"per second, and every ratio divides by its {serial_value:,.0f} tokens per second.")
     return Block(css="lab-medians", paragraphs=[lead],
@@ -84,7 +83,7 @@ def burst_sentence(record: dict[str, Any]) -> str:
     rates = record["rates"]
     points = sorted(rates["points"], key=lambda p: p["rate"])
     top = points[-1]
-    arriving = arrival_span(top) / top["summary"]["duration_s"] if top["summary"]["duration_s"] else 1.0
+    arriving = top["arrival_share"]
     return (
         f"Each rate sent the same {rates['requests']} requests to a fresh server with a pool of "
         f"{record['config']['benchmark']['sweep_blocks']} blocks, so every row's counters and peaks are that run's "
@@ -99,8 +98,8 @@ def speedup_sentence(record: dict[str, Any]) -> str:
     rates, targets = record["rates"], record["targets"]
     points, serial = rates["points"], rates["serial"]
     best = best_point(record)
-    ratios = [f"{over_serial(p, record['rates']['serial']):.2f}× at {p['rate']:g}/s" for p in points]
-    met = [p for p in points if over_serial(p, record['rates']['serial']) >= targets["speedup_target"]]
+    ratios = [f"{p['over_serial']:.2f}× at {p['rate']:g}/s" for p in points]
+    met = [p for p in points if p["over_serial"] >= targets["speedup_target"]]
     return (
         f"The same requests served one at a time (--max-running 1) gave "
         f"{serial['summary']['throughput_tokens_per_s']:,.0f} tokens per second; that serial run was made once, at "
@@ -121,7 +120,7 @@ def pool_sentence(points: list[dict[str, Any]], pool: int) -> str:
     below = [p for p in points if p["server"]["peak_used_blocks"] < pool]
     parts = []
     if full:
-        queued = join([format_share(sum(s["waiting"] > 0 for s in p["occupancy"]), len(p["occupancy"])) for p in full])
+        queued = join([percent(p["waiting_share"]) for p in full])
         parts.append(
             f"At {rates_list(full)} arrivals per second every one of the {pool} blocks was reserved at some moment "
             f"(peak {pool} of {pool}): there, at least at times, the pool and not the arrivals capped how many requests "
@@ -140,30 +139,29 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
     serial = record["rates"]["serial"]
     gaps = [p["summary"]["itl_s"]["p50"] for p in points]
     batches = [p["server"]["mean_batch"] for p in points]
-    steps = [mean_step_s(p["server"]) for p in points]
+    steps = [p["server"]["mean_step_s"] for p in points]
     falls = [(a, b) for a, b in zip(points, points[1:])
              if b["summary"]["itl_s"]["p50"] < a["summary"]["itl_s"]["p50"]
              and b["server"]["mean_batch"] > a["server"]["mean_batch"]]
     first = (f"At {rates_list(points)} arrivals per second the mean batch was "
              f"{join([f'{b:.1f}' for b in batches])} requests per step, and the median gap between tokens "
              f"{join([format_latency(g) for g in gaps])}. ")
-    order = ""
     if falls:
         a, b = falls[0]
         first += (f"The gap did not grow with the batch at every rate: from {a['rate']:g} to {b['rate']:g}/s it fell "
                   f"from {format_latency(a['summary']['itl_s']['p50'])} to {format_latency(b['summary']['itl_s']['p50'])} while the "
                   f"mean batch grew from {a['server']['mean_batch']:.1f} to {b['server']['mean_batch']:.1f}. ")
     same_order = sorted(range(len(points)), key=gaps.__getitem__) == sorted(range(len(points)), key=steps.__getitem__)
-    order += (f"The server's own mean decode step (its time in decode steps over their number) was "
-              f"{join([format_latency(s) for s in steps])}, "
-              + ("in the same order as the gaps: where the gap was longer, so were the server's own steps. A step's "
+    order = (f"The server's own mean decode step (its time in decode steps over their number) was "
+             f"{join([format_latency(s) for s in steps])}, "
+             + ("in the same order as the gaps: where the gap was longer, so were the server's own steps. A step's "
                  "cost depends on more than the mean batch (the gather, for one, grows with the longest cache in the "
                  "batch), and the record does not break steps down further."
                  if same_order else
                  "not in the same order as the gaps, so part of the gaps lies outside the decode steps (prefills and "
                  "the event loop's own work); the record does not break this down further."))
     low = points[0]
-    nearest = min(record["step_times"], key=lambda r: abs(math.log(r["batch"] / max(low["server"]["mean_batch"], 1))))
+    nearest = step_at(record, low["nearest_step_batch"])
     alone = min(record["step_times"], key=lambda r: r["batch"])
     second = (
         f"Even at {low['rate']:g}/s a token came more slowly than alone: the median gap was "
@@ -174,7 +172,7 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
         if low["summary"]["itl_s"]["p50"] > serial["summary"]["itl_s"]["p50"] else
         f"At {low['rate']:g}/s the median gap, {format_latency(low['summary']['itl_s']['p50'])}, was no longer than the "
         f"serial server's {format_latency(serial['summary']['itl_s']['p50'])}.")
-    prefill = [p["server"]["prefill_seconds"] / p["server"]["prefills"] for p in points if p["server"]["prefills"]]
+    prefill = [p["server"]["mean_prefill_s"] for p in points if p["server"]["prefills"]]
     tails = [p["summary"]["itl_s"]["p99"] for p in points]
     third = (f"A prefill runs between two decode steps and stalls every running stream meanwhile. The mean prefill "
              f"of each run took {format_latency(min(prefill))} to {format_latency(max(prefill))}, so a gap that spans a few of them "
@@ -183,18 +181,21 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
     return [first, order, second, *([third] if third else [])]
 
 
+def step_at(record: dict[str, Any], batch: int) -> dict[str, Any]:
+    """The in-process step-time row of one batch size."""
+    return next(row for row in record["step_times"] if row["batch"] == batch)
+
+
 def in_process_sentence(record: dict[str, Any], point: dict[str, Any]) -> str:
     """Why in-process batches of many requests decode faster than the server did at its best rate."""
     steps = record["step_times"]
     widest = max(steps, key=lambda r: r["batch"])
     server, summary = point["server"], point["summary"]
     batch = server["mean_batch"]
-    nearest = min(steps, key=lambda r: abs(math.log(r["batch"] / batch)) if batch > 0 else r["batch"])
+    nearest = step_at(record, point["nearest_step_batch"])
     duration = summary["duration_s"]
-    busy = server["decode_seconds"] + server["prefill_seconds"]
-    decode_rate = server["decode_rows"] / server["decode_seconds"] if server["decode_seconds"] > 0 else 0.0
-    rest = duration - busy
-    idle = (f"the other {rest:.1f} s ({format_share(rest, duration)}) its model thread computed nothing: it waited for "
+    decode_rate, rest = server["decode_rows_per_s"], point["idle_s"]
+    idle = (f"the other {rest:.1f} s ({percent(point['idle_share'])}) its model thread computed nothing: it waited for "
             f"arrivals and for the event loop's own work between steps (HTTP, streaming each token as a server-sent "
             f"event, scheduling)" if rest > 0 else "its model thread was busy for the whole run")
     faster = widest["tokens_per_s"] > summary["throughput_tokens_per_s"]

@@ -1,41 +1,26 @@
 """What the serving record establishes, in the reader's terms: the key results and the answers to the page's
-check-yourself questions. Every number comes from the record's checked figures or kv_serving.formulas."""
+check-yourself questions. Every number comes from the record's checked figures or kv_serving.figures.formulas."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import best_point, mean_used, mode, over_serial, policy
+from kv_serving.figures.formulas import best_point, mode, policy
 from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, answer
-from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, format_share, plural
+from site_hooks.formatting import format_latency, format_ms, format_percent, format_ratio, plural
 
+from .common import percent
 from .pictures import stall_times
 from .rates import in_process_sentence
-
-
-def step_regime(record: dict[str, Any]) -> tuple[str, float, float]:
-    """How a batched step grew from the smallest to the largest batch: 'flat' (within FLAT_BAND: a fixed cost
-    per step), 'shared' (grew less than half as fast as the batch) or 'per-row'; with the growth and batch ratio."""
-    rows = sorted(record["step_times"], key=lambda r: r["batch"])
-    growth = rows[-1]["median_ns"] / rows[0]["median_ns"]
-    widening = rows[-1]["batch"] / rows[0]["batch"]
-    kind = "flat" if growth <= 1 + FLAT_BAND else "shared" if growth < widening / 2 else "per-row"
-    return kind, growth, widening
-
 
 BUSY = 0.9  # a model thread computing for at least this share of a run: the model's work is the limit
 IDLE = 0.5  # computing for less than this share: the limit lies outside the model (overhead, arrivals)
 
 
-def busy_share(point: dict[str, Any]) -> float:
-    """The share of a run's wall time its model thread spent in decode steps and prefills."""
-    server, duration = point["server"], point["summary"]["duration_s"]
-    return (server["decode_seconds"] + server["prefill_seconds"]) / duration if duration > 0 else 0.0
-
-
 def server_regime(point: dict[str, Any]) -> str:
-    share = busy_share(point)
+    """What limited a run, from the share of its wall time its model thread spent in decode steps and prefills."""
+    share = point["busy_share"]
     if share >= BUSY:
         return f"its model thread computed for {format_percent(share)} of the run, so the model's work, not HTTP, was the limit"
     if share < IDLE:
@@ -45,8 +30,8 @@ def server_regime(point: dict[str, Any]) -> str:
 
 
 def batching_item(record: dict[str, Any]) -> str:
-    best, serial = best_point(record), record["rates"]["serial"]
-    ratio = over_serial(best, serial)
+    best = best_point(record)
+    ratio = best["over_serial"]
     target = record["targets"]["speedup_target"]
     return (f"Batching: at {best['rate']:g} requests per second the server delivered {best['summary']['throughput_tokens_per_s']:,.0f} tokens per second, "
             f"{format_ratio(ratio)} the same requests served one at a time ({'at or above' if ratio >= target else 'below'} the {target:g}× this lab aims for); "
@@ -55,7 +40,8 @@ def batching_item(record: dict[str, Any]) -> str:
 
 def step_item(record: dict[str, Any]) -> str:
     rows = sorted(record["step_times"], key=lambda r: r["batch"])
-    kind, growth, widening = step_regime(record)
+    scaling = record["step_scaling"]
+    kind, growth, widening = scaling["regime"], scaling["growth"], scaling["widening"]
     first, last = rows[0], rows[-1]
     said = {"flat": (f"flat within {FLAT_BAND:.0%}: a fixed cost per step (reading the weights, per-call overhead), "
                      f"which the whole batch shares"),
@@ -67,19 +53,18 @@ def step_item(record: dict[str, Any]) -> str:
 
 
 def admission_item(record: dict[str, Any]) -> str:
-    by_bytes, safe, average = (policy(record, n) for n in ("kv_budget_bytes", "count_safe", "count_average"))
-    b = by_bytes["server"]
+    b, average = policy(record, "kv_budget_bytes")["server"], policy(record, "count_average")
     failed = average["server"]["failed_for_memory"]
     mean_count = f"let {plural(failed, 'request')} fail for memory." if failed else "happened to fail nobody this run."
     return (f"Admission by KV bytes: reservations peaked at {b['peak_used_blocks']} of {b['budget_blocks']} budgeted blocks with {plural(b['failed_for_memory'], 'request')} failed for memory, "
-            f"and held {format_ratio(mean_used(by_bytes) / mean_used(safe))} the blocks of a count limit safe for the longest request; "
+            f"and held {format_ratio(record['admission']['occupancy_bytes_over_safe'])} the blocks of a count limit safe for the longest request; "
             f"a count sized for the mean request {mean_count}")
 
 
 def cancellation_item(record: dict[str, Any]) -> str:
     h, i = mode(record, True)["server"], mode(record, False)["server"]
-    held = (f", {i['block_seconds_after_disconnect'] / h['block_seconds_after_disconnect']:.0f} times the block-seconds of cache held"
-            if h["block_seconds_after_disconnect"] > 0 else "")
+    held = (f", {record['cancellation']['block_seconds_ignored_over_honoured']:.0f} times the block-seconds of cache "
+            "held" if h["block_seconds_after_disconnect"] > 0 else "")
     return (f"Cancellation: with disconnects honoured, {plural(h['cancelled'], 'cancelled request')} cost "
             f"{plural(h['rows_dropped'], 'thrown-away row')} (at most the step under way each) and "
             f"{plural(max(h['num_used_blocks'], i['num_used_blocks']), 'leaked block')}; ignoring them, the server "
@@ -90,7 +75,7 @@ def stall_item(record: dict[str, Any]) -> str:
     step, prefill, point = stall_times(record)
     itl = point["summary"]["itl_s"]
     return (f"The prefill stall: at {point['rate']:g}/s a prefill took {format_latency(prefill)} on average, "
-            f"{prefill / step:.1f} times a {format_latency(step)} decode step, and every running stream waits it out; "
+            f"{point['server']['prefill_over_step']:.1f} times a {format_latency(step)} decode step, and every running stream waits it out; "
             f"the gap between tokens was {format_latency(itl['p50'])} at the median and {format_latency(itl['p99'])} "
             f"at p99.")
 
@@ -103,12 +88,12 @@ def key_results_view(record: dict[str, Any]) -> Block:
 def answer_fit_view(record: dict[str, Any]) -> Block:
     admission, config = record["admission"], record["config"]["benchmark"]
     workload = admission["workload"]
-    positions = workload["prompt_tokens"][1] + workload["output_tokens"][1] - 1
+    positions = admission["longest_request_positions"]
     blocks, budget = admission["longest_request_blocks"], config["byte_budget_blocks"]
     safe = policy(record, "count_safe")["options"][-1]
     text = (f"It stores {workload['prompt_tokens'][1]} + {workload['output_tokens'][1]} − 1 = {positions} positions "
             f"(the last token is never fed back), {blocks} blocks of {config['block_size']}, "
-            f"{blocks * config['block_bytes']:,} bytes at {config['block_bytes']:,} bytes a block. The byte server's "
+            f"{admission['longest_request_bytes']:,} bytes at {config['block_bytes']:,} bytes a block. The byte server's "
             f"budget is {budget} blocks, so it "
             + (f"admits it once {blocks} blocks are unreserved, and waits until then."
                if blocks <= budget else "refuses it at once with a 400 that gives these numbers.")
@@ -118,18 +103,17 @@ def answer_fit_view(record: dict[str, Any]) -> Block:
 
 
 def answer_stall_view(record: dict[str, Any]) -> Block:
-    step, prefill, point = stall_times(record)
+    step, _, point = stall_times(record)
     server = point["server"]
+    stalled, p99 = server["stalled_gap_s"], point["summary"]["itl_s"]["p99"]
     text = (f"By one prefill: the model thread runs it between two decode steps, so every running stream's next token "
-            f"comes {format_latency(step + prefill)} after the last instead of {format_latency(step)}. At "
+            f"comes {format_latency(stalled)} after the last instead of {format_latency(step)}. At "
             f"{point['rate']:g}/s the server spent {server['prefill_seconds']:.1f} s in {plural(server['prefills'], 'prefill')} "
             f"and {server['decode_seconds']:.1f} s in {plural(server['decode_steps'], 'decode step')} "
-            f"({format_share(server['prefill_seconds'], server['prefill_seconds'] + server['decode_seconds'])} of its "
-            f"model time in prefills)."
+            f"({percent(server['prefill_share'])} of its model time in prefills)."
             + (f" Arrivals admitted in the same iteration stack their prefills, so one gap can span several: the p99 "
-               f"gap was {format_latency(point['summary']['itl_s']['p99'])}, longer than a step and a prefill together."
-               if point["summary"]["itl_s"]["p99"] > step + prefill else
-               f" The p99 gap, {format_latency(point['summary']['itl_s']['p99'])}, stayed within a step and a prefill."))
+               f"gap was {format_latency(p99)}, longer than a step and a prefill together."
+               if p99 > stalled else f" The p99 gap, {format_latency(p99)}, stayed within a step and a prefill."))
     return answer(text)
 
 

@@ -12,29 +12,29 @@ from site_hooks.formatting import format_ms, plural, spelled
 
 def step_view(record: dict[str, Any]) -> Block:
     """The step at every batch size, charted and tabled, with the weight multiplications timed apart."""
-    rows = record["step_times"]
+    rows = sorted(record["step_times"], key=lambda r: r["batch"])
     first, last = rows[0], rows[-1]
+    scaling = record["step_scaling"]
     chart = line_chart(
         [Series("one decode step (ms)", [r["batch"] for r in rows], [r["median_ns"] / 1e6 for r in rows],
                 [r["min_ns"] / 1e6 for r in rows], [r["max_ns"] / 1e6 for r in rows]),
          Series("its weight multiplications alone (ms)", [r["batch"] for r in rows],
                 [r["weights"]["median_ns"] / 1e6 for r in rows], [r["weights"]["min_ns"] / 1e6 for r in rows],
                 [r["weights"]["max_ns"] / 1e6 for r in rows]),
-         Series("per token (ms)", [r["batch"] for r in rows], [r["median_ns"] / 1e6 / r["batch"] for r in rows],
-                [r["min_ns"] / 1e6 / r["batch"] for r in rows], [r["max_ns"] / 1e6 / r["batch"] for r in rows])],
+         Series("per token (ms)", [r["batch"] for r in rows], [r["per_token_median_ns"] / 1e6 for r in rows],
+                [r["per_token_min_ns"] / 1e6 for r in rows], [r["per_token_max_ns"] / 1e6 for r in rows])],
         title="One batched decode step against batch size", x_label="requests in the batch", y_label="milliseconds",
         description="; ".join(f"batch {r['batch']}: {format_ms(r['median_ns'], 2)} ms per step, {format_ms(r['weights']['median_ns'], 2)} "
                               f"ms of weight multiplications" for r in rows))
-    growth = last["median_ns"] / first["median_ns"]
     paragraphs = [
         f"A step for {last['batch']} requests took {format_ms(last['median_ns'], 2)} ms (median), "
-        f"{growth:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while producing "
-        f"{last['batch'] / first['batch']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
+        f"{scaling['growth']:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while "
+        f"producing {scaling['widening']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
         f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way.",
         weights_sentence(record)]
     config = record["config"]["benchmark"]
     rows_out = [(r["batch"], format_ms(r["median_ns"], 2), f"{format_ms(r['min_ns'], 2)} – {format_ms(r['max_ns'], 2)}", format_ms(r["weights"]["median_ns"], 2),
-                 format_ms(r["median_ns"] - r["weights"]["median_ns"], 2), format_ms(r["weights"]["median_ns"] / r["batch"], 2),
+                 format_ms(r["rest_ns"], 2), format_ms(r["weights_per_request_ns"], 2),
                  f"{r['tokens_per_s']:,.0f}") for r in rows]
     return Block(css="lab-medians", paragraphs=paragraphs,
                  charts=[Chart(chart, f"Median of {config['repeats']} timed steps after "
@@ -55,7 +55,7 @@ def step_view(record: dict[str, Any]) -> Block:
 def weights_sentence(record: dict[str, Any]) -> str:
     """What share of a one-request step its weight multiplications take, and what that does and does not name."""
     one = min(record["step_times"], key=lambda r: r["batch"])
-    share = one["weights"]["median_ns"] / one["median_ns"]
+    share = one["weights_share"]
     return (f"For {plural(one['batch'], 'request')}, the weight multiplications alone took {share:.0%} of the step: "
             + ("a one-request step is mostly a pass over the weights, which more rows can share. Whether that pass is "
                "limited by memory bandwidth needs a floor measured on the same machine, as the decode page does."
@@ -72,11 +72,11 @@ def step_order_sentences(record: dict[str, Any]) -> list[str]:
     """Where a larger batch stepped faster than a smaller one: whether that is noise, and what the weight
     multiplications alone show about it."""
     rows = sorted(record["step_times"], key=lambda r: r["batch"])
-    inversions = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if b["median_ns"] < a["median_ns"]]
-    if not inversions:
+    inversion = record["step_scaling"]["inversion"]
+    if inversion is None:
         return [f"The median step grew with the batch at every measured size, from {format_ms(rows[0]['median_ns'], 2)} ms "
                 f"for {rows[0]['batch']} to {format_ms(rows[-1]['median_ns'], 2)} ms for {rows[-1]['batch']}."]
-    slow, fast = max(inversions, key=lambda pair: pair[0]["median_ns"] - pair[1]["median_ns"])
+    slow, fast = (next(r for r in rows if r["batch"] == inversion[which]) for which in ("smaller_batch", "larger_batch"))
     separate = slow["min_ns"] > fast["max_ns"]
     repeats = len(slow["durations_ns"])
     sentences = [
@@ -89,8 +89,8 @@ def step_order_sentences(record: dict[str, Any]) -> list[str]:
     one = rows[0]
     w_slow, w_fast, w_one = (r["weights"]["median_ns"] for r in (slow, fast, one))
     if w_slow > w_fast:
-        per_slow, per_fast, per_one = w_slow / slow["batch"], w_fast / fast["batch"], w_one / one["batch"]
-        rest = [slow["median_ns"] - w_slow, fast["median_ns"] - w_fast]
+        per_slow, per_fast, per_one = (r["weights_per_request_ns"] for r in (slow, fast, one))
+        rest = [slow["rest_ns"], fast["rest_ns"]]
         sentences.append(
             f"The weight multiplications alone show the same inversion: {format_ms(w_slow, 2)} ms for {slow['batch']} rows "
             f"against {format_ms(w_fast, 2)} ms for {fast['batch']}, and {format_ms(w_one, 2)} ms for {one['batch']}. Per request, they "

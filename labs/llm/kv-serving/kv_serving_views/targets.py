@@ -1,10 +1,10 @@
-""""Targets": each of the issue's targets with the evidence beside its verdict."""
+""""Targets": each of the lab's targets with the evidence beside its verdict."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.formulas import best_point, mode, over_serial, policy
+from kv_serving.figures.formulas import best_point, mode, policy
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import join
 
@@ -18,7 +18,7 @@ def targets_view(record: dict[str, Any]) -> Block:
     honoured, ignored = mode(record, True)["server"], mode(record, False)["server"]
     points = record["rates"]["points"]
     best = best_point(record)
-    others = [f"{over_serial(p, record['rates']['serial']):.2f}× at {p['rate']:g}/s" for p in points if p is not best]
+    others = [f"{p['over_serial']:.2f}× at {p['rate']:g}/s" for p in points if p is not best]
     verdict = lambda ok: "met" if ok else "not met"  # noqa: E731
     rows = [
         (f"Byte admission: reserved blocks never exceed the budget ({b['budget_blocks']} blocks, "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import Figures, JsonPath, refuse
+from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 
 from .derivation import hardware_figures, memory_floor_ns
 from .formulas import (
@@ -88,7 +88,7 @@ def check_equivalence(record: dict[str, Any], source: str) -> None:
         if entry["within_tolerance"] is not True:
             refuse(source, ("equivalence", "modes", mode, "within_tolerance"), f"is {entry['within_tolerance']}: the "
                    "benchmark stops before timing when a mode disagrees, so a timed record cannot hold a miss")
-        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], entry["max_abs_reference"])
         if entry["max_abs_diff"] > bound:
             refuse(source, ("equivalence", "modes", mode, "max_abs_diff"), f"is {entry['max_abs_diff']:g}, beyond "
                    f"atol + rtol x max|reference| = {bound:g}, yet within_tolerance is true")
@@ -260,7 +260,7 @@ def check_llama(record: dict[str, Any], source: str) -> None:
     if checked != section["contexts"]:
         refuse(source, (*where, "equivalence"), f"covers contexts {checked}, the timed ones are {section['contexts']}")
     for index, entry in enumerate(section["equivalence"]):
-        bound = tolerance["atol"] + tolerance["rtol"] * entry["max_abs_reference"]
+        bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], entry["max_abs_reference"])
         if entry["within_tolerance"] is not True or entry["max_abs_diff"] > bound:
             refuse(source, (*where, "equivalence", index, "max_abs_diff"), f"is {entry['max_abs_diff']:g} at context "
                    f"{entry['context']} (atol + rtol x max|reference| = {bound:g}, within_tolerance "

@@ -6,14 +6,16 @@ to derive and check it, and by the views to word it.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kv_cache.memory import kv_cache_bytes
-from labkit.figures import JsonPath
-from labkit.summary import percentile
+from labkit.figures import JsonPath, tolerance_bound
+from labkit.regimes import FLAT_BAND
+from labkit.summary import median, percentile
 
 OUTCOMES = ("completed", "refused", "failed", "left")  # a request's outcome, as the load generator records it
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
@@ -28,7 +30,18 @@ LATENCIES = ("ttft_s", "e2e_s")  # per completed request in its row; the gaps be
 def tie_bound(atol: float, rtol: float, max_abs_reference: float) -> float:
     """The largest margin by which two runs whose logits agree within (atol, rtol) can pick different argmax
     tokens: each of the two logits may be off by atol + rtol x |logit|, in opposite directions."""
-    return 2 * (atol + rtol * max_abs_reference)
+    return 2 * tolerance_bound(atol, rtol, max_abs_reference)
+
+
+def probe_medians(probes: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The median of each dtype probe's durations (one step's weight multiplies in that dtype)."""
+    return {name: median(probe["durations_ns"]) for name, probe in probes.items()}
+
+
+def faster_dtype(probes: Mapping[str, Mapping[str, Any]]) -> str:
+    """The dtype whose probe has the lower median (the first probed on a tie): the one an automatic choice serves in."""
+    medians = probe_medians(probes)
+    return min(medians, key=lambda name: medians[name])
 
 
 # ---- the pool's sizes ----------------------------------------------------------------------------------------
@@ -48,6 +61,11 @@ def record_block_bytes(record: dict[str, Any], block_size: int) -> int:
     """``block_bytes`` for the record's model and layer count: block_size 1 is one token's keys and values."""
     model, layers = record["config"]["model"], record["config"]["benchmark"]["layers"]
     return block_bytes(layers, block_size, model["kv_heads"], model["head_dim"], model["bytes_per_element"])
+
+
+def reservation_blocks(prompt: int, max_tokens: int, block_size: int) -> int:
+    """Blocks a request reserves when admitted: its prompt and every token but the last, which is never fed back."""
+    return blocks_for(prompt + max_tokens - 1, block_size)
 
 
 def budget_blocks(num_blocks: int, share: float) -> int:
@@ -104,9 +122,32 @@ def mean_step_s(server: dict[str, Any]) -> float:
     return server["decode_seconds"] / server["decode_steps"] if server["decode_steps"] else 0.0
 
 
+def mean_prefill_s(server: dict[str, Any]) -> float:
+    """The server's own mean prefill: its time in prefills over their number."""
+    return server["prefill_seconds"] / server["prefills"] if server["prefills"] else 0.0
+
+
 def mean_used(run: dict[str, Any]) -> float:
     """Blocks in use, averaged over the run's /metrics samples."""
     return statistics.mean(s["used_blocks"] for s in run["occupancy"])
+
+
+def waiting_share(run: dict[str, Any]) -> float:
+    """The share of the run's /metrics samples that saw a request waiting in the queue."""
+    return sum(s["waiting"] > 0 for s in run["occupancy"]) / len(run["occupancy"])
+
+
+# ---- the in-process steps against batch size -----------------------------------------------------------------
+def step_regime(growth: float, widening: float) -> str:
+    """How a batched step grew from the smallest batch to the largest, ``growth`` times for ``widening`` times the
+    rows: 'flat' (within labkit.regimes.FLAT_BAND: a fixed cost per step), 'shared' (less than half as fast as
+    the batch) or 'per-row'."""
+    return "flat" if growth <= 1 + FLAT_BAND else "shared" if growth < widening / 2 else "per-row"
+
+
+def nearest_step(steps: Sequence[dict[str, Any]], batch: float) -> dict[str, Any]:
+    """The in-process step whose batch is nearest ``batch`` (a run's mean batch, at least 1) on a log scale."""
+    return min(steps, key=lambda row: abs(math.log(row["batch"] / max(batch, 1))))
 
 
 # ---- the record's runs and the ones the sentences name ------------------------------------------------------
@@ -130,13 +171,8 @@ def mode(record: dict[str, Any], honor: bool) -> dict[str, Any]:
 
 
 def best_point(record: dict[str, Any]) -> dict[str, Any]:
-    """The sweep's point of highest throughput, at which the speedup target is judged."""
-    return max(record["rates"]["points"], key=lambda p: p["summary"]["throughput_tokens_per_s"])
-
-
-def over_serial(point: dict[str, Any], serial: dict[str, Any]) -> float:
-    """A run's throughput over the serial server's: continuous batching's speedup."""
-    return point["summary"]["throughput_tokens_per_s"] / serial["summary"]["throughput_tokens_per_s"]
+    """The sweep's point of highest throughput, at which the speedup target is judged (its stored best_rate)."""
+    return next(p for p in record["rates"]["points"] if p["rate"] == record["rates"]["best_rate"])
 
 
 # ---- the scheduler's iterations, replayed without a model (kv_serving.scheduler.Scheduler.run) --------------
@@ -161,6 +197,14 @@ class Iteration:
     finished: tuple[str, ...]
     reserved_blocks: int
     waiting: tuple[str, ...]
+    reserved_before: int = 0  # reserved when the pass began, before it admitted anyone
+    admitted_blocks: int = 0  # reserved by this iteration's admissions
+    freed_blocks: int = 0  # given back by this iteration's retirements
+
+    @property
+    def streamed(self) -> int:
+        """Tokens streamed in this iteration: each prefill's first token and one per request decoded."""
+        return len(self.admitted) + len(self.decoded)
 
 
 def replay(jobs: Sequence[Job], budget_blocks: int, block_size: int) -> list[Iteration]:
@@ -182,8 +226,9 @@ def replay(jobs: Sequence[Job], budget_blocks: int, block_size: int) -> list[Ite
         if not waiting and not running:
             continue
         admitted, finished = [], []
+        before = sum(reserved.values())
         while waiting:
-            need = blocks_for(waiting[0].prompt + waiting[0].max_tokens - 1, block_size)
+            need = reservation_blocks(waiting[0].prompt, waiting[0].max_tokens, block_size)
             if need > budget_blocks:
                 raise ValueError(f"{waiting[0].name} needs {need} blocks, beyond the budget of {budget_blocks}")
             if sum(reserved.values()) + need > budget_blocks:
@@ -201,10 +246,11 @@ def replay(jobs: Sequence[Job], budget_blocks: int, block_size: int) -> list[Ite
             if running[name] == by_name[name].max_tokens:
                 finished.append(name)
                 del running[name]
-        for name in finished:
-            del reserved[name]
+        freed = sum(reserved.pop(name) for name in finished)
         iterations.append(Iteration(number, tuple(admitted), decoded, tuple(finished), held,
-                                    tuple(j.name for j in waiting)))
+                                    tuple(j.name for j in waiting), before,
+                                    sum(reservation_blocks(by_name[n].prompt, by_name[n].max_tokens, block_size)
+                                        for n in admitted), freed))
     return iterations
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from site_hooks.formatting import format_latency
+from site_hooks.formatting import format_latency, format_percent
 from site_hooks.timeline_chart import timeline
 
 
@@ -17,6 +17,11 @@ def pct(summary: dict[str, Any], name: str, q: str) -> float | None:
 def spread(summary: dict[str, Any], name: str) -> str:
     """A latency's median and 99th percentile in one cell."""
     return f"{format_latency(pct(summary, name, 'p50'))} / {format_latency(pct(summary, name, 'p99'))}"
+
+
+def percent(share: float | None) -> str:
+    """A stored share as a whole percentage; 'n/a' where the record has none (a share of nothing)."""
+    return "n/a" if share is None else format_percent(share)
 
 
 def short_label(run: dict[str, Any]) -> str:

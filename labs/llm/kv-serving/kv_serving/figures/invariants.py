@@ -8,12 +8,11 @@ these would overwrite a measurement, so they are checked, never filled; each ref
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from labkit.figures import JsonPath, refuse
+from labkit.figures import JsonPath, refuse, tolerance_bound
 
-from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, runs, tie_bound
+from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, faster_dtype, probe_medians, runs, tie_bound
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
@@ -54,8 +53,7 @@ def check_dtype(record: dict[str, Any], source: str) -> None:
     if record["tolerance"] != TOLERANCES[dtype]:
         refuse(source, ("tolerance",), f"is {record['tolerance']}, but the gate's tolerance in {dtype} is {TOLERANCES[dtype]}")
     if choice["how"].startswith("auto"):
-        medians = {name: statistics.median(probe["durations_ns"]) for name, probe in choice["probes"].items()}
-        faster = min(medians, key=lambda name: medians[name])
+        medians, faster = probe_medians(choice["probes"]), faster_dtype(choice["probes"])
         if sorted(medians) != sorted(TOLERANCES) or faster != dtype:
             refuse(source, ("config", "benchmark", "dtype_choice", "chosen"), f"is {dtype!r}, but the probes' medians "
                    f"{ {name: round(value) for name, value in medians.items()} } make {faster!r} the faster")
@@ -78,7 +76,7 @@ def check_config_and_gate(record: dict[str, Any], source: str) -> None:
         if tie["margin"] > bound:
             refuse(source, ("equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond the {bound} by "
                    f"which rounding within the tolerance can part two greedy choices")
-    if gate["max_abs_diff"] > tolerance["atol"] + tolerance["rtol"] * gate["max_abs_reference"]:
+    if gate["max_abs_diff"] > tolerance_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"]):
         refuse(source, ("equivalence", "max_abs_diff"), f"= {gate['max_abs_diff']} exceeds atol + rtol x max |reference|")
     for index, row in enumerate(record["step_times"]):
         for path, timings in ((("step_times", index), row), (("step_times", index, "weights"), row["weights"])):

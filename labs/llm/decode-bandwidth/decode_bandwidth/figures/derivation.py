@@ -1,0 +1,348 @@
+"""Every figure of the decode record that follows from its raw data (``derive``), and the bandwidth rates the
+floors use. Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build
+compares the stored figures with it (labkit.figures.check), and the views read the stored figures. Each is
+computed from raw data only (durations, counts, token times, the config), never from another stored figure.
+The constants and formulas are formulas.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from labkit.figures import Figures, JsonPath, tolerance_bound
+from labkit.summary import as_number, median
+
+from .formulas import (
+    BASELINE,
+    BYTES_PER_ELEMENT,
+    COMPILED,
+    LAYOUT_KERNELS,
+    LLAMA_BASELINE,
+    MATRICES,
+    OURS,
+    REGIMES,
+    Cell,
+    Group,
+    activation_bytes,
+    best_rate,
+    client_summary,
+    contrast,
+    dims,
+    group_key,
+    headline_key,
+    kind_bytes,
+    kv_crossover,
+    llama_step_bytes,
+    matrix_shapes,
+    regime,
+    square_matmul_flops,
+    step_bytes,
+    step_matrix_ns,
+)
+
+Rates = Mapping[tuple[str, str], float]
+Floors = dict[Group, tuple[float, float]]  # group -> (memory floor, arithmetic floor), ns per step
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """Every figure of the record that follows from its raw durations, token times and config."""
+    figures = Figures()
+    rates = hardware_figures(record["hardware"], figures)
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    figures.add(("config", "model", "ffn_width"), dims(model)[2], "ffn_multiplier x width")
+    tolerance = record["tolerance"]
+    for mode, entry in record["equivalence"]["modes"].items():
+        bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], entry["max_abs_reference"])
+        figures.add(("equivalence", "modes", mode, "bound"), bound, "atol + rtol x its max |reference|")
+        figures.add(("equivalence", "modes", mode, "share_of_bound"), entry["max_abs_diff"] / bound,
+                    "its max |difference| / its bound")
+    medians, floors = grid_figures(record, rates, figures)
+    size = BYTES_PER_ELEMENT[bench["dtype"]]
+    one = step_bytes(model, size, 1, 1)  # sized in the headline dtype
+    for name, value in (("batch_x_context", kv_crossover(model)), ("weight_bytes", one["weights"]),
+                        ("kv_bytes_per_position", one["kv_read"]),
+                        ("full_context_sequences", kv_crossover(model) / model["max_positions"])):
+        figures.add(("kv_crossover", name), value, "the model config")
+    largest = activation_bytes(model, size, bench["batches"][-1], bench["contexts"][-1])
+    for name, value in largest.items():
+        figures.add(("activations", name, "bytes"), value, "the model config at the grid's largest batch and context")
+        figures.add(("activations", name, "share_of_weights"), value / one["weights"], "its bytes / the weight bytes")
+    layout_figures(record, rates, figures)
+    profile_figures(record, rates, medians, floors, figures)
+    variant_figures(record, rates, medians, figures)
+    llama_figures(record, rates, figures)
+    client = record["client"]
+    summaries = {mode: client_summary(entry["token_times_ns"], client["new_tokens"])
+                 for mode, entry in client["modes"].items()}
+    for mode, summary in summaries.items():
+        for name, value in summary.items():
+            figures.add(("client", "modes", mode, name), value, "its token times")
+    figures.add(("client", "ours_over_transformers"),
+                summaries["ours"]["tokens_per_s"] / summaries["transformers"]["tokens_per_s"], "the two modes' token times")
+    return figures
+
+
+def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> tuple[dict[Cell, float], Floors]:
+    """Each group's bytes and two floors, each cell's statistics against them and its regime, and per group the
+    fastest of this lab's modes against transformers, against ours-prealloc, and against batch 1; returns the
+    cells' medians and the groups' floors for the figures built on them."""
+    model, bench = record["config"]["model"], record["config"]["benchmark"]
+    floors: Floors = {}
+    for index, group in enumerate(record["groups"]):
+        needed = step_bytes(model, BYTES_PER_ELEMENT[group["dtype"]], group["batch"], group["context"])
+        for name, value in needed.items():
+            figures.add(("groups", index, "bytes", name), value, "the model config")
+        memory = memory_floor_ns(needed, rates, group["threads"])
+        compute = needed["flops"] / rates[("matmul", f"{group['dtype']}/{group['threads']}")] * 1e9
+        floors[group_key(group)] = (memory, compute)
+        figures.add(("groups", index, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
+        figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+        figures.add(("groups", index, "kv_over_weights"), needed["kv_read"] / needed["weights"], "the model config")
+    medians = {(*group_key(cell), cell["mode"]): as_number(median(cell["durations_ns"])) for cell in record["cells"]}
+    headline = headline_key(record)
+    for index, cell in enumerate(record["cells"]):
+        durations, where = cell["durations_ns"], ("cells", index)
+        (memory, compute), ns = floors[group_key(cell)], medians[(*group_key(cell), cell["mode"])]
+        for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", ns),
+                            ("max_ns_per_step", max(durations))):
+            figures.add((*where, name), value, "its raw durations")
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
+        figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
+        figures.add((*where, "step_over_higher_floor"), ns / max(memory, compute), "its median / its group's higher floor")
+        figures.add((*where, "regime"), regime(ns, memory, compute), "its median against its group's two floors")
+        figures.add((*where, "spread"), (max(durations) - min(durations)) / ns, "its raw durations")
+        figures.add((*where, "minor_faults_median"), as_number(median(cell["minor_faults"])), "its fault counts")
+        base = None if (cell["dtype"], cell["threads"]) == headline else \
+            medians.get((*headline, cell["batch"], cell["context"], cell["mode"]))
+        figures.add((*where, "over_headline"), None if base is None else ns / base,
+                    "its median / the headline grid's same cell")
+        figures.add((*where, "above_headline_ns"), None if base is None else ns - base,
+                    "its median - the headline grid's same cell")
+        one = medians.get((cell["dtype"], cell["threads"], 1, cell["context"], cell["mode"]))
+        figures.add((*where, "over_batch_1"), None if one is None else ns / one, "its median / the batch-1 cell's")
+    for index in range(len(record["groups"])):
+        figures_of_group(record["groups"], index, medians, floors, figures)
+    cells = record["cells"]
+    first_slowest = sum(c["durations_ns"][0] == max(c["durations_ns"]) and len(set(c["durations_ns"])) > 1
+                        for c in cells)
+    figures.add(("noise", "first_slowest_cells"), first_slowest, "the cells' raw durations")
+    figures.add(("noise", "first_slowest_expected"), len(cells) / bench["repeats"], "cells / repeats")
+    counts = dict.fromkeys(REGIMES, 0)
+    for group in record["groups"]:
+        key = group_key(group)
+        if key[:2] == headline:
+            counts[regime(medians[(*key, fastest(medians, key))], *floors[key])] += 1
+    for name, count in counts.items():
+        figures.add(("headline_regimes", name), count, "the headline cells' medians against their floors")
+    return medians, floors
+
+
+def fastest(medians: Mapping[Cell, float], key: Group) -> str:
+    """The fastest of this lab's modes at one group (the lower median; the first listed on a tie)."""
+    return min(OURS, key=lambda mode: medians[(*key, mode)])
+
+
+def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[Cell, float], floors: Floors,
+                     figures: Figures) -> None:
+    """One group's fastest of ours, that mode against transformers and per token, the other modes against
+    ours-prealloc, and the group against its batch-1 group at the same context."""
+    key, where = group_key(groups[index]), ("groups", index)
+    best = fastest(medians, key)
+    ns = medians[(*key, best)]
+    figures.add((*where, "best_ours"), best, "its cells' medians")
+    for name, mode, over in (("best_over_hf_dynamic", best, BASELINE), ("compiled_over_prealloc", COMPILED, "ours-prealloc"),
+                             ("concat_over_prealloc", "ours-concat", "ours-prealloc")):
+        figures.add((*where, name), medians[(*key, mode)] / medians[(*key, over)], "its cells' medians")
+    figures.add((*where, "best_ns_per_token"), ns / key[2], "its fastest median / its batch")
+    one = (*key[:2], 1, key[3])
+    has_one = one in floors
+    figures.add((*where, "best_over_batch_1"), ns / medians[(*one, fastest(medians, one))] if has_one else None,
+                "its fastest median / the batch-1 group's")
+    figures.add((*where, "floor_over_batch_1"), floors[key][0] / floors[one][0] if has_one else None,
+                "its floor / the batch-1 group's")
+
+
+def layouts(record: Mapping[str, Any]) -> list[tuple[JsonPath, Mapping[str, Any], Mapping[str, Any]]]:
+    """Every layout measurement with its path and its dtype's batch-1 measurement."""
+    found: list[tuple[JsonPath, Mapping[str, Any], Mapping[str, Any]]] = [(("layout",), record["layout"], record["layout"])]
+    found += [(("layout_batches", i), layout, record["layout"]) for i, layout in enumerate(record["layout_batches"])]
+    for dtype, first in record.get("layout_other_dtypes", {}).items():
+        found.append((("layout_other_dtypes", dtype), first, first))
+        found += [(("layout_batches_other_dtypes", dtype, i), layout, first)
+                  for i, layout in enumerate(record["layout_batches_other_dtypes"].get(dtype, []))]
+    return found
+
+
+def layout_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:
+    """Per layout measurement: one step's weight multiplies in the stored layout, in each kind's faster BLAS layout
+    and through the generated loop, the rate of the stored one and the floor of their bytes; per matrix kind the
+    rate of each kernel, the fastest against the floor's rate, and the two BLAS layouts against each other."""
+    floor_rate = rates[("bandwidth", str(headline_key(record)[1]))]
+    for where, layout, first in layouts(record):
+        rows = layout["rows"]
+        matrix_bytes = sum(row["bytes_per_matrix"] * row["matrices"] for row in rows)
+        stored, matrix_floor = step_matrix_ns(layout), matrix_bytes / floor_rate * 1e9
+        compiled = step_matrix_ns(layout, "compiled") if all("compiled_ns" in row for row in rows) else None
+        for name, value in (
+                ("matrix_bytes", matrix_bytes), ("stored_step_ns", stored),
+                ("best_step_ns", sum(min(row["in_out_ns"], row["out_in_ns"]) * row["matrices"] for row in rows)),
+                ("stored_bytes_per_s", matrix_bytes / stored * 1e9), ("matrix_floor_ns", matrix_floor),
+                ("compiled_step_ns", compiled), ("compiled_over_floor", None if compiled is None else compiled / matrix_floor),
+                ("stored_over_batch_1", stored / step_matrix_ns(first))):
+            figures.add((*where, name), value, "its rows' times and bytes")
+        for index, row in enumerate(rows):
+            kernels = {kernel: row["bytes_per_matrix"] / row[f"{kernel}_ns"] * 1e9
+                       for kernel in LAYOUT_KERNELS if f"{kernel}_ns" in row}
+            best = max(kernels, key=lambda kernel: kernels[kernel])
+            for name, value in (("bytes_per_s", kernels), ("fastest", best),
+                                ("fastest_over_floor", kernels[best] / floor_rate),
+                                ("out_in_over_in_out", row["out_in_ns"] / row["in_out_ns"])):
+                figures.add((*where, "rows", index, name), value, "its times and bytes")
+
+
+def profile_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Cell, float], floors: Floors,
+                    figures: Figures) -> None:
+    """Per profiled kind the bytes it must read, the floor they set, the time over it; per mode the total, the
+    weight matrices' share against their floor, the small operators, the timed step and the target's budget."""
+    profile, model = record["profile"], record["config"]["model"]
+    needed = kind_bytes(model, BYTES_PER_ELEMENT[profile["dtype"]], profile["batch"], profile["context"])
+    bandwidth = rates[("bandwidth", str(profile["threads"]))]
+    shapes = matrix_shapes(model)
+    group = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
+    target = record["config"]["benchmark"]["targets"]["step_over_floor"]
+    for mode, entry in profile["modes"].items():
+        spent: dict[str, float] = {}
+        matrices_floor = 0.0
+        for index, row in enumerate(entry["rows"]):
+            where, kind = ("profile", "modes", mode, "rows", index), row["kind"]
+            floor = needed[kind] / bandwidth * 1e9
+            spent[kind] = row["ns_per_step"]
+            matrices_floor += floor if kind in MATRICES else 0.0
+            figures.add((*where, "bytes"), needed[kind], "the model config")
+            figures.add((*where, "floor_ns"), floor, "its bytes / the measured read bandwidth")
+            figures.add((*where, "ratio_to_floor"), row["ns_per_step"] / floor, "its time / its floor")
+            figures.add((*where, "above_floor_ns"), row["ns_per_step"] - floor, "its time - its floor")
+            figures.add((*where, "ns_per_call"), row["ns_per_step"] / shapes[kind][1] if kind in MATRICES else None,
+                        "its time / the matrices of its kind")
+        where = ("profile", "modes", mode)
+        total, matrices = sum(spent.values()), sum(spent[kind] for kind in MATRICES)
+        timed = medians.get((*group, mode))
+        budget = target * floors[group][0] if group in floors else None
+        for name, value, how in (
+                ("total_ns_per_step", total, "the sum of its rows"),
+                ("matrices_ns", matrices, "its weight matrices' rows"),
+                ("matrices_floor_ns", matrices_floor, "its weight matrices' floors"),
+                ("matrices_over_floor", matrices / matrices_floor, "its weight matrices' rows and floors"),
+                ("matrices_share", matrices / total, "its rows"),
+                ("small_ops_ns", spent["other"] + spent["cache writes and copies"], "its rows"),
+                ("minor_faults_median", as_number(median(entry["minor_faults"])), "its fault counts"),
+                ("total_minus_timed_ns", None if timed is None else total - timed, "its rows and the cell's timed steps"),
+                ("total_over_timed", None if timed is None else total / timed, "its rows and the cell's timed steps"),
+                ("target_budget_ns", budget, "the target and the cell's floor"),
+                ("matrices_over_budget", None if budget is None else matrices / budget,
+                 "its rows, the target and the cell's floor")):
+            figures.add((*where, name), value, how)
+
+
+def variant_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Cell, float], figures: Figures) -> None:
+    """What the second thread count and the second dtype changed: the measured rates against the headline's, and
+    for the dtype the weight multiplies alone (the layout measurement) against the extra time of its steps."""
+    bench = record["config"]["benchmark"]
+    dtype, threads = headline_key(record)
+    other_threads, other_dtype = bench["variant_threads"], bench["variant_dtype"]
+    how = "the hardware measurements"
+    if other_threads:
+        one, two = rates[("bandwidth", str(threads))], rates[("bandwidth", str(other_threads))]
+        figures.add(("variants", "threads", "bandwidth_ratio"), two / one, how)
+        figures.add(("variants", "threads", "floor_ratio"), one / two, how)
+        figures.add(("variants", "threads", "matmul_ratio"),
+                    rates[("matmul", f"{dtype}/{other_threads}")] / rates[("matmul", f"{dtype}/{threads}")], how)
+    else:
+        figures.add(("variants", "threads"), None, "the config: no second thread count")
+    if not other_dtype:
+        figures.add(("variants", "dtype"), None, "the config: no second dtype")
+        return
+    figures.add(("variants", "dtype", "matmul_ratio"),
+                rates[("matmul", f"{other_dtype}/{threads}")] / rates[("matmul", f"{dtype}/{threads}")], how)
+    measured = {record["layout"]["dtype"]: record["layout"], **record.get("layout_other_dtypes", {})}
+    base, variant = measured.get(dtype), measured.get(other_dtype)
+    ratio = extra = shares = None
+    if base is not None and variant is not None:
+        ratio = step_matrix_ns(variant) / step_matrix_ns(base)
+        extra = step_matrix_ns(variant) - step_matrix_ns(base)
+        pairs = [(medians.get((other_dtype, threads, b, c, "ours-prealloc")), medians.get((dtype, threads, b, c, "ours-prealloc")))
+                 for b in bench["variant_batches"] for c in bench["contexts"]]
+        shares = [extra / (slow - fast) if slow is not None and fast is not None and slow > fast else None
+                  for slow, fast in pairs]
+    how = "the two dtypes' layout measurements and ours-prealloc's steps"
+    figures.add(("variants", "dtype", "matrix_ratio"), ratio, how)
+    figures.add(("variants", "dtype", "matrix_extra_ns"), extra, how)
+    figures.add(("variants", "dtype", "matrix_share_of_extra"), shares, how)
+
+
+def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:
+    """The trained model's steps: each group's bytes and two floors, each cell's statistics, its ratio to the
+    floor and its regime, ours against transformers per group; and the two models' bytes per step side by side."""
+    section = record["llama"]
+    model, size = section["model"], BYTES_PER_ELEMENT[section["dtype"]]
+    medians: dict[tuple[int, int, str], float] = {}
+    for index, cell in enumerate(section["cells"]):
+        durations = cell["durations_ns"]
+        medians[(cell["threads"], cell["context"], cell["mode"])] = ns = as_number(median(durations))
+        for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", ns),
+                            ("max_ns_per_step", max(durations))):
+            figures.add(("llama", "cells", index, name), value, "its raw durations")
+    floors: dict[tuple[int, int], tuple[float, float]] = {}
+    for index, group in enumerate(section["groups"]):
+        key, where = (group["threads"], group["context"]), ("llama", "groups", index)
+        needed = llama_step_bytes(model, size, section["batch"], group["context"])
+        for name, value in needed.items():
+            figures.add((*where, "bytes", name), value, "the Llama config")
+        memory = memory_floor_ns(needed, rates, group["threads"])
+        compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
+        floors[key] = (memory, compute)
+        figures.add((*where, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
+        figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+        ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
+        figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
+        figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
+    for index, cell in enumerate(section["cells"]):
+        memory, compute = floors[(cell["threads"], cell["context"])]
+        ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
+        figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
+        figures.add((*where, "regime"), regime(ns, memory, compute), "its median against its group's two floors")
+    for name, values in contrast(record["config"]["model"], model, size, section["contexts"][-1]).items():
+        for field, value in values.items():
+            figures.add(("llama", "contrast", name, field), value, "the two models' configs")
+
+
+def memory_floor_ns(needed: Mapping[str, int], rates: Rates, threads: int) -> float:
+    """A step's bytes over the fastest read kernel's rate at its thread count: the least time they can take."""
+    return needed["total"] / rates[("bandwidth", str(threads))] * 1e9
+
+
+def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
+    """Each measurement's best pass and rate; returns the rates by (section, key) for the floors."""
+    rates = {}
+    for threads, entry in machine["bandwidth"].items():
+        kernel_rates = {}
+        for name, kernel in entry["kernels"].items():
+            where = ("hardware", "bandwidth", threads, "kernels", name)
+            best, kernel_rates[name] = best_rate(kernel["bytes"], kernel["durations_ns"])
+            figures.add((*where, "best_ns"), best, "the fastest of its passes")
+            figures.add((*where, "bytes_per_s"), kernel_rates[name], "its bytes / its fastest pass")
+        fastest_kernel = max(kernel_rates, key=lambda name: kernel_rates[name])
+        figures.add(("hardware", "bandwidth", threads, "best_kernel"), fastest_kernel, "the fastest of its read kernels")
+        figures.add(("hardware", "bandwidth", threads, "bytes_per_s"), kernel_rates[fastest_kernel],
+                    "the fastest read kernel's rate")
+        rates[("bandwidth", threads)] = kernel_rates[fastest_kernel]
+    for key, entry in machine["matmul"].items():
+        flops = square_matmul_flops(entry["size"])
+        best, rate = best_rate(flops, entry["durations_ns"])
+        figures.add(("hardware", "matmul", key, "flops"), flops, "2 x size^3")
+        figures.add(("hardware", "matmul", key, "best_ns"), best, "the fastest of its passes")
+        figures.add(("hardware", "matmul", key, "flops_per_s"), rate, "its flops / its fastest pass")
+        rates[("matmul", key)] = rate
+    return rates

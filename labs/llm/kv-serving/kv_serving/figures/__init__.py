@@ -1,0 +1,13 @@
+"""The serving lab's figures contract, the module lab.toml names: ``derive`` (derivation.py), every figure of the
+record that follows from its raw data, and ``check_invariants`` (invariants.py), what the raw data must satisfy;
+formulas.py holds the formulas both use, which the server, the load generator and the views import too.
+Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build runs
+``check_invariants`` and then compares the stored figures with ``derive`` (labkit.figures.check).
+"""
+
+from __future__ import annotations
+
+from .derivation import derive
+from .invariants import check_invariants
+
+__all__ = ["check_invariants", "derive"]

@@ -1,0 +1,207 @@
+"""Every figure of the serving record that follows from its raw data (``derive``).
+
+Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build checks
+the stored figures against it (labkit.figures.check) after ``check_invariants`` (invariants.py), and the
+views read the stored figures. A figure is derived only from raw data: durations, request rows, the
+servers' own counters and the config, never from another stored figure; the formulas are formulas.py's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from labkit.figures import Figures, JsonPath
+from labkit.summary import as_number, median
+
+from .formulas import (
+    arrival_span,
+    blocks_for,
+    budget_blocks,
+    client_summary,
+    faster_dtype,
+    mean_batch,
+    mean_prefill_s,
+    mean_step_s,
+    mean_used,
+    mode,
+    nearest_step,
+    policy,
+    probe_medians,
+    record_block_bytes,
+    runs,
+    step_regime,
+    waiting_share,
+)
+
+
+def config_figures(record: dict[str, Any], figures: Figures) -> None:
+    """The pool's bytes and the byte budget from the config, and each dtype probe's median."""
+    config = record["config"]["benchmark"]
+    path = ("config", "benchmark")
+    block = record_block_bytes(record, config["block_size"])
+    figures.add((*path, "kv_bytes_per_token"), record_block_bytes(record, 1),
+                "2 x layers x Hkv x D x bytes from the record's config")
+    figures.add((*path, "block_bytes"), block, "the bytes per token x block_size")
+    figures.add((*path, "pool_bytes"), config["num_blocks"] * block, "num_blocks x block_bytes")
+    figures.add((*path, "byte_budget_blocks"), budget_blocks(config["num_blocks"], config["byte_budget_share"]),
+                "num_blocks x byte_budget_share, rounded down")
+    probes = config["dtype_choice"]["probes"]
+    for name, value in probe_medians(probes).items():
+        figures.add((*path, "dtype_choice", "probes", name, "median_ns"), as_number(value), "its raw durations")
+    figures.add((*path, "dtype_choice", "faster"), faster_dtype(probes), "the probes' medians")
+
+
+def step_figures(record: dict[str, Any], figures: Figures) -> None:
+    """Each batch size's step and weights-alone statistics from their durations, its tokens per second, the rest of
+    the step beside the weights, per token and per request; then how the step grew from the smallest batch to
+    the largest, and where a larger batch stepped faster than a smaller one."""
+    medians = {}
+    for index, row in enumerate(record["step_times"]):
+        where = ("step_times", index)
+        for path, timings in ((where, row), ((*where, "weights"), row["weights"])):
+            durations = timings["durations_ns"]
+            for name, value in (("median_ns", median(durations)), ("min_ns", min(durations)),
+                                ("max_ns", max(durations))):
+                figures.add((*path, name), as_number(value), "its raw durations")
+        step, weights, batch = median(row["durations_ns"]), median(row["weights"]["durations_ns"]), row["batch"]
+        medians[batch] = step
+        figures.add((*where, "tokens_per_s"), batch / (step / 1e9), "batch / its median step")
+        for name, value in (("rest_ns", step - weights),
+                            ("weights_share", weights / step), ("weights_per_request_ns", weights / batch),
+                            ("per_token_median_ns", step / batch), ("per_token_min_ns", min(row["durations_ns"]) / batch),
+                            ("per_token_max_ns", max(row["durations_ns"]) / batch)):
+            figures.add((*where, name), value, "its raw durations and batch")
+    batches = sorted(medians)
+    first, last = batches[0], batches[-1]
+    growth, widening = medians[last] / medians[first], last / first
+    tokens_ratio = (last / (medians[last] / 1e9)) / (first / (medians[first] / 1e9))
+    inversions = [(a, b) for i, a in enumerate(batches) for b in batches[i + 1:] if medians[b] < medians[a]]
+    worst = max(inversions, key=lambda pair: medians[pair[0]] - medians[pair[1]]) if inversions else None
+    how = "the steps' raw durations"
+    for name, value in (("growth", growth), ("widening", widening), ("regime", step_regime(growth, widening)),
+                        ("tokens_per_s_ratio", tokens_ratio),
+                        ("inversion", None if worst is None else {"smaller_batch": worst[0], "larger_batch": worst[1]})):
+        figures.add(("step_scaling", name), value, how)
+
+
+def run_figures(path: JsonPath, run: dict[str, Any], figures: Figures) -> dict[str, Any]:
+    """One run's client summary from its request rows; its server's mean batch, step and prefill, and how it
+    spent the run; its blocks in use and queue from the /metrics samples; returns the summary."""
+    summary = client_summary(run["requests"])
+    for name, value in summary.items():
+        if isinstance(value, dict):
+            for key, number in value.items():
+                figures.add((*path, "summary", name, key), number, "client_summary of its completed requests")
+        else:
+            figures.add((*path, "summary", name), value, "client_summary of its request rows")
+    server, duration = run["server"], summary["duration_s"]
+    step, prefill = mean_step_s(server), mean_prefill_s(server)
+    model_s = server["decode_seconds"] + server["prefill_seconds"]
+    figures.add((*path, "server", "mean_batch"), mean_batch(server), "decode_rows / decode_steps")
+    for name, value in (
+            ("mean_step_s", step), ("mean_prefill_s", prefill),
+            ("stalled_gap_s", step + prefill), ("prefill_over_step", prefill / step if step > 0 else None),
+            ("prefill_share", server["prefill_seconds"] / model_s if model_s > 0 else None),
+            ("decode_rows_per_s", server["decode_rows"] / server["decode_seconds"] if server["decode_seconds"] > 0 else 0.0),
+            ("peak_share_of_pool", server["peak_used_blocks"] / server["num_blocks"])):
+        figures.add((*path, "server", name), value, "its server's counters")
+    used = mean_used(run)
+    span = arrival_span(run)
+    for name, value in (
+            ("mean_used_blocks", used), ("mean_used_share", used / server["budget_blocks"]),
+            ("waiting_share", waiting_share(run)), ("arrival_span_s", span),
+            ("arrival_share", span / duration if duration else 1.0),
+            ("busy_share", model_s / duration if duration > 0 else 0.0), ("idle_s", duration - model_s),
+            ("idle_share", (duration - model_s) / duration if duration > 0 else None)):
+        figures.add((*path, name), value, "its requests, samples and server counters")
+    return summary
+
+
+def admission_figures(record: dict[str, Any], figures: Figures) -> None:
+    admission, config = record["admission"], record["config"]["benchmark"]
+    workload = admission["workload"]
+    longest = workload["prompt_tokens"][1] + workload["output_tokens"][1] - 1
+    block = record_block_bytes(record, config["block_size"])
+    budget = budget_blocks(config["num_blocks"], config["byte_budget_share"])
+    figures.add(("admission", "longest_request_positions"), longest,
+                "the workload's longest prompt + output - 1 positions")
+    figures.add(("admission", "longest_request_blocks"), blocks_for(longest, config["block_size"]),
+                "the workload's longest prompt + output - 1 positions, in blocks")
+    figures.add(("admission", "longest_request_bytes"), blocks_for(longest, config["block_size"]) * block,
+                "its blocks x block_bytes")
+    figures.add(("admission", "mean_request_blocks"), statistics.mean(admission["request_blocks"]),
+                "the mean of request_blocks")
+    figures.add(("admission", "kv_budget_bytes"), budget * block, "byte_budget_blocks x block_bytes")
+    figures.add(("admission", "blocks_above_budget"), config["num_blocks"] - budget, "num_blocks - byte_budget_blocks")
+    figures.add(("admission", "occupancy_bytes_over_safe"),
+                mean_used(policy(record, "kv_budget_bytes")) / mean_used(policy(record, "count_safe")),
+                "the two servers' /metrics samples")
+
+
+def cancellation_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, Any]], figures: Figures) -> None:
+    """Per server the tokens streamed that no client received, and how many before it noticed a departure; the
+    rows decoded per cancelled request, and the cache held for departed clients, ignored over honoured."""
+    before = 0
+    for index, run in enumerate(record["cancellation"]["modes"]):
+        server = run["server"]
+        unread = server["tokens_generated"] - summaries[("cancellation", "modes", index)]["output_tokens"]
+        before += unread - server["tokens_after_disconnect"]
+        figures.add(("cancellation", "modes", index, "tokens_unread"), unread,
+                    "its server's tokens_generated - its clients' output_tokens")
+        figures.add(("cancellation", "modes", index, "tokens_unread_before_noticed"),
+                    unread - server["tokens_after_disconnect"], "tokens_unread - tokens_after_disconnect")
+    honoured, ignored = mode(record, True)["server"], mode(record, False)["server"]
+    held = honoured["block_seconds_after_disconnect"]
+    for name, value in (
+            ("tokens_before_noticed", before),
+            ("rows_per_cancelled",
+             honoured["decode_rows_after_disconnect"] / honoured["cancelled"] if honoured["cancelled"] else None),
+            ("block_seconds_ignored_over_honoured", ignored["block_seconds_after_disconnect"] / held if held > 0 else None)):
+        figures.add(("cancellation", name), value, "the two servers' counters and their clients' rows")
+
+
+def target_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, Any]], figures: Figures) -> None:
+    """Each rate over serial and the in-process step nearest its batch; the best rate, the speedup over serial
+    there and the targets' verdicts, from the raw measurements."""
+    points = record["rates"]["points"]
+    serial = summaries[("rates", "serial")]["throughput_tokens_per_s"]
+    throughput = [summaries[("rates", "points", i)]["throughput_tokens_per_s"] for i in range(len(points))]
+    for index, point in enumerate(points):
+        figures.add(("rates", "points", index, "over_serial"), throughput[index] / serial,
+                    "its throughput / the serial run's")
+        figures.add(("rates", "points", index, "nearest_step_batch"),
+                    nearest_step(record["step_times"], mean_batch(point["server"]))["batch"],
+                    "the in-process batch nearest its mean batch")
+    best = max(range(len(points)), key=throughput.__getitem__)
+    speedup = throughput[best] / serial
+    targets = record["targets"]
+    by_bytes = policy(record, "kv_budget_bytes")["server"]
+    figures.add(("rates", "best_rate"), points[best]["rate"], "the rate of highest throughput")
+    figures.add(("rates", "speedup_over_serial"), speedup, "the best rate's throughput over serial")
+    figures.add(("targets", "speedup_over_serial"), speedup, "the best rate's throughput over serial")
+    figures.add(("targets", "wall_time_s"), record["wall_time_s"], "$.wall_time_s")
+    figures.add(("targets", "bytes_peak_within_budget"), by_bytes["peak_used_blocks"] <= by_bytes["budget_blocks"],
+                "the byte server's peak against its budget")
+    figures.add(("targets", "bytes_failed_for_memory"), by_bytes["failed_for_memory"],
+                "the byte server's failed_for_memory")
+    figures.add(("targets", "blocks_leaked_after_cancellation"),
+                max(m["server"]["num_used_blocks"] for m in record["cancellation"]["modes"]),
+                "the cancellation servers' blocks in use once idle")
+    figures.add(("targets", "speedup_met"), speedup >= targets["speedup_target"], "the speedup against its target")
+    figures.add(("targets", "wall_time_met"), record["wall_time_s"] <= targets["wall_time_limit_s"],
+                "the wall time against its limit")
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    """Every derivable figure, each computed from raw data only (durations, request rows, server counters)."""
+    figures = Figures()
+    config_figures(record, figures)
+    step_figures(record, figures)
+    summaries = {path: run_figures(path, run, figures) for path, run in runs(record)}
+    admission_figures(record, figures)
+    cancellation_figures(record, summaries, figures)
+    target_figures(record, summaries, figures)
+    figures.add(("equivalence", "tokens_identical"), not record["equivalence"]["ties"],
+                "no step where alone chose another token (equivalence.ties)")
+    return figures
