@@ -18,6 +18,7 @@ from labkit.manifest import load_lab
 from labkit.waiting import HANG_S, run
 from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
+from site_hooks.orchestrate import TEST_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "results" / "cache-results.json"
@@ -151,8 +152,10 @@ def toy_site(tmp_path: Path, record: dict[str, Any]) -> ToySite:
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The real site, built once in strict mode from the committed record (LAB_BENCH=never)."""
     site = tmp_path_factory.mktemp("site")
+    # The build runs every lab's suite first: about a minute and a half quiet, many times that on a machine
+    # busy with other work. The bound is for a hang (orchestrate's per-suite bound, plus the pages).
     finished = run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                   "the real site's build", 2 * HANG_S, cwd=ROOT, env=build_env(LAB_BENCH="never"),
+                   "the real site's build", TEST_TIMEOUT_S + HANG_S, cwd=ROOT, env=build_env(LAB_BENCH="never"),
                    capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return site, finished.stderr
