@@ -444,3 +444,38 @@ def test_a_bar_chart_legend_of_more_than_one_line_sits_above_the_plot_not_off_th
     assert min(legend_ys) >= 12, legend_ys  # the first line's text fits inside the image
     assert sorted(set(legend_ys)) == [20.0, 38.0]  # three entries per line, then a second line below
     assert max(legend_ys) < bars_top - 12, (legend_ys, bars_top)
+
+
+def test_the_landing_pages_machines_say_one_machine_only_when_every_record_agrees(
+        evidence: Evidence, storage_evidence: Evidence) -> None:
+    from site_hooks.site_views import SITE_VIEWS, render_site_view
+
+    evidences = {"kv-cache": evidence, "kv-storage": storage_evidence}
+    for e in evidences.values():
+        e.record["environment"]["cpu"].update(model="AMD EPYC", logical_cores=2)
+        e.record["environment"]["torch"]["threads"] = 1
+    evidence.record["wall_time_s"] = 95.4
+    storage_evidence.record.pop("wall_time_s", None)
+    block = SITE_VIEWS["machines"](evidences)
+    assert block.paragraphs[0] == ("Every reference record on this site was measured on one machine: AMD EPYC with "
+                                   "2 logical cores, PyTorch at 1 thread.")
+    rows = {row[0]: row for row in block.tables[0].rows}
+    assert rows[evidence.lab.title][-1] == "1 min 35 s"
+    assert rows[storage_evidence.lab.title][-1] == "not stored; time make bench LAB=kv-storage"
+    storage_evidence.record["environment"]["torch"]["threads"] = 2
+    assert SITE_VIEWS["machines"](evidences).paragraphs[0].startswith("The reference records come from 2 machines: ")
+    storage_evidence.record["environment"]["cpu"]["model"] = HOSTILE
+    assert "<script>" not in render_site_view("machines", evidences)
+
+
+def test_the_landing_pages_test_durations_come_from_the_reports(evidence: Evidence, storage_evidence: Evidence) -> None:
+    from site_hooks.site_views import SITE_VIEWS
+
+    storage_evidence = dataclasses.replace(storage_evidence, tests=dict(evidence.tests))  # a report of its own
+    evidences = {"kv-cache": evidence, "kv-storage": storage_evidence}
+    evidence.tests["seconds"] = 61.0
+    assert SITE_VIEWS["tests"](evidences).paragraphs[0] == (
+        "The test runs this build used took kv-cache 1 min 1 s on the machine that ran them (kv-storage: a report "
+        "made before test runs were timed).")
+    evidence.tests.pop("seconds")
+    assert SITE_VIEWS["tests"](evidences).paragraphs[0] == "The test runs this build used do not say how long they took."
