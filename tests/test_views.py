@@ -415,7 +415,7 @@ def test_models_table_prices_real_models_with_the_labs_function(evidence: Eviden
     html = render_view("models", evidence)
     assert "<td>Llama-3-8B</td><td>float16</td><td>131,072 (128 KiB)</td><td>1.0</td><td>16.0</td>" in html
     assert "none (weights 131 GiB)" in html  # Llama-3-70B's fp16 weights alone exceed 80 GiB
-    assert "meta-llama/Meta-Llama-3-70B" in html
+    assert "meta-llama/Meta-Llama-3-70B" in render_view("model-configs", evidence)  # the collapsed configurations
 
 
 def test_calculator_ships_its_models_as_json_that_cannot_close_the_script(evidence: Evidence) -> None:

@@ -12,8 +12,8 @@ the previous record as it was.
 from __future__ import annotations
 
 import argparse
-import time
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 

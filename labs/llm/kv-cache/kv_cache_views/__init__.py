@@ -12,7 +12,7 @@ from kv_cache.figures import WORKED_EXAMPLE
 from site_hooks.blocks import Block, Table, View
 from site_hooks.formatting import format_number
 
-from .capacity import calculator_view, models_view
+from .capacity import calculator_view, model_configs_view, models_view
 from .pictures import cache_growth_view, mask_view, work_view
 from .results import (
     answer_capacity_view,
@@ -72,6 +72,7 @@ VIEWS: dict[str, View] = {
     "regime": regime_view,
     "read": read_view,
     "models": models_view,
+    "model-configs": model_configs_view,
     "grouping": grouping_view,
     "calculator": calculator_view,
     "answer-step": answer_step_view,

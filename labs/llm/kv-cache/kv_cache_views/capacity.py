@@ -28,11 +28,6 @@ def gib(value: float) -> str:
 
 
 def models_view(record: dict[str, Any]) -> Block:
-    configs = Table(
-        headings=["Model", "Layers", "KV heads (query heads)", "Head dim", "Parameters", "config.json of"],
-        rows=[(m["name"], m["layers"], f"{m['kv_heads']} ({m['heads']})", m["head_dim"],
-               f"{m['parameters'] / 1e9:.3g} billion" if m["parameters"] >= 1e9 else f"{m['parameters'] / 1e6:.0f} million",
-               m["repo"]) for m in models()])
     rows = []
     for m in models():
         priced = record["capacity"]["models"][m["name"]]
@@ -52,7 +47,17 @@ def models_view(record: dict[str, Any]) -> Block:
             f"divides the {MEMORY_GIB} GiB left after the weights ({WEIGHT_BITS // 8} bytes per parameter) by the "
             f"bytes per token, with nothing kept for activations or workspace: an upper bound, summed over "
             f"every sequence in the batch. 8k is 8,192 tokens and 128k 131,072.")
-    return Block(tables=[configs, capacity], notes=[note])
+    return Block(tables=[capacity], notes=[note])
+
+
+def model_configs_view(record: dict[str, Any]) -> Block:
+    """The published configurations the capacity table prices, with the repository of each config.json."""
+    configs = Table(
+        headings=["Model", "Layers", "KV heads (query heads)", "Head dim", "Parameters", "config.json of"],
+        rows=[(m["name"], m["layers"], f"{m['kv_heads']} ({m['heads']})", m["head_dim"],
+               f"{m['parameters'] / 1e9:.3g} billion" if m["parameters"] >= 1e9 else f"{m['parameters'] / 1e6:.0f} million",
+               m["repo"]) for m in models()])
+    return Block(tables=[configs])
 
 
 def calculator_data() -> dict[str, Any]:
