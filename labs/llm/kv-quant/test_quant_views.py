@@ -73,6 +73,15 @@ class Wording(unittest.TestCase):
                               VIEWS["fp8"](record).paragraphs[0])
         self.assertIn("made no difference the record can see", VIEWS["takeaway-fp8"](record).paragraphs[0])
 
+    def test_the_fp8_range_words_follow_whether_any_entry_exceeds_a_variants_maximum(self) -> None:
+        record = copy.deepcopy(self.record)
+        record["trained"]["fp8_scale_needed"] = {variant: False for variant in record["trained"]["fp8_scale_needed"]}
+        self.assertIn("a scale of 1.0 saturates nothing", VIEWS["fp8"](record).paragraphs[0])
+        self.assertIn("stay inside every variant's range", VIEWS["takeaway-fp8"](record).paragraphs[0])
+        record["trained"]["fp8_scale_needed"] = {variant: True for variant in record["trained"]["fp8_scale_needed"]}
+        self.assertIn("a scale of 1.0 saturates some entries", VIEWS["fp8"](record).paragraphs[0])
+        self.assertIn("exceed at least one variant's range", VIEWS["takeaway-fp8"](record).paragraphs[0])
+
     def test_which_side_hurts_follows_the_side_of_zero_of_keys_less_values(self) -> None:
         record = copy.deepcopy(self.record)
         for side, words in (("above", "its keys do more of the damage"), ("below", "its values do more of the damage"),
