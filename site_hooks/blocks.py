@@ -64,6 +64,11 @@ def answer(*paragraphs: str) -> Block:
     return Block(paragraphs=paragraphs)
 
 
+def takeaway(sentence: str) -> Block:
+    """A section's closing takeaway whose wording depends on the record, shown in bold as the typed ones are."""
+    return Block(css="lab-takeaway", paragraphs=[f"Takeaway: {sentence}"])
+
+
 def render_block(block: Block, source: str = "") -> str:
     """``source``: the line naming the record and machine, put under each of the block's charts."""
     widgets = [render(widget.template, **widget.context) for widget in block.widgets]

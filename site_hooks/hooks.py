@@ -29,7 +29,8 @@ from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence
 from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence, run_all_lab_tests
-from site_hooks.placeholders import substitute
+from site_hooks.placeholders import substitute, substitute_site
+from site_hooks.site_views import SITE_VIEWS, render_site_view
 from site_hooks.views import render_view, views_for
 
 log = logging.getLogger("mkdocs.plugins.site_hooks")
@@ -73,8 +74,14 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         _rendered[token] = render_view(view, dataclasses.replace(evidence, record_url=record_url))
         return token
 
+    def render_site(view: str) -> str:
+        token = f"LABVIEW{len(_rendered)}X{secrets.token_hex(8)}"
+        _rendered[token] = render_site_view(view, _evidence)
+        return token
+
     try:
         views = {name: set(views_for(evidence.lab)) for name, evidence in _evidence.items()}
+        markdown = substitute_site(markdown, source, set(SITE_VIEWS), render_site)
         return substitute(markdown, source, views, render)
     except SiteBuildError as error:
         raise PluginError(str(error)) from None

@@ -1,4 +1,5 @@
-"""Placeholders in page Markdown: `{{ lab:<lab-name>:<view> }}` alone on a line, replaced by rendered HTML.
+"""Placeholders in page Markdown: `{{ lab:<lab-name>:<view> }}` alone on a line, replaced by rendered HTML; and
+`{{ site:<view> }}`, a view of every lab at once (site_hooks.site_views), for a page that is no lab's.
 
 Anything that starts like a placeholder but does not name a known lab and
 view fails the build, with the page and line, so a typo never ships as text.
@@ -15,6 +16,34 @@ from .errors import SiteBuildError
 CANDIDATE = re.compile(r"\{\{\s*lab\s*:(?P<body>[^}]*)\}\}")
 ALONE = re.compile(r"^[ \t]*\{\{[^}]*\}\}[ \t]*$")
 VALID = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]*):(?P<view>[a-z0-9][a-z0-9-]*)$")
+SITE_CANDIDATE = re.compile(r"\{\{\s*site\s*:(?P<body>[^}]*)\}\}")
+SITE_VALID = re.compile(r"^(?P<view>[a-z0-9][a-z0-9-]*)$")
+
+
+def check_alone(markdown: str, match: re.Match[str], where: str) -> None:
+    """A placeholder becomes a block of HTML, so it must be the only thing on its line."""
+    line_start = markdown.rfind("\n", 0, match.start()) + 1
+    line_end = markdown.find("\n", match.end())
+    if not ALONE.match(markdown[line_start : None if line_end < 0 else line_end]):
+        raise SiteBuildError(f"{where} must stand alone on its line (it becomes a block of HTML)")
+
+
+def substitute_site(markdown: str, page: str, views: set[str], render: Callable[[str], str]) -> str:
+    """Replace each ``{{ site:<view> }}`` with render(view); errors name the page, the line and the choices."""
+
+    def replace(match: re.Match[str]) -> str:
+        line = markdown.count("\n", 0, match.start()) + 1
+        where = f"{page}:{line}: placeholder {match.group(0)!r}"
+        check_alone(markdown, match, where)
+        parsed = SITE_VALID.match(match.group("body").strip())
+        if parsed is None:
+            raise SiteBuildError(f"{where} is malformed; write {{{{ site:<view> }}}}")
+        if parsed.group("view") not in views:
+            raise SiteBuildError(f"{where} names unknown site view {parsed.group('view')!r}; site views: "
+                                 f"{', '.join(sorted(views))}")
+        return render(parsed.group("view"))
+
+    return SITE_CANDIDATE.sub(replace, markdown)
 
 
 def substitute(markdown: str, page: str, views: dict[str, set[str]], render: Callable[[str, str], str]) -> str:
@@ -25,10 +54,7 @@ def substitute(markdown: str, page: str, views: dict[str, set[str]], render: Cal
         line = markdown.count("\n", 0, match.start()) + 1
         where = f"{page}:{line}: placeholder {match.group(0)!r}"
         parsed = VALID.match(match.group("body").strip())
-        line_start = markdown.rfind("\n", 0, match.start()) + 1
-        line_end = markdown.find("\n", match.end())
-        if not ALONE.match(markdown[line_start : None if line_end < 0 else line_end]):
-            raise SiteBuildError(f"{where} must stand alone on its line (it becomes a block of HTML)")
+        check_alone(markdown, match, where)
         if parsed is None:
             raise SiteBuildError(f"{where} is malformed; write {{{{ lab:<lab>:<view> }}}}")
         lab, view = parsed.group("lab"), parsed.group("view")

@@ -228,6 +228,12 @@ def test_the_calculator_agrees_with_the_python_function_for_every_model_and_form
                 assert value["per_token"] == expected, (model["name"], fmt)
                 assert value["total"] == expected * batch * context, (model["name"], fmt, batch)
                 assert value["fit"] == capacity.fit(model, fmt), (model["name"], fmt)
+    for name, value, refusal in (("batch", "0.5", "batch (sequences) must be a whole number of at least 1, got 0.5"),
+                                 ("context", "0", "context (tokens per sequence) must be a whole number of at least 1, got 0")):
+        calculator.locator(f"input[name={name}]").fill(value)  # a fraction of a sequence is refused, in one line
+        assert calculator.locator('[data-out="total"]').text_content() == refusal
+        assert calculator.locator('[data-out="total"]').get_attribute("data-value") == ""
+        calculator.locator(f"input[name={name}]").fill("8")
     calculator.locator("input[name=layers]").fill("4")  # typed numbers leave the model list
     assert calculator.locator("select[name=model]").input_value() == ""
     page.screenshot(path=str(OUTPUT / "kv-cache-calculator.png"), full_page=False)

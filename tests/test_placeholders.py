@@ -33,3 +33,17 @@ def test_known_placeholders_are_replaced_and_other_text_is_kept() -> None:
 def test_bad_placeholders_fail_with_page_and_line(text: str, message: str) -> None:
     with pytest.raises(SiteBuildError, match=message):
         substitute(text, "docs/a.md", VIEWS, render)
+
+
+def test_site_placeholders_are_replaced_and_a_bad_one_names_page_line_and_choices() -> None:
+    from site_hooks.placeholders import substitute_site
+
+    text = "# Start\n\n{{ site:machines }}\n\n{{ lab:kv-cache:chart }}\n"
+    assert substitute_site(text, "docs/index.md", {"machines", "tests"}, lambda view: f"<div>{view}</div>") == (
+        "# Start\n\n<div>machines</div>\n\n{{ lab:kv-cache:chart }}\n")
+    for bad, message in (("\n{{ site:machine }}", r"docs/index\.md:2: .* unknown site view 'machine'; site views: "
+                                                   r"machines, tests"),
+                         ("{{ site:Machines }}", r"is malformed; write \{\{ site:<view> \}\}"),
+                         ("see {{ site:tests }}", r"must stand alone on its line")):
+        with pytest.raises(SiteBuildError, match=message):
+            substitute_site(bad, "docs/index.md", {"machines", "tests"}, lambda view: view)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import kv_cache.figures as kv_cache_figures
 from labkit.figures import fill
 from labkit.summary import float64_shrink, statistics_frame, sweep_figures
 from site_hooks import prose
@@ -25,11 +26,12 @@ HOSTILE = '<script>alert("x")</script> & --8<-- "/etc/passwd"'
 
 def set_medians(record: dict[str, Any], medians: dict[int, tuple[int, int]]) -> None:
     """Make every repetition equal, so each (full, cached) median is exactly what is given; then derive the
-    stored statistics again, as the benchmark would have."""
+    stored statistics and the lab's figures again, as the benchmark would have."""
     for entry in record["lengths"]:
         for mode, value in zip(("full", "cached"), medians[entry["length"]]):
             entry["modes"][mode].update(durations_ns=[value] * len(entry["order"]))
     fill(record, sweep_figures(record))
+    fill(record, kv_cache_figures.derive(record))
 
 
 CASES = [(lab.name, view) for lab in (LAB, STORAGE_LAB) for view in sorted(views_for(lab))]
@@ -301,25 +303,96 @@ def test_chart_captions_name_the_record_and_the_machine(evidence: Evidence) -> N
         assert record["created_utc"].partition("T")[0] in html
 
 
+LENGTHS = (16, 32, 64, 128, 256, 512)
+
+
+def full_steps(n: int) -> int:
+    return n * 400_000 * n // 16  # a full loop whose step grows with the prefix
+
+
 def test_the_regime_verdict_is_computed_from_the_per_step_medians(evidence: Evidence) -> None:
     record = evidence.record
-    flat = {n: (n * 400_000 * n // 16, n * 165_000) for n in (16, 32, 64, 128, 256, 512)}
-    set_medians(record, flat)
+    set_medians(record, {n: (full_steps(n), n * 165_000) for n in LENGTHS})
     text = render_view("regime", evidence)
     assert "From 16 to 512 tokens a cached step stayed within 10% of 165 µs" in text and "overhead-bound" in text
-    assert "Overhead-bound: a cached step took about 165 µs from 16 to 512 tokens" in render_view("key-results", evidence)
-    growing = {n: (n * 400_000 * n // 16, n * 1_000 * n) for n in (16, 32, 64, 128, 256, 512)}
-    set_medians(record, growing)
+    assert "Flat: a cached step took 165 µs at 16 tokens, 165 µs at 512 (+0%)" in render_view("key-results", evidence)
+    set_medians(record, {n: (full_steps(n), n * 1_000 * n) for n in LENGTHS})
     assert "no overhead-bound span" in render_view("regime", evidence)
-    assert "no span of this record is flat enough" in render_view("key-results", evidence)
+    assert "Growing with the prefix: a cached step took 16 µs at 16 tokens, 512 µs at 512 (+3100%)" in render_view(
+        "key-results", evidence)
+
+
+def test_a_cached_step_that_grows_a_little_is_mostly_a_cost_per_call(evidence: Evidence) -> None:
+    steps = dict(zip(LENGTHS, (167, 166, 168, 170, 194, 192)))  # the shape of the reference record, in µs
+    set_medians(evidence.record, {n: (full_steps(n), n * steps[n] * 1_000) for n in LENGTHS})
+    text = render_view("key-results", evidence)
+    assert ("Mostly a cost per call: a cached step took 167 µs at 16 tokens, 192 µs at 512 (+15%) while the prefix it "
+            "reads grew 32-fold, flat within 10% up to 128 tokens.") in text
+
+
+def test_the_growing_read_is_claimed_only_where_the_longest_step_is_the_slowest(evidence: Evidence) -> None:
+    record = evidence.record
+    levelled = dict(zip(LENGTHS, (167, 166, 168, 170, 194, 192)))
+    set_medians(record, {n: (full_steps(n), n * levelled[n] * 1_000) for n in LENGTHS})
+    text = render_view("read", evidence)
+    assert "The step left its band at 256 tokens (194 µs) but was no slower at 512 (192 µs)" in text
+    assert "lift" not in text
+    rising = dict(zip(LENGTHS, (167, 166, 168, 170, 194, 230)))
+    set_medians(record, {n: (full_steps(n), n * rising[n] * 1_000) for n in LENGTHS})
+    text = render_view("read", evidence)
+    assert "194 µs at 256 tokens and 230 µs at 512, the slowest of the sweep" in text and "lift" in text
+    set_medians(record, {n: (full_steps(n), n * 165_000) for n in LENGTHS})
+    assert "never left its flat band" in render_view("read", evidence)
+    assert "never left its flat band" in render_view("answer-step", evidence)
 
 
 def test_key_results_say_slower_where_the_cached_loop_was_slower(evidence: Evidence) -> None:
-    slow = {n: (n * 100_000, n * 200_000) for n in (16, 32, 64, 128, 256, 512)}
+    slow = {n: (n * 100_000, n * 200_000) for n in LENGTHS}
     set_medians(evidence.record, slow)
     for entry in evidence.record["lengths"]:
         entry["speedup"]["cached"]["ratio_of_medians"] = 0.5
     assert "ran slower (0.50×) at 16 tokens" in render_view("key-results", evidence)
+    assert "lead does not grow with the prefix" in render_view("takeaway-result", evidence)
+
+
+def test_the_result_takeaway_says_the_lead_grows_only_where_it_did(evidence: Evidence) -> None:
+    set_medians(evidence.record, {n: (full_steps(n), n * 165_000) for n in LENGTHS})
+    text = render_view("takeaway-result", evidence)
+    assert "Takeaway: proven equal first, the cached loop wins by more as the prefix grows" in text
+    assert "its single step costs what a call costs" in text
+    assert "at toy size the cached step is overhead-bound (flat to 512 tokens)" in render_view("takeaway-limits", evidence)
+    set_medians(evidence.record, {n: (full_steps(n), n * 1_000 * n) for n in LENGTHS})
+    assert "its single step grows with the prefix it reads" in render_view("takeaway-result", evidence)
+    assert "grows with its prefix here" in render_view("takeaway-limits", evidence)
+    for entry in evidence.record["lengths"]:
+        entry["equivalence"]["cached"]["within_tolerance"] = False
+    assert "not equal at every step" in render_view("takeaway-result", evidence)
+    assert "did not always match" in render_view("key-results", evidence)
+
+
+def test_grouped_query_attention_is_credited_only_with_what_it_saves(evidence: Evidence) -> None:
+    text = render_view("grouping", evidence)
+    assert ("keeps Llama-3-8B at 128 KiB per token in float16: 8 key/value heads serve its 32 query heads, so the "
+            "cache is 1/4 of the 512 KiB one key/value head per query head would keep") in text
+    assert "It is still 3.56× more than GPT-2 small (36 KiB)" in text
+    evidence.record["capacity"]["example"]["over_small_model"] = 0.5
+    assert "It is still 2.00× less than GPT-2 small" in render_view("grouping", evidence)
+
+
+def test_the_bytes_takeaway_sets_the_cache_against_the_weights_by_the_numbers(evidence: Evidence) -> None:
+    assert "take 16.0 GiB, 107% of its 15.0 GiB of weights" not in render_view("takeaway-bytes", evidence)
+    assert "take 16.0 GiB, 1.07× its 15.0 GiB of weights" in render_view("takeaway-bytes", evidence)
+    evidence.record["capacity"]["example"]["cache_over_weights"] = 0.25
+    assert "take 16.0 GiB, 25% of its 15.0 GiB of weights" in render_view("takeaway-bytes", evidence)
+
+
+def test_the_trained_takeaway_follows_the_answers(evidence: Evidence) -> None:
+    trained = evidence.record["trained"]
+    trained.update(same_answer_without_cache=True, bfloat16_parts_at=None)
+    assert "not what; bfloat16 gave the same answer too" in render_view("takeaway-trained", evidence)
+    trained.update(same_answer_without_cache=False, bfloat16_parts_at=4)
+    text = render_view("takeaway-trained", evidence)
+    assert "the cache changed the greedy answer" in text and "parted from float32 at new token 5" in text
 
 
 def test_diagrams_are_accessible_column_sized_svgs_with_unique_ids(evidence: Evidence) -> None:
@@ -340,16 +413,17 @@ def test_the_mask_picture_is_drawn_from_the_offset_rule(evidence: Evidence) -> N
 
 def test_models_table_prices_real_models_with_the_labs_function(evidence: Evidence) -> None:
     html = render_view("models", evidence)
-    assert "<td>Llama-3-8B</td><td>fp16</td><td>131,072 (128 KiB)</td><td>1.0</td><td>16.0</td>" in html
+    assert "<td>Llama-3-8B</td><td>float16</td><td>131,072 (128 KiB)</td><td>1.0</td><td>16.0</td>" in html
     assert "none (weights 131 GiB)" in html  # Llama-3-70B's fp16 weights alone exceed 80 GiB
-    assert "meta-llama/Meta-Llama-3-70B" in html
+    assert "meta-llama/Meta-Llama-3-70B" in render_view("model-configs", evidence)  # the collapsed configurations
 
 
 def test_calculator_ships_its_models_as_json_that_cannot_close_the_script(evidence: Evidence) -> None:
     html = render_view("calculator", evidence)
     data = re.search(r'<script type="application/json" class="lab-calculator-data">(.*?)</script>', html, re.S)
     assert data is not None and "<" not in data.group(1)
-    assert '"Llama-3-70B"' in data.group(1) and '"int4": 4.5' in data.group(1)
+    assert '"Llama-3-70B"' in data.group(1) and '"q4_0": 4.5' in data.group(1) and '"q8_0": 8.5' in data.group(1)
+    assert '"int4-g32": 6.0' in data.group(1) and "q8_0 (8.5 bits)" in html
 
 
 def test_commands_view_gives_the_labs_own_commands(evidence: Evidence) -> None:
@@ -370,3 +444,38 @@ def test_a_bar_chart_legend_of_more_than_one_line_sits_above_the_plot_not_off_th
     assert min(legend_ys) >= 12, legend_ys  # the first line's text fits inside the image
     assert sorted(set(legend_ys)) == [20.0, 38.0]  # three entries per line, then a second line below
     assert max(legend_ys) < bars_top - 12, (legend_ys, bars_top)
+
+
+def test_the_landing_pages_machines_say_one_machine_only_when_every_record_agrees(
+        evidence: Evidence, storage_evidence: Evidence) -> None:
+    from site_hooks.site_views import SITE_VIEWS, render_site_view
+
+    evidences = {"kv-cache": evidence, "kv-storage": storage_evidence}
+    for e in evidences.values():
+        e.record["environment"]["cpu"].update(model="AMD EPYC", logical_cores=2)
+        e.record["environment"]["torch"]["threads"] = 1
+    evidence.record["wall_time_s"] = 95.4
+    storage_evidence.record.pop("wall_time_s", None)
+    block = SITE_VIEWS["machines"](evidences)
+    assert block.paragraphs[0] == ("Every reference record on this site was measured on one machine: AMD EPYC with "
+                                   "2 logical cores, PyTorch at 1 thread.")
+    rows = {row[0]: row for row in block.tables[0].rows}
+    assert rows[evidence.lab.title][-1] == "1 min 35 s"
+    assert rows[storage_evidence.lab.title][-1] == "not stored; time make bench LAB=kv-storage"
+    storage_evidence.record["environment"]["torch"]["threads"] = 2
+    assert SITE_VIEWS["machines"](evidences).paragraphs[0].startswith("The reference records come from 2 machines: ")
+    storage_evidence.record["environment"]["cpu"]["model"] = HOSTILE
+    assert "<script>" not in render_site_view("machines", evidences)
+
+
+def test_the_landing_pages_test_durations_come_from_the_reports(evidence: Evidence, storage_evidence: Evidence) -> None:
+    from site_hooks.site_views import SITE_VIEWS
+
+    storage_evidence = dataclasses.replace(storage_evidence, tests=dict(evidence.tests))  # a report of its own
+    evidences = {"kv-cache": evidence, "kv-storage": storage_evidence}
+    evidence.tests["seconds"] = 61.0
+    assert SITE_VIEWS["tests"](evidences).paragraphs[0] == (
+        "The test runs this build used took kv-cache 1 min 1 s on the machine that ran them (kv-storage: a report "
+        "made before test runs were timed).")
+    evidence.tests.pop("seconds")
+    assert SITE_VIEWS["tests"](evidences).paragraphs[0] == "The test runs this build used do not say how long they took."

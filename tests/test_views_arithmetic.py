@@ -22,7 +22,7 @@ ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Po
 AGGREGATES = {"sum", "fsum", "prod", "mean", "fmean", "median", "percentile", "quantile", "quantiles", "stdev"}
 
 # Site modules that render a record (the rest of site_hooks orchestrates, loads or draws primitives).
-SITE_VIEWS = ("prose.py", "views.py", "machines_view.py", "reproduce.py", "captions.py")
+SITE_VIEWS = ("prose.py", "views.py", "machines_view.py", "reproduce.py", "captions.py", "site_views.py")
 
 # "<path>" or "<path>::<function>" -> why arithmetic there is not a figure of the record.
 GEOMETRY = ("diagram geometry: places a drawn example's shapes and labels on a canvas; every figure it states is "

@@ -1,5 +1,7 @@
-// The KV-cache page's calculator: the formula of kv_cache.memory.kv_bytes_per_token, in the same order of
-// operations, so the browser and the Python table give identical numbers (tests/test_browser.py checks).
+// The KV-cache page's calculator: the formulas of kv_cache.memory (kv_bytes_per_token, whole_cache_bytes,
+// tokens_that_fit), in the same order of operations, so the browser and the Python table give identical numbers
+// (tests/test_browser.py checks), and the same refusals: a batch, a context, layers, heads and a head width are
+// whole numbers of at least 1.
 // Plain script, no dependencies; it does nothing on a page without a [data-calculator] element.
 (function () {
   "use strict";
@@ -7,6 +9,10 @@
 
   function bytesPerToken(layers, kvHeads, headDim, bits) {
     return 2 * layers * kvHeads * headDim * bits / 8;
+  }
+
+  function wholeCacheBytes(perToken, batch, tokens) {
+    return perToken * batch * tokens;
   }
 
   function tokensThatFit(memoryBytes, weightBytes, perToken) {
@@ -52,16 +58,37 @@
       out(name).setAttribute("data-value", String(value));
     }
 
+    // The first field that is not what the formula needs, in one line naming it; "" when every field is.
+    function refusal() {
+      var whole = [["layers", "layers"], ["kv_heads", "KV heads"], ["head_dim", "head dim"],
+                   ["batch", "batch (sequences)"], ["context", "context (tokens per sequence)"]];
+      for (var i = 0; i < whole.length; i++) {
+        var value = number(whole[i][0]);
+        if (!(Number.isInteger(value) && value >= 1)) {
+          return whole[i][1] + " must be a whole number of at least 1, got " + (field(whole[i][0]).value || "nothing");
+        }
+      }
+      var params = number("parameters");
+      if (!(Number.isInteger(params) && params >= 0)) {
+        return "parameters must be a whole number of at least 0, got " + (field("parameters").value || "nothing");
+      }
+      if (!(number("memory") >= 0)) {
+        return "memory must be a number of GiB of at least 0, got " + (field("memory").value || "nothing");
+      }
+      return "";
+    }
+
     function update() {
       var layers = number("layers"), kvHeads = number("kv_heads"), headDim = number("head_dim");
       var params = number("parameters"), batch = number("batch"), context = number("context");
       var memory = number("memory"), bits = data.formats[field("format").value];
-      if (!(layers > 0 && kvHeads > 0 && headDim > 0 && batch > 0 && context > 0 && memory >= 0 && params >= 0)) {
-        ["per_token", "total", "fit"].forEach(function (k) { show(k, "", "enter positive numbers"); });
+      var wrong = refusal();
+      if (wrong) {
+        ["per_token", "total", "fit"].forEach(function (k) { show(k, "", wrong); });
         return;
       }
       var perToken = bytesPerToken(layers, kvHeads, headDim, bits);
-      var total = perToken * batch * context;
+      var total = wholeCacheBytes(perToken, batch, context);
       var weights = params * data.weight_bits / 8;
       var fit = tokensThatFit(memory * GIB, weights, perToken);
       show("per_token", perToken, exact(perToken) + " bytes (" + binary(perToken) + ")");

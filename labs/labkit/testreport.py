@@ -84,7 +84,7 @@ def version_of(package: str) -> str | None:
 
 
 def run(start: Path, pattern: str) -> dict[str, Any]:
-    started = datetime.now(UTC)
+    started, began = datetime.now(UTC), time.perf_counter()
     suite = unittest.defaultTestLoader.discover(str(start), pattern=pattern, top_level_dir=str(start))
     runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=RecordingResult)
     result = runner.run(suite)
@@ -102,6 +102,7 @@ def run(start: Path, pattern: str) -> dict[str, Any]:
         "errors": len(result.errors),
         "skipped": len(result.skipped),
         "successful": result.wasSuccessful(),
+        "seconds": round(time.perf_counter() - began, 1),  # the whole run, discovery included
         "tests": entries,
     }
 

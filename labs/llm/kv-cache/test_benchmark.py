@@ -86,7 +86,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
 
     def test_hand_edited_byte_capacity_and_projection_figures_are_refused_by_their_path(self) -> None:
         for path in (("cache_formula", "per_position_bytes"), ("compared_steps",), ("projections", "full"),
-                     ("capacity", "models", figures.EXAMPLE_MODEL, "formats", "int4", "tokens_fit"),
+                     ("capacity", "models", figures.EXAMPLE_MODEL, "formats", "q4_0", "tokens_fit"),
                      ("capacity", "example", "spare_bytes")):
             record = copy.deepcopy(self.record)
             parent = record

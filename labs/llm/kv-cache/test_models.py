@@ -10,7 +10,14 @@ from pathlib import Path
 import torch
 
 from kv_cache.config import ModelConfig
-from kv_cache.memory import INT4_GROUP, KV_FORMATS, cache_storage_bytes, kv_bytes_per_token, tokens_that_fit
+from kv_cache.memory import (
+    GROUP,
+    KV_FORMATS,
+    cache_storage_bytes,
+    kv_bytes_per_token,
+    tokens_that_fit,
+    whole_cache_bytes,
+)
 from kv_cache.model import DecoderBlock
 
 MODELS = tomllib.loads((Path(__file__).parent / "kv_cache" / "models.toml").read_text())["model"]
@@ -31,11 +38,15 @@ def weights(model: dict) -> int:
 def cache_tensors(batch: int, kv_heads: int, length: int, head_dim: int, fmt: str) -> list[torch.Tensor]:
     """One layer's keys and values laid out as each format stores them."""
     shape = (batch, kv_heads, length, head_dim)
-    if fmt == "int4":  # two 4-bit values per byte, one fp16 scale per group of INT4_GROUP values
-        packed = (batch, kv_heads, length, head_dim // 2)
-        scales = (batch, kv_heads, length, head_dim // INT4_GROUP)
-        return [torch.zeros(packed, dtype=torch.uint8), torch.zeros(scales, dtype=torch.float16)] * 2
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[fmt]
+    groups = (batch, kv_heads, length, head_dim // GROUP)
+    packed = (batch, kv_heads, length, head_dim // 2)  # two 4-bit codes per byte
+    if fmt == "q8_0":  # llama.cpp's block_q8_0: 32 int8 codes and one fp16 scale
+        return [torch.zeros(shape, dtype=torch.int8), torch.zeros(groups, dtype=torch.float16)] * 2
+    if fmt == "q4_0":  # block_q4_0: 32 packed 4-bit codes and one fp16 scale
+        return [torch.zeros(packed, dtype=torch.uint8), torch.zeros(groups, dtype=torch.float16)] * 2
+    if fmt == "int4-g32":  # packed 4-bit codes, a float32 scale and a float32 zero point per group of 32
+        return [torch.zeros(packed, dtype=torch.uint8), torch.zeros(groups), torch.zeros(groups)] * 2
+    dtype = {"float32": torch.float32, "float16": torch.float16, "fp8": torch.float8_e4m3fn}[fmt]
     return [torch.zeros(shape, dtype=dtype)] * 2
 
 
@@ -76,9 +87,20 @@ class BytesPerToken(unittest.TestCase):
                 self.assertEqual(kv_bytes_per_token(1, kv_heads, config.head_dim, bits) * 2 * 9,
                                  cache_storage_bytes(cache))
 
-    def test_llama_3_8b_keeps_128_kib_per_token_in_fp16(self) -> None:
-        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["fp16"]), 128 * 1024)
-        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["int4"]), 36 * 1024)
+    def test_llama_3_8b_keeps_128_kib_per_token_in_float16(self) -> None:
+        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["float16"]), 128 * 1024)
+        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["q4_0"]), 36 * 1024)
+        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["q8_0"]), 68 * 1024)
+        self.assertEqual(kv_bytes_per_token(32, 8, 128, KV_FORMATS["int4-g32"]), 48 * 1024)
+
+    def test_a_whole_cache_counts_whole_sequences_and_tokens(self) -> None:
+        self.assertEqual(whole_cache_bytes(256.0, 8, 1024), 256 * 8 * 1024)
+        for batch, tokens, wrong in ((0.5, 8, r"batch must be a whole number, got 0\.5"),
+                                     (8, 2.0, r"tokens must be a whole number, got 2\.0"),
+                                     (True, 8, r"batch must be a whole number, got True"),
+                                     (0, 8, r"batch must be at least 1, got 0")):
+            with self.subTest(batch=batch, tokens=tokens), self.assertRaisesRegex(ValueError, wrong):
+                whole_cache_bytes(256.0, batch, tokens)
 
     def test_tokens_that_fit_leave_the_weights_room_and_never_go_negative(self) -> None:
         self.assertEqual(tokens_that_fit(1000, 100, 64), 14)

@@ -6,10 +6,11 @@ import unittest
 
 import torch
 
+from kv_cache.memory import KV_FORMATS
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
-from kv_quant.figures import bits_per_element, formula_bytes, naive_tokens, tokens_in_budget
+from kv_quant.figures import bits_per_element, format_of, formula_bytes, naive_tokens, tokens_in_budget
 from kv_quant.testing import FORMATS
 
 BATCH, KV_HEADS, HEAD_DIM = 2, 2, 32
@@ -79,6 +80,41 @@ class BitsPerElement(unittest.TestCase):
         self.assertEqual(cache.quantized_length, 32)
         # 32 tokens at 4 bits, 128 at 32: (32 x 4 + 128 x 32) / 160
         self.assertAlmostEqual(cache.bits_per_element, (32 * 4 + 128 * 32) / 160)
+
+
+class OneSideAlone(unittest.TestCase):
+    def test_a_keys_only_format_stores_the_values_exactly_in_float32_and_counts_them_so(self) -> None:
+        keys, values = random_entries(1, KV_HEADS, 40, HEAD_DIM, seed=6)
+        for label, exact, rounded in (("q4_0-keys", 1, 0), ("q4_0-values", 0, 1)):
+            with self.subTest(format=label):
+                cache = make_cache(format_of(label), 1, KV_HEADS, HEAD_DIM)
+                cache.append(keys, values)
+                stored = cache.keys_values()
+                self.assertTrue(torch.equal(stored[exact], (keys, values)[exact]))
+                self.assertFalse(torch.equal(stored[rounded], (keys, values)[rounded]))
+                side = ("keys", "values")[exact]
+                self.assertEqual(cache.stored()[f"{side}.codes"].dtype, torch.float32)
+                both = make_cache(format_of("q4_0"), 1, KV_HEADS, HEAD_DIM)
+                both.append(keys, values)
+                self.assertEqual(cache.stored_bytes(), both.stored_bytes() // 2 + 4 * keys.numel())
+
+    def test_only_the_formats_that_encode_each_token_alone_can_split(self) -> None:
+        for name in ("kivi", "fp8", "float32"):
+            with self.subTest(format=name), self.assertRaisesRegex(ValueError, rf"^{name} cannot quantize keys alone"):
+                CacheFormat(name, sides="keys")
+        with self.assertRaisesRegex(ValueError, r"sides must be one of \('both', 'keys', 'values'\), got 'key'"):
+            CacheFormat("q4_0", sides="key")
+
+
+class TheKVCachePagesFormats(unittest.TestCase):
+    def test_the_calculators_formats_are_this_labs_under_the_same_names_bit_for_bit(self) -> None:
+        same = {"float32": "float32", "fp8": "fp8-tensor-none", "q8_0": "q8_0", "int4-g32": "int4-g32",
+                "q4_0": "q4_0", "float16": "bfloat16"}  # float16 and bfloat16: two 16-bit floats, one price
+        self.assertEqual(set(same), set(KV_FORMATS))
+        for name, label in same.items():
+            for head_dim in (64, 128):
+                with self.subTest(format=name, head_dim=head_dim):
+                    self.assertEqual(bits_per_element(format_of(label), head_dim), KV_FORMATS[name])
 
 
 class TokensInABudget(unittest.TestCase):

@@ -9,7 +9,7 @@ import torch
 
 from kv_quant.config import CacheFormat
 from kv_quant.llama_cache import format_cache
-from kv_quant.trained import chunked_logits, greedy, quality
+from kv_quant.trained import chunked_logits, evaluate, greedy, new_cache
 from llm_models.llama.testing import random_ids
 from llm_models.llama.tiny import tiny_pair
 
@@ -63,24 +63,32 @@ class QualityHelpers(unittest.TestCase):
     def test_chunked_float32_logits_equal_one_causal_pass_within_float_rounding(self) -> None:
         ids = random_ids(1, 40, seed=5)
         _, model = tiny_pair(0)
-        logits, cache = chunked_logits(model, ids, CacheFormat("float32"), chunk=16)
+        cache = new_cache(model, CacheFormat("float32"), 40)
         with torch.inference_mode():
-            whole = model(ids)
+            logits = chunked_logits(model, ids, CacheFormat("float32"), cache, chunk=16)
+            whole = model(ids)[0]
         torch.testing.assert_close(logits, whole, atol=1e-5, rtol=1e-5)
         self.assertEqual(cache[0].length, 40)
 
-    def test_the_reference_against_itself_has_kl_0_and_top1_1_and_a_perplexity_from_its_nll(self) -> None:
-        ids = random_ids(1, 32, seed=6)
-        logits = torch.randn(1, 32, 128, generator=torch.Generator().manual_seed(0))
-        same = quality(logits, logits, ids, 32)
-        self.assertEqual(same["kl"], 0.0)
-        self.assertEqual(same["top1_agreement"], 1.0)
-        nll = -torch.log_softmax(logits[0, :31], -1).gather(-1, ids[0, 1:, None]).mean()
-        self.assertAlmostEqual(same["perplexity"], float(nll.exp()), places=4)
-        other = quality(logits + torch.randn_like(logits), logits, ids, 32)
-        self.assertGreater(other["kl"], 0)
-        with self.assertRaisesRegex(ValueError, r"context must lie in \[2, 32\] tokens, got 33"):
-            quality(logits, logits, ids, 33)
+    def test_each_position_scores_its_next_token_against_the_float32_pass(self) -> None:
+        ids = random_ids(1, 41, seed=6)
+        _, model = tiny_pair(0)
+        formats = [CacheFormat("float32"), CacheFormat("int8"), CacheFormat("kivi", bits=2, group_size=16, residual=32)]
+        scores, caches = evaluate(model, ids, formats, 40)
+        with torch.inference_mode():
+            log_p = torch.log_softmax(model(ids[:, :40])[0], -1)
+        nll = -log_p.gather(-1, ids[0, 1:, None])[:, 0]
+        reference = scores["float32"]
+        self.assertEqual(len(reference.nll), 40)
+        torch.testing.assert_close(torch.tensor(reference.nll), nll, atol=1e-4, rtol=0)  # stored to 4 decimals
+        self.assertEqual((max(reference.kl), reference.top1_misses), (0.0, []))
+        int8 = scores["int8"]
+        self.assertGreater(sum(int8.kl), 0)
+        self.assertTrue(all(0 <= index < 40 for index in int8.top1_misses))
+        self.assertEqual(scores["kivi-2b-g16-r32"].kl, [0.0] * 40)  # 40 positions never leave a residual of 32 + 16
+        self.assertEqual({cache[0].length for cache in caches.values()}, {40})
+        with self.assertRaisesRegex(ValueError, r"evaluating 41 positions needs 42 tokens, got 41"):
+            evaluate(model, ids, formats, 41)
 
     def test_greedy_with_the_float32_format_is_the_plain_caches_greedy(self) -> None:
         _, model = tiny_pair(0)

@@ -4,14 +4,18 @@ hand-edited derived figure (by its JSON path, with both values) and a broken inv
 from __future__ import annotations
 
 import copy
+import math
 import re
 import unittest
 from typing import Any
+
+import numpy as np
 
 import labkit.testing
 from kv_quant import benchmark
 from kv_quant.config import CacheFormat
 from kv_quant.figures import (
+    TEXT,
     TRAINED_LABELS,
     admitted_requests,
     axis_of,
@@ -20,6 +24,8 @@ from kv_quant.figures import (
     derive,
     first_departure,
     format_of,
+    quality,
+    trained_verdicts,
 )
 from labkit import figures
 from labkit.records import RecordError
@@ -39,7 +45,10 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(list(record["formats"]), [fmt.label for fmt in benchmark.FORMATS])
         self.assertEqual([label for label, entry in record["formats"].items() if "trained" in entry],
                          list(TRAINED_LABELS))
-        self.assertEqual(record["trained"]["corpus"]["files"][0]["file"], "measuring.txt")
+        self.assertEqual((record["trained"]["text"]["name"], record["trained"]["text"]["sha256"]),
+                         (TEXT.name, TEXT.sha256))
+        evaluated = record["trained"]["text"]["evaluated"]
+        self.assertEqual(len(record["trained"]["positions"]["q4_0"]["nll"]), evaluated)
         self.assertTrue(record["config"]["quick"])
         check_record(record)
 
@@ -51,7 +60,13 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         with self.assertRaisesRegex(RecordError, rf"\$\.formats\.q4_0\.bytes_per_token is {stored / 2:.12g}, "
                                                  rf"but .* gives {stored:.12g}"):
             check_record(edited)
-        for path, value in ((("formats", "int8", "trained", "departs_at"), 0),
+        at = str(record["trained"]["contexts"][-1])
+        for path, value in ((("formats", "q8_0", "trained", "departs_at"), 0),
+                            (("formats", "q4_0", "trained", "quality", at, "kl", "high"), 1.0),
+                            (("trained", "sides", "q4_0", "keys_are"), "neither"
+                             if record["trained"]["sides"]["q4_0"]["keys_are"] != "neither" else "above"),
+                            (("trained", "fp8_calibration", "uncalibrated_is"), "above"
+                             if record["trained"]["fp8_calibration"]["uncalibrated_is"] != "above" else "below"),
                             (("trained", "kl_order"), list(reversed(record["trained"]["kl_order"]))),
                             (("formats", "int8", "fits_tokens"), 10**9),
                             (("formats", "q4_0", "smaller_than_float32"), 1.0),
@@ -79,8 +94,18 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
 
     def test_a_float32_reference_that_is_not_exact_is_refused(self) -> None:
         edited = copy.deepcopy(self.record)
-        edited["formats"]["float32"]["trained"]["kl"]["32"] = 1e-6
-        with self.assertRaisesRegex(RecordError, r"formats\.float32\.trained\.kl must be 0"):
+        edited["trained"]["positions"]["float32"]["kl"][0] = 1e-6
+        with self.assertRaisesRegex(RecordError, r"trained\.positions\.float32\.kl must be 0"):
+            check_record(edited)
+
+    def test_a_record_of_another_text_or_of_missing_positions_is_refused(self) -> None:
+        edited = copy.deepcopy(self.record)
+        edited["trained"]["text"]["sha256"] = "0" * 64
+        with self.assertRaisesRegex(RecordError, r"trained\.text\.sha256 is 0000000000000000…, but the lab evaluates"):
+            check_record(edited)
+        edited = copy.deepcopy(self.record)
+        edited["trained"]["positions"]["q4_0"]["nll"].pop()
+        with self.assertRaisesRegex(RecordError, r"trained\.positions\.q4_0\.nll holds \d+ values"):
             check_record(edited)
 
 
@@ -108,6 +133,36 @@ class Figures(unittest.TestCase):
         budget = 64 * 17 * block_bytes(q8, 4, 16, 2, 64)
         self.assertEqual(admitted_requests(q8, budget, 4, 16, 2, 64, 16) * 17,
                          admitted_requests(fp32, budget, 4, 16, 2, 64, 16) * 64)
+
+
+class PerplexityVerdicts(unittest.TestCase):
+    """Whether perplexity "cannot be told from float32's" follows the paired interval, never a band edge."""
+
+    POSITIONS = 512
+
+    def verdicts(self, fp8_nll: list[float]) -> dict[str, Any]:
+        nll = [round(float(x), 4) for x in np.random.default_rng(0).uniform(1.0, 4.0, self.POSITIONS)]
+        same = {"nll": nll, "kl": [0.0] * self.POSITIONS, "top1_misses": []}
+        positions = {label: copy.deepcopy(same) for label in TRAINED_LABELS}
+        positions["fp8-tensor-none"] = {"nll": [a + b for a, b in zip(nll, fp8_nll)], "kl": [0.01] * self.POSITIONS,
+                                        "top1_misses": list(range(0, self.POSITIONS, 10))}  # 90% agreement
+        record = {"trained": {"contexts": [self.POSITIONS], "positions": positions}}
+        qualities = {label: quality(record, label) for label in positions}
+        return {"change": qualities["fp8-tensor-none"][str(self.POSITIONS)]["perplexity_change"],
+                **trained_verdicts(record, qualities)}
+
+    def test_a_perplexity_exactly_one_percent_higher_at_every_position_is_a_rise_not_a_tie(self) -> None:
+        found = self.verdicts([math.log(1.01)] * self.POSITIONS)
+        self.assertAlmostEqual(found["change"]["estimate"], 0.01, places=9)
+        self.assertGreater(found["change"]["low"], 0)
+        self.assertNotIn("fp8-tensor-none", found["perplexity_hides"])
+
+    def test_errors_that_cancel_leave_a_perplexity_the_interval_cannot_tell_apart_and_it_is_flagged(self) -> None:
+        noise = np.random.default_rng(1).normal(0.0, 0.05, self.POSITIONS)
+        found = self.verdicts(list(noise - noise.mean()))  # some positions up, some down, the mean unchanged
+        self.assertLess(found["change"]["low"], 0)
+        self.assertGreater(found["change"]["high"], 0)
+        self.assertEqual(found["perplexity_hides"], ["fp8-tensor-none"])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from kv_storage_views.decode_step import (
 )
 from kv_storage_views.grouped_query import gqa_sentences
 from kv_storage_views.memory import memory_sentences
+from kv_storage_views.results import fixed_part, speed_item, takeaway_memory_view, takeaway_step_view
 from labkit.figures import fill
 from labkit.summary import sweep_figures
 
@@ -150,6 +151,43 @@ class Headline(unittest.TestCase):
         labels = dict(headline(record))
         self.assertEqual(labels["full ÷ prealloc, median step time at 1024 tokens"], 8.0)
         self.assertEqual(labels["concat ÷ prealloc, peak allocation in the 512-step loop"], 2.0)
+
+
+def gap_fit(gap_ns: float, intercept_ns: float, slope: float) -> dict[str, Any]:
+    """A paged-overhead line as kv_storage.figures.paged_overhead stores it, from its three numbers."""
+    return {"gap_per_step_ns": [gap_ns], "intercept_ns": intercept_ns, "slope_ns_per_position": slope,
+            "fixed_share": intercept_ns / gap_ns, "mostly_fixed": intercept_ns >= gap_ns / 2}
+
+
+class Wording(unittest.TestCase):
+    def test_an_intercept_above_the_gap_is_not_called_a_share_of_it(self) -> None:
+        above = fixed_part(gap_fit(75_562.6, 76_186.2, 80.4))  # the reference record's numbers
+        self.assertIn("starts at 76.2 µs at zero prefix, no less than that whole gap", above)
+        self.assertNotIn("%", above)
+        below = fixed_part(gap_fit(80_000, 60_000, 80))
+        self.assertIn("puts 60.0 µs of it (75%) at zero prefix", below)
+        self.assertIn("puts nothing at zero prefix", fixed_part(gap_fit(80_000, -5_000, 300)))
+
+    def test_the_speed_bullet_says_whether_every_layout_matched_before_it_was_timed(self) -> None:
+        record = sweep({1024: {"full": exact(8000), "concat": exact(2000), "prealloc": exact(1000),
+                               "paged": exact(4000)}})
+        self.assertIn("every layout first matched full recomputation's logits", speed_item(record))
+        record["lengths"][0]["equivalence"]["paged"]["within_tolerance"] = False
+        self.assertIn("not every layout matched", speed_item(record))
+
+    def test_the_step_takeaway_names_the_fastest_layout_or_the_tie(self) -> None:
+        windows = {n: {"full": exact(9000 * n), "concat": exact(2000 * 16 + n), "prealloc": exact(1000 * 16 + n),
+                       "paged": exact(3000 * 16 + 10 * n)} for n in (16, 256, 1024)}
+        text = takeaway_step_view(sweep(windows, steps=1)).paragraphs[0]
+        self.assertIn("at 1024 tokens prealloc was the fastest layout", text)
+        tie = {n: {"full": exact(9000 * n), "concat": exact(1000 * 16), "prealloc": exact(1000 * 16),
+                   "paged": exact(3000 * 16)} for n in (16, 256, 1024)}
+        self.assertIn("concat and prealloc tied as the fastest layouts", takeaway_step_view(sweep(tie, steps=1)).paragraphs[0])
+
+    def test_the_memory_takeaway_orders_the_layouts_by_their_peak(self) -> None:
+        record = {"memory": memory({"concat": (2, 4, 9), "prealloc": (2, 2, 9), "paged": (2, 3, 9)})}
+        self.assertIn("peak was 2.00× what concat retains, 1.50× what paged retains and 1.00× what prealloc retains",
+                      takeaway_memory_view(record).paragraphs[0])
 
 
 if __name__ == "__main__":

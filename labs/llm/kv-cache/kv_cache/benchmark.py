@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,6 +102,7 @@ def precision_check(config: ModelConfig, args: argparse.Namespace, length: int) 
 
 
 def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[str, Any]:
+    started = time.perf_counter()
     harness.seed_and_threads(args)
     config = ModelConfig(seed=args.seed)
     model = model_class(config)
@@ -117,6 +119,7 @@ def sections(args: argparse.Namespace, model_class: type[DecoderBlock]) -> dict[
         "precision": precision_check(config, args, args.lengths[-1]),
         "trained": trained_model(args),
         "lengths": lengths,
+        "wall_time_s": time.perf_counter() - started,  # every section, the trained model's loading included
     }
 
 

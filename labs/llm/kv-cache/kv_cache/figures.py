@@ -24,13 +24,15 @@ MASK_EXAMPLE = (5, 7)  # (new queries, cached prefix): the chunked-prefill test'
 
 # Real models' caches, priced by kv_cache.memory from models.toml (published configurations).
 MODELS_FILE = Path(__file__).with_name("models.toml")
-TABLE_FORMATS = ("fp16", "fp8", "int4")  # the formats the page's table prices (the calculator offers fp32 too)
+TABLE_FORMATS = ("float16", "fp8", "q4_0")  # the formats the page's table prices (the calculator offers them all)
+BASE_FORMAT, SMALL_FORMAT = "float16", "q4_0"  # the capacity question's two caches: 16-bit, and llama.cpp's 4.5 bits
 CONTEXTS = (8 * 1024, 128 * 1024)  # tokens: "8k" and "128k"
 GIB = 2**30
 MEMORY_GIB = 80  # one accelerator's memory, in GiB
 WEIGHT_BITS = 16  # the weights beside the cache are fp16 (or bf16): 2 bytes per parameter
 EXAMPLE_MODEL = "Llama-3-8B"  # the model the key results and the capacity question price
-EXAMPLE_BATCH = 16  # the capacity question: 16 sequences of CONTEXTS[0] tokens in fp16, beside the weights
+EXAMPLE_BATCH = 16  # the capacity question: 16 sequences of CONTEXTS[0] tokens in float16, beside the weights
+SMALL_MODEL = "GPT-2 small"  # what the example model's bytes per token are set against: 12 heads, no grouping
 
 
 def causal_visible(query_len: int, offset: int) -> set[tuple[int, int]]:
@@ -109,17 +111,40 @@ def fit(entry: dict[str, Any], fmt: str, memory_gib: float = MEMORY_GIB) -> int:
 
 
 def capacity() -> dict[str, Any]:
-    """Every real model's bytes per token, cache at each context and tokens that fit, per table format; and
-    the capacity question's sums for the example model (``spare_bytes`` negative: the cache does not fit)."""
-    priced = {m["name"]: {"weight_bytes": weight_bytes(m), "formats": {
-        fmt: {"bytes_per_token": per_token(m, fmt), "context_bytes": [per_token(m, fmt) * n for n in CONTEXTS],
-              "tokens_fit": fit(m, fmt)} for fmt in TABLE_FORMATS}} for m in models()}
-    example = model(EXAMPLE_MODEL)
-    fp16, int4 = (per_token(example, fmt) * EXAMPLE_BATCH * CONTEXTS[0] for fmt in ("fp16", "int4"))
+    """Every real model's bytes per token, cache at each context and tokens that fit, per table format, and what
+    it would keep with one key/value head per query head; the capacity question's sums for the example model
+    (``spare_bytes`` negative: the cache does not fit); and the example model set against SMALL_MODEL."""
+    priced = {m["name"]: {"weight_bytes": weight_bytes(m), "multi_head_bytes_per_token": multi_head(m),
+                          "formats": {fmt: {"bytes_per_token": per_token(m, fmt),
+                                            "context_bytes": [per_token(m, fmt) * n for n in CONTEXTS],
+                                            "tokens_fit": fit(m, fmt)} for fmt in TABLE_FORMATS}} for m in models()}
+    example, small = model(EXAMPLE_MODEL), model(SMALL_MODEL)
+    base, narrow = (per_token(example, fmt) * EXAMPLE_BATCH * CONTEXTS[0] for fmt in (BASE_FORMAT, SMALL_FORMAT))
     room = MEMORY_GIB * GIB - weight_bytes(example)
-    return {"models": priced, "example": {"fp16_bytes": fp16, "int4_bytes": int4, "room_bytes": room,
-                                          "spare_bytes": room - fp16,
-                                          "fp16_over_int4": per_token(example, "fp16") / per_token(example, "int4")}}
+    return {"models": priced, "example": {
+        "base_bytes": base, "small_bytes": narrow, "room_bytes": room, "spare_bytes": room - base,
+        "base_over_small": per_token(example, BASE_FORMAT) / per_token(example, SMALL_FORMAT),
+        "cache_over_weights": base / weight_bytes(example),
+        "grouping": example["heads"] / example["kv_heads"],
+        "over_small_model": per_token(example, BASE_FORMAT) / per_token(small, BASE_FORMAT)}}
+
+
+def multi_head(entry: dict[str, Any]) -> float:
+    """Bytes per token in BASE_FORMAT with one key/value head per query head: the cache without grouping."""
+    return kv_bytes_per_token(entry["layers"], entry["heads"], entry["head_dim"], KV_FORMATS[BASE_FORMAT])
+
+
+def cached_read(record: dict[str, Any]) -> dict[str, Any]:
+    """How the cached step moved beyond its flat span: the first length whose step left FLAT_BAND of the first
+    (None: none did), and whether the longest length was the slowest step of the sweep (the growing read of the
+    prefix still rising at the end) or not (it left the band, then stopped climbing)."""
+    steps = {e["length"]: e["modes"]["cached"]["per_step"]["median_ns"] for e in record["lengths"]}
+    lengths = list(steps)
+    flat_until = record["regimes"]["cached"]["flat_until"]
+    beyond = [n for n in lengths if n > flat_until]
+    return {"left_band_at": beyond[0] if beyond else None,
+            "longest_is_slowest": steps[lengths[-1]] == max(steps.values()),
+            "prefix_growth": lengths[-1] / lengths[0]}
 
 
 def check_invariants(record: dict[str, Any], source: str) -> None:
@@ -200,4 +225,5 @@ def derive(record: dict[str, Any]) -> Figures:
     figures.add(("trained", "bfloat16_parts_at"), first_difference(exact["ids"], section["bfloat16"]["ids"]),
                 "the first token where the bfloat16 answer differs from the float32 one")
     figures.add_each(("capacity",), capacity(), "kv_cache/models.toml priced by kv_cache.memory")
+    figures.add_each(("cached_read",), cached_read(record), "the cached mode's per-step medians and stored regime")
     return figures

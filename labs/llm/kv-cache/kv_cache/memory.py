@@ -36,11 +36,13 @@ def cache_storage_bytes(cache: tuple[Tensor, Tensor]) -> int:
     return sum(tensor.numel() * tensor.element_size() for tensor in cache)
 
 
-# Bits one cached element takes in each format the article prices, scales included. int4: two values
-# per byte plus one fp16 scale per group of 32 values (4 + 16 / 32 bits); fp8: one scale per tensor,
-# which adds nothing per token.
-KV_FORMATS = {"fp32": 32.0, "fp16": 16.0, "fp8": 8.0, "int4": 4.5}
-INT4_GROUP = 32  # values sharing one fp16 scale in the int4 format
+# Bits one cached element takes in each format the pages price, scales included, under the names the quantized-cache
+# lab gives the same formats (kv_quant.config; its test_quant_bytes holds these bits to its byte formulas).
+# fp8: one scale per tensor, nothing per token. q8_0 and q4_0: llama.cpp's blocks of GROUP values with one fp16
+# scale each (8 + 16 / 32 and 4 + 16 / 32 bits). int4-g32: 4-bit codes with a float32 scale and a float32 zero
+# point per GROUP values (4 + 64 / 32 bits): the same code width as q4_0, a third more bytes.
+KV_FORMATS = {"float32": 32.0, "float16": 16.0, "fp8": 8.0, "q8_0": 8.5, "int4-g32": 6.0, "q4_0": 4.5}
+GROUP = 32  # values sharing one scale in q8_0, q4_0 and int4-g32
 
 
 # --8<-- [start:kv_bytes_per_token]
@@ -53,6 +55,17 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bits_per_eleme
             raise ValueError(f"{name} must be positive, got {value}")
     return 2 * layers * kv_heads * head_dim * bits_per_element / 8
 # --8<-- [end:kv_bytes_per_token]
+
+
+def whole_cache_bytes(bytes_per_token: float, batch: int, tokens: int) -> float:
+    """The whole cache: bytes per token x batch x tokens per sequence. A batch counts whole sequences and a
+    context whole tokens, so a fraction is refused (the page's calculator refuses the same)."""
+    for name, value in (("batch", batch), ("tokens", tokens)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    return bytes_per_token * batch * tokens
 
 
 def tokens_that_fit(memory_bytes: float, weight_bytes: float, bytes_per_token: float) -> int:

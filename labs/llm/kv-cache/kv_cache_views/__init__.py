@@ -12,9 +12,21 @@ from kv_cache.figures import WORKED_EXAMPLE
 from site_hooks.blocks import Block, Table, View
 from site_hooks.formatting import format_number
 
-from .capacity import calculator_view, models_view
+from .capacity import calculator_view, model_configs_view, models_view
 from .pictures import cache_growth_view, mask_view, work_view
-from .results import answer_capacity_view, answer_mask_view, answer_overhead_view, key_results_view, regime_view
+from .results import (
+    answer_capacity_view,
+    answer_mask_view,
+    answer_step_view,
+    grouping_view,
+    key_results_view,
+    read_view,
+    regime_view,
+    takeaway_bytes_view,
+    takeaway_limits_view,
+    takeaway_result_view,
+    takeaway_trained_view,
+)
 from .trained import trained_answer_view, trained_view
 
 
@@ -58,9 +70,16 @@ VIEWS: dict[str, View] = {
     "work": work_view,
     "mask": mask_view,
     "regime": regime_view,
+    "read": read_view,
     "models": models_view,
+    "model-configs": model_configs_view,
+    "grouping": grouping_view,
     "calculator": calculator_view,
-    "answer-overhead": answer_overhead_view,
+    "answer-step": answer_step_view,
     "answer-capacity": answer_capacity_view,
     "answer-mask": answer_mask_view,
+    "takeaway-bytes": takeaway_bytes_view,
+    "takeaway-result": takeaway_result_view,
+    "takeaway-trained": takeaway_trained_view,
+    "takeaway-limits": takeaway_limits_view,
 }

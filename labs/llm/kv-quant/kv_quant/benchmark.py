@@ -4,9 +4,10 @@
 
 Per format: the bytes its stored tensors hold as the context grows (SmolLM2-135M's layer shape, random
 entries) and the error chain on the first lab's decoder block with random weights. On SmolLM2-135M-Instruct:
-perplexity, KL divergence and top-1 agreement against the float32 cache on the repository's corpus at several
-context lengths (chunked prefill at KIVI's group cadence, see kv_quant.trained), greedy tokens from a chat
-prompt, and the decode step's time with its dequantization timed apart. Then the peak of attention's
+each position's next-token loss, KL divergence and top-1 agreement against the float32 cache over a long text
+nobody here wrote (llm_models.texts, its digest in the record; one chunked pass per format, see
+kv_quant.trained), greedy tokens from a chat prompt, and the decode step's time with its dequantization
+timed apart. Then the peak of attention's
 temporaries with the cache dequantized all at once against block by block, and transformers' QuantizedCache
 (quanto, HQQ) on the same data where it is installed. Written atomically at the end.
 """
@@ -33,9 +34,10 @@ from .entries import random_entries
 from .errors import error_chain
 from .figures import (
     BUDGET_BYTES,
-    CORPUS,
     FP8_SMALLEST_NORMAL,
+    REFERENCE,
     SERVING,
+    TEXT,
     TRAINED_LABELS,
     WALL_TIME_LIMIT_S,
     derive,
@@ -47,12 +49,19 @@ FORMATS = (
     CacheFormat("float32"), CacheFormat("bfloat16"), CacheFormat("int8"), CacheFormat("int4", group_size=32),
     CacheFormat("kivi", bits=2, group_size=32, residual=128), CacheFormat("kivi", bits=4, group_size=32, residual=128),
     CacheFormat("q8_0"), CacheFormat("q4_0"),
+    CacheFormat("q8_0", sides="keys"), CacheFormat("q8_0", sides="values"),
+    CacheFormat("q4_0", sides="keys"), CacheFormat("q4_0", sides="values"),
     CacheFormat("fp8", scale="tensor", calibration="none"), CacheFormat("fp8", scale="head", calibration="none"),
     CacheFormat("fp8", scale="tensor", calibration="amax"), CacheFormat("fp8", scale="head", calibration="amax"),
 )
 LAYER = {"layers": 30, "kv_heads": 3, "heads": 9, "head_dim": 64}  # SmolLM2-135M's cache shape, per layer
-DEFAULTS = {"lengths": [16, 64, 128, 160, 256, 1024, 4096], "contexts": [128, 256, 512], "new_tokens": 32,
-            "memory_tokens": 4096, "repeats": 7}
+# Quality at 2,048 positions of the long text, read at three context lengths (the first L positions of the same
+# pass): KIVI's residual alone at 128, then ever more of its tokens quantized. The length is set by the five-minute
+# budget: the first 256 positions cost about 2 s of one core per format (KIVI twice that, in chunks of 32), later
+# ones more as attention grows with the prefix, so 4,096 positions of nine formats would take most of the budget.
+# The record's wall_time_s says whether 2,048 fit; --contexts sets another length.
+DEFAULTS = {"lengths": [16, 64, 128, 160, 256, 1024, 4096], "contexts": [128, 1024, 2048], "new_tokens": 32,
+            "memory_tokens": 4096, "repeats": 7, "quality_threads": 2}
 QUICK = {"lengths": [16, 160], "contexts": [32, 64], "new_tokens": 3, "memory_tokens": 64, "repeats": 1}
 PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."
 TOY = {"length": 320, "prefix": 192}  # the error chain's decoded positions: 128 one-token steps after a prefill
@@ -64,11 +73,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--lengths", type=int, nargs="+", default=DEFAULTS["lengths"], help="cache lengths for the byte count (default: %(default)s)")
     add("--contexts", type=int, nargs="+", default=DEFAULTS["contexts"],
-        help="context lengths for perplexity, KL and top-1, multiples of 32 (default: %(default)s)")
+        help="context lengths for perplexity, KL and top-1, multiples of 32; the longest is how many positions of "
+             "the text are evaluated (default: %(default)s)")
+    add("--quality-threads", type=int, default=DEFAULTS["quality_threads"],
+        help="PyTorch threads for the quality pass, which times nothing (default: %(default)s; the timed decode "
+             "steps use --threads)")
     add("--new-tokens", type=int, default=DEFAULTS["new_tokens"], help="greedy tokens per format (default: %(default)s)")
     add("--memory-tokens", type=int, default=DEFAULTS["memory_tokens"], help="cache length of the attention peak (default: %(default)s)")
     parser.set_defaults(repeats=DEFAULTS["repeats"])
-    bounds = {"lengths": (1, 8192), "contexts": (32, 768), "new_tokens": (1, 256), "memory_tokens": (64, 16384)}
+    bounds = {"lengths": (1, 8192), "contexts": (32, 8192), "new_tokens": (1, 256), "memory_tokens": (64, 16384),
+              "quality_threads": (1, 256)}
     args = harness.parse(parser, argv, QUICK, bounds)
     if args.contexts != sorted(set(args.contexts)) or any(c % 32 for c in args.contexts):
         parser.error(f"--contexts must be strictly ascending multiples of 32, got {args.contexts}")
@@ -135,48 +149,47 @@ def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     from llm_models.llama.generate import smollm2
     from llm_models.llama.weights import GGUF_NAME, trained
 
-    from .trained import CHUNK, chunked_logits, corpus_ids, greedy, magnitudes, quality, step_timing
+    from .trained import CHUNK, KIVI_CHUNK, evaluate, greedy, magnitudes, step_timing
 
     chat = smollm2(torch.float32)
     model = chat.model
-    ids, files = corpus_ids(chat.encode, ROOT / CORPUS)
-    longest = args.contexts[-1]
-    if len(ids) < longest + args.repeats + 2:
-        raise ValueError(f"the corpus holds {len(ids)} tokens; --contexts up to {longest} and "
-                         f"{args.repeats} timed steps need {longest + args.repeats + 2}")
-    corpus = torch.tensor([ids[: longest + args.repeats + 2]])
-    window = corpus[:, :longest]
+    ids = chat.encode(TEXT.read())  # the text is read only after its SHA-256 checks
+    evaluated = args.contexts[-1]
+    if len(ids) < evaluated + args.repeats + 2:
+        raise ValueError(f"{TEXT.name} holds {len(ids)} tokens; --contexts up to {evaluated} and "
+                         f"{args.repeats} timed steps need {evaluated + args.repeats + 2}")
+    text = torch.tensor([ids[: evaluated + args.repeats + 2]])
+    formats = [format_of(label) for label in TRAINED_LABELS]
+    torch.set_num_threads(args.quality_threads)  # nothing in the quality pass is timed
+    scores, caches = evaluate(model, text, formats, evaluated, bench.progress)
+    entry_range = magnitudes(caches[REFERENCE], FP8_SMALLEST_NORMAL)  # before the timed steps extend the cache
     prompt = chat.chat_ids([{"role": "user", "content": PROMPT}])
-    bench.progress("trained model: the float32 reference pass")
-    reference, reference_cache = chunked_logits(model, window, CacheFormat("float32"))
-    entry_range = magnitudes(reference_cache, FP8_SMALLEST_NORMAL)
     per_format: dict[str, dict[str, Any]] = {}
-    for label in TRAINED_LABELS:
-        fmt = format_of(label)
-        bench.progress(f"trained model: {label} over {longest} corpus tokens, greedy, decode steps")
-        logits, cache = (reference, reference_cache) if label == "float32" else chunked_logits(model, window, fmt)
-        scores = {str(context): quality(logits, reference, window, context) for context in args.contexts}
-        per_format[label] = {
-            "perplexity": {c: s["perplexity"] for c, s in scores.items()},
-            "kl": {c: s["kl"] for c, s in scores.items()},
-            "top1_agreement": {c: s["top1_agreement"] for c, s in scores.items()},
-            "greedy_ids": greedy(model, prompt, fmt, args.new_tokens),
-            "timing": step_timing(model, corpus, cache, args.repeats),
-        }
-    reference_text = chat.decode(per_format["float32"]["greedy_ids"])
+    for fmt in formats:
+        bench.progress(f"trained model: {fmt.label}, greedy answer and timed decode steps")
+        torch.set_num_threads(args.quality_threads)
+        greedy_ids = greedy(model, prompt, fmt, args.new_tokens)
+        torch.set_num_threads(args.threads)
+        per_format[fmt.label] = {"greedy_ids": greedy_ids,
+                                 "timing": step_timing(model, text, caches[fmt.label], args.repeats)}
+    reference_text = chat.decode(per_format[REFERENCE]["greedy_ids"])
     section = {"model": "SmolLM2-135M-Instruct", "weights": GGUF_NAME, "weights_sha256": trained().digest,
                "dtype": "float32", "layers": model.config.layers, "kv_heads": model.config.kv_heads,
-               "head_dim": model.config.head_dim, "corpus": {"folder": CORPUS, "files": files,
-                                                             "tokens": len(ids)},
-               "contexts": args.contexts, "chunk": CHUNK, "prompt": PROMPT, "prompt_tokens": len(prompt),
+               "head_dim": model.config.head_dim,
+               "text": {"name": TEXT.name, "sha256": TEXT.sha256, "source": TEXT.source, "url": TEXT.url,
+                        "tokens": len(ids), "evaluated": evaluated},
+               "contexts": args.contexts, "chunk": CHUNK, "kivi_chunk": KIVI_CHUNK,
+               "quality_threads": args.quality_threads, "prompt": PROMPT, "prompt_tokens": len(prompt),
                "new_tokens": args.new_tokens, "reference_text": reference_text,
-               # before the timed steps extend it: the float32 cache of the corpus window, as stored
                "magnitudes": {"smallest_normal": FP8_SMALLEST_NORMAL, **entry_range},
-               "method": (f"chunked prefill of {CHUNK} tokens per call into each format's cache, every stored "
-                          "position dequantized for attention; the metrics at context L over the first L "
-                          "positions of one pass; reference: the same pass with the float32 cache"),
-               "timing": {"context": longest, "repeats": args.repeats,
-                          "method": "one decode step after the corpus pass, time.perf_counter_ns; then every "
+               "method": (f"one pass over the first {evaluated + 1} tokens of the text per format, every format in "
+                          f"step: chunks of {CHUNK} tokens per call ({KIVI_CHUNK} for KIVI, its group size) into "
+                          f"each format's cache, every stored position dequantized for attention; per position the "
+                          f"next token's loss, KL(float32 || format) and whether the most likely token is "
+                          f"float32's; the figures at context L over the first L positions"),
+               "positions": {label: found.as_record() for label, found in scores.items()},
+               "timing": {"context": evaluated, "repeats": args.repeats,
+                          "method": "one decode step after the text's pass, time.perf_counter_ns; then every "
                                     "layer's cache dequantized as the step did (keys_values), timed alone"}}
     return section, per_format
 
@@ -250,7 +263,8 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     with torch.inference_mode():
         comparison = transformers_section(args)
     return {
-        "config": {"seed": args.seed, "threads": args.threads, "repeats": args.repeats, "quick": bool(args.quick),
+        "config": {"seed": args.seed, "threads": args.threads, "quality_threads": args.quality_threads,
+                   "repeats": args.repeats, "quick": bool(args.quick),
                    "lengths": args.lengths, "layer": LAYER, "toy_model": toy_config(args.seed).as_record(),
                    "toy": TOY, "budget_bytes": BUDGET_BYTES, "serving": SERVING,
                    "formats": [fmt.label for fmt in FORMATS], "trained_formats": list(TRAINED_LABELS)},
@@ -269,9 +283,9 @@ def summary(record: dict[str, Any]) -> list[str]:
     for label, entry in record["formats"].items():
         line = f"{label}: {entry['bytes_per_token']:.1f} B/token/layer, {entry['effective_bits']:.2f} bits"
         if "trained" in entry:
-            t = entry["trained"]
-            line += (f"; ppl {t['perplexity'][longest]:.3f}, KL {t['kl'][longest]:.2e}, "
-                     f"top-1 {t['top1_agreement'][longest]:.3f}, departs at {t['departs_at']}")
+            q = entry["trained"]["quality"][longest]
+            line += (f"; ppl {q['perplexity']['estimate']:.3f}, KL {q['kl']['estimate']:.2e}, "
+                     f"top-1 {q['top1_agreement']['estimate']:.3f}, departs at {entry['trained']['departs_at']}")
         lines.append(line)
     return lines
 

@@ -33,7 +33,8 @@ TOKEN_AXIS = -2  # every stored field keeps tokens (or token groups) second to l
 
 
 class QuantizedKVCache:
-    """Formats that encode every token on its own: the baselines, int8, int4, q8_0, q4_0, fp8.
+    """Formats that encode every token on its own: the baselines, int8, int4, q8_0, q4_0, fp8; for int8, int4,
+    q8_0 and q4_0 on one side only (``CacheFormat.sides``), the other side stored as float32.
 
     Shape contract: ``append`` takes keys and values (B, Hkv, T_new, D); ``keys_values`` and ``blocks``
     return them in ``dtype`` (the model's), dequantized.
@@ -68,8 +69,9 @@ class QuantizedKVCache:
         self._check_entries(keys, values)
         if self.fmt.name == "fp8" and self.fmt.calibration == "amax" and self._length == 0:
             self.key_scale, self.value_scale = self._amax_scale(keys), self._amax_scale(values)
-        self._keys = self._concat(self._keys, self._encode(keys, self.key_scale if self._is_fp8 else None))
-        self._values = self._concat(self._values, self._encode(values, self.value_scale if self._is_fp8 else None))
+        self._keys = self._concat(self._keys, self._encode(keys, "keys", self.key_scale if self._is_fp8 else None))
+        self._values = self._concat(self._values, self._encode(values, "values",
+                                                               self.value_scale if self._is_fp8 else None))
         self._length += keys.shape[2]
 
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
@@ -83,7 +85,7 @@ class QuantizedKVCache:
         """All at once: every position dequantized into two new (B, Hkv, T, D) tensors in ``dtype``
         (for float32 stored as float32, views of the storage itself, as a plain cache reads)."""
         self._check_nonempty()
-        return self._decode(self._keys, "key"), self._decode(self._values, "value")
+        return self._decode(self._keys, "keys"), self._decode(self._values, "values")
 
     def blocks(self, block_tokens: int) -> Iterator[tuple[int, Tensor, Tensor]]:
         """Block by block: (first position, keys, values) for consecutive runs of ``block_tokens``
@@ -93,13 +95,13 @@ class QuantizedKVCache:
             raise ValueError(f"block_tokens must be at least 1, got {block_tokens}")
         for start in range(0, self._length, block_tokens):
             end = min(start + block_tokens, self._length)
-            yield (start, self._decode(self._slice(self._keys, start, end), "key"),
-                   self._decode(self._slice(self._values, start, end), "value"))
+            yield (start, self._decode(self._slice(self._keys, start, end), "keys"),
+                   self._decode(self._slice(self._values, start, end), "values"))
 
     def steps(self) -> tuple[Tensor, Tensor]:
         """Every stored element's quantization step, in value units, (B, Hkv, T, D) for keys and values."""
         self._check_nonempty()
-        return self._steps(self._keys, "key"), self._steps(self._values, "value")
+        return self._steps(self._keys, "keys"), self._steps(self._values, "values")
 
     # --- bytes ------------------------------------------------------------------------------------
 
@@ -133,8 +135,13 @@ class QuantizedKVCache:
     def _is_fp8(self) -> bool:
         return self.fmt.name == "fp8"
 
-    def _encode(self, x: Tensor, fp8_scale: Tensor | None) -> Fields:
-        name = self.fmt.name
+    def _name(self, side: str) -> str:
+        """The format ``side`` ("keys" or "values") is stored in: the format's own, or float32 for the side a
+        keys-only or values-only format leaves alone."""
+        return self.fmt.name if self.fmt.quantizes(side) else "float32"
+
+    def _encode(self, x: Tensor, side: str, fp8_scale: Tensor | None) -> Fields:
+        name = self._name(side)
         if name in ("float32", "bfloat16"):
             return codecs.encode_float(x, getattr(torch, name))
         if name == "int8":
@@ -149,7 +156,7 @@ class QuantizedKVCache:
         return codecs.encode_fp8(x, fp8_scale, self.fmt.variant)
 
     def _decode(self, fields: Fields, side: str) -> Tensor:
-        name = self.fmt.name
+        name = self._name(side)
         if name in ("float32", "bfloat16"):
             return codecs.decode_float(fields, self.dtype)
         if name == "int8":
@@ -163,7 +170,7 @@ class QuantizedKVCache:
         return codecs.decode_fp8(fields, self._fp8_scale(side), self.dtype)
 
     def _steps(self, fields: Fields, side: str) -> Tensor:
-        name = self.fmt.name
+        name = self._name(side)
         if name == "float32":
             return codecs.float_ulp(fields["codes"], 23, -126)
         if name == "bfloat16":
@@ -177,7 +184,7 @@ class QuantizedKVCache:
         return codecs.steps_fp8(fields, self._fp8_scale(side), self.fmt.variant)
 
     def _fp8_scale(self, side: str) -> Tensor:
-        return self.key_scale if side == "key" else self.value_scale
+        return self.key_scale if side == "keys" else self.value_scale
 
     def _amax_scale(self, x: Tensor) -> Tensor:
         """amax / max from the first append (the prompt): later entries beyond it saturate."""

@@ -16,6 +16,12 @@ FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}  # largest finite value: 1.75 x 2
 FP8_SCALES = ("tensor", "head")  # one scale for the whole layer's keys (values), or one per key/value head
 FP8_CALIBRATIONS = ("none", "amax")  # scale 1.0 (vLLM's default when no scales are loaded), or amax / max
 KIVI_BITS = (2, 4)  # code widths that pack whole codes into a byte
+# Which side a format quantizes: both, or keys only / values only with the other side kept in float32, so a
+# reader can see which one hurts (llama.cpp varies --cache-type-k and --cache-type-v apart). Only the formats
+# that encode each token on its own, with nothing per layer, can split: int8, int4, q8_0, q4_0.
+SIDES = ("both", "keys", "values")
+SPLITTABLE = ("int8", "int4", "q8_0", "q4_0")
+FLOAT_SIDE_BITS = 32  # the side left unquantized is stored as float32, the model's dtype
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class CacheFormat:
     scale: str = "tensor"  # fp8: "tensor" or "head" (vLLM's two granularities)
     calibration: str = "none"  # fp8: "none" keeps scale 1.0, "amax" sets amax / max from the first append
     variant: str = "e4m3fn"  # fp8: "e4m3fn" (max 448, torch.float8_e4m3fn) or "e4m3fnuz" (max 240)
+    sides: str = "both"  # "keys" or "values": only that side in this format, the other float32 (SPLITTABLE only)
 
     def __post_init__(self) -> None:
         if self.name not in FORMAT_NAMES:
@@ -43,6 +50,10 @@ class CacheFormat:
             raise ValueError(f"fp8 calibration must be one of {FP8_CALIBRATIONS}, got {self.calibration!r}")
         if self.variant not in FP8_MAX:
             raise ValueError(f"fp8 variant must be one of {tuple(FP8_MAX)}, got {self.variant!r}")
+        if self.sides not in SIDES:
+            raise ValueError(f"sides must be one of {SIDES}, got {self.sides!r}")
+        if self.sides != "both" and self.name not in SPLITTABLE:
+            raise ValueError(f"{self.name} cannot quantize {self.sides} alone; formats that can: {', '.join(SPLITTABLE)}")
 
     def check_head_dim(self, head_dim: int) -> None:
         """Refuse a head width this format cannot split, in one ValueError naming both numbers."""
@@ -62,13 +73,29 @@ class CacheFormat:
         return {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4, "kivi": self.bits,
                 "q8_0": 8, "q4_0": 4, "fp8": 8}[self.name]
 
+    def quantizes(self, side: str) -> bool:
+        """Whether this format stores ``side`` ("keys" or "values") in its codes, not in float32."""
+        return self.sides in ("both", side)
+
+    @property
+    def nominal_bits(self) -> float:
+        """Bits per element counting code widths alone, over both sides: what a budget by code width assumes."""
+        sides = [self.code_bits if self.quantizes(side) else FLOAT_SIDE_BITS for side in ("keys", "values")]
+        return sum(sides) / 2
+
     @property
     def codes_per_byte(self) -> int:
         return max(1, 8 // self.code_bits)
 
     @property
     def label(self) -> str:
-        """A short name that tells formats of one family apart: 'kivi-2b-g32-r128', 'fp8-head-amax'."""
+        """A short name that tells formats of one family apart: 'kivi-2b-g32-r128', 'fp8-head-amax', and
+        'q4_0-keys' for q4_0 keys beside float32 values (the page's legend spells each one out)."""
+        return self.family + ("" if self.sides == "both" else f"-{self.sides}")
+
+    @property
+    def family(self) -> str:
+        """The label without the sides: the format both sides would be stored in."""
         if self.name == "int4":
             return f"int4-g{self.group_size}"
         if self.name == "kivi":

@@ -24,6 +24,8 @@ FORMATS = (
     CacheFormat("kivi", bits=4, group_size=16, residual=16),
     CacheFormat("q8_0"),
     CacheFormat("q4_0"),
+    CacheFormat("q4_0", sides="keys"),  # one side quantized, the other float32
+    CacheFormat("int8", sides="values"),
     CacheFormat("fp8", scale="tensor", calibration="none"),
     CacheFormat("fp8", scale="head", calibration="none"),
     CacheFormat("fp8", scale="tensor", calibration="amax"),

@@ -1,23 +1,25 @@
 """What a cache format does to a trained model: SmolLM2-135M-Instruct on the project's Llama decoder.
 
-How quality is evaluated (the page says the same): the corpus is run through the decoder in chunks of
-``CHUNK`` tokens (KIVI's group size, so its residual flushes at the cadence it would in decoding), each
-chunk appended to the format's cache and attending to every stored position dequantized, its own keys and
-values included (as a decode step's query sees its own, just-stored key). Within a chunk the mask is causal,
-so position t's logits depend on tokens 0..t only. Perplexity, KL divergence and top-1 agreement at a
-context length L are taken over the first L positions of one pass: because every chunk boundary falls on
-a multiple of ``CHUNK``, those positions get exactly the logits a pass stopping at L would give.
+How quality is evaluated (the page says the same): a long text nobody on this project wrote (llm_models.texts)
+is run through the decoder once per format, all formats in step, chunk by chunk. Each chunk is appended to the
+format's cache and attends to every stored position dequantized, its own keys and values included (as a
+decode step's query sees its own, just-stored key); within a chunk the mask is causal, so position t's logits
+depend on tokens 0..t only. Formats that encode each token on its own take ``CHUNK`` tokens per call: their
+stored codes, and so their logits, do not depend on how the text is cut. KIVI takes ``KIVI_CHUNK`` (its group
+size), so its residual flushes at the cadence it would in decoding. The reference is the same pass with the
+float32 format, which equals the plain cache exactly.
 
-The reference is the same chunked pass with the float32 format, which equals the plain cache exactly.
+At every position t (predicting token t + 1) the pass keeps, per format: the negative log-likelihood of the
+next token, KL(float32 || format) between the two next-token distributions, and whether the most likely
+token differs from float32's. kv_quant.figures turns those into perplexity, KL and top-1 agreement over the
+first L positions, with seeded bootstrap intervals (labkit.bootstrap).
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,22 +31,21 @@ from llm_models.llama.model import LlamaDecoder
 from .config import CacheFormat
 from .llama_cache import FormatLayerCache, format_cache
 
-CHUNK = 32  # tokens per prefill call: KIVI's group size G
+CHUNK = 256  # tokens per prefill call for the formats that encode each token on its own
+KIVI_CHUNK = 32  # KIVI's group size G: the cadence its residual flushes at while decoding
+ROOM = 64  # positions each cache keeps free after the text, for the timed decode steps
 
 
-def corpus_ids(model_encode: Any, folder: Path) -> tuple[list[int], list[dict[str, Any]]]:
-    """Every ``*.txt`` of ``folder`` in name order, encoded and joined; the files and their SHA-256."""
-    files = sorted(folder.glob("*.txt"))
-    if not files:
-        raise ValueError(f"no corpus: {folder} holds no *.txt file")
-    ids: list[int] = []
-    described = []
-    for path in files:
-        data = path.read_bytes()
-        encoded = model_encode(data.decode("utf-8"))
-        ids += encoded
-        described.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "tokens": len(encoded)})
-    return ids, described
+@dataclass
+class Scores:
+    """One format's per-position figures over the evaluated text, rounded as the record stores them."""
+
+    nll: list[float] = field(default_factory=list)  # -log p(next token), nats, 4 decimals
+    kl: list[float] = field(default_factory=list)  # KL(float32 || format), nats, 3 significant digits
+    top1_misses: list[int] = field(default_factory=list)  # positions whose most likely token is not float32's
+
+    def as_record(self) -> dict[str, Any]:
+        return {"nll": self.nll, "kl": self.kl, "top1_misses": self.top1_misses}
 
 
 def new_cache(model: LlamaDecoder, fmt: CacheFormat, capacity: int) -> list[FormatLayerCache]:
@@ -52,15 +53,49 @@ def new_cache(model: LlamaDecoder, fmt: CacheFormat, capacity: int) -> list[Form
     return format_cache(fmt, config.layers, 1, config.kv_heads, capacity, config.head_dim, config.dtype)
 
 
-def chunked_logits(model: LlamaDecoder, ids: Tensor, fmt: CacheFormat,
-                   chunk: int = CHUNK) -> tuple[Tensor, list[FormatLayerCache]]:
-    """(1, T, vocab) logits of ``ids`` (1, T), prefilled ``chunk`` tokens at a time into a ``fmt`` cache,
-    and that cache (room for 64 more positions, so decode steps can follow)."""
-    cache = new_cache(model, fmt, ids.shape[1] + 64)
+def chunked_logits(model: LlamaDecoder, ids: Tensor, fmt: CacheFormat, cache: list[FormatLayerCache],
+                   chunk: int) -> Tensor:
+    """(T, vocab) float32 logits of ``ids`` (1, T), prefilled ``chunk`` tokens per call into ``cache``."""
+    return torch.cat([model(ids[:, start:start + chunk], cache) for start in range(0, ids.shape[1], chunk)],
+                     dim=1)[0].float()
+
+
+def chunk_for(fmt: CacheFormat) -> int:
+    return KIVI_CHUNK if fmt.name == "kivi" else CHUNK
+
+
+def evaluate(model: LlamaDecoder, ids: Tensor, formats: Sequence[CacheFormat], positions: int,
+             progress: Any = None) -> tuple[dict[str, Scores], dict[str, list[FormatLayerCache]]]:
+    """Every format's per-position scores over the first ``positions`` tokens of ``ids`` (1, T > positions),
+    against the first format (the float32 reference), and the caches as the pass left them."""
+    if ids.shape[1] <= positions:
+        raise ValueError(f"evaluating {positions} positions needs {positions + 1} tokens, got {ids.shape[1]}")
+    reference, *others = formats
+    caches = {fmt.label: new_cache(model, fmt, positions + ROOM) for fmt in formats}
+    scores = {fmt.label: Scores() for fmt in formats}
     with torch.inference_mode():
-        logits = torch.cat([model(ids[:, start:start + chunk], cache) for start in range(0, ids.shape[1], chunk)],
-                           dim=1)
-    return logits.float(), cache
+        for start in range(0, positions, CHUNK):
+            end = min(start + CHUNK, positions)
+            if progress is not None:
+                progress(f"trained model: positions {start:,}-{end - 1:,} of {positions:,}, {len(formats)} formats")
+            part, targets = ids[:, start:end], ids[0, start + 1:end + 1]
+            log_ref = F.log_softmax(chunked_logits(model, part, reference, caches[reference.label], CHUNK), dim=-1)
+            top_ref = log_ref.argmax(-1)
+            score_chunk(scores[reference.label], log_ref, log_ref, top_ref, targets, start)
+            for fmt in others:
+                logits = chunked_logits(model, part, fmt, caches[fmt.label], chunk_for(fmt))
+                score_chunk(scores[fmt.label], F.log_softmax(logits, dim=-1), log_ref, top_ref, targets, start)
+    return scores, caches
+
+
+def score_chunk(scores: Scores, log_p: Tensor, log_ref: Tensor, top_ref: Tensor, targets: Tensor, start: int) -> None:
+    """Append one chunk's positions (T, vocab log-probabilities) to ``scores``."""
+    nll = -log_p.gather(-1, targets[:, None])[:, 0]  # (T,)
+    kl = (log_ref.exp() * (log_ref - log_p)).sum(-1).clamp_min(0)  # (T,): >= 0, up to float rounding
+    misses = (log_p.argmax(-1) != top_ref).nonzero()[:, 0]
+    scores.nll += [round(float(value), 4) for value in nll]
+    scores.kl += [float(f"{float(value):.3g}") for value in kl]
+    scores.top1_misses += [start + int(index) for index in misses]
 
 
 def magnitudes(cache: list[FormatLayerCache], smallest_normal: float) -> dict[str, float]:
@@ -72,19 +107,6 @@ def magnitudes(cache: list[FormatLayerCache], smallest_normal: float) -> dict[st
         found[f"{side}_max_abs"] = float(entries.max())
         found[f"{side}_below_normal"] = float(((entries > 0) & (entries < smallest_normal)).float().mean())
     return found
-
-
-def quality(logits: Tensor, reference: Tensor, ids: Tensor, context: int) -> dict[str, float]:
-    """Over the first ``context`` positions: perplexity of the next corpus token, mean KL(reference || this)
-    of the next-token distributions, and the share of positions whose most likely token agrees."""
-    if not 2 <= context <= ids.shape[1]:
-        raise ValueError(f"context must lie in [2, {ids.shape[1]}] tokens, got {context}")
-    log_p = F.log_softmax(logits[0, :context], dim=-1)  # (L, V)
-    log_ref = F.log_softmax(reference[0, :context], dim=-1)
-    nll = -log_p[:-1].gather(-1, ids[0, 1:context, None]).mean()  # predicting tokens 1 .. L-1
-    kl = (log_ref.exp() * (log_ref - log_p)).sum(-1).mean()
-    agree = (logits[0, :context].argmax(-1) == reference[0, :context].argmax(-1)).float().mean()
-    return {"perplexity": math.exp(float(nll)), "kl": max(0.0, float(kl)), "top1_agreement": float(agree)}
 
 
 def greedy(model: LlamaDecoder, prompt: Sequence[int], fmt: CacheFormat, new_tokens: int) -> list[int]:

@@ -40,7 +40,7 @@ def bytes_chart_view(record: dict[str, Any]) -> Block:
 def formats_table_view(record: dict[str, Any]) -> Block:
     formats = record["formats"]
     longest = record["config"]["lengths"][-1]
-    rows = [[label, str(entry["nominal_bits"]), bits(entry["effective_bits"]), bits(entry["long_run_bits"]),
+    rows = [[label, bits(entry["nominal_bits"]), bits(entry["effective_bits"]), bits(entry["long_run_bits"]),
              f"{entry['bytes_per_token']:,.1f}", format_ratio(entry["smaller_than_float32"])]
             for label, entry in formats.items()]
     return Block(tables=[Table(

@@ -1,16 +1,24 @@
-"""Quality: the error chain on random weights, and on the trained model perplexity, KL divergence, top-1
-agreement and the first greedy departure, with the cases where perplexity alone would have hidden damage."""
+"""Quality: the error chain on random weights, and on the trained model perplexity, KL divergence and top-1
+agreement with their bootstrap intervals, per context; keys against values; the cases where perplexity alone
+would have hidden damage; greedy departures; fp8's scale. Every comparative word is chosen from the stored
+intervals (a difference whose interval holds zero is called one the record cannot tell)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.figures import FP8_MAX, PERPLEXITY_BAND, REFERENCE, TOP1_BAND
+from kv_quant.figures import FP8_MAX, REFERENCE, SPLIT, TOP1_BAND
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_sci, join
 
-from .common import agreement, longest, ppl_change, reference_perplexity, trained
+from .common import agreement, at_longest, bits, kl_text, misses, ppl_change, trained
+
+
+def text_of(record: dict[str, Any]) -> str:
+    """'2,048 positions of python-language-reference.txt'."""
+    text = record["trained"]["text"]
+    return f"{text['evaluated']:,} positions of {text['name']}"
 
 
 def chain_view(record: dict[str, Any]) -> Block:
@@ -18,7 +26,7 @@ def chain_view(record: dict[str, Any]) -> Block:
     for label, entry in record["formats"].items():
         c = entry["error_chain"]
         rows.append([label, format_sci(max(c["keys"], c["values"])), format_sci(c["scores"]),
-                     format_sci(c["attention_output"]), format_sci(c["logits"]), agreement(c["top1_agreement"])])
+                     format_sci(c["attention_output"]), format_sci(c["logits"]), f"{c['top1_agreement']:.1%}"])
     toy = record["config"]["toy"]
     magnitude = record["formats"][REFERENCE]["error_chain"]["logits_magnitude"]
     return Block(tables=[Table(
@@ -28,48 +36,72 @@ def chain_view(record: dict[str, Any]) -> Block:
 
 
 def trained_table_view(record: dict[str, Any]) -> Block:
+    """At the longest context, each format's figures with their intervals; then KL at every context."""
+    found, formats = at_longest(record), record["formats"]
+    rows = [[label, bits(formats[label]["long_run_bits"]), ppl_change(q["perplexity_change"]), kl_text(q["kl"]),
+             agreement(q["top1_agreement"])] for label, q in found.items()]
     contexts = [str(c) for c in record["trained"]["contexts"]]
-    rows = []
-    for label, t in trained(record).items():
-        row = [label]
-        for c in contexts:
-            row += [f"{t['perplexity'][c]:.2f}", format_sci(t["kl"][c]), agreement(t["top1_agreement"][c])]
-        rows.append(row)
-    header = [("", 1)] + [(f"{c} tokens", 3) for c in contexts]
-    return Block(tables=[Table(
-        ["format"] + ["perplexity", "KL", "top-1"] * len(contexts), rows, header_rows=[header],
-        caption="KL divergence and top-1 agreement are against the float32 cache's next-token distributions.")])
+    by_context = [[label] + [kl_text(t["quality"][c]["kl"]) for c in contexts] for label, t in trained(record).items()]
+    level = record["trained"]["bootstrap"]["level"]
+    reference = found[REFERENCE]["perplexity"]["estimate"]
+    return Block(tables=[
+        Table(["format", "bits", "perplexity against float32's", "KL divergence (nats)", "top-1 agreement"], rows,
+              lead=f"Over {text_of(record)}, against the float32 cache (perplexity {reference:.2f}); in brackets "
+                   f"the {level:.0%} bootstrap interval."),
+        Table(["format"] + [f"KL over the first {int(c):,} positions" for c in contexts], by_context,
+              caption="The same pass read at shorter contexts: the first L positions of it.")])
 
 
 def quality_chart_view(record: dict[str, Any]) -> Block:
-    at = longest(record)
+    found = at_longest(record)
     series = []
-    for label, t in trained(record).items():
-        if label == REFERENCE or t["kl"][at] <= 0:
+    for label, q in found.items():
+        if label == REFERENCE or q["kl"]["low"] <= 0:  # a log axis: nothing to draw at zero
             continue
         x = record["formats"][label]["long_run_bits"]
-        series.append(Series(label, [x], [t["kl"][at]], [t["kl"][at]], [t["kl"][at]]))
-    svg = line_chart(series, f"KL divergence against bits, {at} tokens", "bits per element, long run",
+        series.append(Series(label, [x], [q["kl"]["estimate"]], [q["kl"]["low"]], [q["kl"]["high"]]))
+    svg = line_chart(series, f"KL divergence against bits, {text_of(record)}", "bits per element, long run",
                      "KL divergence (nats)", "Each format's mean KL divergence from the float32 cache's next-token "
-                                             "distributions on the corpus, against its bits per element at long context.")
-    return Block(charts=[Chart(svg, f"SmolLM2-135M-Instruct on the lab's corpus, first "
-                                                             f"{at} tokens; float32 is the reference (KL 0).")])
+                                             "distributions, with its bootstrap interval, against its bits per element.")
+    return Block(charts=[Chart(svg, f"SmolLM2-135M-Instruct over {text_of(record)}; the whiskers are bootstrap "
+                                    f"intervals; float32 is the reference (KL 0).")])
+
+
+def sides_view(record: dict[str, Any]) -> Block:
+    """Keys only against values only, per split family: which side the record says hurts."""
+    found = at_longest(record)
+    rows, sentences = [], []
+    for family in SPLIT:
+        for label in (family, f"{family}-keys", f"{family}-values"):
+            q = found[label]
+            rows.append([label, kl_text(q["kl"]), misses(q["top1_agreement"]), ppl_change(q["perplexity_change"])])
+        side = record["trained"]["sides"][family]
+        difference = side["keys_minus_values_kl"]
+        keys, values = found[f"{family}-keys"]["kl"]["estimate"], found[f"{family}-values"]["kl"]["estimate"]
+        verdict = {"above": f"its keys do more of the damage: keys alone give KL {keys:.2e}, values alone {values:.2e}",
+                   "below": f"its values do more of the damage: values alone give KL {values:.2e}, keys alone {keys:.2e}",
+                   "neither": f"this record cannot tell which side does more damage (keys alone {keys:.2e}, values "
+                              f"alone {values:.2e})"}[side["keys_are"]]
+        sentences.append(f"For {family}, {verdict}; the paired difference, keys less values, is "
+                         f"{difference['estimate']:.2e} ({difference['low']:.2e} to {difference['high']:.2e}).")
+    return Block(tables=[Table(["format", "KL divergence (nats)", "top token changed at", "perplexity against float32's"],
+                               rows, lead=f"One side in the format, the other in float32, over {text_of(record)}.")],
+                 paragraphs=sentences)
 
 
 def hidden_view(record: dict[str, Any]) -> Block:
-    at, hidden = longest(record), record["trained"]["perplexity_hides"]
-    t = trained(record)
+    hidden, found = record["trained"]["perplexity_hides"], at_longest(record)
     if not hidden:
         return Block(paragraphs=[
-            f"In this record no format kept perplexity within {PERPLEXITY_BAND:.0%} of float32's while its top-1 "
-            f"agreement fell below {TOP1_BAND:.0%}: here perplexity and top-1 tell the same story."])
-    rows = [[label, ppl_change(t[label]["perplexity_change"][at]), format_sci(t[label]["kl"][at]),
-             agreement(t[label]["top1_agreement"][at])] for label in hidden]
+            f"In this record no format's perplexity was indistinguishable from float32's while its top-1 agreement "
+            f"lay clearly below {TOP1_BAND:.0%} (its whole interval): here perplexity and top-1 tell the same story."])
+    rows = [[label, ppl_change(found[label]["perplexity_change"]), kl_text(found[label]["kl"]),
+             misses(found[label]["top1_agreement"])] for label in hidden]
     return Block(tables=[Table(
-        ["format", "perplexity vs float32", "KL", "top-1 agrees"], rows,
-        lead=f"{len(hidden)} formats kept perplexity within {PERPLEXITY_BAND:.0%} of float32's "
-             f"({reference_perplexity(record):.2f} at {at} tokens) while changing the most likely token at "
-             f"more than {1 - TOP1_BAND:.0%} of positions.")])
+        ["format", "perplexity against float32's", "KL", "top token changed at"], rows,
+        lead=f"{join(hidden)}: a perplexity the record cannot tell from float32's (the interval of its change "
+             f"holds zero), while the most likely token changed at more than {1 - TOP1_BAND:.0%} of positions "
+             f"(the whole interval).")])
 
 
 def greedy_view(record: dict[str, Any]) -> Block:
@@ -86,23 +118,25 @@ def greedy_view(record: dict[str, Any]) -> Block:
 
 
 def fp8_view(record: dict[str, Any]) -> Block:
-    t, at = trained(record), longest(record)
+    found = at_longest(record)
     sizes, needed = record["trained"]["magnitudes"], record["trained"]["fp8_scale_needed"]
-    labels = [label for label in t if label.startswith("fp8")]
-    rows = [[label, ppl_change(t[label]["perplexity_change"][at]), format_sci(t[label]["kl"][at]),
-             agreement(t[label]["top1_agreement"][at])] for label in labels]
+    labels = [label for label in found if label.startswith("fp8")]
+    rows = [[label, ppl_change(found[label]["perplexity_change"]), kl_text(found[label]["kl"]),
+             agreement(found[label]["top1_agreement"])] for label in labels]
     largest = max(sizes["keys_max_abs"], sizes["values_max_abs"])
-    uncalibrated, calibrated = t["fp8-tensor-none"]["kl"][at], t["fp8-tensor-amax"]["kl"][at]
-    verdict = ("slightly better than" if uncalibrated < calibrated * 0.95 else
-               "slightly worse than" if uncalibrated > calibrated * 1.05 else "about as good as")
+    calibration = record["trained"]["fp8_calibration"]
+    difference = calibration["none_minus_amax_kl"]
+    verdict = {"above": "worse than", "below": "better than", "neither": "indistinguishable from"}[
+        calibration["uncalibrated_is"]]
     fits = [variant for variant, need in needed.items() if not need]
-    return Block(tables=[Table(["format", "perplexity vs float32", "KL", "top-1 agrees"], rows)],
+    return Block(tables=[Table(["format", "perplexity against float32's", "KL", "top-1 agreement"], rows)],
                  paragraphs=[
                      f"SmolLM2's largest stored key or value is {largest:.1f}, "
                      + (f"inside the range of {join(fits)} (max {join([f'{FP8_MAX[v]:g}' for v in fits])})"
                         if fits else "beyond every fp8 variant's maximum")
-                     + f". So a scale of 1.0 saturates nothing, and the uncalibrated cache is {verdict} the "
-                     f"amax-calibrated one (KL {format_sci(uncalibrated)} against {format_sci(calibrated)}). A float "
+                     + f". So a scale of 1.0 saturates {'nothing' if fits else 'some entries'}, and the uncalibrated "
+                     f"cache is {verdict} the amax-calibrated one: their paired KL difference is "
+                     f"{difference['estimate']:.2e} ({difference['low']:.2e} to {difference['high']:.2e}). A float "
                      f"format's relative precision does not depend on the scale; the scale only moves where "
                      f"saturation and the subnormal range begin. With scale 1.0, "
                      f"{sizes['keys_below_normal']:.1%} of keys and {sizes['values_below_normal']:.1%} of values sit "

@@ -15,6 +15,7 @@ saves. Written atomically at the end; a failed run keeps the old record.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,6 +236,7 @@ def sharing(model: DecoderBlock, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sections(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
     harness.seed_and_threads(args)
     config = model_config(args)
     model = DecoderBlock(config)
@@ -260,6 +262,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "gqa": gqa,
         "paging": paging,
         "sharing": shared,
+        "wall_time_s": time.perf_counter() - started,  # every section
     }
 
 

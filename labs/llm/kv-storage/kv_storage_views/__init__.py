@@ -21,7 +21,15 @@ from .grouped_query import gqa_view
 from .memory import memory_view
 from .paged_storage import paging_view, sharing_view
 from .pictures import block_table_view, fork_view
-from .results import answer_paged_view, answer_peak_view, answer_sharing_view, key_results_view, regime_view
+from .results import (
+    answer_paged_view,
+    answer_peak_view,
+    answer_sharing_view,
+    key_results_view,
+    regime_view,
+    takeaway_memory_view,
+    takeaway_step_view,
+)
 
 __all__ = ["VIEWS", "headline"]
 
@@ -41,6 +49,7 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 VIEWS: dict[str, View] = {"key-results": key_results_view, "regime": regime_view, "answer-sharing": answer_sharing_view,
          "answer-peak": answer_peak_view, "answer-paged": answer_paged_view,
+         "takeaway-step": takeaway_step_view, "takeaway-memory": takeaway_memory_view,
          "block-table": block_table_view, "fork": fork_view, "gqa": gqa_view, "memory": memory_view, "paging": paging_view, "sharing": sharing_view,
          # in place of the shared findings and equivalence: ties, per-step gaps and repeated maxima (decode_step.py)
          "findings": findings_view, "equivalence": equivalence_view}

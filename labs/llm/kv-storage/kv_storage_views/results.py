@@ -1,5 +1,6 @@
 """What the storage record establishes, in the reader's terms: the key results, the regime of each layout's
-step, and the answers to the page's check-yourself questions. Every figure comes from the record."""
+step, the takeaways whose wording depends on the data, and the answers to the page's check-yourself questions.
+Every figure comes from the record; every comparative word is chosen here from it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Any
 
 from kv_storage.figures import CACHED
 from labkit.regimes import FLAT_BAND
-from site_hooks.blocks import Block, Table, answer
-from site_hooks.formatting import format_bytes, format_ratio, format_sci, join, plural
+from site_hooks.blocks import Block, Table, answer, takeaway
+from site_hooks.formatting import format_bytes, format_ratio, join, plural
 
-from .decode_step import format_us, per_step
+from .decode_step import format_us, per_step, ranked
 
 
 def us(value: float) -> str:
@@ -42,13 +43,21 @@ def flat_sentence(record: dict[str, Any]) -> str:
             f"fixed cost per call rather than work that scales with the cache.")
 
 
+def all_agree(record: dict[str, Any]) -> bool:
+    """Every cached layout matched full recomputation at every measured length (the appendix has the tolerance)."""
+    return all(e["equivalence"][m]["within_tolerance"] for e in record["lengths"] for m in CACHED)
+
+
 def speed_item(record: dict[str, Any]) -> str:
     length, steps = list(per_step(record).items())[-1]
     order = sorted(CACHED, key=lambda mode: steps[mode].median)
     full = steps["full"].median
-    # Both modes of one length time the same steps: the ratio of medians is the per-step ratio.
+    # Both modes of one length time the same steps: the ratio of medians is the per-step one.
     speedup = record["lengths"][-1]["speedup"][order[0]]["ratio_of_medians"]
-    return (f"Speed at {length} tokens: a decode step took " + join([f"{us(steps[m].median)} {m}" for m in order])
+    checked = ("every layout first matched full recomputation's logits" if all_agree(record) else
+               "not every layout matched full recomputation's logits; see the appendix")
+    return (f"Speed at {length} tokens ({checked}): a decode step took "
+            + join([f"{us(steps[m].median)} {m}" for m in order])
             + f", against {us(full)} recomputing the prefix; {order[0]}, the fastest, was "
             + (f"{format_ratio(speedup)} faster than recomputation" if full > steps[order[0]].median else
                f"not faster than recomputation ({format_ratio(speedup)})") + ".")
@@ -70,14 +79,27 @@ def paged_item(record: dict[str, Any]) -> str | None:
     fit = record["paged_overhead"]
     if fit is None:
         return None
-    first, gap, fixed = record["lengths"][0]["length"], fit["gap_per_step_ns"][0], fit["intercept_ns"]
+    first, gap = record["lengths"][0]["length"], fit["gap_per_step_ns"][0]
     if gap <= 0:
         return f"Paging cost nothing measurable at {first} tokens: the paged step was not slower than preallocation."
     kind = ("mostly a fixed cost per step (table to index tensors, scatter, gather setup), not copying"
             if fit["mostly_fixed"] else "mostly the per-step gather, which grows with the prefix")
-    part = "all of it" if fixed >= gap else us(fixed / 1e3)
     return (f"Paging's price here is {kind}: {us(gap / 1e3)} more per step than preallocation at {first} "
-            f"tokens, of which a line through every length puts {part} at zero prefix.")
+            f"tokens; a line through every length {fixed_part(fit)}.")
+
+
+def fixed_part(fit: dict[str, Any]) -> str:
+    """What the line's intercept says about the gap at the shortest length, in words the numbers allow: an
+    intercept at or above that gap is not "a share" of it (the line rises from there), one at or below zero is none."""
+    gap, fixed = fit["gap_per_step_ns"][0], fit["intercept_ns"]
+    if fixed >= gap:
+        return (f"starts at {us(fixed / 1e3)} at zero prefix, no less than that whole gap, and rises "
+                f"{fit['slope_ns_per_position']:,.0f} ns per cached position")
+    if fixed <= 0:
+        return (f"puts nothing at zero prefix ({us(fixed / 1e3)}) and rises {fit['slope_ns_per_position']:,.0f} ns per "
+                f"cached position: the whole gap grows with the prefix")
+    return (f"puts {us(fixed / 1e3)} of it ({fit['fixed_share']:.0%}) at zero prefix and adds "
+            f"{fit['slope_ns_per_position']:,.0f} ns per cached position")
 
 
 def memory_item(record: dict[str, Any]) -> str:
@@ -101,21 +123,9 @@ def sharing_item(record: dict[str, Any]) -> str:
             f"block on first write.")
 
 
-def equivalence_item(record: dict[str, Any]) -> str:
-    entries, tolerance, rows = record["lengths"], record["tolerance"], record["gqa"]
-    agree = all(e["equivalence"][m]["within_tolerance"] for e in entries for m in CACHED)
-    worst = max(e["equivalence"][m]["max_abs_diff"] for e in entries for m in CACHED)
-    fewest = min(rows, key=lambda r: r["kv_heads"])
-    share = fewest["share_of_multi_head"]
-    return (f"Same logits: every layout {'matched' if agree else 'did not always match'} full recomputation within "
-            f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g} at {len(entries)} prefix lengths (largest "
-            f"difference {format_sci(worst)}); with {plural(fewest['kv_heads'], 'key/value head')} for "
-            f"{fewest['heads']} query heads each stores {share:.0%} of the multi-head cache and still matches its model.")
-
-
 def key_results_view(record: dict[str, Any]) -> Block:
-    items = [equivalence_item(record), speed_item(record), regime_item(record), paged_item(record),
-             memory_item(record), sharing_item(record)]
+    """At most five claims, each with its number; the equivalence's tolerance is in the appendix's view."""
+    items = [speed_item(record), regime_item(record), paged_item(record), memory_item(record), sharing_item(record)]
     return Block(css="lab-key-results", items=[item for item in items if item])
 
 
@@ -180,13 +190,33 @@ def answer_paged_view(record: dict[str, Any]) -> Block:
         return answer("This record has too few lengths to split the paged step's cost.")
     lengths = [entry["length"] for entry in record["lengths"]]
     gaps = fit["gap_per_step_ns"]
-    share = max(0.0, min(1.0, fit["fixed_share"] or 0.0))
     lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit["mostly_fixed"] else
             "Most of it grows with the prefix, as the gather's copy does.")
     return answer(f"{lead} At {lengths[0]} tokens the paged step cost {us(gaps[0] / 1e3)} more than preallocation; "
-                  f"a line through the gap at every length puts {us(fit['intercept_ns'] / 1e3)} of it ({share:.0%}) "
-                  f"at zero prefix, where there is nothing to copy, and adds {fit['slope_ns_per_position']:,.0f} ns per "
-                  f"cached position. The fixed part is Python bookkeeping per call (index tensors from the table, a "
+                  f"a line through the gap at every length {fixed_part(fit)}; at zero prefix there is nothing to "
+                  f"copy. The fixed part is Python bookkeeping per call (index tensors from the table, a "
                   f"scatter, the gather's setup); the growing part is the gather's copy, which takes the gap to "
                   f"{us(gaps[-1] / 1e3)} at {lengths[-1]} tokens. A kernel that reads blocks in place avoids the "
                   f"gather, and batching many requests per call spreads the fixed part.")
+
+
+# --- takeaways whose wording depends on the record ---------------------------------------------------------
+
+def takeaway_step_view(record: dict[str, Any]) -> Block:
+    """Which layout the record shows fastest at the longest prefix, and what paging's extra time is made of."""
+    length, steps = list(per_step(record).items())[-1]
+    fastest = ranked(steps, list(CACHED)).split(" < ")[0].split(" = ")
+    who = (f"{fastest[0]} was the fastest layout" if len(fastest) == 1 else
+           f"{join(fastest)} tied as the fastest layouts")
+    fit = record["paged_overhead"]
+    paged = ("" if fit is None or fit["gap_per_step_ns"][0] <= 0 else
+             "; paging's extra time is mostly bookkeeping fixed per step" if fit["mostly_fixed"] else
+             "; paging's extra time mostly grows with the prefix, as its gather's copy does")
+    return takeaway(f"at {length} tokens {who} (median {us(steps[fastest[0]].median)} per step){paged}.")
+
+
+def takeaway_memory_view(record: dict[str, Any]) -> Block:
+    variants = record["memory"]["variants"]
+    order = sorted(variants, key=lambda mode: variants[mode]["peak_ratio"], reverse=True)
+    return takeaway("budget by peak, not by retained bytes: over the loop the allocator's peak was "
+                    + join([f"{format_ratio(variants[m]['peak_ratio'])} what {m} retains" for m in order]) + ".")
