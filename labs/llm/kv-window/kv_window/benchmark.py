@@ -42,10 +42,13 @@ from .trained import Run, evaluate, recompute, recompute_step_ns, step_timing
 LAB, ROOT = lab_for(__file__)
 DEFAULTS = {"positions": 4096, "slots": 256, "sinks": 4, "block": 256, "rule_positions": 768, "samples": 48,
             "repeats": 5, "pack_repeats": 3}
-QUICK = {"positions": 256, "slots": 64, "block": 64, "rule_positions": 128, "samples": 4, "repeats": 1,
+QUICK = {"positions": 128, "slots": 32, "block": 32, "rule_positions": 64, "samples": 2, "repeats": 1,
          "pack_repeats": 1}
 PROMPTS = {"full": [8, 16, 24, 40, 64, 96], "quick": [4, 8, 12]}  # mixed lengths, as a batch of requests has
-CHUNKS = {"snapkv": 4, "rerotate": 8}  # chunks per block: SnapKV evicts after each; re-rotation's table per chunk
+# Tokens per call, at most a block: SnapKV evicts after each chunk; re-rotation builds a key table per chunk, whose
+# size grows with the chunk's square. Fewer tokens per call would mostly re-read the weights.
+CHUNKS = {"snapkv": 64, "rerotate": 32}
+OBSERVATION = 32  # SnapKV's observation window (its default), at most half the slots in a quick run's small cache
 TRAINED_KEYS_STRIDE = 48  # every 48th kept slot of every layer and head: a few hundred of the model's own keys
 
 
@@ -69,10 +72,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.positions % args.block or args.rule_positions % args.block or args.rule_positions > args.positions:
         parser.error(f"--positions ({args.positions}) and --rule-positions ({args.rule_positions}, at most "
                      f"--positions) must be multiples of --block ({args.block})")
-    if args.block % max(CHUNKS.values()) or args.slots * 4 > args.positions or args.sinks >= args.slots:
-        parser.error(f"--block ({args.block}) must be a multiple of {max(CHUNKS.values())}, --slots ({args.slots}) "
+    if any(args.block % chunk(args, name) for name in CHUNKS) or args.slots * 4 > args.positions or args.sinks >= args.slots:
+        chunks = ", ".join(f"{chunk(args, name)} for {name}" for name in CHUNKS)
+        parser.error(f"--block ({args.block}) must be a multiple of its chunks ({chunks}), --slots ({args.slots}) "
                      f"at most a quarter of --positions ({args.positions}) and above --sinks ({args.sinks})")
+    if args.rule_positions <= args.slots:
+        parser.error(f"--rule-positions ({args.rule_positions}) must run past the first eviction at --slots "
+                     f"({args.slots})")
     return args
+
+
+def chunk(args: argparse.Namespace, name: str) -> int:
+    return min(CHUNKS[name], args.block)
 
 
 def policies(args: argparse.Namespace) -> tuple[Run, list[Run], list[Run]]:
@@ -80,11 +91,12 @@ def policies(args: argparse.Namespace) -> tuple[Run, list[Run], list[Run]]:
     block, slots, sinks = args.block, args.slots, args.sinks
     main = [Run(Policy("window", slots=slots), block, args.positions),
             Run(Policy("sinks", slots=slots, sinks=sinks), block, args.positions),
-            Run(Policy("snapkv", slots=slots), block // CHUNKS["snapkv"], args.positions)]
+            Run(Policy("snapkv", slots=slots, observation=min(OBSERVATION, slots // 2)), chunk(args, "snapkv"),
+                args.positions)]
     rules = [Run(Policy("sinks", slots=slots, sinks=sinks, dtype="bfloat16"), block, args.rule_positions),
              Run(Policy("sinks", slots=slots, sinks=sinks, rule="rerotate", dtype="bfloat16"),
-                 block // CHUNKS["rerotate"], args.rule_positions),
-             Run(Policy("sinks", slots=slots, sinks=sinks, rule="rerotate"), block // CHUNKS["rerotate"],
+                 chunk(args, "rerotate"), args.rule_positions),
+             Run(Policy("sinks", slots=slots, sinks=sinks, rule="rerotate"), chunk(args, "rerotate"),
                  args.rule_positions)]
     return Run(Policy("full"), block, args.positions), main, rules
 

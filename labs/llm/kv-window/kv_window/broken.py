@@ -11,8 +11,8 @@ from torch import Tensor
 from llm_models.inputs import new_positions
 
 from .decoder import WindowCache
-from .rules import visible
 from .ring import RingStore
+from .rules import visible
 from .slots import Slots
 from .stores import FullStore
 

@@ -22,7 +22,7 @@ from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import median
 
 from .config import Policy
-from .rules import most_shifts
+from .rules import most_shifts, ring_slot
 
 WALL_TIME_LIMIT_S = 300.0  # the whole benchmark, weights loaded, on the two-core machines the site targets
 RECOMPUTE_BATCH = 8  # windows per forward call of window with recomputation
@@ -32,6 +32,7 @@ REFERENCE = "full"
 MAIN = ("window", "sinks", "snapkv")  # the policies evaluated over the whole text beside the reference
 BOOTSTRAP_BLOCK = 16  # positions per resampled run: about the span over which a text's NLLs correlate
 UNTIL_EVICTION_KL = 1e-6  # before its first eviction a bounded cache attends exactly as the full cache does
+STEP_BAND = 0.1  # step times within 10 % of each other read as "about as fast"
 SAME_RULE_NLL = 1e-3  # float32: re-rotated and read-rotated keys give the same NLL up to rounding
 ENTRY_BYTES = {"float32": 4, "bfloat16": 2}
 META_BYTES = 4 + 4 + 1  # per slot and key/value head: an int32 position, an int32 sequence id, a bool flag
@@ -74,6 +75,14 @@ def policy_of(entry: dict[str, Any]) -> Policy:
     """The policy a record's entry describes, checked by Policy itself."""
     fields = {key: value for key, value in entry["policy"].items() if key != "label"}
     return Policy(**fields)
+
+
+def policy_label(policies: dict[str, Any], name: str) -> str:
+    """The label of the record's policy of this name ('window' -> 'window-256')."""
+    found = [label for label, entry in policies.items() if entry["policy"]["name"] == name]
+    if len(found) != 1:
+        raise ValueError(f"the record holds {len(found)} policies named {name!r}, not one")
+    return found[0]
 
 
 def slots_held(policy: Policy, tokens: int) -> int:
@@ -160,7 +169,7 @@ def derive(record: dict[str, Any]) -> Figures:
     cache and, at the sampled positions, against window with recomputation; the position rules; memory,
     steps, drift at this cache's most shifts, and packed against padded prefill."""
     figures = Figures()
-    config, model = record["config"], record["model"]
+    config = record["config"]
     edges, slots, positions = config["buckets"], config["slots"], config["positions"]
     block = BOOTSTRAP_BLOCK
     policies, samples = record["policies"], record["recompute"]["positions"]
@@ -178,6 +187,8 @@ def derive(record: dict[str, Any]) -> Figures:
         figures.add((*at, "median_step_ns"), median(entry["step_ns"]), "its timed decode steps")
         figures.add((*at, "kept_over_full"), entry["kept_bytes"][-1][1] / full["kept_bytes"][-1][1],
                     "its kept bytes over the full cache's, at the end of the text")
+        figures.add((*at, "memory_grows"), entry["kept_bytes"][-1][1] > entry["kept_bytes"][0][1],
+                    "its kept bytes at the end against after the first block")
         if label != REFERENCE:
             figures.add((*at, "against_full"), paired(entry["nll"][slots:], full["nll"][slots:], block),
                         "its NLL minus the full cache's from the first eviction on")
@@ -194,20 +205,23 @@ def derive(record: dict[str, Any]) -> Figures:
         figures.add(("policies", label, "against_recompute"),
                     paired([entry["nll"][t] for t in samples], recompute["nll"], 1),
                     "its NLL minus recomputation's at the sampled positions")
-    sinks_label = next(label for label in policies if label.startswith("sinks"))
+    sinks_label = policy_label(policies, "sinks")
     sinks_at = policies[sinks_label]["nll"]
     recomputed = quality(series(recompute, 0, len(samples)), 1)["perplexity"]
     sinks_samples = exp_mean(np.asarray([sinks_at[t] for t in samples]))
     figures.add(("comparisons", "sinks_within_recompute"), recomputed["low"] <= sinks_samples <= recomputed["high"],
                 "sinks + window's perplexity at the samples against recomputation's interval there")
-    window_label = next(label for label in policies if label.startswith("window"))
-    excess = {label: policies[label]["nll"] for label in (window_label, sinks_label)}
-    window_after = exp_mean(np.asarray(excess[window_label][slots:]))
-    sinks_after = exp_mean(np.asarray(excess[sinks_label][slots:]))
+    window_label = policy_label(policies, "window")
+    window_after = exp_mean(np.asarray(policies[window_label]["nll"][slots:]))
+    sinks_after = exp_mean(np.asarray(sinks_at[slots:]))
     full_after = exp_mean(np.asarray(full["nll"][slots:]))
     figures.add(("comparisons", "recovered_share"), (window_after - sinks_after) / (window_after - full_after)
                 if window_after != full_after else None,
                 "how much of window-only's perplexity excess over the full cache the sinks take back")
+    newest = positions - 1
+    figures.add(("comparisons", "ring_example"), {"position": newest, "slot": ring_slot(newest, slots),
+                                                  "sees_from": newest - slots + 1},
+                "the text's last position, its ring slot and the first position its window reaches")
     derive_rules(record, figures, sinks_label)
     derive_memory(record, figures, window_label)
     drift = record["drift"]
@@ -256,7 +270,7 @@ def derive_memory(record: dict[str, Any], figures: Figures, window_label: str) -
     full = policies[REFERENCE]
     figures.add(("memory", "full_over_window"), full["kept_bytes"][-1][1] / policies[window_label]["kept_bytes"][-1][1],
                 "the full cache's kept bytes over the ring buffer's at the end of the text")
-    snap = next(entry for label, entry in policies.items() if label.startswith("snapkv"))
+    snap = policies[policy_label(policies, "snapkv")]
     policy = policy_of(snap)
     expanded = expanded_bytes(policy.slots, model["layers"], model["heads"], model["head_dim"])
     figures.add(("memory", "snapkv_expanded_bytes"), expanded,

@@ -8,7 +8,6 @@ holds a whole text's logits.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
