@@ -31,6 +31,7 @@ ALLOWED: dict[str, str] = {
     "labs/llm/kv-cache/kv_cache_views/pictures.py": GEOMETRY,
     "labs/llm/kv-quant/kv_quant_views/pictures.py": GEOMETRY,
     "labs/llm/kv-storage/kv_storage_views/pictures.py": GEOMETRY,
+    "labs/llm/kv-window/kv_window_views/pictures.py": GEOMETRY,
 }
 
 # Modules that still compute figures a page shows, to be derived and stored instead. A module leaves this
