@@ -40,7 +40,7 @@ from .rules import most_shifts
 from .trained import Run, evaluate, recompute, recompute_step_ns, step_timing
 
 LAB, ROOT = lab_for(__file__)
-DEFAULTS = {"positions": 4096, "slots": 256, "sinks": 4, "block": 256, "rule_positions": 768, "samples": 48,
+DEFAULTS = {"positions": 4096, "slots": 256, "sinks": 4, "block": 256, "rule_positions": 512, "samples": 32,
             "repeats": 5, "pack_repeats": 3}
 QUICK = {"positions": 128, "slots": 32, "block": 32, "rule_positions": 64, "samples": 2, "repeats": 1,
          "pack_repeats": 1}
