@@ -144,7 +144,8 @@ def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page:
     assert problems == []
 
 
-@pytest.mark.parametrize("page_path", ["llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/"])
+@pytest.mark.parametrize("page_path", ["llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/",
+                                       "llm/kv-window/"])
 def test_every_lab_page_renders_its_views_without_errors(browser: Browser, server: str, page_path: str) -> None:
     """Each lab page in a real browser: every rendered view outside a closed collapsible has a size, no console
     error, a screenshot kept."""
@@ -165,7 +166,8 @@ def test_every_lab_page_renders_its_views_without_errors(browser: Browser, serve
     assert problems == []
 
 
-PAGES = ["", "llm/kv-cache/", "llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/"]
+PAGES = ["", "llm/kv-cache/", "llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/",
+         "llm/kv-window/"]
 # The page's widest element may exceed the viewport only inside something that scrolls by itself.
 OVERFLOW = """() => {
   const width = document.documentElement.clientWidth;

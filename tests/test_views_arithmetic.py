@@ -38,6 +38,7 @@ ALLOWED: dict[str, str] = {
     "labs/llm/kv-serving/kv_serving_views/pictures.py::phases_canvas": "diagram geometry: placing shapes on a canvas",
     "labs/llm/kv-serving/kv_serving_views/pictures.py::iterations_canvas": "diagram geometry: placing shapes on a canvas",
     "labs/llm/kv-serving/kv_serving_views/pictures.py::stall_canvas": "diagram geometry: the replayed timeline's spans placed to scale",
+    "labs/llm/kv-window/kv_window_views/pictures.py": GEOMETRY,
 }
 
 
