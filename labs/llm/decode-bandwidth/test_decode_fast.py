@@ -13,7 +13,7 @@ import torch
 from decode_bandwidth import llama, matvec
 from decode_bandwidth.fast_llama import FastLlama, fused_matrices
 from decode_bandwidth.figures import formulas
-from decode_bandwidth.figures.formulas import LLAMA_ATOL, LLAMA_KINDS, LLAMA_RTOL
+from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
 from labkit.bench import EquivalenceError
 from llm_models.llama.tiny import tiny_pair
 
@@ -39,7 +39,7 @@ class SameLogits(unittest.TestCase):
             for step in range(STEPS):
                 expected, found = self.model(token, ours), twin.step(token, theirs)
                 with self.subTest(step=step):
-                    torch.testing.assert_close(found, expected, atol=LLAMA_ATOL, rtol=LLAMA_RTOL)
+                    torch.testing.assert_close(found, expected, atol=LLAMA_FAST_ATOL, rtol=LLAMA_FAST_RTOL)
                 token = expected[:, -1:].argmax(-1)
         self.assertEqual({store.length for store in theirs}, {PROMPT + STEPS})
 

@@ -144,8 +144,8 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
         reset()
     entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], formulas.LLAMA_ATOL, formulas.LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
-    fast = {mode: harness.compare(logits[mode], logits[formulas.LLAMA_REFERENCE], formulas.LLAMA_ATOL,
-                                  formulas.LLAMA_RTOL, f"Llama {mode} differs from {formulas.LLAMA_REFERENCE} at "
+    fast = {mode: harness.compare(logits[mode], logits[formulas.LLAMA_REFERENCE], formulas.LLAMA_FAST_ATOL,
+                                  formulas.LLAMA_FAST_RTOL, f"Llama {mode} differs from {formulas.LLAMA_REFERENCE} at "
                                   f"context {context}")
             for mode in formulas.LLAMA_FAST if mode in logits}
     return {"context": context, **entry, "fast": fast}
@@ -231,6 +231,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "fast_tolerance": {"atol": formulas.LLAMA_FAST_ATOL, "rtol": formulas.LLAMA_FAST_RTOL},
             "kernels": prepared["kernels"],
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}

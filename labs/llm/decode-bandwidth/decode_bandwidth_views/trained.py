@@ -137,8 +137,10 @@ def trained_view(record: dict[str, Any]) -> Block:
         f"Median milliseconds per decode step over {section['repeats']} timed steps per mode, after {section['warmup']} "
         f"untimed, the modes in rotating order; the fastest is in bold. Cache: {section['cache_contents']}. "
         f"{LLAMA_BASELINE} is {section['reference']}.",
-        f"Before any timing, one step of each at every context was checked: {OURS} gave transformers' logits and "
-        f"each fast mode gave {OURS}'s, within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}; the "
+        f"Before any timing, one step of each at every context was checked: {OURS} gave transformers' logits "
+        f"within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}, and each fast mode {OURS}'s within "
+        f"atol = {section['fast_tolerance']['atol']:g}, rtol = {section['fast_tolerance']['rtol']:g} (its dot "
+        "products sum in another order); the "
         f"largest differences were {format_sci(max(entry['max_abs_diff'] for entry in checks))} and "
         f"{format_sci(max(check['max_abs_diff'] for check in fast))} on logits up to "
         f"{max(entry['max_abs_reference'] for entry in checks):.1f}, and the most likely next token "

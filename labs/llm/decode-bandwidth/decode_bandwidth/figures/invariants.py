@@ -23,6 +23,8 @@ from .formulas import (
     LLAMA_BATCH,
     LLAMA_DTYPE,
     LLAMA_FAST,
+    LLAMA_FAST_ATOL,
+    LLAMA_FAST_RTOL,
     LLAMA_KINDS,
     LLAMA_MODES,
     LLAMA_PRESETS,
@@ -260,6 +262,11 @@ def check_llama(record: dict[str, Any], source: str) -> None:
     if (tolerance.get("atol"), tolerance.get("rtol")) != (LLAMA_ATOL, LLAMA_RTOL):
         refuse(source, (*where, "tolerance"), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
                f"benchmark compares the two Llama steps with atol {LLAMA_ATOL}, rtol {LLAMA_RTOL}")
+    fast_tolerance = section["fast_tolerance"]
+    if (fast_tolerance.get("atol"), fast_tolerance.get("rtol")) != (LLAMA_FAST_ATOL, LLAMA_FAST_RTOL):
+        refuse(source, (*where, "fast_tolerance"), f"is atol {fast_tolerance.get('atol')}, rtol "
+               f"{fast_tolerance.get('rtol')}; the benchmark compares the fast modes with atol {LLAMA_FAST_ATOL}, "
+               f"rtol {LLAMA_FAST_RTOL}")
     checked = [entry["context"] for entry in section["equivalence"]]
     if checked != section["contexts"]:
         refuse(source, (*where, "equivalence"), f"covers contexts {checked}, the timed ones are {section['contexts']}")
@@ -273,7 +280,7 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             refuse(source, (*where, "equivalence", index, "fast"), f"checks {sorted(entry['fast'])}, the benchmark "
                    f"times {sorted(LLAMA_FAST)}")
         for mode, check in entry["fast"].items():
-            bound = tolerance_bound(tolerance["atol"], tolerance["rtol"], check["max_abs_reference"])
+            bound = tolerance_bound(LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, check["max_abs_reference"])
             if check["within_tolerance"] is not True or check["max_abs_diff"] > bound:
                 refuse(source, (*where, "equivalence", index, "fast", mode, "max_abs_diff"), f"is "
                        f"{check['max_abs_diff']:g} at context {entry['context']} (bound {bound:g}): a fast mode that "
