@@ -1,5 +1,6 @@
 """The fast twin of the Llama decoder (decode_bandwidth.fast_llama): with any kernel per matrix kind, eager or with
-its layers compiled, it gives the shared decoder's logits step after step; a twin with a wrong fused matrix is
+its layers compiled, it gives the shared decoder's logits step after step (over int8 codes, the logits of the
+decoder on their dequantized weights); a twin with a wrong fused matrix is
 refused before timing; the kernel table names the fastest kernel it measured for each kind.
 
 A tiny seeded random Llama (llm_models.llama.tiny) carries every check."""
@@ -14,7 +15,9 @@ from decode_bandwidth import llama, matvec
 from decode_bandwidth.fast_llama import FastLlama, fused_matrices
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
+from decode_bandwidth.quantize import dequantized_state_dict
 from labkit.bench import EquivalenceError
+from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
 
 STEPS = 5  # decode steps after a prefilled prompt, each compared
@@ -28,18 +31,20 @@ def every_kind(kernel: str) -> dict[str, str]:
 class SameLogits(unittest.TestCase):
     reference, model = tiny_pair(seed=0)
 
-    def assert_steps_match(self, twin: FastLlama) -> None:
-        """Prefill one prompt into two caches with the shared decoder, then step both and compare every step."""
+    def assert_steps_match(self, twin: FastLlama, decoder: LlamaDecoder | None = None,
+                           atol: float = LLAMA_FAST_ATOL) -> None:
+        """Prefill one prompt into two caches with ``decoder`` (the shared decoder on the twin's weights), then
+        step both and compare every step."""
+        model = self.model if decoder is None else decoder
         generator = torch.Generator().manual_seed(5)
         prompt = torch.randint(0, self.model.config.vocab_size, (1, PROMPT), generator=generator)
-        ours, theirs = self.model.new_cache(1, PROMPT + STEPS), self.model.new_cache(1, PROMPT + STEPS)
+        ours, theirs = model.new_cache(1, PROMPT + STEPS), model.new_cache(1, PROMPT + STEPS)
         with torch.inference_mode():
-            token = self.model(prompt, ours)[:, -1:].argmax(-1)
-            self.model(prompt, theirs)
-            for step in range(STEPS):
-                expected, found = self.model(token, ours), twin.step(token, theirs)
-                with self.subTest(step=step):
-                    torch.testing.assert_close(found, expected, atol=LLAMA_FAST_ATOL, rtol=LLAMA_FAST_RTOL)
+            token = model(prompt, ours)[:, -1:].argmax(-1)
+            model(prompt, theirs)
+            for _ in range(STEPS):
+                expected, found = model(token, ours), twin.step(token, theirs)
+                torch.testing.assert_close(found, expected, atol=atol, rtol=LLAMA_FAST_RTOL)
                 token = expected[:, -1:].argmax(-1)
         self.assertEqual({store.length for store in theirs}, {PROMPT + STEPS})
 
@@ -53,6 +58,14 @@ class SameLogits(unittest.TestCase):
     def test_the_twin_with_compiled_layers_and_mixed_kernels_gives_the_same_logits(self) -> None:
         kernels = dict(zip(LLAMA_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
         self.assert_steps_match(FastLlama(self.model, kernels, compiled=True))
+
+    def test_the_int8_twin_gives_the_logits_of_the_decoder_on_its_dequantized_weights(self) -> None:
+        dequantized = LlamaDecoder(self.model.config, dequantized_state_dict(self.reference.state_dict()))
+        twin = FastLlama(self.model, every_kind("int8-compiled"), compiled=False)
+        self.assertEqual(twin.weights, "int8")
+        self.assert_steps_match(twin, dequantized)
+        with self.assertRaises(AssertionError):  # the float32 decoder is not what the int8 twin computes
+            self.assert_steps_match(twin, self.model, atol=1e-6)
 
     def test_a_twin_whose_fused_gate_and_up_are_swapped_is_refused_before_timing(self) -> None:
         broken = FastLlama(self.model, every_kind("out_in"), compiled=False)
