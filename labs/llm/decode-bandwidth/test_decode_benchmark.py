@@ -173,6 +173,18 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assert_refused("llama.tolerance", lambda r: r["llama"]["tolerance"].update(atol=1e-2))
         self.assert_refused("llama.equivalence", lambda r: r["llama"]["equivalence"].pop())
 
+    def test_check_record_refuses_a_fast_llama_mode_that_disagreed_or_a_kernel_the_table_did_not_pick(self) -> None:
+        def missed(record: dict[str, Any]) -> None:
+            record["llama"]["equivalence"][0]["fast"]["ours-fused-compiled"]["max_abs_diff"] = 0.5
+        self.assert_refused("llama.equivalence[0].fast.ours-fused-compiled.max_abs_diff", missed, "never timed")
+        self.assert_refused("llama.equivalence[0].fast",
+                            lambda r: r["llama"]["equivalence"][0]["fast"].pop("ours-fused"))
+
+        def slower_kernel(record: dict[str, Any]) -> None:
+            row = record["llama"]["kernels"]["rows"][0]
+            row["kernels"][record["llama"]["kernels"]["chosen"][row["kind"]]]["ns"] = 1e12
+        self.assert_refused(f'llama.kernels.chosen.{formulas.LLAMA_KINDS[0]}', slower_kernel, "fastest")
+
     def test_check_record_refuses_llama_groups_out_of_rotation_or_short_of_repetitions(self) -> None:
         self.assert_refused("llama.groups[0].order", lambda r: r["llama"]["groups"][0]["order"].reverse())
         self.assert_refused("llama.cells[2].durations_ns", lambda r: r["llama"]["cells"][2]["durations_ns"].pop())
@@ -191,7 +203,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         for cell in section["cells"]:
             self.assertIn(f"{cell['step_over_floor']:.2f}×", table)
         for group in section["groups"]:
-            self.assertIn(f"{group['ours_over_transformers']:.2f}×", table)
+            self.assertIn(f"{group['best_over_transformers']:.2f}×", table)
         contrast = self.page("trained-bytes", record)
         self.assertIn("<svg", contrast)
         self.assertIn(f"{section['model']['vocab_size']:,} × {section['model']['width']}", contrast)

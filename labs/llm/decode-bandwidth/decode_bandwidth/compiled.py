@@ -59,11 +59,16 @@ def row_dot(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out if bias is None else out + bias
 
 
-def compiled_row_dot() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
-    """row_dot through inductor, static shapes; one compiled variant per (shape, dtype, threads)."""
+def compile_static(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``function`` through inductor, static shapes; one compiled variant per (shape, dtype, threads)."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     torch._dynamo.config.fail_on_recompile_limit_hit = True
-    return torch.compile(row_dot, dynamic=False, fullgraph=True)
+    return torch.compile(function, dynamic=False, fullgraph=True)
+
+
+def compiled_row_dot() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
+    """row_dot through inductor, static shapes; one compiled variant per (shape, dtype, threads)."""
+    return compile_static(row_dot)
 
 
 class CompiledDecoder(Decoder):

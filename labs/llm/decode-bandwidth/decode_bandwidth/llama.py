@@ -8,8 +8,11 @@ trained SmolLM2-135M-Instruct that ``make venv`` installs; ``tiny`` is a seeded 
 
 As in the grid, the timed caches hold random keys and values of the exact shape, ``T - 1`` positions per layer
 (a real prefill of a thousand tokens costs tens of seconds per model on a CPU), the same contents in both
-caches. Before any timing, one untimed step per mode at every context is compared: both must give the same
-logits within the stated tolerance, or the run stops.
+caches. Beside them, the fast twin of our decoder (``decode_bandwidth.fast_llama``) on the same weights:
+``ours-fused`` (q/k/v and gate/up fused, each matrix kind through the kernel the kernel table measured fastest in
+this run) and ``ours-fused-compiled`` (the same, each layer one region torch.compile generates; its compile time
+is recorded). Before any timing, one untimed step per mode at every context is compared: ours must give
+transformers' logits, and each fast mode ours', within the stated tolerance, or the run stops.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from labkit.summary import median
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder
 
+from . import matvec
+from .fast_llama import FastLlama, fused_matrices
 from .figures import formulas
 from .hf import rewind
 from .workloads import Runner, synchronizer
@@ -62,8 +67,8 @@ def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) 
              torch.randn(shape, generator=generator).to(config.dtype)) for _ in range(config.layers)]
 
 
-def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
-                 generator: torch.Generator) -> tuple[dict[str, Runner], list[Tensor]]:
+def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int, generator: torch.Generator,
+                 fast: dict[str, FastLlama] | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
     """Per mode, one decode step at ``context`` over the same random cache contents and the reset that rewinds
     its cache (run outside the clock); and the list every step appends its logits to, which the reset clears."""
     device = model.device
@@ -98,7 +103,30 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
         rewind(theirs, cached)
         sync()
 
-    return {"ours-prealloc": (ours_step, ours_reset), "hf-dynamic": (hf_step, hf_reset)}, held
+    runners: dict[str, Runner] = {"ours-prealloc": (ours_step, ours_reset), "hf-dynamic": (hf_step, hf_reset)}
+    for mode, twin in (fast or {}).items():
+        runners[mode] = fast_runner(twin, layers, token, context, held)
+    return runners, held
+
+
+def fast_runner(twin: FastLlama, layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int,
+                held: list[Tensor]) -> Runner:
+    """A fast mode's step over its own copy of the cache contents, and its reset."""
+    cached = context - 1
+    cache = twin.model.new_cache(formulas.LLAMA_BATCH, context)
+    for store, (keys, values) in zip(cache, layers, strict=True):
+        store.keys[:, :, :cached] = keys
+        store.values[:, :, :cached] = values
+        store.length = cached
+
+    def step() -> None:
+        held.append(twin.step(token, cache))
+
+    def reset() -> None:
+        held.clear()
+        rewind_ours(cache, cached)
+
+    return step, reset
 
 
 def rewind_ours(cache: list[LayerCache], length: int) -> None:
@@ -116,7 +144,11 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
         reset()
     entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], formulas.LLAMA_ATOL, formulas.LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
-    return {"context": context, **entry}
+    fast = {mode: harness.compare(logits[mode], logits[formulas.LLAMA_REFERENCE], formulas.LLAMA_FAST_ATOL,
+                                  formulas.LLAMA_FAST_RTOL, f"Llama {mode} differs from {formulas.LLAMA_REFERENCE} at "
+                                  f"context {context}")
+            for mode in formulas.LLAMA_FAST if mode in logits}
+    return {"context": context, **entry, "fast": fast}
 
 
 # ---- the benchmark's trained-model section: load and check before timing, then the rotated repetitions ----
@@ -136,13 +168,32 @@ def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed + 4)
     runners, checks = {}, []
     torch.set_num_threads(threads[0])
+    kernels = kernel_table(model, threads[0])
+    fast = {}
+    for mode, compiled in formulas.LLAMA_FAST.items():
+        fast[mode] = FastLlama(model, kernels["chosen"], compiled)
+        bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
+        kernels["warm_s"][mode] = fast[mode].warm()
     with torch.inference_mode():
         for context in args.contexts:
-            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers")
-            runners[context] = step_runners(model, reference, context, generator)
+            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers "
+                           f"and the fast modes against ours")
+            runners[context] = step_runners(model, reference, context, generator, fast)
             checks.append(check_step(*runners[context], context))
-    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks,
+    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks, "kernels": kernels,
             "prepare_ns": time.perf_counter_ns() - started}
+
+
+def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
+    """Every float32 candidate kernel timed over every matrix of each fused kind, at ``threads``, and the fastest
+    per kind: the fast modes' kernels, chosen by this measurement."""
+    runs, missing = matvec.available(formulas.KERNEL_CANDIDATES["float32"])
+    bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)")
+    with torch.inference_mode():
+        rows = matvec.measure(fused_matrices(model), runs, formulas.KERNEL_PASSES)
+    return {"threads": threads, "passes": formulas.KERNEL_PASSES, "unavailable": missing,
+            "descriptions": {name: matvec.KERNELS[name].description for name in runs}, "rows": rows,
+            "chosen": {row["kind"]: formulas.fastest_kernel(row) for row in rows}, "warm_s": {}}
 
 
 def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
@@ -180,5 +231,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "fast_tolerance": {"atol": formulas.LLAMA_FAST_ATOL, "rtol": formulas.LLAMA_FAST_RTOL},
+            "kernels": prepared["kernels"],
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}

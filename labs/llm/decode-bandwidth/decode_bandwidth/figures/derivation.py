@@ -19,6 +19,7 @@ from .formulas import (
     COMPILED,
     LAYOUT_KERNELS,
     LLAMA_BASELINE,
+    LLAMA_OURS,
     MATRICES,
     OURS,
     REGIMES,
@@ -307,6 +308,11 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
         figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
         figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
+        best = min(LLAMA_OURS, key=lambda mode: medians[(*key, mode)])
+        figures.add((*where, "best_float32_mode"), best, "the lowest median of this lab's float32 modes")
+        figures.add((*where, "best_over_floor"), medians[(*key, best)] / memory, "that mode's median / the floor")
+        figures.add((*where, "best_over_transformers"), medians[(*key, best)] / theirs, "that mode's median / "
+                    "transformers'")
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)

@@ -63,7 +63,24 @@ CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_p
 # Llama of llm_models.llama.tiny, for the quick run and the tests.
 LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
                  "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
-LLAMA_MODES = ["ours-prealloc", "hf-dynamic"]  # our decoder's preallocated cache, transformers' DynamicCache
+# Our decoder's preallocated cache, transformers' DynamicCache, then the fast twin (decode_bandwidth.fast_llama) of
+# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled.
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled"]
+LLAMA_FAST = {"ours-fused": False, "ours-fused-compiled": True}  # each fast mode: are its layers compiled?
+LLAMA_REFERENCE = "ours-prealloc"  # the step the fast modes must equal (it equals transformers')
+LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic")  # this lab's float32 modes
+# The ladder a reader climbs, each rung keeping the one before and changing one thing, and what it changes.
+LLAMA_LADDER = {
+    "hf-dynamic": "transformers' LlamaForCausalLM, its DynamicCache concatenating each new position",
+    "ours-prealloc": "this project's decoder: a cache allocated once and written in place, seven F.linear products "
+                     "per layer",
+    "ours-fused": "q, k, v fused into one matrix and gate, up into another (four products per layer), each kind "
+                  "through the kernel measured fastest for it in this run",
+    "ours-fused-compiled": "the same, each layer one torch.compile region: norms, rotary, cache writes, softmax, "
+                           "SwiGLU and residual adds fused around the matrix kernels",
+}
+# What this lab's best float32 step aims for at batch 1 on the first thread count, at every context.
+LLAMA_TARGETS = {"best_over_floor": 1.5, "best_over_transformers": 0.5}
 LLAMA_BASELINE = "hf-dynamic"
 LLAMA_DTYPE = "float32"
 LLAMA_BATCH = 1
@@ -71,6 +88,19 @@ LLAMA_BATCH = 1
 # on the same weights use the same bounds (logits reach about 40).
 LLAMA_ATOL = 1e-3
 LLAMA_RTOL = 1e-4
+# The fast modes reduce each dot product in another order (fused matrices, other kernels, inductor's loops), so
+# their logits move further from ours-prealloc's than transformers' do: up to a few thousandths on SmolLM2's
+# logits (which reach about 40) in a float32 step of 30 layers. They are held to 1e-2 absolute (a quarter of a
+# thousandth of the largest logit) and the same relative bound; the record keeps each difference and whether the
+# most likely token agreed.
+LLAMA_FAST_ATOL = 1e-2
+LLAMA_FAST_RTOL = 1e-4
+# The kinds of weight matrix the fast twin's step multiplies by (decode_bandwidth.fast_llama): q, k and v as one
+# matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
+LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
+# The candidate kernels per weight format (decode_bandwidth.matvec.KERNELS, where each is described).
+KERNEL_CANDIDATES = {"float32": ("out_in", "in_out", "onednn", "compiled"), "int8": ("int8-compiled",)}
+KERNEL_PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept
 
 Group = tuple[str, int, int, int]  # (dtype, threads, batch, context)
 Cell = tuple[str, int, int, int, str]  # ... and mode
@@ -322,3 +352,9 @@ def regime(median_ns: float, memory_floor_ns: float, compute_floor_ns: float) ->
     if higher < OVERHEAD_SHARE * median_ns:
         return "overhead"
     return "memory" if memory_floor_ns >= compute_floor_ns else "compute"
+
+
+def fastest_kernel(row: Mapping[str, Any]) -> str:
+    """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie)."""
+    kernels = row["kernels"]
+    return min(kernels, key=lambda name: kernels[name]["ns"])

@@ -22,8 +22,13 @@ from .formulas import (
     LLAMA_BASELINE,
     LLAMA_BATCH,
     LLAMA_DTYPE,
+    LLAMA_FAST,
+    LLAMA_FAST_ATOL,
+    LLAMA_FAST_RTOL,
+    LLAMA_KINDS,
     LLAMA_MODES,
     LLAMA_PRESETS,
+    LLAMA_REFERENCE,
     LLAMA_RTOL,
     MIN_BANDWIDTH_PASSES,
     MODES,
@@ -31,6 +36,7 @@ from .formulas import (
     RTOL,
     TARGETS,
     Cell,
+    fastest_kernel,
     grid,
     kernel_bytes,
     llama_grid,
@@ -256,6 +262,11 @@ def check_llama(record: dict[str, Any], source: str) -> None:
     if (tolerance.get("atol"), tolerance.get("rtol")) != (LLAMA_ATOL, LLAMA_RTOL):
         refuse(source, (*where, "tolerance"), f"is atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}; the "
                f"benchmark compares the two Llama steps with atol {LLAMA_ATOL}, rtol {LLAMA_RTOL}")
+    fast_tolerance = section["fast_tolerance"]
+    if (fast_tolerance.get("atol"), fast_tolerance.get("rtol")) != (LLAMA_FAST_ATOL, LLAMA_FAST_RTOL):
+        refuse(source, (*where, "fast_tolerance"), f"is atol {fast_tolerance.get('atol')}, rtol "
+               f"{fast_tolerance.get('rtol')}; the benchmark compares the fast modes with atol {LLAMA_FAST_ATOL}, "
+               f"rtol {LLAMA_FAST_RTOL}")
     checked = [entry["context"] for entry in section["equivalence"]]
     if checked != section["contexts"]:
         refuse(source, (*where, "equivalence"), f"covers contexts {checked}, the timed ones are {section['contexts']}")
@@ -265,6 +276,23 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             refuse(source, (*where, "equivalence", index, "max_abs_diff"), f"is {entry['max_abs_diff']:g} at context "
                    f"{entry['context']} (atol + rtol x max|reference| = {bound:g}, within_tolerance "
                    f"{entry['within_tolerance']}): a step that disagrees with transformers is never timed")
+        if sorted(entry["fast"]) != sorted(LLAMA_FAST):
+            refuse(source, (*where, "equivalence", index, "fast"), f"checks {sorted(entry['fast'])}, the benchmark "
+                   f"times {sorted(LLAMA_FAST)}")
+        for mode, check in entry["fast"].items():
+            bound = tolerance_bound(LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, check["max_abs_reference"])
+            if check["within_tolerance"] is not True or check["max_abs_diff"] > bound:
+                refuse(source, (*where, "equivalence", index, "fast", mode, "max_abs_diff"), f"is "
+                       f"{check['max_abs_diff']:g} at context {entry['context']} (bound {bound:g}): a fast mode that "
+                       f"disagrees with {LLAMA_REFERENCE} is never timed")
+    kernels = section["kernels"]
+    if sorted(row["kind"] for row in kernels["rows"]) != sorted(LLAMA_KINDS):
+        refuse(source, (*where, "kernels", "rows"), f"cover {[row['kind'] for row in kernels['rows']]}, the fast "
+               f"modes multiply by {list(LLAMA_KINDS)}")
+    for row in kernels["rows"]:
+        if kernels["chosen"].get(row["kind"]) != fastest_kernel(row):
+            refuse(source, (*where, "kernels", "chosen", row["kind"]), f"is {kernels['chosen'].get(row['kind'])!r}, "
+                   f"but the table's fastest for it is {fastest_kernel(row)!r}")
     repeats, measured = section["repeats"], record["hardware"]
     keys = [(group["threads"], group["context"]) for group in section["groups"]]
     if keys != llama_grid(section):

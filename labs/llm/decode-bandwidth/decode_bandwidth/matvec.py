@@ -1,0 +1,185 @@
+"""Every kernel this lab can multiply one row by a weight matrix with, and the measurement that picks among them.
+
+At batch 1 a decode step's weight multiplies are matrix-vector products: each weight is read once for one
+multiply-add, so the kernel that streams its matrix fastest wins, and which one that is depends on the CPU, the
+library and the shape. The candidates, over float32 weights:
+
+- ``out_in``: ``F.linear`` over the (out, in) matrix (torch's BLAS, MKL in the pinned build);
+- ``in_out``: ``addmm`` over an (in, out) copy, the other layout of the same BLAS;
+- ``onednn``: oneDNN's linear over a copy packed once into its blocked layout;
+- ``compiled``: the row dot ``(x * W).sum(-1) + b`` that ``torch.compile`` turns into one C++ loop per row;
+
+and over int8 codes with one float32 scale per row (decode_bandwidth.quantize):
+
+- ``int8-compiled``: the dequantize-and-row-dot ``(x * codes).sum(-1) * scale`` written for ``torch.compile``,
+  gpt-fast's approach: each code is widened to float32 inside the loop that streams it.
+
+All are torch's own (BLAS, oneDNN, inductor's generated C++): nothing here needs a compiler beyond the one
+inductor already uses.
+
+``measure`` times each over every matrix of one kind in a model, so the weights come from memory as in a step;
+the benchmark takes the fastest per kind, at each thread count, and records the table and the choice.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .compiled import compile_static, row_dot
+from .quantize import quantize_rows
+
+Prepared = tuple[Tensor | None, ...]  # a kernel's own copy of one matrix (and its bias)
+Matrices = Sequence[tuple[Tensor, Tensor | None]]  # (weight (out, in) float32, bias or None), one per layer
+
+
+def int8_row_dot(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    """The same over int8 codes (out, in) and their row scales (out,): dequantized inside the reduction."""
+    out = (x.unsqueeze(-2) * codes.float()).sum(-1) * scale
+    return out if bias is None else out + bias
+
+
+@functools.cache
+def shared_row_dot() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
+    """row_dot through inductor (one compiled function per process, a deliberate cache)."""
+    return compile_static(row_dot)
+
+
+@functools.cache
+def compiled_int8_row_dot() -> Callable[..., Tensor]:
+    return compile_static(int8_row_dot)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    weights: str  # what its prepared matrix holds: "float32", or "int8" codes with float32 row scales
+    description: str
+    prepare: Callable[[Tensor, Tensor | None], Prepared]  # (out, in) float32 weight and bias -> its tensors
+    eager: Callable[..., Tensor]  # (x (1, in), *prepared) -> (1, out), called from Python
+    traced: Callable[..., Tensor]  # the same inside a region torch.compile generates (the row dots inline there)
+    available: Callable[[], str | None]  # None, or why this build or machine cannot run it
+
+    def bytes_per_matrix(self, rows: int, cols: int) -> int:
+        """What one product reads of its matrix: the codes and their scales, or the float32 weights."""
+        return rows * cols + 4 * rows if self.weights == "int8" else 4 * rows * cols
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return F.linear(x, weight, bias)
+
+
+def in_out(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+
+
+def onednn_pack(weight: Tensor, bias: Tensor | None) -> Prepared:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 1), bias
+
+
+def onednn(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def onednn_available() -> str | None:
+    if not torch.backends.mkldnn.is_available():
+        return "this PyTorch build has no oneDNN"
+    try:
+        onednn(torch.ones(1, 8), *onednn_pack(torch.ones(4, 8), None))
+    except RuntimeError as error:
+        return f"oneDNN's linear refused a float32 matrix: {str(error).splitlines()[0]}"
+    return None
+
+
+def int8_prepare(weight: Tensor, bias: Tensor | None) -> Prepared:
+    codes, scale = quantize_rows(weight)
+    return codes, scale, bias
+
+
+def always() -> str | None:
+    return None
+
+
+def same(weight: Tensor, bias: Tensor | None) -> Prepared:
+    return weight.contiguous(), bias
+
+
+def transposed(weight: Tensor, bias: Tensor | None) -> Prepared:
+    return weight.t().contiguous(), bias
+
+
+def eager_row_dot(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return shared_row_dot()(x, weight, bias)
+
+
+def eager_int8_row_dot(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    return compiled_int8_row_dot()(x, codes, scale, bias)
+
+
+KERNELS: dict[str, Kernel] = {kernel.name: kernel for kernel in (
+    Kernel("out_in", "float32", "F.linear over the (out, in) matrix: torch's BLAS", same, linear, linear, always),
+    Kernel("in_out", "float32", "addmm over an (in, out) copy: torch's BLAS, the other layout", transposed, in_out,
+           in_out, always),
+    Kernel("onednn", "float32", "oneDNN's linear over a copy packed once into its blocked layout", onednn_pack,
+           onednn, onednn, onednn_available),
+    Kernel("compiled", "float32", "the loop torch.compile generates for (x * W).sum(-1) + b, one pass per row",
+           same, eager_row_dot, row_dot, always),
+    Kernel("int8-compiled", "int8", "the loop torch.compile generates for (x * codes).sum(-1) x scale + b",
+           int8_prepare, eager_int8_row_dot, int8_row_dot, always),
+)}
+FLOAT32 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "float32")
+INT8 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "int8")
+
+
+def available(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The kernels among ``names`` that run here, and why each other one does not."""
+    runs, missing = [], {}
+    for name in names:
+        reason = KERNELS[name].available()
+        if reason is None:
+            runs.append(name)
+        else:
+            missing[name] = reason
+    return runs, missing
+
+
+def best_pass_ns(work: Callable[[], object], passes: int) -> int:
+    work()  # warm: first calls compile or pack
+    best = None
+    for _ in range(passes):
+        start = time.perf_counter_ns()
+        work()
+        elapsed = time.perf_counter_ns() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return int(best)  # type: ignore[arg-type]
+
+
+def measure(kinds: Mapping[str, Matrices], names: Sequence[str], passes: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Per kind, the ns per matrix of each kernel (best of ``passes``; each pass multiplies every matrix of the
+    kind once, so the weights stream from memory as in a step), with the matrix's shape and each kernel's bytes."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for kind, matrices in kinds.items():
+        out, inner = matrices[0][0].shape
+        x = torch.randn(1, inner, generator=generator)
+        row: dict[str, Any] = {"kind": kind, "shape_out_in": [out, inner], "matrices": len(matrices), "kernels": {}}
+        for name in names:
+            kernel = KERNELS[name]
+            prepared = [kernel.prepare(weight, bias) for weight, bias in matrices]
+
+            def work(kernel: Kernel = kernel, prepared: list[Prepared] = prepared, x: Tensor = x) -> None:
+                for tensors in prepared:
+                    kernel.eager(x, *tensors)
+
+            row["kernels"][name] = {"bytes": kernel.bytes_per_matrix(out, inner),
+                                    "ns": best_pass_ns(work, passes) / len(matrices)}
+            del prepared
+        rows.append(row)
+    return rows

@@ -1,0 +1,108 @@
+"""The fast twin of the Llama decoder (decode_bandwidth.fast_llama): with any kernel per matrix kind, eager or with
+its layers compiled, it gives the shared decoder's logits step after step (over int8 codes, the logits of the
+decoder on their dequantized weights); a twin with a wrong fused matrix is
+refused before timing; the kernel table names the fastest kernel it measured for each kind.
+
+A tiny seeded random Llama (llm_models.llama.tiny) carries every check."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+
+from decode_bandwidth import llama, matvec
+from decode_bandwidth.fast_llama import FastLlama, fused_matrices
+from decode_bandwidth.figures import formulas
+from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
+from decode_bandwidth.quantize import dequantized_state_dict
+from labkit.bench import EquivalenceError
+from llm_models.llama.model import LlamaDecoder
+from llm_models.llama.tiny import tiny_pair
+
+STEPS = 5  # decode steps after a prefilled prompt, each compared
+PROMPT = 7
+
+
+def every_kind(kernel: str) -> dict[str, str]:
+    return {kind: kernel for kind in LLAMA_KINDS}
+
+
+class SameLogits(unittest.TestCase):
+    reference, model = tiny_pair(seed=0)
+
+    def assert_steps_match(self, twin: FastLlama, decoder: LlamaDecoder | None = None,
+                           atol: float = LLAMA_FAST_ATOL) -> None:
+        """Prefill one prompt into two caches with ``decoder`` (the shared decoder on the twin's weights), then
+        step both and compare every step."""
+        model = self.model if decoder is None else decoder
+        generator = torch.Generator().manual_seed(5)
+        prompt = torch.randint(0, self.model.config.vocab_size, (1, PROMPT), generator=generator)
+        ours, theirs = model.new_cache(1, PROMPT + STEPS), model.new_cache(1, PROMPT + STEPS)
+        with torch.inference_mode():
+            token = model(prompt, ours)[:, -1:].argmax(-1)
+            model(prompt, theirs)
+            for _ in range(STEPS):
+                expected, found = model(token, ours), twin.step(token, theirs)
+                torch.testing.assert_close(found, expected, atol=atol, rtol=LLAMA_FAST_RTOL)
+                token = expected[:, -1:].argmax(-1)
+        self.assertEqual({store.length for store in theirs}, {PROMPT + STEPS})
+
+    def test_every_float32_kernel_gives_the_shared_decoders_logits_step_after_step(self) -> None:
+        runs, _ = matvec.available(formulas.KERNEL_CANDIDATES["float32"])
+        self.assertIn("compiled", runs)  # torch's own: always available
+        for kernel in runs:
+            with self.subTest(kernel=kernel):
+                self.assert_steps_match(FastLlama(self.model, every_kind(kernel), compiled=False))
+
+    def test_the_twin_with_compiled_layers_and_mixed_kernels_gives_the_same_logits(self) -> None:
+        kernels = dict(zip(LLAMA_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
+        self.assert_steps_match(FastLlama(self.model, kernels, compiled=True))
+
+    def test_the_int8_twin_gives_the_logits_of_the_decoder_on_its_dequantized_weights(self) -> None:
+        dequantized = LlamaDecoder(self.model.config, dequantized_state_dict(self.reference.state_dict()))
+        twin = FastLlama(self.model, every_kind("int8-compiled"), compiled=False)
+        self.assertEqual(twin.weights, "int8")
+        self.assert_steps_match(twin, dequantized)
+        with self.assertRaises(AssertionError):  # the float32 decoder is not what the int8 twin computes
+            self.assert_steps_match(twin, self.model, atol=1e-6)
+
+    def test_a_twin_whose_fused_gate_and_up_are_swapped_is_refused_before_timing(self) -> None:
+        broken = FastLlama(self.model, every_kind("out_in"), compiled=False)
+        for index, (qkv, o, gate_up, down) in enumerate(broken.layers):
+            gate, up = gate_up[0].chunk(2)
+            broken.layers[index] = (qkv, o, (torch.cat([up, gate]), gate_up[1]), down)
+        runners = llama.step_runners(self.model, self.reference, 9, torch.Generator().manual_seed(3),
+                                     {"ours-fused": broken})
+        with torch.inference_mode(), self.assertRaises(EquivalenceError) as refused:
+            llama.check_step(*runners, 9)
+        self.assertIn("ours-fused differs from ours-prealloc at context 9", str(refused.exception))
+
+    def test_a_twin_needs_one_kernel_per_kind_in_one_weight_format(self) -> None:
+        with self.assertRaises(ValueError):
+            FastLlama(self.model, {"qkv": "out_in"}, compiled=False)
+        with self.assertRaises(ValueError):
+            FastLlama(self.model, {**every_kind("out_in"), "head": "int8-compiled"}, compiled=False)
+
+
+class KernelTable(unittest.TestCase):
+    def test_the_table_covers_every_kind_and_chooses_each_kinds_fastest_kernel(self) -> None:
+        _, model = tiny_pair(seed=1)
+        table = llama.kernel_table(model, threads=1)
+        self.assertEqual([row["kind"] for row in table["rows"]], list(LLAMA_KINDS))
+        for row in table["rows"]:
+            times = {name: entry["ns"] for name, entry in row["kernels"].items()}
+            self.assertEqual(table["chosen"][row["kind"]], min(times, key=times.__getitem__))
+        shapes = {kind: matrices[0][0].shape for kind, matrices in fused_matrices(model).items()}
+        config = model.config
+        self.assertEqual(tuple(shapes["qkv"]), ((config.heads + 2 * config.kv_heads) * config.head_dim, config.width))
+
+    def test_the_fastest_kernel_is_the_least_time_and_the_first_listed_on_a_tie(self) -> None:
+        row = {"kernels": {"a": {"ns": 3.0}, "b": {"ns": 1.0}, "c": {"ns": 1.0}}}
+        self.assertEqual(formulas.fastest_kernel(row), "b")
+        row["kernels"]["a"]["ns"] = 0.5
+        self.assertEqual(formulas.fastest_kernel(row), "a")
+
+
+if __name__ == "__main__":
+    unittest.main()
