@@ -41,7 +41,7 @@ from .trained import Run, evaluate, recompute, recompute_step_ns, step_timing
 
 LAB, ROOT = lab_for(__file__)
 DEFAULTS = {"positions": 4096, "slots": 256, "sinks": 4, "block": 256, "rule_positions": 512, "samples": 32,
-            "repeats": 5, "pack_repeats": 3}
+            "repeats": 5, "pack_repeats": 3, "quality_threads": 2}
 QUICK = {"positions": 128, "slots": 32, "block": 32, "rule_positions": 64, "samples": 2, "repeats": 1,
          "pack_repeats": 1}
 PROMPTS = {"full": [8, 16, 24, 40, 64, 96], "quick": [4, 8, 12]}  # mixed lengths, as a batch of requests has
@@ -65,9 +65,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="positions scored by window with recomputation (default: %(default)s)")
     add("--pack-repeats", type=int, default=DEFAULTS["pack_repeats"],
         help="timed repetitions of each prefill layout (default: %(default)s)")
+    add("--quality-threads", type=int, default=DEFAULTS["quality_threads"],
+        help="PyTorch threads for the quality passes, which time nothing (default: %(default)s; every timed step "
+             "and prefill uses --threads)")
     parser.set_defaults(repeats=DEFAULTS["repeats"])
     bounds = {"positions": (64, 8000), "slots": (16, 2048), "sinks": (0, 64), "block": (16, 1024),
-              "rule_positions": (16, 8000), "samples": (1, 512), "pack_repeats": (1, 50)}
+              "rule_positions": (16, 8000), "samples": (1, 512), "pack_repeats": (1, 50),
+              "quality_threads": (1, 256)}
     args = harness.parse(parser, argv, QUICK, bounds)
     if args.positions % args.block or args.rule_positions % args.block or args.rule_positions > args.positions:
         parser.error(f"--positions ({args.positions}) and --rule-positions ({args.rule_positions}, at most "
@@ -173,12 +177,16 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     reference, main, rules = policies(args)
     bench.progress(f"{len(main) + 1} policies over {args.positions} positions, {len(rules)} rule variants over "
                    f"{args.rule_positions}, in blocks of {args.block}")
+    torch.set_num_threads(args.quality_threads)  # the quality passes time nothing
     truth = evaluate(model, ids, reference, [*main, *rules], args.block, samples)
+    torch.set_num_threads(args.threads)
     for run in (reference, *main):
         bench.progress(f"decode steps: {run.policy.label}")
         step_timing(model, ids, run, args.repeats)
     bench.progress(f"window with recomputation at {len(samples)} positions")
+    torch.set_num_threads(args.quality_threads)
     recomputed = recompute(model, ids, samples, args.slots, truth, RECOMPUTE_BATCH)
+    torch.set_num_threads(args.threads)
     recomputed_steps = recompute_step_ns(model, ids, args.slots, args.repeats)
     bench.progress("re-rotation drift")
     with torch.inference_mode():
@@ -189,6 +197,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"seed": args.seed, "threads": args.threads, "repeats": args.repeats, "quick": bool(args.quick),
                    "positions": args.positions, "slots": args.slots, "sinks": args.sinks, "block": args.block,
                    "rule_positions": args.rule_positions, "samples": args.samples, "pack_repeats": args.pack_repeats,
+                   "quality_threads": args.quality_threads,
                    "recompute_batch": RECOMPUTE_BATCH, "buckets": edges},
         "model": {"name": "SmolLM2-135M-Instruct", "weights": GGUF_NAME, "weights_sha256": trained().digest,
                   "dtype": "float32", "layers": config.layers, "heads": config.heads, "kv_heads": config.kv_heads,
