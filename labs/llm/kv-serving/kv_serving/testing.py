@@ -1,5 +1,6 @@
-"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop or
-in a thread of its own (for a synchronous client such as openai's)."""
+"""Fixtures for this lab's tests: a tiny engine (the random model, or a tiny Llama behind SmolLM2's real tokenizer),
+and a real uvicorn server on 127.0.0.1 in the test's loop or in a thread of its own (for a synchronous client such
+as openai's)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from starlette.types import ASGIApp
 
 from kv_cache.config import ModelConfig
 from labkit.waiting import HANG_S, Hung, eventually, until, within
+from llm_models.llama.generate import ChatModel
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import HOST, REQUEST_TIMEOUT_S, bounded_config
@@ -35,6 +37,30 @@ def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **c
     config = EngineConfig(model=TINY_MODEL, layers=TINY_LAYERS, block_size=TINY_BLOCK, num_blocks=num_blocks,
                           policy=policy or budget, model_name="tiny")
     return replace(config, **changes)
+
+
+def tiny_chat(name: str = "tiny") -> ChatModel:
+    """2 layers of width 64 with the trained model's vocabulary, tokenizer and chat template: the serving path is
+    what the tests check, and this model answers in milliseconds per token."""
+    from transformers import LlamaConfig
+
+    from llm_models.llama.config import LlamaDecoderConfig
+    from llm_models.llama.model import LlamaDecoder
+    from llm_models.llama.tiny import TINY, tiny_reference
+    from llm_models.llama.weights import trained
+
+    config = LlamaConfig(**(TINY.to_dict() | {"vocab_size": 49_152, "max_position_embeddings": 256}))
+    reference = tiny_reference(seed=0, config=config)
+    model = LlamaDecoder(LlamaDecoderConfig.from_hf(reference.config), reference.state_dict())
+    return ChatModel(model, trained().tokenizer, name)
+
+
+def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPolicy | None = None,
+                     **changes: object) -> EngineConfig:
+    """The engine serving ``chat`` (tiny_chat) with a pool of ``num_blocks`` blocks of TINY_BLOCK positions."""
+    config = chat.model.config
+    budget = KVBudget(num_blocks * block_bytes(config, config.layers, TINY_BLOCK))
+    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget), **changes)
 
 
 @asynccontextmanager
