@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROMPTS = Path(__file__).resolve().parent / "prompts.json"  # the trained model's real prompts (the file says whence)
 
 
 @dataclass(frozen=True)
 class WorkItem:
     index: int
     arrival_s: float  # seconds after the run starts
-    prompt: list[int]
+    prompt: list[int]  # token ids (the random model); empty for a text request
     max_tokens: int
     leave_after_tokens: int | None = None  # the client disconnects after this many tokens (None: it stays)
+    path: str = "/v1/completions"
+    text_request: dict[str, Any] | None = None  # a text model's body fields (messages, or a string prompt)
 
 
 @dataclass(frozen=True)
@@ -58,4 +66,27 @@ def make_workload(spec: WorkloadSpec) -> list[WorkItem]:
         leaves = rng.random() < spec.leave_fraction and max_tokens > 1
         leave = rng.randrange(1, max_tokens) if leaves else None  # after 1 .. max_tokens - 1 tokens
         items.append(WorkItem(index, clock, prompt, max_tokens, leave))
+    return items
+
+
+def real_prompts() -> tuple[list[dict[str, Any]], str]:
+    """The trained model's workload prompts, in the file's order, and the file's SHA-256 (for the record)."""
+    data = PROMPTS.read_bytes()
+    return json.loads(data)["prompts"], hashlib.sha256(data).hexdigest()
+
+
+def real_workload(requests: int, rate: float, seed: int, max_tokens: int) -> list[WorkItem]:
+    """The first ``requests`` real prompts in the file's order, arriving as a seeded Poisson process at ``rate``:
+    chat questions to /v1/chat/completions, text continuations to /v1/completions, each up to ``max_tokens``."""
+    prompts, _ = real_prompts()
+    if not 1 <= requests <= len(prompts) or not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"need 1 to {len(prompts)} requests and a finite rate > 0, got {requests} and {rate}")
+    rng = random.Random(seed)
+    items, clock = [], 0.0
+    for index, prompt in enumerate(prompts[:requests]):
+        clock += rng.expovariate(rate)
+        chat = prompt["kind"] == "chat"
+        body = {"messages": prompt["messages"]} if chat else {"prompt": prompt["prompt"]}
+        items.append(WorkItem(index, clock, [], max_tokens, path="/v1/chat/completions" if chat else "/v1/completions",
+                              text_request=body))
     return items
