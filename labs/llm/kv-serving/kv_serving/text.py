@@ -10,18 +10,30 @@ the text that might still turn out to begin a stop string.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
+# A fast tokenizer keeps "split special tokens" as a setting of its shared Rust object, switched per call: two
+# threads tokenizing at once (the server parses off its event loop, on a pool of threads) could read each other's
+# setting and turn a template's markup into plain characters. One lock for every encode here, deliberately.
+ENCODING = threading.Lock()
 DETOKENIZE_WINDOW = 6  # ids decoded before the new ones: enough context for a byte-level BPE to join its pieces
 
 
 def content_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """``text`` as token ids, special-token spellings included as the characters they are."""
-    return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+    with ENCODING:
+        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+
+
+def markup_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """A template's own ``text`` as token ids, its special tokens recognised as control tokens."""
+    with ENCODING:
+        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=False)["input_ids"]]
 
 
 def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
@@ -40,9 +52,8 @@ def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str,
             raise ValueError(f"the chat template does not render each message's content exactly once "
                              f"({rendered.count(marker)} times)")
         markup, rendered = rendered.split(marker)
-        ids += [int(t) for t in tokenizer(markup, add_special_tokens=False)["input_ids"]]
-        ids += content_ids(tokenizer, message["content"])
-    return ids + [int(t) for t in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
+        ids += markup_ids(tokenizer, markup) + content_ids(tokenizer, message["content"])
+    return ids + markup_ids(tokenizer, rendered)
 
 
 @dataclass

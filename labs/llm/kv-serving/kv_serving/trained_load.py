@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
         bench.progress(f"trained model, admission {label}: at {highest:g}/s")
         policies.append({"name": name, "label": label, "options": options,
                          **measure(urls[f"trained {name}"], workload(highest))})
-    return {"model_name": MODEL, "prompt_file": str(PROMPTS.relative_to(PROMPTS.parents[3])),
+    return {"model_name": MODEL, "prompt_file": str(PROMPTS.relative_to(PROMPTS.parents[4])),
             "prompts_sha256": digest, "requests": requests, "max_tokens": out, "seed": args.seed + SEED_OFFSET,
             "prompt_tokens": planned["prompt_tokens"], "request_blocks": planned["request_blocks"],
             "sweep_blocks": args.trained_blocks, "admission_blocks": args.trained_admission_blocks,

@@ -207,6 +207,8 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
         server = run["server"]
         figures.add((*path, "peak_kv_bytes"), server["peak_used_blocks"] * block, "peak_used_blocks x block_bytes")
         figures.add((*path, "budget_kv_bytes"), server["budget_blocks"] * block, "budget_blocks x block_bytes")
+        figures.add((*path, "stopped"), sum(r.get("finish_reason") == "stop" for r in run["requests"]),
+                    "its requests that ended at the end of their turn, before max_tokens")
         if path[1] != "serial":
             same = matching_solo(run, trained["serial"])
             figures.add((*path, "matching_solo"), same, "its requests whose tokens equal the one-at-a-time run's")

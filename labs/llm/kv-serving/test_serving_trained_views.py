@@ -1,0 +1,30 @@
+"""The trained run's sentences: each word that depends on the record is chosen by code, and each case is fed."""
+
+from __future__ import annotations
+
+import unittest
+
+from kv_serving_views.trained import matching_sentence, speedup_sentence
+
+
+def trained(speedup: float, compared: int = 12, matching: int = 12) -> dict:
+    return {"speedup_over_serial": speedup, "serial": {"rate": 64.0}, "requests_compared": compared,
+            "requests_matching_solo": matching}
+
+
+class TrainedSentences(unittest.TestCase):
+    def test_the_speedup_is_worded_by_where_it_falls_against_one_at_a_time_and_the_aim(self) -> None:
+        self.assertIn("6.2× the output tokens per second", speedup_sentence(trained(6.2), 4.0))
+        self.assertIn("at least the 4× this page aims for", speedup_sentence(trained(6.2), 4.0))
+        self.assertIn("short of the 4× this page aims for", speedup_sentence(trained(2.5), 4.0))
+        self.assertIn("batching bought nothing", speedup_sentence(trained(0.9), 4.0))
+
+    def test_matching_says_every_request_only_when_all_matched(self) -> None:
+        self.assertTrue(matching_sentence(trained(5.0)).startswith("Every one of the 12 requests"))
+        partial = matching_sentence(trained(5.0, 12, 10))
+        self.assertTrue(partial.startswith("10 of the 12 requests"))
+        self.assertIn("within rounding", partial)
+
+
+if __name__ == "__main__":
+    unittest.main()
