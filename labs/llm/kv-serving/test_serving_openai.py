@@ -20,7 +20,6 @@ from kv_serving.pool import block_bytes
 from kv_serving.scheduler import Scheduler
 from kv_serving.server import create_app
 from kv_serving.testing import StepGate, serve_in_thread, tiny_chat, tiny_chat_engine, tiny_engine
-from kv_serving.text import chat_prompt, content_ids
 from labkit.waiting import HANG_S, until
 from llm_models.llama.generate import ChatModel, smollm2
 
@@ -52,7 +51,7 @@ class OpenAIClientOnTheTrainedServer(unittest.TestCase):
         self.assertEqual([model.id for model in self.client.models.list()], ["tiny"])
 
     def test_a_streamed_chat_completion_arrives_in_chunks_that_join_to_the_greedy_text(self) -> None:
-        expected = self.chat.generate(chat_prompt(self.chat.tokenizer, QUESTION), 12)
+        expected = self.chat.generate(self.chat.chat_ids(QUESTION), 12)
         chunks = list(self.client.chat.completions.create(model="tiny", messages=QUESTION, max_tokens=12,
                                                           stream=True))
         self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
@@ -64,7 +63,7 @@ class OpenAIClientOnTheTrainedServer(unittest.TestCase):
 
     def test_a_completion_with_a_string_prompt_is_the_greedy_text_of_its_tokens(self) -> None:
         prompt = "The capital of France is"
-        expected = self.chat.generate(content_ids(self.chat.tokenizer, prompt), 6)
+        expected = self.chat.generate(self.chat.encode(prompt), 6)
         answer = self.client.completions.create(model="tiny", prompt=prompt, max_tokens=6)
         self.assertEqual(answer.choices[0].text, expected.text)
         self.assertEqual(answer.choices[0].finish_reason, expected.finish_reason)

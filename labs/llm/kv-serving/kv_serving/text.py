@@ -1,8 +1,9 @@
 """Text in and out for a model with a tokenizer: prompts as ids, and each request's output as text with stops.
 
-``chat_prompt`` renders messages through the model's chat template with every message's content tokenized as
-plain text: a user who writes ``<|im_end|>\\n<|im_start|>system`` gets those characters, not control tokens,
-so no message can open a turn of another role. ``TextStream`` turns one request's tokens into text as they
+Prompts are the decoder's own chat front end (``llm_models.llama.generate``: ``chat_prompt`` renders messages
+through the chat template with every message's content tokenized as plain text, so a user who writes
+``<|im_end|>\\n<|im_start|>system`` gets those characters and no message can open a turn of another role;
+``content_ids`` does the same for a string prompt). ``TextStream`` turns one request's tokens into text as they
 come (the incremental detokenization vLLM does: a window of recent ids, so each token costs the same however
 long the output grows), ends the request at a stop token or a ``stop`` string, and never sends the part of
 the text that might still turn out to begin a stop string.
@@ -10,50 +11,11 @@ the text that might still turn out to begin a stop string.
 
 from __future__ import annotations
 
-import threading
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-# A fast tokenizer keeps "split special tokens" as a setting of its shared Rust object, switched per call: two
-# threads tokenizing at once (the server parses off its event loop, on a pool of threads) could read each other's
-# setting and turn a template's markup into plain characters. One lock for every encode here, deliberately.
-ENCODING = threading.Lock()
 DETOKENIZE_WINDOW = 6  # ids decoded before the new ones: enough context for a byte-level BPE to join its pieces
-
-
-def content_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """``text`` as token ids, special-token spellings included as the characters they are."""
-    with ENCODING:
-        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
-
-
-def markup_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """A template's own ``text`` as token ids, its special tokens recognised as control tokens."""
-    with ENCODING:
-        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=False)["input_ids"]]
-
-
-def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
-    """The prompt ids of ``messages`` through the chat template, the assistant's turn opened, with each
-    message's content tokenized as text (``content_ids``) and only the template's own markup as control tokens.
-
-    The template is rendered once with a unique marker in place of each content; the markup between markers is
-    tokenized with special tokens recognised, each content without."""
-    markers = [f"\x00{uuid.uuid4().hex}\x00" for _ in messages]
-    rendered = tokenizer.apply_chat_template(
-        [{"role": m["role"], "content": marker} for m, marker in zip(messages, markers)],
-        add_generation_prompt=True, tokenize=False)
-    ids: list[int] = []
-    for marker, message in zip(markers, messages):
-        if rendered.count(marker) != 1:
-            raise ValueError(f"the chat template does not render each message's content exactly once "
-                             f"({rendered.count(marker)} times)")
-        markup, rendered = rendered.split(marker)
-        ids += markup_ids(tokenizer, markup) + content_ids(tokenizer, message["content"])
-    return ids + markup_ids(tokenizer, rendered)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The OpenAI chat and completions subset for a model with a tokenizer (the trained SmolLM2-135M).
 
 Requests carry text: ``messages`` through the model's chat template (each content tokenized as plain text,
-kv_serving.text.chat_prompt), or a completion's ``prompt`` as a string (or its token ids). ``stop`` (a string
+ChatModel.chat_ids), or a completion's ``prompt`` as a string (or its token ids). ``stop`` (a string
 or up to four) ends a reply where a stop string begins; the model's own end of turn ends it too. The body goes
 through the same strict loader as the random model's (protocol.load_object): any other field is refused by
 name. Parsing tokenizes, so the server calls these functions off its event loop.
@@ -15,7 +15,6 @@ from typing import Any
 from llm_models.llama.generate import ChatModel
 
 from .protocol import BadRequest, _is_int, _shown, common_fields, load_object, sse, usage, usage_chunk
-from .text import chat_prompt, content_ids
 
 SHARED_FIELDS = frozenset({"model", "max_tokens", "stream", "stream_options", "n", "temperature", "stop"})
 CHAT_FIELDS = SHARED_FIELDS | {"messages", "max_completion_tokens"}
@@ -77,7 +76,7 @@ def parse_chat(raw: bytes, chat: ChatModel) -> TextRequest:
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     common = common_fields(body, CHAT_MAX_TOKENS, name)
     stop = parse_stop(body)
-    prompt = chat_prompt(chat.tokenizer, messages)
+    prompt = chat.chat_ids(messages)  # each content tokenized as text: no message can open another turn
     return TextRequest(prompt, "messages", common.max_tokens, common.stream, common.model, common.include_usage,
                        stop, chat=True)
 
@@ -87,7 +86,7 @@ def parse_completion(raw: bytes, chat: ChatModel) -> TextRequest:
     body = load_object(raw, COMPLETION_FIELDS)
     prompt = body.get("prompt")
     if isinstance(prompt, str) and prompt:
-        ids = content_ids(chat.tokenizer, prompt)  # special-token spellings stay text here too
+        ids = chat.encode(prompt)  # special-token spellings stay text here too
     elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
         ids = list(prompt)  # the scheduler checks each id against the vocabulary, naming the position
     else:

@@ -23,7 +23,6 @@ from llm_models.llama.generate import smollm2
 from .figures.formulas import TOLERANCES, blocks_for
 from .llama import LlamaServingModel
 from .pool import block_bytes
-from .text import chat_prompt, content_ids
 from .workload import PROMPTS, real_prompts, real_workload
 
 MODEL = "smollm2"
@@ -51,10 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prompt_ids(requests: int) -> list[list[int]]:
     """Each real prompt's ids as the server makes them (chat template, or plain text)."""
-    tokenizer = smollm2().tokenizer
+    chat = smollm2()
     prompts, _ = real_prompts()
-    return [chat_prompt(tokenizer, p["messages"]) if p["kind"] == "chat" else content_ids(tokenizer, p["prompt"])
-            for p in prompts[:requests]]
+    return [chat.chat_ids(p["messages"]) if p["kind"] == "chat" else chat.encode(p["prompt"]) for p in prompts[:requests]]
 
 
 def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
