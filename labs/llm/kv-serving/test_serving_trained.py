@@ -25,7 +25,7 @@ from kv_serving import server
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
-from kv_serving.testing import QuietLoopTestCase, StepGate, serve_in_loop, tiny_chat, tiny_chat_engine
+from kv_serving.testing import QuietLoopTestCase, StepGate, serve_in_loop, tiny_chat, tiny_chat_engine, unread_stream
 from labkit.waiting import HANG_S, communicate, eventually, read_until_closed, run, until, within
 from llm_models.llama.generate import ChatModel
 
@@ -253,32 +253,10 @@ class TrainedEngineHTTP(QuietLoopTestCase):
         """Finding 3: an unread stream held the model for its whole max_tokens."""
         async with serve_in_loop(tiny_chat_engine(self.chat), max_unread_tokens=4) as (_, app):
             scheduler: Scheduler = app.state.scheduler
-            body = json.dumps(CHAT | {"max_tokens": 200, "stream": True, "stop": ["\x00never"]}).encode()
-            delivered = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await asyncio.Event().wait()  # the client never leaves either
-                return {"type": "http.disconnect"}
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.body" and message.get("body"):
-                    await asyncio.Event().wait()  # the client reads nothing: no write completes
-
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                     "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-                     "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
-                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
-            reply = asyncio.create_task(app(scope, receive, send))
-            try:
+            body = CHAT | {"max_tokens": 200, "stream": True, "stop": ["\x00never"]}
+            async with unread_stream(app, "/v1/chat/completions", body):
                 await eventually(lambda: scheduler.counters.cancelled, "the unread stream to be cancelled")
                 await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks back in the pool")
-            finally:
-                reply.cancel()
-                await asyncio.gather(reply, return_exceptions=True)
         self.assertLess(scheduler.counters.tokens_generated, 200)
 
     async def test_headers_that_never_come_get_408_and_unknown_routes_and_methods_openai_errors(self) -> None:

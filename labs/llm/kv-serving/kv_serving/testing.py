@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import unittest
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -117,6 +119,37 @@ def serve_in_thread(app: ASGIApp, timeout_s: float = HANG_S,
         thread.join(timeout_s)
         if thread.is_alive():
             raise Hung("the server under test to stop", timeout_s)
+
+
+@asynccontextmanager
+async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any]) -> AsyncIterator[asyncio.Task[None]]:
+    """A client that sends ``body`` to ``path`` of ``app`` (called directly, as ASGI) and then takes nothing of the
+    reply and never leaves: every write of a reply's body waits forever, as on a socket whose reader has stopped
+    reading. Yields the request's task; it is cancelled when the block exits."""
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        await asyncio.Event().wait()  # the client never leaves either
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            await asyncio.Event().wait()  # the client reads nothing: no write completes
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json")], "client": (HOST, 1), "server": (HOST, 80),
+             "state": {}}
+    task = asyncio.get_running_loop().create_task(app(scope, receive, send))  # type: ignore[arg-type]
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
