@@ -104,6 +104,8 @@ class Scheduler:
         self.counters = Counters()
         self.closing: str | None = None  # set by fail_all: why new requests are refused
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while nothing is queued or running (every request has had its last event)
+        self._idle.set()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -150,6 +152,7 @@ class Scheduler:
                           max_unread=max_unread, text=text)
         self.counters.submitted += 1
         self.waiting.append(request)
+        self._idle.clear()
         self._wake.set()
         return request
 
@@ -173,6 +176,16 @@ class Scheduler:
         if self._task is None or self._task.done():
             self._fail_running_if_closing()
         self._wake.set()
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait until nothing is queued or running, at most ``timeout_s``; whether that came. After ``fail_all``, it
+        comes once the model call under way returns and its requests have their failure event (a server's shutdown
+        waits for this, so a long prefill does not outlast the time it gives replies to go out)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def _fail_running_if_closing(self) -> None:
         if self.closing is not None:
@@ -346,6 +359,8 @@ class Scheduler:
         request.table = []
         request.status = status
         request.events.put_nowait(event)
+        if not self.running and not self.waiting:
+            self._idle.set()
 
     # ---- observation -------------------------------------------------------------------------------
     def health(self) -> str | None:

@@ -37,6 +37,7 @@ if __name__ == "__main__":  # before the imports below: an interrupt while torch
 import argparse
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -78,6 +79,7 @@ from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completio
 Parsed = CompletionRequest | TextRequest
 
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
+STEP_GRACE_S = 60  # on a signal, how long the model call under way may take to return before the replies go out
 SHUTTING_DOWN = "the server is shutting down"
 MODELS = ("random", "smollm2")
 MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
@@ -89,7 +91,9 @@ class Server(uvicorn.Server):
     Plain uvicorn stops accepting, waits up to its graceful timeout for open streams (which would run on to
     max_tokens), then cancels them mid-reply. Here the scheduler first fails every queued and running request:
     each stream ends with an error event and ``data: [DONE]``, each plain request gets a 503, and the wait ends
-    once those replies are out. Either signal then exits with code 0: the server did what the signal asked.
+    once those replies are out. A running request fails when the model call under way returns (a long prompt's
+    prefill takes seconds): uvicorn's grace for the replies starts after that, not during it (STEP_GRACE_S bounds
+    the call). Either signal then exits with code 0: the server did what the signal asked.
     """
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -105,6 +109,10 @@ class Server(uvicorn.Server):
         scheduler = getattr(getattr(self.config.app, "state", None), "scheduler", None)
         if isinstance(scheduler, Scheduler):
             scheduler.fail_all(SHUTTING_DOWN)
+            deadline = time.monotonic() + STEP_GRACE_S
+            # a second Ctrl-C (force_exit) stops this wait too
+            while not self.force_exit and time.monotonic() < deadline and not await scheduler.settled(0.1):
+                pass
         await super().shutdown(sockets)
         if self.force_exit:  # uvicorn skips the lifespan on a forced exit; stopping the scheduler is quick
             await self.lifespan.shutdown()
