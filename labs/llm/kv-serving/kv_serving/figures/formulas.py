@@ -24,6 +24,10 @@ QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 # batched and alone, a row's matrix products may round once differently, so one such unit is allowed, not more.
 TOLERANCES = {"float32": {"atol": 1e-5, "rtol": 1e-5}, "bfloat16": {"atol": 1e-2, "rtol": 1e-2}}
 DTYPES = tuple(TOLERANCES)
+# The trained SmolLM2-135M's gate: 30 layers of float32 rounding in another accumulation order (a batch of rows
+# against one row) move its logits by a few 1e-5, past the tiny random model's bound; float32 is held to the
+# KV-cache lab's bound for this model (kv_cache.trained: its parity tests against transformers), bfloat16 as above.
+TRAINED_TOLERANCES = {"float32": {"atol": 1e-3, "rtol": 1e-4}, "bfloat16": TOLERANCES["bfloat16"]}
 LATENCIES = ("ttft_s", "e2e_s")  # per completed request in its row; the gaps between tokens are not stored
 
 

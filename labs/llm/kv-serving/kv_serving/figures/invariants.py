@@ -15,6 +15,7 @@ from labkit.figures import JsonPath, refuse, tolerance_bound
 from .formulas import (
     OUTCOMES,
     TOLERANCES,
+    TRAINED_TOLERANCES,
     blocks_for,
     budget_blocks,
     faster_dtype,
@@ -228,7 +229,7 @@ def check_trained(record: dict[str, Any], source: str) -> None:
         refuse(source, ("trained", "serial"), f"ran at {serial['rate']}/s with {serial['server']['peak_running']} "
                f"at once, but the serial run is one at a time at the sweep's highest rate, {highest}")
     gate, tolerance = trained["equivalence"], trained["tolerance"]
-    if gate["within_tolerance"] is not True or tolerance != TOLERANCES[trained["model"]["dtype"]]:
+    if gate["within_tolerance"] is not True or tolerance != TRAINED_TOLERANCES[trained["model"]["dtype"]]:
         refuse(source, ("trained", "equivalence"), "did not hold within the tolerance of the trained model's dtype")
     bound = tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
     for index, tie in enumerate(gate["ties"]):
