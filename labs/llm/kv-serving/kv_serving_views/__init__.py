@@ -16,7 +16,7 @@ from .cancellation import cancellation_detail_view, cancellation_view
 from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
-from .results import answer_cancel_view, answer_fit_view, answer_stall_view, answer_throughput_view, key_results_view
+from .results import answer_cancel_view, answer_fit_view, answer_stall_view, key_results_view
 from .steps import step_view, steps_detail_view
 from .targets import targets_view
 from .trained import trained_view
@@ -44,7 +44,6 @@ VIEWS: dict[str, View] = {
     "prefill-stall": stall_view,
     "answer-fit": answer_fit_view,
     "answer-stall": answer_stall_view,
-    "answer-throughput": answer_throughput_view,
     "answer-cancel": answer_cancel_view,
     "pool": pool_view,
     "model-cost": model_cost_view,
