@@ -20,7 +20,6 @@ from kv_serving.figures.formulas import (
     STALL_EXAMPLE,
     Job,
     best_point,
-    mode,
     model_thread,
     replay,
     token_times,
@@ -198,14 +197,6 @@ class ViewsFromTheRecord(unittest.TestCase):
         self.assertIn("computed for only 10% of the run: overhead-bound", self.render("rates", rederived(record)))
         point["server"].update(decode_seconds=0.95 * point["summary"]["duration_s"])
         self.assertIn("not HTTP, was the limit", self.render("rates", rederived(record)))
-
-    def test_the_cancellation_answer_says_whether_the_run_kept_within_one_row(self) -> None:
-        record = copy.deepcopy(self.record)
-        honoured = mode(record, True)["server"]
-        honoured.update(rows_dropped=honoured["cancelled"], tokens_after_disconnect=0)
-        self.assertIn("within that bound", self.render("answer-cancel", record))
-        honoured.update(rows_dropped=honoured["cancelled"] + 1)
-        self.assertIn("more than that bound allows", self.render("answer-cancel", record))
 
     def test_the_iteration_picture_is_the_replay_and_the_stall_uses_the_records_times(self) -> None:
 

@@ -99,14 +99,3 @@ def answer_stall_view(record: dict[str, Any]) -> Block:
                f"gap was {format_latency(p99)}, longer than a step and a prefill together."
                if p99 > stalled else f" The p99 gap, {format_latency(p99)}, stayed within a step and a prefill."))
     return answer(text)
-
-
-def answer_cancel_view(record: dict[str, Any]) -> Block:
-    h = mode(record, True)["server"]
-    within = h["rows_dropped"] <= h["cancelled"] and h["tokens_after_disconnect"] == 0
-    return answer(f"At most one row: the step already under way when the server notices. The scheduler touches its state "
-            f"only between steps, so the departed request keeps its blocks until that step returns, its token is "
-            f"dropped, and it retires before the next step. In the record, {plural(h['cancelled'], 'cancelled request')} "
-            f"cost {plural(h['rows_dropped'], 'dropped row')} and {plural(h['tokens_after_disconnect'], 'token')} sent "
-            f"to a closed connection, "
-            + ("within that bound." if within else "more than that bound allows: this run contradicts the rule above."))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_hooks.blocks import Block, Chart, Table
+from site_hooks.blocks import Block, Chart, Table, answer
 from site_hooks.formatting import format_bytes, plural
 from site_hooks.timeline_chart import timeline
 
@@ -35,6 +35,21 @@ def matching_sentence(trained: dict[str, Any]) -> str:
             f"wrote alone; the others parted from their solo run at some token. A batch adds its floats in another "
             f"order than a row alone, and where two logits are nearly equal that can change a greedy choice; the "
             f"record keeps both runs' tokens, not the logits at the parting.")
+
+
+def answer_concurrent_view(record: dict[str, Any]) -> Block:
+    """Whether clients asking at once waited for each other, from the highest rate's batch and its solo runs."""
+    trained = record["trained"]
+    top = max(trained["points"], key=lambda p: p["rate"])
+    server = top["server"]
+    together = server["peak_running"] > 1
+    text = ((f"No: at {top['rate']:g} arrivals per second up to {server['peak_running']} requests ran in one decode "
+             f"step, {server['mean_batch']:.1f} on average, each at its own position over its own blocks. "
+             if together else
+             f"On this run they did: at {top['rate']:g} arrivals per second no decode step carried more than one "
+             f"request. ")
+            + f"{top['matching_solo']} of its {top['summary']['requests']} requests wrote the same tokens as alone.")
+    return answer(text)
 
 
 def trained_view(record: dict[str, Any]) -> Block:
