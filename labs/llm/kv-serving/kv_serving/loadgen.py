@@ -131,8 +131,10 @@ async def sample_metrics(client: httpx.AsyncClient, base_url: str, start: float,
 
 
 async def run_load(base_url: str, workload: list[WorkItem], model: str = "kv-serving-random",
-                   metrics_interval_s: float = 0.05, timeout_s: float = 120.0) -> RunResult:
-    """Send every item at its arrival time; bounded by ``timeout_s`` per request."""
+                   metrics_interval_s: float = 0.05, timeout_s: float = 600.0) -> RunResult:
+    """Send every item at its arrival time; bounded by ``timeout_s`` per request, a bound for a hang: a request
+    queued behind a one-at-a-time server hears nothing until its turn (on a machine at load 17, the trained serial
+    run's last request waited past 120 s and was recorded as failed)."""
     limits = httpx.Limits(max_connections=len(workload) + 2, max_keepalive_connections=len(workload) + 2)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         samples: list[dict[str, float]] = []
