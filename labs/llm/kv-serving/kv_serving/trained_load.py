@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
     _, digest = real_prompts()
 
     def workload(rate: float) -> list[Any]:
-        return real_workload(requests, rate, args.seed + SEED_OFFSET, out)
+        return real_workload(requests, rate, args.seed + SEED_OFFSET, out, planned["ids"])
 
     points = []
     for rate in args.trained_rates:

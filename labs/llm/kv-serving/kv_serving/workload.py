@@ -17,7 +17,7 @@ PROMPTS = Path(__file__).resolve().parent / "prompts.json"  # the trained model'
 class WorkItem:
     index: int
     arrival_s: float  # seconds after the run starts
-    prompt: list[int]  # token ids (the random model); empty for a text request
+    prompt: list[int]  # token ids: the random model's, or the ids a text request's prompt is planned to become
     max_tokens: int
     leave_after_tokens: int | None = None  # the client disconnects after this many tokens (None: it stays)
     path: str = "/v1/completions"
@@ -75,18 +75,24 @@ def real_prompts() -> tuple[list[dict[str, Any]], str]:
     return json.loads(data)["prompts"], hashlib.sha256(data).hexdigest()
 
 
-def real_workload(requests: int, rate: float, seed: int, max_tokens: int) -> list[WorkItem]:
+def real_workload(requests: int, rate: float, seed: int, max_tokens: int,
+                  planned_ids: list[list[int]] | None = None) -> list[WorkItem]:
     """The first ``requests`` real prompts in the file's order, arriving as a seeded Poisson process at ``rate``:
-    chat questions to /v1/chat/completions, text continuations to /v1/completions, each up to ``max_tokens``."""
+    chat questions to /v1/chat/completions, text continuations to /v1/completions, each up to ``max_tokens``.
+    ``planned_ids`` (one list per request) are the ids each prompt should become: a request refused or failed
+    before the server reports its usage is then still recorded with its prompt's length, never 0."""
     prompts, _ = real_prompts()
     if not 1 <= requests <= len(prompts) or not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"need 1 to {len(prompts)} requests and a finite rate > 0, got {requests} and {rate}")
+    if planned_ids is not None and len(planned_ids) != requests:
+        raise ValueError(f"planned_ids holds {len(planned_ids)} prompts' ids for {requests} requests")
     rng = random.Random(seed)
     items, clock = [], 0.0
     for index, prompt in enumerate(prompts[:requests]):
         clock += rng.expovariate(rate)
         chat = prompt["kind"] == "chat"
         body = {"messages": prompt["messages"]} if chat else {"prompt": prompt["prompt"]}
-        items.append(WorkItem(index, clock, [], max_tokens, path="/v1/chat/completions" if chat else "/v1/completions",
+        ids = list(planned_ids[index]) if planned_ids is not None else []
+        items.append(WorkItem(index, clock, ids, max_tokens, path="/v1/chat/completions" if chat else "/v1/completions",
                               text_request=body))
     return items
