@@ -65,10 +65,11 @@ bench: venv
 		$(if $(MACHINE),--machine '$(MACHINE)') $(if $(filter 1 yes true,$(QUICK)),--quick) $(LAB)
 
 # The serving lab's HTTP server on 127.0.0.1:$(PORT); Ctrl-C stops it. MODEL=smollm2 serves the trained
-# SmolLM2-135M-Instruct (chat completions, text) instead of the small random model the load experiments use.
+# SmolLM2-135M-Instruct (chat completions, text) instead of the small random model the load experiments use: the
+# same engine (continuous batching over the block pool, admission by KV bytes, cancellation) either way.
 lab-server: venv
 ifeq ($(MODEL),smollm2)
-	$(PY) -m kv_serving.trained --port $(PORT)
+	$(PY) -m kv_serving.server --model smollm2 --port $(PORT)
 else ifeq ($(MODEL),)
 	$(PY) -m kv_serving.server --port $(PORT)
 else

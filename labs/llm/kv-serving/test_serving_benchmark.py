@@ -60,7 +60,9 @@ class QuickRun(QuickBenchmarkRun):
         self.assertEqual([m["honor_disconnect"] for m in record["cancellation"]["modes"]], [True, False])
         self.assertEqual(record["targets"]["blocks_leaked_after_cancellation"], 0)
         self.assertTrue(record["targets"]["bytes_peak_within_budget"])
-        self.assertEqual(len(kv_serving_views.headline(record)), 3)
+        headline = kv_serving_views.headline(record)
+        self.assertEqual(len(headline), 4)  # the trained model's batched over one at a time, then the random model's
+        self.assertEqual(headline[0][1], record["trained"]["speedup_over_serial"])
 
     def test_ignoring_disconnects_decodes_for_departed_clients_and_honouring_them_drops_at_most_a_row_each(self) -> None:
         honoured, ignored = (m["server"] for m in self.record["cancellation"]["modes"])

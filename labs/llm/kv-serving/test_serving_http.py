@@ -23,7 +23,7 @@ from kv_serving.admission import KVBudget
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
-from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine
+from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine, unread_stream
 from labkit.waiting import HANG_S, eventually, run, within
 
 JSON = {"content-type": "application/json"}
@@ -275,32 +275,9 @@ class ServerTest(QuietLoopTestCase):
             self) -> None:
         async with serve_in_loop(tiny_engine(), max_unread_tokens=5) as (url, app):
             scheduler: Scheduler = app.state.scheduler
-            body = json.dumps({"prompt": [1] * 4, "max_tokens": 80, "stream": True}).encode()
-            delivered = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await asyncio.Event().wait()  # the client never leaves either
-                return {"type": "http.disconnect"}
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.body" and message.get("body"):
-                    await asyncio.Event().wait()  # the client reads nothing: no write completes
-
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                     "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
-                     "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
-                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
-            reply = asyncio.create_task(app(scope, receive, send))
-            try:
+            async with unread_stream(app, "/v1/completions", {"prompt": [1] * 4, "max_tokens": 80, "stream": True}):
                 await eventually(lambda: scheduler.counters.cancelled, "the unread stream to be cancelled")
                 await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks to return to the pool")
-            finally:
-                reply.cancel()
-                await asyncio.gather(reply, return_exceptions=True)
             self.assertLess(scheduler.counters.tokens_generated, 80)  # stopped long before its last token
             self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
 

@@ -10,7 +10,7 @@ from kv_serving.figures.formulas import latency_summary
 from kv_serving.launch import free_port
 from kv_serving.loadgen import main, run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
-from kv_serving.workload import WorkloadSpec, make_workload
+from kv_serving.workload import WorkItem, WorkloadSpec, make_workload, real_workload
 from labkit.waiting import HANG_S, eventually
 
 
@@ -40,6 +40,19 @@ class WorkloadTest(unittest.TestCase):
 
 
 class LoadTest(QuietLoopTestCase):
+    async def test_a_text_request_refused_before_any_usage_keeps_its_planned_prompt_length(self) -> None:
+        # The random model's server has no chat endpoint for these messages: the request ends without a usage chunk.
+        planned = [[5, 6, 7], [8, 9]]
+        workload = [WorkItem(**{**vars(item), "arrival_s": 0.0})
+                    for item in real_workload(2, 1.0, 0, 4, planned_ids=planned)]
+        self.assertEqual([item.prompt for item in workload], planned)
+        async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S)
+        self.assertTrue(all(r.outcome != "completed" for r in run.requests), [r.outcome for r in run.requests])
+        self.assertEqual([r.prompt_tokens for r in run.requests], [3, 2])
+        with self.assertRaisesRegex(ValueError, "planned_ids holds 1 prompts' ids for 2 requests"):
+            real_workload(2, 1.0, 0, 4, planned_ids=[[1]])
+
     async def test_every_request_completes_with_its_tokens_and_client_side_latencies(self) -> None:
         workload = make_workload(spec())
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):

@@ -1,4 +1,4 @@
-"""Batched paged decoding gives each request what it would get alone."""
+"""Batched paged decoding gives each request what it would get alone: the random model and the Llama decoder."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import torch
 from kv_cache.equivalence import ATOL, RTOL
 from kv_cache.memory import kv_cache_bytes
 from kv_cache.model import DecoderBlock
+from kv_serving.llama import LlamaServingModel
 from kv_serving.model import ServingModel, greedy_together
 from kv_serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
+from llm_models.llama.tiny import TINY, tiny_pair
 
 
 def prompts(lengths: tuple[int, ...], seed: int = 0) -> list[list[int]]:
@@ -79,6 +81,68 @@ class BatchedDecodeTest(unittest.TestCase):
         pool = poisoned_pool()
         with self.assertRaisesRegex(ValueError, "needs 2 blocks, has 1"):
             self.model.decode(pool, [1], [TINY_BLOCK], [pool.allocate(1)])
+
+
+class FirstRowRotation(LlamaServingModel):
+    """Broken on purpose: every row of a decode step turns by the batch's first row's position (one offset for the
+    whole batch, as a contiguous cache has). Alone, a request cannot tell; batched, every other row can."""
+
+    def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions.dim() == 2:  # a decode step's (B, 1) positions
+            positions = positions[:1].expand_as(positions)
+        return super()._angles(positions)
+
+
+def llama_prompts(lengths: tuple[int, ...], seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, TINY.vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+
+class LlamaBatchedDecodeTest(unittest.TestCase):
+    """The Llama decoder over the block pool (kv_serving.llama), on a tiny seeded Llama: requests at different
+    offsets in one batch get, at every step, the logits of each alone and of the decoder's own full recompute."""
+
+    LENGTHS = (3, 17, 1, 30, 8)  # every row at its own offset, crossing block boundaries at different steps
+    STEPS = 10
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        _, decoder = tiny_pair(seed=5)
+        cls.model = LlamaServingModel(decoder)
+        cls.batch = llama_prompts(cls.LENGTHS, seed=6)
+
+    def pool(self, model: LlamaServingModel) -> LayeredPool:
+        """A pool whose never-written slots hold huge values: any unmasked padding would show in the logits."""
+        config = model.config
+        pool = LayeredPool(config, config.layers, 40, TINY_BLOCK)
+        pool.blocks.keys.fill_(1e4)
+        pool.blocks.values.fill_(-1e4)
+        return pool
+
+    def test_batched_equals_each_alone_and_the_full_recompute_at_every_step(self) -> None:
+        together, together_logits = greedy_together(self.model, self.pool(self.model), self.batch, self.STEPS)
+        for b, prompt in enumerate(self.batch):
+            alone, alone_logits = greedy_together(self.model, self.pool(self.model), [prompt], self.STEPS)
+            self.assertEqual(together[b], alone[0], f"request {b} (prompt {len(prompt)})")
+            for step in range(self.STEPS + 1):
+                with self.subTest(request=b, step=step):
+                    full = self.model.reference_logits(prompt + together[b][:step])  # the decoder's own forward
+                    torch.testing.assert_close(together_logits[b][step], full, atol=ATOL, rtol=RTOL)
+                    torch.testing.assert_close(together_logits[b][step], alone_logits[0][step], atol=ATOL, rtol=RTOL)
+
+    def test_rotating_every_row_at_the_batchs_first_position_is_caught(self) -> None:
+        broken = FirstRowRotation(self.model.decoder)
+        prompt = self.batch[1]
+        _, alone = greedy_together(broken, self.pool(broken), [prompt], self.STEPS)
+        _, correct = greedy_together(self.model, self.pool(self.model), [prompt], self.STEPS)
+        torch.testing.assert_close(alone[0], correct[0], atol=ATOL, rtol=RTOL)  # alone, one offset is no bug
+        forced = greedy_together(self.model, self.pool(self.model), self.batch, self.STEPS)[0]
+        _, batched = greedy_together(broken, self.pool(broken), self.batch, self.STEPS, forced=forced)
+        for b in range(1, len(self.batch)):  # row 0 is the first row: its own position is the one used
+            with self.subTest(request=b):
+                _, own = greedy_together(self.model, self.pool(self.model), [self.batch[b]], self.STEPS,
+                                         forced=[forced[b]])
+                self.assertGreater(float((batched[b][1:] - own[0][1:]).abs().max()), 100 * ATOL)
 
 
 class PoolTest(unittest.TestCase):

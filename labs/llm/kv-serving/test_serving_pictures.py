@@ -164,22 +164,39 @@ class ViewsFromTheRecord(unittest.TestCase):
                       self.render("key-results", rederived(record)))
         scale_times(serial, 0.1)  # serial as fast as the best
         self.assertIn("1.00× the same requests served one at a time (below", self.render("key-results", rederived(record)))
-        for row in record["step_times"]:
-            row["durations_ns"] = [10_000_000] * len(row["durations_ns"])
-        self.assertIn("flat within 10%", self.render("key-results", rederived(record)))
-        for row in record["step_times"]:
-            row["durations_ns"] = [10_000_000 * row["batch"]] * len(row["durations_ns"])
-        self.assertIn("little of it is shared", self.render("key-results", rederived(record)))
-        point = best_point(record)
-        point["server"].update(decode_seconds=0.1 * point["summary"]["duration_s"], prefill_seconds=0.0)
-        self.assertIn("computed for only 10% of the run: overhead-bound", self.render("key-results", rederived(record)))
-        point["server"].update(decode_seconds=0.95 * point["summary"]["duration_s"])
-        self.assertIn("not HTTP, was the limit", self.render("key-results", rederived(record)))
+        trained = record["trained"]
+        highest = max(p["summary"]["throughput_tokens_per_s"] for p in trained["points"])
+        scale_times(trained["serial"], 10 * trained["serial"]["summary"]["throughput_tokens_per_s"] / highest)
+        html = self.render("key-results", rederived(record))
+        self.assertIn("10.00× the output tokens per second it wrote admitting one request at a time", html)
+        self.assertIn("(at or above the 4× this page aims for)", html)
+        scale_times(trained["serial"], 0.2)  # one at a time at half the batched rate
+        self.assertIn("2.00× the output tokens per second it wrote admitting one request at a time, at",
+                      self.render("key-results", rederived(record)))
+        self.assertIn("(below the 4× this page aims for)", self.render("key-results", rederived(record)))
         average = next(p for p in record["admission"]["policies"] if p["name"] == "count_average")
         average["server"]["failed_for_memory"] = 0
-        self.assertIn("happened to fail nobody", self.render("key-results", record))
+        self.assertIn("happened to fail nobody", self.render("key-results", rederived(record)))
         average["server"]["failed_for_memory"] = 3
-        self.assertIn("let 3 requests fail for memory", self.render("key-results", record))
+        self.assertIn("let 3 requests fail for memory", self.render("key-results", rederived(record)))
+        by_bytes = next(p for p in record["admission"]["policies"] if p["name"] == "kv_budget_bytes")["server"]
+        self.assertIn(", within its budget (peak", self.render("key-results", rederived(record)))
+        by_bytes["peak_used_blocks"] = by_bytes["budget_blocks"] + 1
+        self.assertIn(", above its budget (peak", self.render("key-results", rederived(record)))
+
+    def test_the_step_and_rate_sections_word_what_limited_them_from_the_record(self) -> None:
+        record = copy.deepcopy(self.record)
+        for row in record["step_times"]:
+            row["durations_ns"] = [10_000_000] * len(row["durations_ns"])
+        self.assertIn("flat within 10%", self.render("steps", rederived(record)))
+        for row in record["step_times"]:
+            row["durations_ns"] = [10_000_000 * row["batch"]] * len(row["durations_ns"])
+        self.assertIn("little of it is shared", self.render("steps", rederived(record)))
+        point = best_point(record)
+        point["server"].update(decode_seconds=0.1 * point["summary"]["duration_s"], prefill_seconds=0.0)
+        self.assertIn("computed for only 10% of the run: overhead-bound", self.render("rates", rederived(record)))
+        point["server"].update(decode_seconds=0.95 * point["summary"]["duration_s"])
+        self.assertIn("not HTTP, was the limit", self.render("rates", rederived(record)))
 
     def test_the_iteration_picture_is_the_replay_and_the_stall_uses_the_records_times(self) -> None:
 

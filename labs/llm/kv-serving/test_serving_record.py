@@ -50,7 +50,9 @@ class CommittedRecordTest(unittest.TestCase):
         figures.check_invariants(self.record, SOURCE)
         check(self.record, figures.derive(self.record), SOURCE)
         runs = len(self.record["admission"]["policies"]) + len(self.record["cancellation"]["modes"]) \
-            + len(self.record["rates"]["points"]) + 1  # the serial run
+            + len(self.record["rates"]["points"]) + 1 \
+            + len(self.record["trained"]["points"]) + 1 + len(self.record["trained"]["admission"]["policies"])
+        # each model's serial run is the + 1
         summaries = {path[:-1] for path in self.derived if "summary" in path and path[-1] == "completed"}
         self.assertEqual(len(summaries), runs)  # every run's summary is derived, not only some
 

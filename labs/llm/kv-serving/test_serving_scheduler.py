@@ -10,7 +10,7 @@ from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.request import Failed, Finished, Request, Status, Token
 from kv_serving.scheduler import Counters, RequestRefused, Scheduler
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
-from labkit.waiting import bounded, eventually, within
+from labkit.waiting import HANG_S, bounded, eventually, within
 
 
 async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
@@ -213,9 +213,12 @@ class SchedulerTest(QuietLoopTestCase):
             scheduler.fail_all("the server is shutting down")
             _, waiting_end = await within(drain(waiting), "the waiting request to fail")
             held = (running.done, scheduler.pool.num_used_blocks)  # the held step still writes into its blocks
+            settled_while_held = await scheduler.settled(0.05)  # a bound: the step is held until the gate opens
             gate.open()
+            settled = await scheduler.settled(HANG_S)
             _, running_end = await within(drain(running), "the running request to fail after its step")
         self.assertEqual(held, (False, 10))
+        self.assertEqual((settled_while_held, settled), (False, True))
         self.assertEqual(waiting_end, Failed("the server is shutting down", 503, "server_shutting_down"))
         self.assertEqual(running_end, waiting_end)
         with self.assertRaises(RequestRefused) as refused:

@@ -67,10 +67,16 @@ class KVBudget:
 
     def block_bytes(self, pool: LayeredPool) -> int:
         """What one block costs the budget: the pool's bytes, or the cache format's for the same positions."""
-        if self.cache_format is None:
-            return pool.block_bytes
         config = pool.config
-        return format_block_bytes(self.cache_format, pool.layers, pool.block_size, config.kv_heads, config.head_dim)
+        return self.priced_block_bytes(pool.block_bytes, pool.layers, pool.block_size, config.kv_heads,
+                                       config.head_dim)
+
+    def priced_block_bytes(self, pool_block_bytes: int, layers: int, block_size: int, kv_heads: int,
+                           head_dim: int) -> int:
+        """``block_bytes`` before a pool exists: the pool's block, or the format's for the same positions."""
+        if self.cache_format is None:
+            return pool_block_bytes
+        return format_block_bytes(self.cache_format, layers, block_size, kv_heads, head_dim)
 
     def budget_blocks(self, pool: LayeredPool) -> int:
         size = self.block_bytes(pool)

@@ -4,8 +4,8 @@ A connection that sends nothing, or its headers a byte at a time, gets a 408 and
 protocol class uvicorn runs): the first request's headers must be in within the timeout of the connection's accept,
 a later request's within the timeout of its first byte (uvicorn's keep-alive timeout closes a connection idle
 between requests). A body larger than the server reads is refused with a 413 before or while it arrives, and one
-that does not arrive within the timeout with a 408 (``read_body``). Both servers, the load experiments'
-(kv_serving.server) and the trained model's (kv_serving.trained), run uvicorn with ``bounded_config``.
+that does not arrive within the timeout with a 408 (``read_body``). The lab's server (kv_serving.server, for
+either model) runs uvicorn with ``bounded_config``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""What a server instance serves: the model, its block pool and the admission policy, from one config."""
+"""What a server instance serves: the model, its block pool and the admission policy, from one config.
+
+One engine for either model: the small random one the load experiments sweep (``kv_serving.model``, token ids
+in and out), or a decoder with a tokenizer, the trained SmolLM2-135M (``chat``: ``kv_serving.llama`` over the
+shared Llama decoder, text in and out). The scheduler, the pool and the admission policies are the same.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from kv_cache.config import ModelConfig
+from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.llama.generate import ChatModel
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .figures.formulas import DTYPES
+from .llama import LlamaServingModel
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .scheduler import Scheduler
@@ -32,7 +40,7 @@ def serving_model(dtype: str) -> ModelConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    model: ModelConfig = SERVING_MODEL
+    model: ModelConfig | LlamaDecoderConfig = SERVING_MODEL
     layers: int = SERVING_LAYERS
     block_size: int = 16
     num_blocks: int = 256
@@ -42,10 +50,23 @@ class EngineConfig:
     honor_disconnect: bool = True
     model_name: str = "kv-serving-random"
     threads: int = 1  # torch intra-op threads of the decode worker
+    chat: ChatModel | None = None  # a decoder with its tokenizer (EngineConfig.for_chat); None: the random model
+
+    @classmethod
+    def for_chat(cls, chat: ChatModel, block_size: int, num_blocks: int, policy: AdmissionPolicy,
+                 **options: object) -> EngineConfig:
+        """The engine serving ``chat``'s decoder: its config, its layers, its name."""
+        config = chat.model.config
+        return cls(model=config, layers=config.layers, block_size=block_size, num_blocks=num_blocks, policy=policy,
+                   model_name=chat.name, chat=chat, **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        if self.chat is not None and (self.model is not self.chat.model.config or self.layers != self.model.layers):
+            raise ValueError("a chat model's engine takes its config and layers from the decoder "
+                             "(EngineConfig.for_chat)")
         if isinstance(self.policy, KVBudget):
-            size = block_bytes(self.model, self.layers, self.block_size)
+            size = self.policy.priced_block_bytes(block_bytes(self.model, self.layers, self.block_size), self.layers,
+                                                  self.block_size, self.model.kv_heads, self.model.head_dim)
             blocks = self.policy.kv_budget_bytes // size
             if not 1 <= blocks <= self.num_blocks:
                 raise ValueError(f"kv_budget_bytes={self.policy.kv_budget_bytes} is {blocks} blocks of {size} "
@@ -59,8 +80,12 @@ class EngineConfig:
         """A fresh model, pool and scheduler (not started)."""
         torch.set_num_threads(self.threads)
         pool = LayeredPool(self.model, self.layers, self.num_blocks, self.block_size)
-        return Scheduler(ServingModel(self.model, self.layers), pool, self.policy, self.max_waiting,
-                         self.honor_disconnect)
+        if self.chat is None:
+            assert isinstance(self.model, ModelConfig)
+            model: ServingModel | LlamaServingModel = ServingModel(self.model, self.layers)
+        else:
+            model = LlamaServingModel(self.chat.model)
+        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect)
 
     def as_record(self) -> dict[str, object]:
         return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,

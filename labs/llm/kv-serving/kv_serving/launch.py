@@ -38,7 +38,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def server_processes(argument_lists: list[list[str]], startup_timeout_s: float = 300.0,
+def server_processes(argument_lists: list[list[str]], startup_timeout_s: float = 900.0,
                      stop_timeout_s: float = 60.0) -> Iterator[list[str]]:
     """Run ``python -m kv_serving.server --port 0 *arguments`` for each list; yield their base URLs.
 

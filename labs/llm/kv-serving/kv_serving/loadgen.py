@@ -38,6 +38,8 @@ class RequestResult:
     itl_s: list[float] = field(default_factory=list)  # gaps between consecutive tokens
     e2e_s: float | None = None
     error: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -60,9 +62,13 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
     sent = time.perf_counter()
     result.sent_s = sent - start
     last = sent
-    body = {"model": model, "prompt": item.prompt, "max_tokens": item.max_tokens, "stream": True}
+    if item.text_request is None:
+        body = {"model": model, "prompt": item.prompt, "max_tokens": item.max_tokens, "stream": True}
+    else:  # a text model: its usage says how many tokens the prompt became
+        body = {"model": model, **item.text_request, "max_tokens": item.max_tokens, "stream": True,
+                "stream_options": {"include_usage": True}}
     try:
-        async with client.stream("POST", f"{base_url}/v1/completions", json=body) as response:
+        async with client.stream("POST", f"{base_url}{item.path}", json=body) as response:
             result.status = response.status_code
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")
@@ -81,9 +87,13 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
                 if "error" in event:
                     result.outcome, result.error = "failed", str(event["error"].get("message"))[:300]
                     continue
-                if not event.get("choices"):
-                    continue  # OpenAI's usage-only last chunk (stream_options.include_usage) carries no token
+                if not event.get("choices"):  # OpenAI's usage-only last chunk (stream_options.include_usage)
+                    if event.get("usage"):
+                        result.prompt_tokens = event["usage"]["prompt_tokens"]
+                    continue
                 choice = event["choices"][0]
+                result.finish_reason = choice.get("finish_reason") or result.finish_reason
+                result.token_ids += choice.get("token_ids", [])
                 count = len(choice["token_ids"]) if "token_ids" in choice else int(bool(choice.get("text")))
                 if count == 0:
                     continue
@@ -121,8 +131,10 @@ async def sample_metrics(client: httpx.AsyncClient, base_url: str, start: float,
 
 
 async def run_load(base_url: str, workload: list[WorkItem], model: str = "kv-serving-random",
-                   metrics_interval_s: float = 0.05, timeout_s: float = 120.0) -> RunResult:
-    """Send every item at its arrival time; bounded by ``timeout_s`` per request."""
+                   metrics_interval_s: float = 0.05, timeout_s: float = 600.0) -> RunResult:
+    """Send every item at its arrival time; bounded by ``timeout_s`` per request, a bound for a hang: a request
+    queued behind a one-at-a-time server hears nothing until its turn (on a machine at load 17, the trained serial
+    run's last request waited past 120 s and was recorded as failed)."""
     limits = httpx.Limits(max_connections=len(workload) + 2, max_keepalive_connections=len(workload) + 2)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         samples: list[dict[str, float]] = []

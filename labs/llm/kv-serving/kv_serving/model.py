@@ -74,18 +74,11 @@ class ServingModel:
     def prefill(self, pool: LayeredPool, ids: list[int], table: list[int]) -> Tensor:
         """Write the prompt's keys and values into ``table``'s blocks; last-position logits (vocab,)."""
         self.check_ids(ids)
-        length = len(ids)
-        if blocks_for(length, pool.block_size) > len(table):
-            raise ValueError(f"a prompt of {length} positions needs {blocks_for(length, pool.block_size)} "
-                             f"blocks of {pool.block_size}, the table has {len(table)}")
-        positions = torch.arange(length)
-        blocks = torch.tensor(table)[positions // pool.block_size]
-        slots = positions % pool.block_size
-        x = self._embed(torch.tensor([ids]), positions)  # (1, T, C)
+        slots = PromptSlots(pool, len(ids), table)
+        x = self._embed(torch.tensor([ids]), slots.positions)  # (1, T, C)
         for layer, block in enumerate(self.blocks):
             q, k, v = self._project(block, x)
-            pool.layer_keys(layer)[blocks, :, slots] = k[0].transpose(0, 1)  # (T, Hkv, D) into their slots
-            pool.layer_values(layer)[blocks, :, slots] = v[0].transpose(0, 1)
+            slots.write(layer, k, v)
             # a fresh request attends over its own new keys: nothing to gather yet
             x = self._finish(block, x, causal_attention(q, k, v, 0))
         return self._head(x)[0, -1]
@@ -95,37 +88,69 @@ class ServingModel:
     def decode(self, pool: LayeredPool, tokens: list[int], positions: list[int],
                tables: list[list[int]]) -> Tensor:
         """One step for B requests: token b sits at position b, keys in tables[b]; logits (B, vocab)."""
+        self.check_ids(tokens)
+        rows = PagedRows(pool, tokens, positions, tables)  # each row's write slot, its blocks and its mask
+        x = self._embed(torch.tensor(tokens)[:, None], rows.position[:, None])  # (B, 1, C)
+        for layer, block in enumerate(self.blocks):
+            q, k, v = self._project(block, x)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
+            x = self._finish(block, x, rows.attend(layer, q, k, v))
+        return self._head(x)[:, -1]
+    # --8<-- [end:decode]
+
+
+class PromptSlots:
+    """Where a new request's prompt positions 0 .. T-1 live in its blocks: ``write`` stores a layer's keys and
+    values there (both models' prefill)."""
+
+    def __init__(self, pool: LayeredPool, length: int, table: list[int]) -> None:
+        if blocks_for(length, pool.block_size) > len(table):
+            raise ValueError(f"a prompt of {length} positions needs {blocks_for(length, pool.block_size)} "
+                             f"blocks of {pool.block_size}, the table has {len(table)}")
+        self.pool = pool
+        self.positions = torch.arange(length)  # (T,)
+        self.blocks = torch.tensor(table)[self.positions // pool.block_size]  # (T,)
+        self.slots = self.positions % pool.block_size
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> None:
+        """k and v (1, Hkv, T, D) into their slots."""
+        self.pool.layer_keys(layer)[self.blocks, :, self.slots] = k[0].transpose(0, 1)  # (T, Hkv, D)
+        self.pool.layer_values(layer)[self.blocks, :, self.slots] = v[0].transpose(0, 1)
+
+
+class PagedRows:
+    """One decode step's bookkeeping for B requests at their own positions (both models' decode): each row's
+    new key and value go into its own slot, and its query attends over its own blocks only, gathered through
+    its block table, padded to the longest and masked so no request sees another's padding."""
+
+    def __init__(self, pool: LayeredPool, tokens: list[int], positions: list[int], tables: list[list[int]]) -> None:
         if not len(tokens) == len(positions) == len(tables) > 0:
             raise ValueError(f"need one token, position and table per request, got "
                              f"{len(tokens)}, {len(positions)} and {len(tables)}")
-        self.check_ids(tokens)
         size = pool.block_size
-        position = torch.tensor(positions)  # (B,)
         needed = [blocks_for(p + 1, size) for p in positions]  # blocks that hold positions 0..p
         for b, (count, table) in enumerate(zip(needed, tables)):
             if count > len(table):
                 raise ValueError(f"request {b} at position {positions[b]} needs {count} blocks, has {len(table)}")
-        width = max(needed)
+        self.pool, self.batch, self.width = pool, len(tokens), max(needed)
+        self.position = torch.tensor(positions)  # (B,)
         # (B, width): each request's block table, padded with its own first block; the mask hides padding
-        index = torch.tensor([table[:count] + [table[0]] * (width - count) for table, count in zip(tables, needed)])
-        write_block = index[torch.arange(len(tokens)), position // size]  # (B,)
-        write_slot = position % size
-        visible = torch.arange(width * size)[None, :] <= position[:, None]  # (B, K): keys 0..p of each row
-        x = self._embed(torch.tensor(tokens)[:, None], position[:, None])  # (B, 1, C)
-        batch, kv_heads, dim = len(tokens), self.config.kv_heads, self.config.head_dim
-        for layer, block in enumerate(self.blocks):
-            q, k, v = self._project(block, x)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
-            keys, values = pool.layer_keys(layer), pool.layer_values(layer)
-            keys[write_block, :, write_slot] = k[:, :, 0]  # (B, Hkv, D): each row into its own slot
-            values[write_block, :, write_slot] = v[:, :, 0]
+        self.index = torch.tensor([table[:count] + [table[0]] * (self.width - count)
+                                   for table, count in zip(tables, needed)])
+        self.write_block = self.index[torch.arange(self.batch), self.position // size]  # (B,)
+        self.write_slot = self.position % size
+        self.visible = torch.arange(self.width * size)[None, :] <= self.position[:, None]  # (B, K): keys 0..p
 
-            def gather(storage: Tensor) -> Tensor:  # (B, width, Hkv, S, D) -> (B, Hkv, width x S, D)
-                return storage[index].transpose(1, 2).reshape(batch, kv_heads, width * size, dim)
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Store k and v (B, Hkv, 1, D) in each row's slot, then q (B, H, 1, D) over each row's keys."""
+        keys, values = self.pool.layer_keys(layer), self.pool.layer_values(layer)
+        keys[self.write_block, :, self.write_slot] = k[:, :, 0]  # (B, Hkv, D): each row into its own slot
+        values[self.write_block, :, self.write_slot] = v[:, :, 0]
+        _, kv_heads, size, dim = keys.shape
 
-            attended = one_query_attention(q, gather(keys), gather(values), visible)
-            x = self._finish(block, x, attended)
-        return self._head(x)[:, -1]
-    # --8<-- [end:decode]
+        def gather(storage: Tensor) -> Tensor:  # (B, width, Hkv, S, D) -> (B, Hkv, width x S, D)
+            return storage[self.index].transpose(1, 2).reshape(self.batch, kv_heads, self.width * size, dim)
+
+        return one_query_attention(q, gather(keys), gather(values), self.visible)  # (B, H, 1, D)
 
 
 def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,

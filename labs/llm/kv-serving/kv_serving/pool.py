@@ -10,23 +10,35 @@ cache formula summed over layers. ``layer_keys(l)`` is a view of layer
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import torch
 from torch import Tensor
 
-from kv_cache.config import ModelConfig
 from kv_storage.paged import BlockPool, PoolExhausted
 
 from .figures import formulas
 
 
-def block_bytes(config: ModelConfig, layers: int, block_size: int) -> int:
+class CacheShape(Protocol):
+    """What the pool needs of a model's config: the random model's ``kv_cache.config.ModelConfig`` and the
+    trained model's ``llm_models.llama.config.LlamaDecoderConfig`` both have it."""
+
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+
+def block_bytes(config: CacheShape, layers: int, block_size: int) -> int:
     """Keys and values of one block in every layer, from the first lab's formula (batch 1)."""
-    return formulas.block_bytes(layers, block_size, config.kv_heads, config.head_dim, config.bytes_per_element)
+    element = torch.empty((), dtype=config.dtype).element_size()
+    return formulas.block_bytes(layers, block_size, config.kv_heads, config.head_dim, element)
 
 
 class LayeredPool:
     """``num_blocks`` blocks of ``block_size`` positions, each holding keys and values for all layers."""
 
-    def __init__(self, config: ModelConfig, layers: int, num_blocks: int, block_size: int) -> None:
+    def __init__(self, config: CacheShape, layers: int, num_blocks: int, block_size: int) -> None:
         if layers < 1:
             raise ValueError(f"layers must be at least 1, got {layers}")
         self.config, self.layers = config, layers

@@ -99,10 +99,10 @@ def _lone_surrogate(value: object, where: str) -> str | None:
     return None
 
 
-def parse_body(raw: bytes) -> CompletionRequest:
-    """Decode and check one request body; BadRequest says what was wrong, with the values involved. The
-    body must be UTF-8 without a byte order mark (RFC 8259), every key once per object, every string
-    valid Unicode text."""
+def load_object(raw: bytes, accepted: frozenset[str]) -> dict[str, Any]:
+    """Decode one request body into its JSON object; BadRequest says what was wrong. The body must be UTF-8
+    without a byte order mark (RFC 8259), every key once per object, every string valid Unicode text, every
+    field one of ``accepted`` (anything else is refused by name, never ignored)."""
     if raw.startswith(codecs.BOM_UTF8):
         raise BadRequest("the request body starts with a UTF-8 byte order mark; a JSON body is UTF-8 without one "
                          "(RFC 8259)", "invalid_json")
@@ -125,24 +125,29 @@ def parse_body(raw: bytes) -> CompletionRequest:
     if unencodable:
         field = unencodable.split(".")[0].split("[")[0]
         raise BadRequest(f"{unencodable} holds a lone surrogate (a \\ud800-\\udfff escape not in a pair), which is "
-                         f"not Unicode text", "invalid_string", field if field in ACCEPTED_FIELDS else None)
-    unsupported = sorted(set(body) - ACCEPTED_FIELDS)
+                         f"not Unicode text", "invalid_string", field if field in accepted else None)
+    unsupported = sorted(set(body) - accepted)
     if unsupported:
         raise BadRequest(f"unsupported field(s) {', '.join(unsupported)}; this server accepts "
-                         f"{', '.join(sorted(ACCEPTED_FIELDS))}", "unsupported_field", unsupported[0])
-    if "prompt" not in body:
-        raise BadRequest("missing field prompt: a list of integer token ids", param="prompt")
-    prompt = body["prompt"]
-    if not isinstance(prompt, list) or not prompt:
-        raise BadRequest(f"prompt must be a non-empty list of integer token ids, got {_shown(prompt)}",
-                         param="prompt")
-    for position, token in enumerate(prompt):
-        if not _is_int(token):
-            raise BadRequest(f"prompt[{position}] must be an integer token id, got {_shown(token)}",
-                             param="prompt")
-    max_tokens = body.get("max_tokens", 16)  # OpenAI's default for completions
+                         f"{', '.join(sorted(accepted))}", "unsupported_field", unsupported[0])
+    return body
+
+
+@dataclass(frozen=True)
+class Common:
+    """The fields every request shares, checked."""
+
+    max_tokens: int
+    stream: bool
+    model: str | None
+    include_usage: bool
+
+
+def common_fields(body: dict[str, Any], max_tokens_default: int, max_tokens_name: str = "max_tokens") -> Common:
+    """max_tokens (under ``max_tokens_name``), stream, stream_options, model; n and temperature only as greedy."""
+    max_tokens = body.get(max_tokens_name, max_tokens_default)
     if not _is_int(max_tokens) or max_tokens < 1:
-        raise BadRequest(f"max_tokens must be an integer >= 1, got {_shown(max_tokens)}", param="max_tokens")
+        raise BadRequest(f"{max_tokens_name} must be an integer >= 1, got {_shown(max_tokens)}", param=max_tokens_name)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest(f"stream must be true or false, got {_shown(stream)}", param="stream")
@@ -156,7 +161,25 @@ def parse_body(raw: bytes) -> CompletionRequest:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature != 0:
         raise BadRequest(f"temperature must be 0 (this server decodes greedily), got {_shown(temperature)}",
                          param="temperature")
-    return CompletionRequest(prompt, max_tokens, stream, model, _include_usage(body, stream))
+    return Common(max_tokens, stream, model, _include_usage(body, stream))
+
+
+def parse_body(raw: bytes) -> CompletionRequest:
+    """A completion of token ids (the random model, which has no tokenizer); BadRequest says what was wrong,
+    with the values involved."""
+    body = load_object(raw, ACCEPTED_FIELDS)
+    if "prompt" not in body:
+        raise BadRequest("missing field prompt: a list of integer token ids", param="prompt")
+    prompt = body["prompt"]
+    if not isinstance(prompt, list) or not prompt:
+        raise BadRequest(f"prompt must be a non-empty list of integer token ids, got {_shown(prompt)}",
+                         param="prompt")
+    for position, token in enumerate(prompt):
+        if not _is_int(token):
+            raise BadRequest(f"prompt[{position}] must be an integer token id, got {_shown(token)}",
+                             param="prompt")
+    common = common_fields(body, 16)  # OpenAI's default for completions
+    return CompletionRequest(prompt, common.max_tokens, common.stream, common.model, common.include_usage)
 
 
 def _include_usage(body: dict[str, Any], stream: bool) -> bool:
@@ -212,7 +235,33 @@ def chunk(request_id: str, created: int, model: str, token_ids: list[int], finis
     return sse(body)
 
 
-def usage_chunk(request_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int) -> str:
+def usage_chunk(request_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int,
+                kind: str = "text_completion") -> str:
     """The last chunk before ``[DONE]`` under ``stream_options.include_usage``: no choices, the whole usage."""
-    return sse({"id": request_id, "object": "text_completion", "created": created, "model": model,
+    return sse({"id": request_id, "object": kind, "created": created, "model": model,
                 "choices": [], "usage": usage(prompt_tokens, completion_tokens)})
+
+
+@dataclass(frozen=True)
+class TokenReplies:
+    """The random model's replies: every choice spells its token ids (no tokenizer)."""
+
+    request_id: str
+    created: int
+    model: str
+    include_usage: bool
+
+    def opening(self) -> list[str]:
+        return []
+
+    def token(self, token_id: int, text: str | None) -> str:
+        return chunk(self.request_id, self.created, self.model, [token_id], None, self.include_usage)
+
+    def finish(self, reason: str) -> str:
+        return chunk(self.request_id, self.created, self.model, [], reason, self.include_usage)
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
+        return usage_chunk(self.request_id, self.created, self.model, prompt_tokens, completion_tokens)
+
+    def body(self, token_ids: list[int], text: str | None, prompt_tokens: int, reason: str) -> dict[str, Any]:
+        return completion_body(self.request_id, self.created, self.model, token_ids, prompt_tokens, reason)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .admission import kv_positions
+from .text import TextStream
 
 
 class Status(Enum):
@@ -21,11 +22,12 @@ class Status(Enum):
 @dataclass(frozen=True)
 class Token:
     token_id: int
+    text: str | None = None  # what this token adds to the request's text (None: a model without a tokenizer)
 
 
 @dataclass(frozen=True)
 class Finished:
-    reason: str  # "length": every request runs to max_tokens (random weights have no end-of-text token)
+    reason: str  # "length": max_tokens reached; "stop": a stop token or stop string ended it (a tokenizer's model)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Request:
     decode_steps_after_gone: int = 0
     max_unread: int | None = None  # tokens its stream may leave untaken before it counts as departed (None: no bound)
     gone_reason: str = "the client disconnected"
+    text: TextStream | None = None  # the output as text, with its stops (None: token ids only)
 
     @property
     def kv_positions(self) -> int:

@@ -42,9 +42,11 @@ from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
 from .figures.formulas import blocks_for
+from .llama import LlamaServingModel
 from .model import ServingModel
 from .pool import LayeredPool
 from .request import Failed, Finished, Request, Status, Token
+from .text import TextStream
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,7 +92,7 @@ class Counters:
 
 
 class Scheduler:
-    def __init__(self, model: ServingModel, pool: LayeredPool, policy: AdmissionPolicy,
+    def __init__(self, model: ServingModel | LlamaServingModel, pool: LayeredPool, policy: AdmissionPolicy,
                  max_waiting: int = 256, honor_disconnect: bool = True) -> None:
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
@@ -102,13 +104,18 @@ class Scheduler:
         self.counters = Counters()
         self.closing: str | None = None  # set by fail_all: why new requests are refused
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while nothing is queued or running (every request has had its last event)
+        self._idle.set()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
 
     # ---- requests in -------------------------------------------------------------------------------
-    def submit(self, prompt: list[int], max_tokens: int, max_unread: int | None = None) -> Request:
+    def submit(self, prompt: list[int], max_tokens: int, max_unread: int | None = None,
+               text: TextStream | None = None, prompt_field: str = "prompt") -> Request:
         """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full). With
-        ``max_unread``, a request whose client leaves more than that many tokens untaken counts as departed."""
+        ``max_unread``, a request whose client leaves more than that many tokens untaken counts as departed; with
+        ``text``, its tokens stream as text and its stops end it. ``prompt_field`` is the request field a refusal
+        of the prompt names (``messages`` for a chat)."""
         config, size = self.model.config, self.pool.block_size
         if self.closing is not None:
             raise RequestRefused(self.closing, 503, "server_shutting_down")
@@ -117,6 +124,10 @@ class Scheduler:
         if not prompt or max_tokens < 1:
             raise RequestRefused(f"need a non-empty prompt and max_tokens >= 1, got {len(prompt)} prompt "
                                  f"tokens and max_tokens={max_tokens}", 400, "invalid_request")
+        if len(prompt) >= config.max_positions:
+            raise RequestRefused(f"the prompt is {len(prompt)} tokens; the model has {config.max_positions} "
+                                 f"positions, so a prompt may hold at most {config.max_positions - 1}",
+                                 400, "context_length_exceeded", prompt_field)
         if len(prompt) + max_tokens > config.max_positions:
             raise RequestRefused(f"{len(prompt)} prompt tokens + max_tokens {max_tokens} = "
                                  f"{len(prompt) + max_tokens} positions, beyond the model's "
@@ -124,7 +135,7 @@ class Scheduler:
         outside = next((i for i, token in enumerate(prompt) if not 0 <= token < config.vocab_size), None)
         if outside is not None:
             raise RequestRefused(f"prompt[{outside}] = {prompt[outside]} is not a token id: ids must lie in "
-                                 f"[0, {config.vocab_size})", 400, "invalid_token", "prompt")
+                                 f"[0, {config.vocab_size})", 400, "invalid_token", prompt_field)
         needed = blocks_for(kv_positions(len(prompt), max_tokens), size)
         if needed > self.budget_blocks:
             self.counters.refused_too_large += 1
@@ -138,9 +149,10 @@ class Scheduler:
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
         request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
-                          max_unread=max_unread)
+                          max_unread=max_unread, text=text)
         self.counters.submitted += 1
         self.waiting.append(request)
+        self._idle.clear()
         self._wake.set()
         return request
 
@@ -164,6 +176,16 @@ class Scheduler:
         if self._task is None or self._task.done():
             self._fail_running_if_closing()
         self._wake.set()
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait until nothing is queued or running, at most ``timeout_s``; whether that came. After ``fail_all``, it
+        comes once the model call under way returns and its requests have their failure event (a server's shutdown
+        waits for this, so a long prefill does not outlast the time it gives replies to go out)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def _fail_running_if_closing(self) -> None:
         if self.closing is not None:
@@ -304,10 +326,16 @@ class Scheduler:
         self.counters.tokens_generated += 1
         if request.client_gone:
             self.counters.tokens_after_disconnect += 1
-        request.events.put_nowait(Token(token))
-        if len(request.output) == request.max_tokens:
+        last = len(request.output) == request.max_tokens
+        if request.text is None:
+            piece, stopped = None, False
+        else:  # a stop token or string ends it now, and its blocks go back in this iteration
+            piece, stopped = request.text.push(token)
+            piece += request.text.flush() if last and not stopped else ""
+        request.events.put_nowait(Token(token, piece))
+        if stopped or last:
             self.counters.completed += 1
-            self._retire(request, Status.FINISHED, Finished("length"))
+            self._retire(request, Status.FINISHED, Finished("stop" if stopped else "length"))
         elif request.max_unread is not None and request.events.qsize() > request.max_unread:
             # its client takes nothing (beyond what the socket buffers held): holding its blocks to the
             # last token would let one idle reader keep memory others could use
@@ -331,6 +359,8 @@ class Scheduler:
         request.table = []
         request.status = status
         request.events.put_nowait(event)
+        if not self.running and not self.waiting:
+            self._idle.set()
 
     # ---- observation -------------------------------------------------------------------------------
     def health(self) -> str | None:

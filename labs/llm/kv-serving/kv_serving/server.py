@@ -37,10 +37,12 @@ if __name__ == "__main__":  # before the imports below: an interrupt while torch
 import argparse
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 
+import torch
 import uvicorn
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
@@ -49,27 +51,37 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
+from kv_cache.config import ModelConfig
+from kv_quant.config import FORMAT_NAMES, CacheFormat
+from kv_quant.figures import block_bytes as format_block_bytes
 from labkit.exit import exit_now
+from llm_models.llama.config import LlamaDecoderConfig
 
+from .admission import AdmissionPolicy, KVBudget
 from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from .figures.formulas import DTYPES
 from .pool import block_bytes
 from .protocol import (
     BadRequest,
-    chunk,
-    completion_body,
+    CompletionRequest,
+    TokenReplies,
     error_body,
     max_body_bytes,
     parse_body,
     sse,
-    usage_chunk,
 )
 from .request import Failed, Finished, Request, Token
 from .scheduler import RequestRefused, Scheduler
+from .text import TextStream
+from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completion
+
+Parsed = CompletionRequest | TextRequest
 
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
+STEP_GRACE_S = 60  # on a signal, how long the model call under way may take to return before the replies go out
 SHUTTING_DOWN = "the server is shutting down"
+MODELS = ("random", "smollm2")
 MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
 
 
@@ -79,7 +91,9 @@ class Server(uvicorn.Server):
     Plain uvicorn stops accepting, waits up to its graceful timeout for open streams (which would run on to
     max_tokens), then cancels them mid-reply. Here the scheduler first fails every queued and running request:
     each stream ends with an error event and ``data: [DONE]``, each plain request gets a 503, and the wait ends
-    once those replies are out. Either signal then exits with code 0: the server did what the signal asked.
+    once those replies are out. A running request fails when the model call under way returns (a long prompt's
+    prefill takes seconds): uvicorn's grace for the replies starts after that, not during it (STEP_GRACE_S bounds
+    the call). Either signal then exits with code 0: the server did what the signal asked.
     """
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -95,6 +109,10 @@ class Server(uvicorn.Server):
         scheduler = getattr(getattr(self.config.app, "state", None), "scheduler", None)
         if isinstance(scheduler, Scheduler):
             scheduler.fail_all(SHUTTING_DOWN)
+            deadline = time.monotonic() + STEP_GRACE_S
+            # a second Ctrl-C (force_exit) stops this wait too
+            while not self.force_exit and time.monotonic() < deadline and not await scheduler.settled(0.1):
+                pass
         await super().shutdown(sockets)
         if self.force_exit:  # uvicorn skips the lifespan on a forced exit; stopping the scheduler is quick
             await self.lifespan.shutdown()
@@ -152,9 +170,8 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         return {"object": "list", "data": [{"id": config.model_name, "object": "model", "created": 0,
                                             "owned_by": "ml-systems-labs"}]}
 
-    @app.post("/v1/completions", response_model=None)
-    async def completions(http: HTTPRequest) -> Response:
-        scheduler: Scheduler = http.app.state.scheduler
+    async def read_json(http: HTTPRequest) -> bytes | Response:
+        """The request body, or the reply that refuses it (media type, size, deadline, a client gone)."""
         media_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
         if media_type != "application/json":
             return JSONResponse(error_body(f"content-type must be application/json, got {media_type or 'none'}",
@@ -166,7 +183,7 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             return JSONResponse(error_body(f"content-type charset={charset}: a JSON body must be UTF-8 (RFC 8259)",
                                            "unsupported_media_type"), status_code=415)
         try:
-            raw = await read_body(http, body_limit, config.model.max_positions, request_timeout_s)
+            return await read_body(http, body_limit, config.model.max_positions, request_timeout_s)
         except ClientDisconnect:  # gone before the body arrived: nothing was queued, nobody to answer
             return Response(status_code=499)
         except BodyTooLarge as error:  # uvicorn discards the rest as it arrives, so the client reads this reply
@@ -176,13 +193,21 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
                                 headers={"Connection": "close"})
         except asyncio.CancelledError:  # a body still arriving when uvicorn gave up waiting at shutdown
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
+
+    async def serve(http: HTTPRequest, parse: Callable[[bytes], Parsed]) -> Response:
+        """Read, parse, queue, then stream or wait: the same for every endpoint and either model."""
+        scheduler: Scheduler = http.app.state.scheduler
+        raw = await read_json(http)
+        if isinstance(raw, Response):
+            return raw
         try:
-            body = parse_body(raw)
+            # a text model's parse tokenizes: off the event loop, so every other request and stream goes on
+            body = await asyncio.to_thread(parse, raw) if config.chat is not None else parse(raw)
             if body.model is not None and body.model != config.model_name:
                 return JSONResponse(error_body(f"model {body.model!r} is not served here; GET /v1/models lists "
                                                f"{config.model_name!r}", "model_not_found", param="model"),
                                     status_code=404)
-            request = scheduler.submit(body.prompt, body.max_tokens, max_unread_tokens if body.stream else None)
+            request = scheduler.submit(*submission(body))
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
         except RequestRefused as error:
@@ -190,31 +215,61 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
             return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
                                 headers=headers)
-        model = config.model_name
+        replies = replies_for(body, request)
         if body.stream:
-            return EventStream(stream_events(scheduler, request, model, body.include_usage),
+            return EventStream(stream_events(scheduler, request, replies),
                                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            return await complete(http, scheduler, request, model)
+            return await complete(http, scheduler, request, replies)
         except asyncio.CancelledError:  # uvicorn gave up waiting at shutdown; the request is already disconnected
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
+
+    def submission(body: Parsed) -> tuple[list[int], int, int | None, TextStream | None, str]:
+        unread = max_unread_tokens if body.stream else None
+        if isinstance(body, CompletionRequest):
+            return body.prompt, body.max_tokens, unread, None, "prompt"
+        assert config.chat is not None
+        text = TextStream(config.chat.tokenizer, config.chat.stop_ids, body.stop)
+        return body.prompt_ids, body.max_tokens, unread, text, body.prompt_field
+
+    def replies_for(body: Parsed, request: Request) -> TokenReplies | TextReplies:
+        if isinstance(body, CompletionRequest):
+            return TokenReplies(request.request_id, request.created, config.model_name, body.include_usage)
+        chat_id = request.request_id.replace("cmpl-", "chatcmpl-", 1) if body.chat else request.request_id
+        return TextReplies(chat_id, request.created, config.model_name, body.include_usage, body.chat)
+
+    if config.chat is None:
+        @app.post("/v1/completions", response_model=None)
+        async def completions(http: HTTPRequest) -> Response:
+            return await serve(http, parse_body)
+    else:
+        chat = config.chat
+
+        @app.post("/v1/completions", response_model=None)
+        async def text_completions(http: HTTPRequest) -> Response:
+            return await serve(http, lambda raw: parse_completion(raw, chat))
+
+        @app.post("/v1/chat/completions", response_model=None)
+        async def chat_completions(http: HTTPRequest) -> Response:
+            return await serve(http, lambda raw: parse_chat(raw, chat))
 
     return app
 
 
-async def stream_events(scheduler: Scheduler, request: Request, model: str,
-                        include_usage: bool = False) -> AsyncIterator[str]:
+async def stream_events(scheduler: Scheduler, request: Request,
+                        replies: TokenReplies | TextReplies) -> AsyncIterator[str]:
     """SSE chunks, one per token; if the client leaves, Starlette cancels this generator mid-await."""
-    name, created = request.request_id, request.created
     try:
+        for opening in replies.opening():
+            yield opening
         while True:
             event = await request.events.get()
             if isinstance(event, Token):
-                yield chunk(name, created, model, [event.token_id], None, include_usage)
+                yield replies.token(event.token_id, event.text)
             elif isinstance(event, Finished):
-                yield chunk(name, created, model, [], event.reason, include_usage)
-                if include_usage:
-                    yield usage_chunk(name, created, model, len(request.prompt), len(request.output))
+                yield replies.finish(event.reason)
+                if replies.include_usage:
+                    yield replies.usage(len(request.prompt), len(request.output))
                 yield sse("[DONE]")
                 return
             else:
@@ -225,7 +280,8 @@ async def stream_events(scheduler: Scheduler, request: Request, model: str,
         scheduler.disconnect(request)  # a no-op once the request is done
 
 
-async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request, model: str) -> JSONResponse:
+async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request,
+                   replies: TokenReplies | TextReplies) -> JSONResponse:
     """Wait for the whole completion, watching for the client leaving meanwhile."""
 
     async def client_left() -> None:
@@ -250,8 +306,8 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request, mo
             scheduler.disconnect(request)
     result = finish.result() if finish.done() and not finish.cancelled() else None
     if isinstance(result, Finished):
-        return JSONResponse(completion_body(request.request_id, request.created, model, request.output,
-                                            len(request.prompt), result.reason))
+        text = None if request.text is None else request.text.text
+        return JSONResponse(replies.body(request.output, text, len(request.prompt), result.reason))
     scheduler.disconnect(request)
     if isinstance(result, Failed):
         return JSONResponse(error_body(result.message, result.code, "server_error"), status_code=result.status)
@@ -259,13 +315,21 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request, mo
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Serve the lab's model on 127.0.0.1 (OpenAI completions subset).")
+    parser = argparse.ArgumentParser(description="Serve the lab's model on 127.0.0.1 (OpenAI completions subset; "
+                                                 "chat completions too for the trained model).")
     add = parser.add_argument
+    add("--model", choices=MODELS, default="random",
+        help="random: the small random model the load experiments sweep (token ids in and out); smollm2: the "
+             "trained SmolLM2-135M-Instruct, text in and out (default: %(default)s)")
     add("--port", type=int, default=8000, help="TCP port on 127.0.0.1; 0 picks a free one (default: 8000)")
     add("--num-blocks", type=int, default=256, help="blocks in the KV pool (default: 256)")
     add("--block-size", type=int, default=16, help="positions per block (default: 16)")
     add("--max-running", type=int, default=None, help="admit by request count (instead of by KV bytes)")
     add("--kv-budget-bytes", type=int, default=None, help="admit by KV bytes (default: the whole pool)")
+    add("--kv-format", choices=FORMAT_NAMES, default=None,
+        help="price the KV budget's blocks in this cache format's bytes (kv_quant: float32, bfloat16, int8, int4, "
+             "kivi, q8_0, q4_0, fp8) instead of the pool's own; with no --kv-budget-bytes, the budget is the whole "
+             "pool priced so")
     add("--max-waiting", type=int, default=256, help="waiting-queue length beyond which requests get 503")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
@@ -285,7 +349,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
-    needed = args.num_blocks * block_bytes(serving_model(args.dtype), SERVING_LAYERS, args.block_size)
+    if args.kv_format is not None and args.max_running is not None:
+        parser.error(f"--kv-format {args.kv_format} prices a KV budget; --max-running {args.max_running} admits by "
+                     f"count instead")
+    shape, layers = served_shape(args.model, args.dtype)
+    needed = args.num_blocks * block_bytes(shape, layers, args.block_size)
     available = available_memory()
     if available is not None and needed > available:
         parser.error(f"--num-blocks {args.num_blocks} of --block-size {args.block_size} needs {needed} bytes "
@@ -309,14 +377,38 @@ def available_memory() -> int | None:
         return None
 
 
+def served_shape(model: str, dtype: str) -> tuple[ModelConfig | LlamaDecoderConfig, int]:
+    """The served model's config and layers, known before its weights load (for the pool's size)."""
+    if model == "smollm2":
+        config = LlamaDecoderConfig(dtype=getattr(torch, dtype))  # the defaults are SmolLM2-135M's shape
+        return config, config.layers
+    return serving_model(dtype), SERVING_LAYERS
+
+
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    model = serving_model(args.dtype)
-    budget = args.kv_budget_bytes
-    if budget is None and args.max_running is None:
-        budget = args.num_blocks * block_bytes(model, SERVING_LAYERS, args.block_size)
-    return EngineConfig(model=model, block_size=args.block_size, num_blocks=args.num_blocks,
-                        policy=policy_from(args.max_running, budget), max_waiting=args.max_waiting,
-                        honor_disconnect=not args.ignore_disconnects, threads=args.threads)
+    """The engine the arguments describe; for the trained model this loads its weights (seconds)."""
+    shape, layers = served_shape(args.model, args.dtype)
+    policy: AdmissionPolicy
+    if args.max_running is not None:
+        policy = policy_from(args.max_running, args.kv_budget_bytes)
+    else:
+        cache_format = None if args.kv_format is None else CacheFormat(args.kv_format)
+        budget = args.kv_budget_bytes
+        if budget is None:  # the whole pool, priced in the format's bytes if one is named
+            pool_block = block_bytes(shape, layers, args.block_size)
+            block = pool_block if cache_format is None else format_block_bytes(
+                cache_format, layers, args.block_size, shape.kv_heads, shape.head_dim)
+            budget = args.num_blocks * block
+        policy = KVBudget(budget, cache_format)
+    options = dict(block_size=args.block_size, num_blocks=args.num_blocks, policy=policy,
+                   max_waiting=args.max_waiting, honor_disconnect=not args.ignore_disconnects, threads=args.threads)
+    if args.model == "smollm2":
+        from llm_models.llama.generate import smollm2
+
+        config = EngineConfig.for_chat(smollm2(getattr(torch, args.dtype)), **options)  # type: ignore[arg-type]
+    else:
+        config = EngineConfig(model=shape, **options)  # type: ignore[arg-type]
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

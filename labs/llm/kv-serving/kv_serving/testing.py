@@ -1,21 +1,25 @@
-"""Fixtures for this lab's tests: a tiny engine, and a real uvicorn server on 127.0.0.1 in the test's loop or
-in a thread of its own (for a synchronous client such as openai's)."""
+"""Fixtures for this lab's tests: a tiny engine (the random model, or a tiny Llama behind SmolLM2's real tokenizer),
+and a real uvicorn server on 127.0.0.1 in the test's loop or in a thread of its own (for a synchronous client such
+as openai's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import unittest
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from kv_cache.config import ModelConfig
 from labkit.waiting import HANG_S, Hung, eventually, until, within
+from llm_models.llama.generate import ChatModel
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import HOST, REQUEST_TIMEOUT_S, bounded_config
@@ -35,6 +39,30 @@ def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **c
     config = EngineConfig(model=TINY_MODEL, layers=TINY_LAYERS, block_size=TINY_BLOCK, num_blocks=num_blocks,
                           policy=policy or budget, model_name="tiny")
     return replace(config, **changes)
+
+
+def tiny_chat(name: str = "tiny") -> ChatModel:
+    """2 layers of width 64 with the trained model's vocabulary, tokenizer and chat template: the serving path is
+    what the tests check, and this model answers in milliseconds per token."""
+    from transformers import LlamaConfig
+
+    from llm_models.llama.config import LlamaDecoderConfig
+    from llm_models.llama.model import LlamaDecoder
+    from llm_models.llama.tiny import TINY, tiny_reference
+    from llm_models.llama.weights import trained
+
+    config = LlamaConfig(**(TINY.to_dict() | {"vocab_size": 49_152, "max_position_embeddings": 256}))
+    reference = tiny_reference(seed=0, config=config)
+    model = LlamaDecoder(LlamaDecoderConfig.from_hf(reference.config), reference.state_dict())
+    return ChatModel(model, trained().tokenizer, name)
+
+
+def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPolicy | None = None,
+                     **changes: object) -> EngineConfig:
+    """The engine serving ``chat`` (tiny_chat) with a pool of ``num_blocks`` blocks of TINY_BLOCK positions."""
+    config = chat.model.config
+    budget = KVBudget(num_blocks * block_bytes(config, config.layers, TINY_BLOCK))
+    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget), **changes)
 
 
 @asynccontextmanager
@@ -91,6 +119,37 @@ def serve_in_thread(app: ASGIApp, timeout_s: float = HANG_S,
         thread.join(timeout_s)
         if thread.is_alive():
             raise Hung("the server under test to stop", timeout_s)
+
+
+@asynccontextmanager
+async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any]) -> AsyncIterator[asyncio.Task[None]]:
+    """A client that sends ``body`` to ``path`` of ``app`` (called directly, as ASGI) and then takes nothing of the
+    reply and never leaves: every write of a reply's body waits forever, as on a socket whose reader has stopped
+    reading. Yields the request's task; it is cancelled when the block exits."""
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        await asyncio.Event().wait()  # the client never leaves either
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            await asyncio.Event().wait()  # the client reads nothing: no write completes
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json")], "client": (HOST, 1), "server": (HOST, 80),
+             "state": {}}
+    task = asyncio.get_running_loop().create_task(app(scope, receive, send))  # type: ignore[arg-type]
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROMPTS = Path(__file__).resolve().parent / "prompts.json"  # the trained model's real prompts (the file says whence)
 
 
 @dataclass(frozen=True)
 class WorkItem:
     index: int
     arrival_s: float  # seconds after the run starts
-    prompt: list[int]
+    prompt: list[int]  # token ids: the random model's, or the ids a text request's prompt is planned to become
     max_tokens: int
     leave_after_tokens: int | None = None  # the client disconnects after this many tokens (None: it stays)
+    path: str = "/v1/completions"
+    text_request: dict[str, Any] | None = None  # a text model's body fields (messages, or a string prompt)
 
 
 @dataclass(frozen=True)
@@ -58,4 +66,33 @@ def make_workload(spec: WorkloadSpec) -> list[WorkItem]:
         leaves = rng.random() < spec.leave_fraction and max_tokens > 1
         leave = rng.randrange(1, max_tokens) if leaves else None  # after 1 .. max_tokens - 1 tokens
         items.append(WorkItem(index, clock, prompt, max_tokens, leave))
+    return items
+
+
+def real_prompts() -> tuple[list[dict[str, Any]], str]:
+    """The trained model's workload prompts, in the file's order, and the file's SHA-256 (for the record)."""
+    data = PROMPTS.read_bytes()
+    return json.loads(data)["prompts"], hashlib.sha256(data).hexdigest()
+
+
+def real_workload(requests: int, rate: float, seed: int, max_tokens: int,
+                  planned_ids: list[list[int]] | None = None) -> list[WorkItem]:
+    """The first ``requests`` real prompts in the file's order, arriving as a seeded Poisson process at ``rate``:
+    chat questions to /v1/chat/completions, text continuations to /v1/completions, each up to ``max_tokens``.
+    ``planned_ids`` (one list per request) are the ids each prompt should become: a request refused or failed
+    before the server reports its usage is then still recorded with its prompt's length, never 0."""
+    prompts, _ = real_prompts()
+    if not 1 <= requests <= len(prompts) or not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"need 1 to {len(prompts)} requests and a finite rate > 0, got {requests} and {rate}")
+    if planned_ids is not None and len(planned_ids) != requests:
+        raise ValueError(f"planned_ids holds {len(planned_ids)} prompts' ids for {requests} requests")
+    rng = random.Random(seed)
+    items, clock = [], 0.0
+    for index, prompt in enumerate(prompts[:requests]):
+        clock += rng.expovariate(rate)
+        chat = prompt["kind"] == "chat"
+        body = {"messages": prompt["messages"]} if chat else {"prompt": prompt["prompt"]}
+        ids = list(planned_ids[index]) if planned_ids is not None else []
+        items.append(WorkItem(index, clock, ids, max_tokens, path="/v1/chat/completions" if chat else "/v1/completions",
+                              text_request=body))
     return items

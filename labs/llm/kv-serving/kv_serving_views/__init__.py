@@ -16,15 +16,18 @@ from .cancellation import cancellation_detail_view, cancellation_view
 from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
-from .results import answer_cancel_view, answer_fit_view, answer_stall_view, answer_throughput_view, key_results_view
+from .results import answer_fit_view, answer_stall_view, key_results_view
 from .steps import step_view, steps_detail_view
 from .targets import targets_view
+from .trained import answer_concurrent_view, trained_view
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
     """Ratios measured within one run: batching over serial, a wide batch's tokens/s over one, occupancy."""
     steps = record["step_times"]
     return [
+        ("trained model: batched throughput at the highest arrival rate over one at a time",
+         record["trained"]["speedup_over_serial"]),
         ("batched throughput at the best arrival rate over serial", record["rates"]["speedup_over_serial"]),
         (f"decode tokens/s, batch {steps[-1]['batch']} over batch {steps[0]['batch']}",
          record["step_scaling"]["tokens_per_s_ratio"]),
@@ -35,13 +38,13 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 VIEWS: dict[str, View] = {
     "key-results": key_results_view,
+    "trained": trained_view,
+    "answer-concurrent": answer_concurrent_view,
     "iteration": iteration_view,
     "iterations": iterations_view,
     "prefill-stall": stall_view,
     "answer-fit": answer_fit_view,
     "answer-stall": answer_stall_view,
-    "answer-throughput": answer_throughput_view,
-    "answer-cancel": answer_cancel_view,
     "pool": pool_view,
     "model-cost": model_cost_view,
     "steps": step_view,

@@ -7,9 +7,23 @@ from typing import Any
 from kv_serving.figures.formulas import best_point
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
-from site_hooks.formatting import format_latency, format_ms, join, spelled
+from site_hooks.formatting import format_latency, format_ms, format_percent, join, spelled
 
 from .common import blocks_timeline, percent, spread
+
+BUSY = 0.9  # a model thread computing for at least this share of a run: the model's work is the limit
+IDLE = 0.5  # computing for less than this share: the limit lies outside the model (overhead, arrivals)
+
+
+def server_regime(point: dict[str, Any]) -> str:
+    """What limited a run, from the share of its wall time its model thread spent in decode steps and prefills."""
+    share = point["busy_share"]
+    if share >= BUSY:
+        return f"its model thread computed for {format_percent(share)} of the run, so the model's work, not HTTP, was the limit"
+    if share < IDLE:
+        return (f"its model thread computed for only {format_percent(share)} of the run: overhead-bound, the rest went "
+                f"to waiting, HTTP and scheduling")
+    return f"its model thread computed for {format_percent(share)} of the run"
 
 
 def rates_view(record: dict[str, Any]) -> Block:
@@ -54,7 +68,8 @@ def rates_view(record: dict[str, Any]) -> Block:
                      f"{s['throughput_tokens_per_s']:,.0f}", "1 (baseline)" if p is serial else f"{p['over_serial']:.2f}×"))
         latencies.append((name, *(spread(s, n) for n in ("ttft_s", "itl_s", "e2e_s")), format_latency(server["mean_step_s"])))
     lead = (f"The same {rates['requests']} requests at every rate; the serial server ran once, at {serial['rate']:g} "
-            f"per second, and every ratio divides by its {serial_value:,.0f} tokens per second.")
+            f"per second, and every ratio divides by its {serial_value:,.0f} tokens per second. At the best rate, "
+            f"{best_point(record)['rate']:g}/s, {server_regime(best_point(record))}.")
     return Block(css="lab-medians", paragraphs=[lead],
                  charts=[Chart(latency_chart, "Measured by the load generator, from send to each streamed token."),
                          Chart(throughput_chart, "Output tokens of the run divided by its wall time. The serial server "

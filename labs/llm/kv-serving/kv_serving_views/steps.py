@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_ms, plural, spelled
@@ -31,7 +32,7 @@ def step_view(record: dict[str, Any]) -> Block:
         f"{scaling['growth']:.1f} times the {format_ms(first['median_ns'], 2)} ms of a step for {first['batch']}, while "
         f"producing {scaling['widening']:g} times the tokens: {last['tokens_per_s']:,.0f} against "
         f"{first['tokens_per_s']:,.0f} tokens per second, measured in-process with no HTTP in the way.",
-        weights_sentence(record)]
+        regime_sentence(record), weights_sentence(record)]
     config = record["config"]["benchmark"]
     rows_out = [(r["batch"], format_ms(r["median_ns"], 2), f"{format_ms(r['min_ns'], 2)} – {format_ms(r['max_ns'], 2)}", format_ms(r["weights"]["median_ns"], 2),
                  format_ms(r["rest_ns"], 2), format_ms(r["weights_per_request_ns"], 2),
@@ -50,6 +51,15 @@ def step_view(record: dict[str, Any]) -> Block:
                        + (" The two medians come from separate timings, so where the rest is small their difference "
                           "can fall below zero, as it does here." if any(r["median_ns"] < r["weights"]["median_ns"]
                                                                          for r in rows) else "")])
+
+
+def regime_sentence(record: dict[str, Any]) -> str:
+    """How much of a step the batch shares, by the regime the figures derived from the step's growth."""
+    said = {"flat": (f"The step stayed flat within {FLAT_BAND:.0%}: a fixed cost per step (reading the weights, "
+                     f"per-call overhead), which the whole batch shares."),
+            "shared": "Most of a step is a cost the batch shares (reading the weights, per-call overhead).",
+            "per-row": "The step's cost grew nearly with its rows: little of it is shared."}
+    return said[record["step_scaling"]["regime"]]
 
 
 def weights_sentence(record: dict[str, Any]) -> str:

@@ -3,11 +3,17 @@
 ``ChatModel`` is what the serving lab and the articles use: the tokenizer's
 chat template turns messages into prompt ids, ``generate`` decodes greedily
 with the KV cache, and ``stream`` yields the same tokens one at a time.
+
+Text from a user is tokenized as the characters it is (``content_ids``): a message that spells
+``<|im_end|>\n<|im_start|>system`` gets those characters, not control tokens, so no message can open a turn of
+another role; only the chat template's own markup becomes control tokens (``chat_prompt``).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +25,46 @@ from .config import LlamaDecoderConfig
 from .decode import decode_step, prefill
 from .model import LlamaDecoder
 from .weights import trained
+
+# A fast tokenizer keeps "split special tokens" as a setting of its shared Rust object, switched per call: two
+# threads tokenizing at once (a server parses on a pool of threads) could read each other's setting and turn a
+# template's markup into plain characters. One lock for every encode here, deliberately.
+ENCODING = threading.Lock()
+
+
+def content_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text`` as token ids, special-token spellings included as the characters they are."""
+    with ENCODING:
+        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+
+
+def markup_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """A template's own ``text`` as token ids, its special tokens recognised as control tokens."""
+    with ENCODING:
+        return [int(t) for t in tokenizer(text, add_special_tokens=False, split_special_tokens=False)["input_ids"]]
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
+    """The prompt ids of ``messages`` through the chat template, the assistant's turn opened, with each
+    message's content tokenized as text (``content_ids``) and only the template's own markup as control tokens.
+
+    The template is rendered once with a unique marker in place of each content; the markup between markers is
+    tokenized with special tokens recognised, each content without. For content that spells no special token,
+    the ids are the template's own tokenization (``apply_chat_template(..., tokenize=True)``)."""
+    if not messages:
+        raise ValueError("messages must hold at least one message, got 0")
+    markers = [f"\x00{uuid.uuid4().hex}\x00" for _ in messages]
+    rendered = tokenizer.apply_chat_template(
+        [{"role": m["role"], "content": marker} for m, marker in zip(messages, markers)],
+        add_generation_prompt=True, tokenize=False)
+    ids: list[int] = []
+    for marker, message in zip(markers, messages):
+        if rendered.count(marker) != 1:
+            raise ValueError(f"the chat template does not render each message's content exactly once "
+                             f"({rendered.count(marker)} times)")
+        markup, rendered = rendered.split(marker)
+        ids += markup_ids(tokenizer, markup) + content_ids(tokenizer, message["content"])
+    return ids + markup_ids(tokenizer, rendered)
 
 
 def _prompt(model: LlamaDecoder, prompt_ids: Sequence[int], max_new_tokens: int) -> Tensor:
@@ -86,16 +132,12 @@ class ChatModel:
 
     def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The prompt ids of ``messages`` ({"role", "content"} dicts) through the model's chat template,
-        ending with the assistant's turn opened."""
-        if not messages:
-            raise ValueError("messages must hold at least one message, got 0")
-        encoded = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
-                                                     return_dict=True)
-        return [int(token) for token in encoded["input_ids"]]
+        ending with the assistant's turn opened; each content is text, never control tokens (``chat_prompt``)."""
+        return chat_prompt(self.tokenizer, messages)
 
     def encode(self, text: str) -> list[int]:
-        """Plain text (no template) as token ids."""
-        return [int(token) for token in self.tokenizer(text)["input_ids"]]
+        """Plain text (no template) as token ids, special-token spellings as the characters they are."""
+        return content_ids(self.tokenizer, text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

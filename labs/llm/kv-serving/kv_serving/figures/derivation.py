@@ -20,6 +20,7 @@ from .formulas import (
     budget_blocks,
     client_summary,
     faster_dtype,
+    matching_solo,
     mean_batch,
     mean_prefill_s,
     mean_step_s,
@@ -31,6 +32,8 @@ from .formulas import (
     record_block_bytes,
     runs,
     step_regime,
+    trained_block_bytes,
+    trained_runs,
     waiting_share,
 )
 
@@ -193,6 +196,36 @@ def target_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, A
                 "the wall time against its limit")
 
 
+def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, Any]], figures: Figures) -> None:
+    """The trained model's runs: each batched run's requests that wrote what they wrote alone, its peak and budget
+    in KV bytes, and batched over one at a time at the highest rate."""
+    trained, size = record["trained"], record["config"]["benchmark"]["block_size"]
+    block = trained_block_bytes(record, size)
+    figures.add(("trained", "block_bytes"), block, "2 x layers x Hkv x D x bytes x block_size of the trained model")
+    compared = matching = 0
+    for path, run in trained_runs(record):
+        server = run["server"]
+        figures.add((*path, "peak_kv_bytes"), server["peak_used_blocks"] * block, "peak_used_blocks x block_bytes")
+        figures.add((*path, "budget_kv_bytes"), server["budget_blocks"] * block, "budget_blocks x block_bytes")
+        figures.add((*path, "stopped"), sum(r.get("finish_reason") == "stop" for r in run["requests"]),
+                    "its requests that ended at the end of their turn, before max_tokens")
+        if path[1] != "serial":
+            same = matching_solo(run, trained["serial"])
+            figures.add((*path, "matching_solo"), same, "its requests whose tokens equal the one-at-a-time run's")
+            compared, matching = compared + len(run["requests"]), matching + same
+    highest = max(range(len(trained["points"])), key=lambda i: trained["points"][i]["rate"])
+    batched = summaries[("trained", "points", highest)]["throughput_tokens_per_s"]
+    serial = summaries[("trained", "serial")]["throughput_tokens_per_s"]
+    speedup = batched / serial
+    figures.add(("trained", "speedup_over_serial"), speedup, "the highest rate's throughput over the serial run's")
+    figures.add(("trained", "requests_compared"), compared, "the batched runs' requests")
+    figures.add(("trained", "requests_matching_solo"), matching, "those whose tokens equal the serial run's")
+    figures.add(("trained", "speedup_met"), speedup >= record["targets"]["speedup_target"],
+                "the speedup against its target")
+    figures.add(("trained", "equivalence", "tokens_identical"), not trained["equivalence"]["ties"],
+                "no step where alone chose another token")
+
+
 def derive(record: dict[str, Any]) -> Figures:
     """Every derivable figure, each computed from raw data only (durations, request rows, server counters)."""
     figures = Figures()
@@ -202,6 +235,7 @@ def derive(record: dict[str, Any]) -> Figures:
     admission_figures(record, figures)
     cancellation_figures(record, summaries, figures)
     target_figures(record, summaries, figures)
+    trained_figures(record, summaries, figures)
     figures.add(("equivalence", "tokens_identical"), not record["equivalence"]["ties"],
                 "no step where alone chose another token (equivalence.ties)")
     return figures

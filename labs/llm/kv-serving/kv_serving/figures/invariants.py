@@ -12,7 +12,18 @@ from typing import Any
 
 from labkit.figures import JsonPath, refuse, tolerance_bound
 
-from .formulas import OUTCOMES, TOLERANCES, blocks_for, budget_blocks, faster_dtype, probe_medians, runs, tie_bound
+from .formulas import (
+    OUTCOMES,
+    TOLERANCES,
+    TRAINED_TOLERANCES,
+    blocks_for,
+    budget_blocks,
+    faster_dtype,
+    probe_medians,
+    runs,
+    tie_bound,
+    trained_runs,
+)
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
@@ -34,6 +45,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
         check_server_side(run, path, source)
     check_admission(record, source)
     check_cancellation(record, source)
+    check_trained(record, source)
     serial, highest = record["rates"]["serial"], max(p["rate"] for p in record["rates"]["points"])
     if serial["rate"] != highest:
         refuse(source, ("rates", "serial", "rate"), f"is {serial['rate']}, but the serial run is made at the "
@@ -92,6 +104,12 @@ def check_pools(record: dict[str, Any], source: str) -> None:
         refuse(source, ("admission", "pool_blocks"), f"is {record['admission']['pool_blocks']}, but "
                f"$.config.benchmark.num_blocks is {config['num_blocks']}")
     for path, run in runs(record):
+        if path[0] == "trained":
+            key = "admission_blocks" if path[1] == "admission" else "sweep_blocks"
+            if run["server"]["num_blocks"] != record["trained"][key]:
+                refuse(source, (*path, "server", "num_blocks"), f"is {run['server']['num_blocks']}, but the server "
+                       f"was started with $.trained.{key} = {record['trained'][key]}")
+            continue
         key = "sweep_blocks" if path[0] == "rates" else "num_blocks"
         if run["server"]["num_blocks"] != config[key]:
             refuse(source, (*path, "server", "num_blocks"), f"is {run['server']['num_blocks']}, but the server was "
@@ -100,7 +118,8 @@ def check_pools(record: dict[str, Any], source: str) -> None:
 
 def check_client_side(run: dict[str, Any], path: JsonPath, source: str) -> None:
     for index, r in enumerate(run["requests"]):
-        if r["outcome"] == "completed" and r["tokens"] != r["max_tokens"]:
+        stopped = r.get("finish_reason") == "stop"  # a text model's end of turn or stop string, before max_tokens
+        if r["outcome"] == "completed" and (r["tokens"] > r["max_tokens"] or not stopped and r["tokens"] != r["max_tokens"]):
             refuse(source, (*path, "requests", index, "tokens"), f"is {r['tokens']}, but a completed request runs "
                    f"to its max_tokens {r['max_tokens']}")
         if r["ttft_s"] is not None and r["e2e_s"] is not None and r["ttft_s"] > r["e2e_s"] + SLACK_S:
@@ -194,6 +213,28 @@ def check_server_side(run: dict[str, Any], path: JsonPath, source: str) -> None:
         refuse(source, (*p, "tokens_generated"), f"= {server['tokens_generated']} minus "
                f"{server['tokens_after_disconnect']} streamed after disconnects is less than the {received} tokens "
                f"clients received")
+
+
+def check_trained(record: dict[str, Any], source: str) -> None:
+    """The trained runs: the served prompts are the planned ones (the server's token counts equal the plan's), the
+    serial run ran one at a time at the sweep's highest rate, and the gate held."""
+    trained = record["trained"]
+    for path, run in trained_runs(record):
+        for index, r in enumerate(run["requests"]):
+            if r["outcome"] == "completed" and r["prompt_tokens"] != trained["prompt_tokens"][r["index"]]:
+                refuse(source, (*path, "requests", index, "prompt_tokens"), f"is {r['prompt_tokens']}, but prompt "
+                       f"{r['index']} is {trained['prompt_tokens'][r['index']]} tokens ($.trained.prompt_tokens)")
+    serial, highest = trained["serial"], max(p["rate"] for p in trained["points"])
+    if serial["rate"] != highest or serial["server"]["peak_running"] > 1:
+        refuse(source, ("trained", "serial"), f"ran at {serial['rate']}/s with {serial['server']['peak_running']} "
+               f"at once, but the serial run is one at a time at the sweep's highest rate, {highest}")
+    gate, tolerance = trained["equivalence"], trained["tolerance"]
+    if gate["within_tolerance"] is not True or tolerance != TRAINED_TOLERANCES[trained["model"]["dtype"]]:
+        refuse(source, ("trained", "equivalence"), "did not hold within the tolerance of the trained model's dtype")
+    bound = tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+    for index, tie in enumerate(gate["ties"]):
+        if tie["margin"] > bound:
+            refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
 
 
 def check_cancellation(record: dict[str, Any], source: str) -> None:

@@ -1,0 +1,126 @@
+"""The load experiment on the trained model: real prompts against ``kv_serving.server --model smollm2``.
+
+The same engine as the random model's runs, so the same measurements: the repository's fixed prompt set
+(kv_serving/prompts.json, its digest in the record) arrives as a Poisson process at several rates, each rate at a
+fresh server that admits by KV bytes; the highest rate once more at a server that runs one request at a time
+(``--max-running 1``: the one-at-a-time server as a mode of this engine, and every request's solo run); and the
+admission comparison (by bytes, by a safe count, by a mean count) on a smaller pool. Before any load, the
+in-process gate shows batched paged decoding of the first prompts equal to each alone, as the random model's does.
+Every request's tokens are kept, so the record can show each batched run's tokens against the solo run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import torch
+
+from labkit import bench
+from llm_models.llama.generate import smollm2
+
+from .figures.formulas import TRAINED_TOLERANCES, blocks_for
+from .llama import LlamaServingModel
+from .pool import block_bytes
+from .workload import PROMPTS, real_prompts, real_workload
+
+MODEL = "smollm2"
+# Sized to the benchmark's five minutes on two cores: the serial run (every request's solo run, one after another)
+# is the longest of the trained runs, about requests x (a prefill + max_tokens steps).
+DEFAULTS = {"trained_requests": 12, "trained_max_tokens": 32, "trained_rates": [2.0, 8.0, 64.0],
+            "trained_blocks": 128, "trained_admission_blocks": 40}
+QUICK = {"trained_requests": 4, "trained_max_tokens": 6, "trained_rates": [64.0], "trained_blocks": 48,
+         "trained_admission_blocks": 24}
+GATE_PROMPTS, GATE_STEPS = 3, 8  # the in-process gate: the first real prompts, batched against alone
+SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--trained-requests", type=int, default=DEFAULTS["trained_requests"],
+        help="real prompts of the trained model's runs, the file's first (default: %(default)s)")
+    add("--trained-max-tokens", type=int, default=DEFAULTS["trained_max_tokens"],
+        help="max_tokens of each (default: %(default)s)")
+    add("--trained-rates", type=float, nargs="+", default=DEFAULTS["trained_rates"],
+        help="arrival rates of the trained model's sweep; the highest also serves one at a time (default: %(default)s)")
+    add("--trained-blocks", type=int, default=DEFAULTS["trained_blocks"],
+        help="KV blocks of the trained sweep's pools (default: %(default)s)")
+    add("--trained-admission-blocks", type=int, default=DEFAULTS["trained_admission_blocks"],
+        help="KV blocks of the trained admission comparison's pools (default: %(default)s)")
+
+
+def prompt_ids(requests: int) -> list[list[int]]:
+    """Each real prompt's ids as the server makes them (chat template, or plain text)."""
+    chat = smollm2()
+    prompts, _ = real_prompts()
+    return [chat.chat_ids(p["messages"]) if p["kind"] == "chat" else chat.encode(p["prompt"]) for p in prompts[:requests]]
+
+
+def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
+    """The workload's sizes and the servers' arguments, known before any server starts."""
+    ids = prompt_ids(args.trained_requests)
+    size, out = args.block_size, args.trained_max_tokens
+    need = [blocks_for(len(p) + out - 1, size) for p in ids]
+    longest, mean = max(need), statistics.mean(need)
+    pool = args.trained_admission_blocks
+    budget = int(pool * budget_share)
+    if budget < longest or args.trained_blocks < longest:
+        raise ValueError(f"--trained-admission-blocks {pool} (budget {budget}) and --trained-blocks "
+                         f"{args.trained_blocks} must hold the longest request, {longest} blocks of {size}")
+    config = smollm2(getattr(torch, args.dtype)).model.config
+    block = block_bytes(config, config.layers, size)
+    common = ["--model", MODEL, "--block-size", str(size), "--max-waiting", "1024", "--threads", str(args.threads),
+              "--dtype", args.dtype]
+    sweep = ["--num-blocks", str(args.trained_blocks), *common]
+    small = ["--num-blocks", str(pool), *common]
+    safe, average = max(1, pool // longest), max(1, round(pool / mean))
+    policies = [
+        ("kv_budget_bytes", f"by KV bytes: {budget * block:,} bytes = {budget} of the pool's {pool} blocks",
+         [*small, "--kv-budget-bytes", str(budget * block)]),
+        ("count_safe", f"by count: {safe} running (safe for the longest request)", [*small, "--max-running", str(safe)]),
+        ("count_average", f"by count: {average} running (sized for the mean request)",
+         [*small, "--max-running", str(average)]),
+    ]
+    servers = {**{f"trained rate {rate:g}": sweep for rate in args.trained_rates},
+               "trained serial": [*sweep, "--max-running", "1"],
+               **{f"trained {name}": options for name, _, options in policies}}
+    return {"prompt_tokens": [len(p) for p in ids], "request_blocks": need, "policies": policies,
+            "servers": servers, "ids": ids}
+
+
+def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any], measure: Any) -> dict[str, Any]:
+    """Every trained run, one fresh server each; ``measure(url, items)`` is the benchmark's."""
+    requests, out = args.trained_requests, args.trained_max_tokens
+    _, digest = real_prompts()
+
+    def workload(rate: float) -> list[Any]:
+        return real_workload(requests, rate, args.seed + SEED_OFFSET, out, planned["ids"])
+
+    points = []
+    for rate in args.trained_rates:
+        bench.progress(f"trained model, {requests} real prompts at {rate:g}/s: byte budget")
+        points.append({"rate": rate, **measure(urls[f"trained rate {rate:g}"], workload(rate))})
+    highest = max(args.trained_rates)
+    bench.progress(f"trained model, the same prompts at {highest:g}/s, one at a time")
+    serial = {"rate": highest, **measure(urls["trained serial"], workload(highest))}
+    policies = []
+    for name, label, options in planned["policies"]:
+        bench.progress(f"trained model, admission {label}: at {highest:g}/s")
+        policies.append({"name": name, "label": label, "options": options,
+                         **measure(urls[f"trained {name}"], workload(highest))})
+    return {"model_name": MODEL, "prompt_file": str(PROMPTS.relative_to(PROMPTS.parents[4])),
+            "prompts_sha256": digest, "requests": requests, "max_tokens": out, "seed": args.seed + SEED_OFFSET,
+            "prompt_tokens": planned["prompt_tokens"], "request_blocks": planned["request_blocks"],
+            "sweep_blocks": args.trained_blocks, "admission_blocks": args.trained_admission_blocks,
+            "points": points, "serial": serial, "admission": {"policies": policies}}
+
+
+def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any) -> dict[str, Any]:
+    """The in-process gate on the trained model in the served dtype: the first prompts batched against alone."""
+    chat = smollm2(getattr(torch, args.dtype))
+    model = LlamaServingModel(chat.model)
+    bench.progress(f"trained model: equivalence in {args.dtype}, batched paged decode vs each request alone")
+    result = gate_fn(model, model.layers, planned["ids"][:GATE_PROMPTS], GATE_STEPS, args.block_size, TRAINED_TOLERANCES)
+    return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
+            "equivalence": result}

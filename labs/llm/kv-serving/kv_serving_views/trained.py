@@ -1,0 +1,97 @@
+""""The trained model under load": real prompts against the one engine serving SmolLM2-135M, the batch it ran,
+its latencies, batched against one at a time, and whether every request wrote what it writes alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from site_hooks.blocks import Block, Chart, Table, answer
+from site_hooks.formatting import format_bytes, plural
+from site_hooks.timeline_chart import timeline
+
+from .common import spread
+
+
+def speedup_sentence(trained: dict[str, Any], target: float) -> str:
+    """Batched over one at a time at the highest rate, worded by how it compares with one at a time and the aim."""
+    speedup, serial = trained["speedup_over_serial"], trained["serial"]
+    if speedup >= target:
+        verdict = f"at least the {target:g}× this page aims for"
+    elif speedup > 1:
+        verdict = f"short of the {target:g}× this page aims for"
+    else:
+        verdict = "no gain at all: on this run, batching bought nothing"
+    return (f"At {serial['rate']:g} arrivals per second, batching the requests wrote {speedup:.1f}× the output tokens "
+            f"per second of the same server admitting one request at a time, {verdict}.")
+
+
+def matching_sentence(trained: dict[str, Any]) -> str:
+    """Whether every batched request wrote, token for token, what it wrote alone."""
+    compared, matching = trained["requests_compared"], trained["requests_matching_solo"]
+    if matching == compared:
+        return (f"Every one of the {compared} requests of the batched runs wrote, token for token, what the same prompt "
+                f"wrote alone in the one-at-a-time run.")
+    return (f"{matching} of the {compared} requests of the batched runs wrote, token for token, what the same prompt "
+            f"wrote alone; the others parted from their solo run at some token. A batch adds its floats in another "
+            f"order than a row alone, and where two logits are nearly equal that can change a greedy choice; the "
+            f"record keeps both runs' tokens, not the logits at the parting.")
+
+
+def answer_concurrent_view(record: dict[str, Any]) -> Block:
+    """Whether clients asking at once waited for each other, from the highest rate's batch and its solo runs."""
+    trained = record["trained"]
+    top = max(trained["points"], key=lambda p: p["rate"])
+    server = top["server"]
+    together = server["peak_running"] > 1
+    text = ((f"No: at {top['rate']:g} arrivals per second up to {server['peak_running']} requests ran in one decode "
+             f"step, {server['mean_batch']:.1f} on average, each at its own position over its own blocks. "
+             if together else
+             f"On this run they did: at {top['rate']:g} arrivals per second no decode step carried more than one "
+             f"request. ")
+            + f"{top['matching_solo']} of its {top['summary']['requests']} requests wrote the same tokens as alone.")
+    return answer(text)
+
+
+def trained_view(record: dict[str, Any]) -> Block:
+    trained = record["trained"]
+    points, serial = trained["points"], trained["serial"]
+    model = trained["model"]
+    lead = (f"{plural(trained['requests'], 'real prompt')} from {trained['prompt_file']} (SHA-256 "
+            f"{trained['prompts_sha256'][:12]}…), chat questions through the model's chat template and text "
+            f"continuations, each up to {trained['max_tokens']} tokens, sent by the load generator to "
+            f"kv_serving.server --model smollm2 ({model['layers']} layers, {model['dtype']}) at each rate, a fresh "
+            f"server per run.")
+    rows, latencies = [], []
+    for p in [*points, serial]:
+        s, server = p["summary"], p["server"]
+        name = f"one at a time, {p['rate']:g}" if p is serial else f"{p['rate']:g}"
+        rows.append((name, s["completed"], p["stopped"], f"{server['mean_batch']:.1f}", server["peak_running"],
+                     f"{format_bytes(p['peak_kv_bytes'])} of {format_bytes(p['budget_kv_bytes'])}",
+                     f"{s['throughput_tokens_per_s']:,.1f}",
+                     "(the solo run)" if p is serial else f"{p['matching_solo']} of {s['requests']}"))
+        latencies.append((name, spread(s, "ttft_s"), spread(s, "itl_s")))
+    batch_chart = timeline([(f"{p['rate']:g}/s", [(x["t_s"], x["running"]) for x in p["occupancy"]])
+                            for p in [*points, serial]],
+                           [(max(p["server"]["peak_running"] for p in points), "largest batch")],
+                           "Requests in the decode batch over time, per arrival rate",
+                           "; ".join(f"{p['rate']:g}/s: peak {p['server']['peak_running']} running" for p in points),
+                           x_label="seconds since the first request", y_label="requests running")
+    policies = [(run["label"], run["summary"]["completed"], run["server"]["peak_running"],
+                 f"{format_bytes(run['peak_kv_bytes'])} of {format_bytes(run['budget_kv_bytes'])}",
+                 run["server"]["failed_for_memory"], f"{run['summary']['throughput_tokens_per_s']:,.1f}",
+                 spread(run["summary"], "ttft_s")) for run in trained["admission"]["policies"]]
+    return Block(css="lab-medians",
+                 paragraphs=[lead, speedup_sentence(trained, record["targets"]["speedup_target"]),
+                             matching_sentence(trained)],
+                 charts=[Chart(batch_chart, "Each run's own /metrics samples: how many requests one decode step "
+                                            "carried as the prompts arrived and finished.")],
+                 tables=[Table(["Rate (/s)", "Completed", "Ended their turn", "Mean batch", "Peak running",
+                                "Peak KV of budget", "Tokens/s", "Same tokens as alone"], rows,
+                               caption="The trained model under load: batching and throughput per run"),
+                         Table(["Rate (/s)", "Time to first token p50 / p99", "Between tokens p50 / p99"], latencies,
+                               caption="The trained model under load: latency measured by the client"),
+                         Table(["Admission", "Completed", "Peak running", "Peak KV of budget", "Failed for memory",
+                                "Tokens/s", "Time to first token p50 / p99"], policies,
+                               caption=f"Admission on the trained model, a pool of {trained['admission_blocks']} "
+                                       f"blocks, at {serial['rate']:g} arrivals per second")])
+
