@@ -39,26 +39,34 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         record = copy.deepcopy(self.record)
         bench = record["config"]["benchmark"]
         items = decode_bandwidth_views.VIEWS["key-results"](record).items
-        self.assertEqual(len(items), 7)
+        self.assertEqual(len(items), 5)
+        self.assertNotIn("atol", " ".join(items))  # tolerances are the appendix's
         for entry in record["hardware"]["matmul"].values():  # matrix arithmetic fast enough to bound no step
             entry["durations_ns"] = [1] * len(entry["durations_ns"])
         for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at 0.6 of it
             share = {"ours-prealloc": 1.2, "ours-concat": 1.3, "ours-compiled": 1.25}.get(cell["mode"], 0.6)
             steps_at(cell, cell["floor_ns_per_step"] * share)
         items = decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items
-        self.assertTrue(items[2].startswith("Batch 1, bandwidth-bound"), items[2])
+        self.assertTrue(items[2].startswith("Batch 1, bandwidth-bound at every context"), items[2])
         self.assertIn("1.20× the floor", items[2])
-        self.assertTrue(items[3].startswith("Slower than transformers"), items[3])
+        self.assertIn("Slower than transformers", items[2])
         self.assertIn(f"{len(bench['batches']) * len(bench['contexts'])} cells, "
-                      f"{len(bench['batches']) * len(bench['contexts'])} are bandwidth-bound", items[4])
+                      f"{len(bench['batches']) * len(bench['contexts'])} are bandwidth-bound", items[3])
         for cell in record["cells"]:
             if cell["mode"] == "hf-dynamic":
                 steps_at(cell, cell["median_ns_per_step"] * 10)
-        self.assertTrue(decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items[3].startswith("Faster than"))
+        self.assertIn("Faster than transformers", decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items[2])
         for group in record["llama"]["groups"]:  # the trained model's bullet words its verdict from the record
             group["best_over_transformers"] = 1.5
         self.assertIn("slower than transformers' Llama on the same weights (1.50× its step time)",
-                      decode_bandwidth_views.VIEWS["key-results"](record).items[6])
+                      decode_bandwidth_views.VIEWS["key-results"](record).items[4])
+
+    def test_batch_one_names_each_regime_with_its_contexts_never_one_for_all(self) -> None:
+        from decode_bandwidth_views.results import regimes_by_context
+        same = [{"regime": "memory", "context": c} for c in (128, 512)]
+        mixed = [*same, {"regime": "overhead", "context": 1024}]
+        self.assertEqual(regimes_by_context(same), "bandwidth-bound at every context")
+        self.assertEqual(regimes_by_context(mixed), "bandwidth-bound at contexts 128 and 512; overhead-bound at context 1,024")
 
     def test_the_step_bytes_diagram_draws_the_labs_byte_formula(self) -> None:
         from decode_bandwidth_views import pictures
