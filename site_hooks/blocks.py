@@ -54,6 +54,12 @@ class Block:
     items: Sequence[str] = field(default=())  # a bullet list after the paragraphs (key results)
     widgets: Sequence[Widget] = ()  # interactive parts (a form and its script's data), after the tables
     diagrams: Sequence[Diagram] = ()  # concept pictures (site_hooks.diagrams), side by side where they fit
+    sources: Sequence[tuple[str, str]] = ()  # (text, https URL) of published figures the block quotes, linked last
+
+    def __post_init__(self) -> None:
+        for text, url in self.sources:
+            if not url.startswith("https://"):
+                raise ValueError(f"a block's source {text!r} must link to an https:// page, got {url!r}")
 
 
 View = Callable[[dict[str, Any]], Block]

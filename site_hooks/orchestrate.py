@@ -69,13 +69,19 @@ def subprocess_env(root: Path) -> dict[str, str]:
     return os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
+# What a lab's tests run against outside its own folders, besides its sources: the pinned packages the venv was
+# built from, and the schema every record shares (its own record and schema are added: its tests check them).
+TESTED_ALONGSIDE = ("requirements.txt", "requirements-nodeps.txt", "results/record-common.schema.json")
+
+
 def tests_digest(lab: Lab, root: Path) -> str:
     """Changes whenever anything the tests could see changes: the lab's files, the sources it measures
     (another lab's, too), the further sources only its tests import (lab.toml's tests.sources), labkit,
-    the interpreter."""
+    the pinned packages, the records and schemas, the interpreter."""
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0".encode())
     files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
-    files.update(p for pattern in (*lab.fingerprint, *lab.test_sources) for p in root.glob(pattern))
+    files.update(p for pattern in (*lab.fingerprint, *lab.test_sources, *TESTED_ALONGSIDE) for p in root.glob(pattern))
+    files.update((root / lab.record, root / lab.schema))
     for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

@@ -1,5 +1,5 @@
 """labkit pieces the site and every benchmark rely on: source state, make bench's signals and labels,
-the launcher's exit, machine labels."""
+the launcher's exit, machine labels, the record's write."""
 
 from __future__ import annotations
 
@@ -19,12 +19,39 @@ import pytest
 from labkit import harness, run_benchmarks
 from labkit.environment import git_state
 from labkit.machines import LabelError, check_label
+from labkit.records import atomic_write_json
 from labkit.waiting import HANG_S, communicate, lines_until, run
 
 from conftest import build_env
 
 DEADLINE_S = HANG_S  # no wait here on a process lasts longer: a bound for a hang, not for a loaded machine
 UNTIL_SIGNALLED = ["--sleep", str(10 * HANG_S)]  # a benchmark that runs until the test signals it, however late
+
+
+# Every benchmark writes its record through atomic_write_json: it behaves like a plain write to the reader.
+def test_a_new_record_gets_the_mode_the_umask_allows(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "record.json", {"lab": "x"})
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "record.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_replacing_a_read_only_record_keeps_it_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    path.write_text("{}")
+    path.chmod(0o444)
+    atomic_write_json(path, {"lab": "x"})
+    assert (path.stat().st_mode & 0o777, json.loads(path.read_text())) == (0o444, {"lab": "x"})
+
+
+def test_a_temporary_file_left_by_a_killed_write_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    leftover = tmp_path / ".record.json.abc123.tmp"
+    leftover.write_text("half a record")
+    atomic_write_json(path, {"lab": "x"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
 
 
 def git(folder: Path, *args: str) -> None:

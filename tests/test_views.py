@@ -479,3 +479,13 @@ def test_the_landing_pages_test_durations_come_from_the_reports(evidence: Eviden
         "made before test runs were timed).")
     evidence.tests.pop("seconds")
     assert SITE_VIEWS["tests"](evidences).paragraphs[0] == "The test runs this build used do not say how long they took."
+
+
+def test_a_blocks_sources_are_https_links_with_escaped_text() -> None:
+    from site_hooks.blocks import Block, render_block
+
+    html = render_block(Block(sources=[("<b>datasheet</b>", "https://example.com/a?b=1&c=2")]))
+    assert '<a href="https://example.com/a?b=1&amp;c=2">&lt;b&gt;datasheet&lt;/b&gt;</a>' in html
+    for url in ("javascript:alert(1)", "http://example.com", ""):
+        with pytest.raises(ValueError, match="must link to an https:// page"):
+            Block(sources=[("x", url)])

@@ -155,32 +155,6 @@ class RecordSurvivesFailures(labkit.testing.ExistingRecordTest):
         self.assert_untouched(log)
 
 
-class RecordFileBehavesLikeAPlainWrite(labkit.testing.ExistingRecordTest):
-
-    def test_a_new_record_gets_the_mode_the_umask_allows(self) -> None:
-        self.path.unlink()
-        previous = os.umask(0o022)
-        try:
-            code, log = run_quietly("--output", str(self.path))
-        finally:
-            os.umask(previous)
-        self.assertEqual(code, 0, log)
-        self.assertEqual(self.path.stat().st_mode & 0o777, 0o644)
-
-    def test_replacing_a_read_only_record_keeps_it_read_only(self) -> None:
-        self.path.chmod(0o444)
-        code, log = run_quietly("--output", str(self.path))
-        self.assertEqual(code, 0, log)
-        self.assertEqual(self.path.stat().st_mode & 0o777, 0o444)
-
-    def test_a_temporary_file_left_by_a_killed_run_is_removed_by_the_next_write(self) -> None:
-        leftover = self.path.with_name(f".{self.path.name}.abc123.tmp")
-        leftover.write_text("half a record")
-        code, log = run_quietly("--output", str(self.path))
-        self.assertEqual(code, 0, log)
-        self.assertFalse(leftover.exists())
-
-
 class BadArgumentsFailBeforeMeasuring(labkit.testing.ExistingRecordTest):
 
     def assert_refused(self, argv: list[str], message: str) -> None:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import unittest
+from typing import Any
 
+from decode_bandwidth.accelerator import LONG_CONTEXT, full_budget
+from kv_serving.accelerator import served_here
+from kv_serving_views import VIEWS
 from kv_serving_views.trained import answer_concurrent_view, matching_sentence, speedup_sentence
+from labkit.manifest import lab_for
+from llm_models.hardware import H100_SXM
 from site_hooks.blocks import render_block
+
+LAB, ROOT = lab_for(__file__)
 
 
 def trained(speedup: float, compared: int = 12, matching: int = 12) -> dict:
@@ -40,3 +50,45 @@ class TrainedSentences(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AcceleratorArithmetic(unittest.TestCase):
+    """The trained server's budget beside an H100's for Llama-3-8B: the left column from the record, the right from
+    the decode lab's formula and the datasheet, each sentence worded from both."""
+
+    RECORD = json.loads((ROOT / LAB.record).read_text(encoding="utf-8"))
+
+    def edited(self, **trained: Any) -> dict[str, Any]:
+        record = copy.deepcopy(self.RECORD)
+        for point in record["trained"]["points"]:
+            point["budget_kv_bytes"] = trained.get("budget", point["budget_kv_bytes"])
+        record["trained"]["speedup_over_serial"] = trained.get("gain", record["trained"]["speedup_over_serial"])
+        return record
+
+    def test_the_left_column_prices_the_records_budget_with_the_trained_models_bytes_per_token(self) -> None:
+        here = served_here(self.RECORD)
+        model = self.RECORD["trained"]["model"]
+        token = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * 4  # keys and values, float32
+        self.assertEqual(here["token"], token)
+        self.assertEqual(here["tokens"], max(p["budget_kv_bytes"] for p in self.RECORD["trained"]["points"]) // token)
+        there = full_budget()
+        self.assertEqual(there.sequences, int(there.budget_bytes // (there.token_bytes * LONG_CONTEXT)))
+        html = render_block(VIEWS["accelerator"](self.RECORD))
+        self.assertIn("not a measurement", html)
+        self.assertIn(f'href="{H100_SXM.source}"', html)
+
+    def test_the_budget_sentence_follows_how_many_long_sequences_it_holds(self) -> None:
+        token = served_here(self.RECORD)["token"]
+        none = " ".join(VIEWS["accelerator-lessons"](self.edited(budget=token * LONG_CONTEXT - 1)).items)
+        self.assertIn("does not hold one 8,192-token sequence", none)
+        three = " ".join(VIEWS["accelerator-lessons"](self.edited(budget=token * LONG_CONTEXT * 3)).items)
+        self.assertIn("holds 3 8,192-token sequences", three)
+        self.assertNotIn("does not hold", three)
+
+    def test_batching_is_said_to_pay_more_there_only_where_the_floor_gain_beats_the_measured_one(self) -> None:
+        gain = full_budget().gain
+        below = " ".join(VIEWS["accelerator-lessons"](self.edited(gain=gain / 2)).items)
+        self.assertIn("Batching pays more there", below)
+        above = " ".join(VIEWS["accelerator-lessons"](self.edited(gain=gain * 2)).items)
+        self.assertIn("Batching pays no more there", above)
+        self.assertNotIn("pays more there", above)

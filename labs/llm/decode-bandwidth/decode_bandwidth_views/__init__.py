@@ -10,6 +10,7 @@ from typing import Any
 from decode_bandwidth.figures.formulas import cell_table, group_key, headline_key
 from site_hooks.blocks import View
 
+from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
 from .batches import batches_view
 from .client import client_view
 from .comparison import comparison_view
@@ -34,7 +35,8 @@ VIEWS: dict[str, View] = {
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,
     "compiled": compiled_view, "compiled-summary": compiled_summary_view, "kernels": kernel_chart_view,
     "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
-    "trained-ladder": trained_ladder_view,
+    "trained-ladder": trained_ladder_view, "accelerator": accelerator_view,
+    "accelerator-lessons": accelerator_lessons_view, "accelerator-takeaway": accelerator_takeaway_view,
 }
 
 

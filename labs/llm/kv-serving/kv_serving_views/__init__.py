@@ -11,6 +11,7 @@ from typing import Any
 
 from site_hooks.blocks import View
 
+from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
 from .admission import admission_detail_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
 from .model import model_cost_view, pool_view
@@ -38,6 +39,9 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 VIEWS: dict[str, View] = {
     "key-results": key_results_view,
+    "accelerator": accelerator_view,
+    "accelerator-lessons": accelerator_lessons_view,
+    "accelerator-takeaway": accelerator_takeaway_view,
     "trained": trained_view,
     "answer-concurrent": answer_concurrent_view,
     "iteration": iteration_view,

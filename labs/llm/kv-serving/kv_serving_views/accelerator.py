@@ -1,0 +1,73 @@
+"""On an accelerator: the trained server's budget and batching gain beside the same quantities for Llama-3-8B on an
+H100, as arithmetic (kv_serving.accelerator and decode_bandwidth.accelerator compute them; no GPU ran here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from decode_bandwidth.accelerator import LONG_CONTEXT, MODEL, FullBudget, full_budget, sources
+from kv_serving.accelerator import served_here
+from site_hooks.blocks import Block, Table, takeaway
+from site_hooks.formatting import format_bytes, format_number
+
+
+def table(here: dict[str, Any], there: FullBudget) -> Table:
+    long = format_number(LONG_CONTEXT)
+    rows = [
+        ["KV budget", f"{format_bytes(here['budget'])} (the trained server's)",
+         f"{format_bytes(there.budget_bytes)} ({format_bytes(there.machine.memory_bytes or 0)} less "
+         f"{format_bytes(there.weights_bytes)} of weights)"],
+        ["one cached token", f"{format_number(here['token'])} bytes ({here['dtype']})",
+         f"{format_number(there.token_bytes)} bytes ({there.machine.dtype})"],
+        [f"{long}-token sequences the budget admits",
+         f"{format_number(here['sequences'])} ({format_number(here['tokens'])} tokens in all)",
+         format_number(there.sequences)],
+        ["batched tokens per second over one request at a time",
+         f"{here['gain']:.2f}× measured, at {here['rate']:g} arrivals per second",
+         f"{there.gain:.1f}× by the memory floor alone, {there.sequences} sequences of {long} tokens"],
+    ]
+    headings = ["", f"this CPU: the trained server, model {here['name']} (measured)",
+                f"{there.machine.name}: {MODEL} (arithmetic)"]
+    return Table(headings, rows,
+                 caption="The left column is this record's trained run; the right is the decode lab's formula for a "
+                         "Llama step with the datasheet's bandwidth and memory. Arithmetic, not a measurement: no "
+                         "accelerator ran here.")
+
+
+def lessons(here: dict[str, Any], there: FullBudget) -> list[str]:
+    long = format_number(LONG_CONTEXT)
+    sentences = []
+    if here["sequences"] == 0:
+        sentences.append(f"This server's budget does not hold one {long}-token sequence, so its load runs are short "
+                         f"chats; the accelerator's holds {there.sequences}.")
+    else:
+        sentences.append(f"This server's budget holds {here['sequences']} {long}-token sequences, the accelerator's "
+                         f"{there.sequences}.")
+    bound = "bound by arithmetic" if there.compute_bound else "still bound by bytes"
+    sentences.append(f"Filled, the accelerator's batch is {bound}: the budget, not the flops, is what caps it."
+                     if not there.compute_bound else
+                     f"Filled, the accelerator's batch is {bound}: past it, more memory would not buy more tokens.")
+    if there.gain > here["gain"]:
+        sentences.append(f"Batching pays more there ({there.gain:.1f}× by the floor alone) than the {here['gain']:.2f}× "
+                         f"measured here, where a few sequences already cost arithmetic (the decode page's ridge "
+                         f"point).")
+    else:
+        sentences.append(f"Batching pays no more there ({there.gain:.1f}× by the floor alone) than the "
+                         f"{here['gain']:.2f}× measured here.")
+    return sentences
+
+
+def accelerator_view(record: dict[str, Any]) -> Block:
+    here, there = served_here(record), full_budget()
+    return Block(css="lab-accelerator", tables=[table(here, there)], sources=sources())
+
+
+def accelerator_lessons_view(record: dict[str, Any]) -> Block:
+    return Block(items=lessons(served_here(record), full_budget()))
+
+
+def accelerator_takeaway_view(record: dict[str, Any]) -> Block:
+    here, there = served_here(record), full_budget()
+    return takeaway(f"one formula prices both budgets: {format_bytes(there.budget_bytes)} holds {there.sequences} "
+                    f"sequences of {format_number(LONG_CONTEXT)} tokens there, {format_bytes(here['budget'])} holds "
+                    f"{format_number(here['tokens'])} tokens here; admission by bytes is the lesson that carries over.")
