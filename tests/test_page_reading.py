@@ -101,3 +101,17 @@ def test_the_reader_counts_visible_words_and_places_questions() -> None:
     parsed.feed(html)
     assert parsed.words == ["one", "two", "three", "four", "five"]
     assert parsed.questions_at == [3]
+
+
+@pytest.mark.parametrize("page", ["decode-bandwidth", "kv-serving"])
+def test_the_accelerator_section_is_labelled_arithmetic_and_links_its_datasheet(
+    built_site: tuple[Path, str], page: str
+) -> None:
+    from llm_models.hardware import H100_SXM
+
+    html = (built_site[0] / "llm" / page / "index.html").read_text(encoding="utf-8")
+    section = html[html.index('id="on-an-accelerator"'):]
+    section = section[:section.index("<h2")]
+    assert "arithmetic, not a measurement" in section
+    assert f'href="{H100_SXM.source}"' in section
+    assert "no accelerator ran here" in section
