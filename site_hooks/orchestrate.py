@@ -14,6 +14,7 @@ unless LAB_BENCH says otherwise:
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -72,13 +73,26 @@ def subprocess_env(root: Path) -> dict[str, str]:
 # What a lab's tests run against outside its own folders, besides its sources: the pinned packages the venv was
 # built from, and the schema every record shares (its own record and schema are added: its tests check them).
 TESTED_ALONGSIDE = ("requirements.txt", "requirements-nodeps.txt", "results/record-common.schema.json")
+# Environment variables a lab's tests (or the libraries they call) read, by prefix: a cached report is for the
+# environment it ran in (the weights cache, torch's and inductor's settings, thread counts, Hugging Face's paths).
+ENVIRONMENT_PREFIXES = ("LAB_", "TORCH", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "PYTHONHASHSEED")
+
+
+def installed_packages() -> str:
+    """Every installed distribution and its version, one per line: a package added or upgraded in the venv by
+    hand changes what a suite runs against (a test skipped for a missing package would otherwise stay skipped)."""
+    names = {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()}
+    return "\n".join(sorted(names))
 
 
 def tests_digest(lab: Lab, root: Path) -> str:
     """Changes whenever anything the tests could see changes: the lab's files, the sources it measures
     (another lab's, too), the further sources only its tests import (lab.toml's tests.sources), labkit,
-    the pinned packages, the records and schemas, the interpreter."""
-    digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0".encode())
+    the pinned and the installed packages, its record and schemas, the environment variables tests read,
+    the interpreter."""
+    digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{installed_packages()}\0".encode())
+    for name in sorted(k for k in os.environ if k.startswith(ENVIRONMENT_PREFIXES)):
+        digest.update(f"{name}={os.environ[name]}\0".encode())
     files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
     files.update(p for pattern in (*lab.fingerprint, *lab.test_sources, *TESTED_ALONGSIDE) for p in root.glob(pattern))
     files.update((root / lab.record, root / lab.schema))
@@ -88,8 +102,10 @@ def tests_digest(lab: Lab, root: Path) -> str:
 
 
 def run_lab_tests(lab: Lab, root: Path, cache_dir: Path, log: logging.Logger) -> dict[str, Any]:
-    """The lab's test report; a cached one when nothing it depends on changed; fails on any failure."""
-    cached = cache_dir / f"tests-{lab.name}-{tests_digest(lab, root)[:20]}.json"
+    """The lab's test report; a cached one when nothing it depends on changed; fails on any failure. A report is
+    cached only under the digest its run started and ended with: an edit during the run is not covered by it."""
+    before = tests_digest(lab, root)
+    cached = cache_dir / f"tests-{lab.name}-{before[:20]}.json"
     if cached.exists():
         log.info(f"lab {lab.name}: sources unchanged since the tests passed; reusing {cached.name}")
         return json.loads(cached.read_text(encoding="utf-8"))
@@ -114,6 +130,12 @@ def run_lab_tests(lab: Lab, root: Path, cache_dir: Path, log: logging.Logger) ->
             f"lab {lab.name}: {len(bad)} failing of {report['ran']} tests: " + "; ".join(bad)
             if bad else f"lab {lab.name}: no test ran from {start} with pattern {pattern!r}"
         )
+    if finished.returncode != 0:  # a report that says success from a run that did not end well is not one
+        last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SiteBuildError(f"lab {lab.name}: the test run exited {finished.returncode} after reporting: {last}")
+    if tests_digest(lab, root) != before:
+        log.info(f"lab {lab.name}: its files changed while its tests ran; their report is used once, not cached")
+        return report
     cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(cached, report)
     for old in sorted(cache_dir.glob(f"tests-{lab.name}-*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_REPORTS]:

@@ -97,6 +97,23 @@ def test_second_build_reuses_the_test_report_when_nothing_changed(toy_site: ToyS
     assert "running its tests" in toy_site.build().stderr
 
 
+def test_a_report_is_not_cached_when_the_labs_files_change_while_its_tests_run(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    toy_site.set_tests("import pathlib, unittest\nclass T(unittest.TestCase):\n    def test_edits(self):\n"
+                       "        pathlib.Path('labs/demo/toy/notes.txt').write_text(str(__import__('time').time()))\n")
+    first = toy_site.build()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "changed while its tests ran; their report is used once, not cached" in first.stderr
+    assert not list((toy_site.root / ".cache" / "site_hooks").glob("tests-toy-*.json"))
+
+
+def test_a_report_is_keyed_on_the_environment_variables_tests_read(toy_site: ToySite) -> None:
+    toy_site.write_fresh_record()
+    assert toy_site.build().returncode == 0
+    assert "sources unchanged since the tests passed" in toy_site.build().stderr
+    assert "running its tests" in toy_site.build(LAB_WEIGHTS_CACHE=str(toy_site.root / "elsewhere")).stderr
+
+
 def test_record_text_reaches_the_page_as_inert_escaped_text(toy_site: ToySite) -> None:
     """Markdown never sees a view's HTML: a fence, an attribute list or an include stay literal text."""
     hostile = "```python\nimport os\n``` {: #evil data-x=1 } --8<-- \"/etc/passwd\" *em*"

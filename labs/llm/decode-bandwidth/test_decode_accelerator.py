@@ -8,7 +8,7 @@ import unittest
 from typing import Any
 
 from decode_bandwidth import accelerator
-from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, kv_bytes, llama_step_bytes
+from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, kv_bytes, llama_step_bytes, llama_weight_bytes
 from decode_bandwidth_views import VIEWS
 from decode_bandwidth_views.accelerator import carry_over
 from kv_cache.figures import model as published_model
@@ -62,6 +62,14 @@ class Arithmetic(unittest.TestCase):
         self.assertGreater(expected, 10)
         self.assertIsNone(accelerator.sequences_that_fit(accelerator.this_cpu(RECORD), entry, model, 8192))
 
+    def test_a_step_reads_the_published_parameters_less_the_untied_embedding_table(self) -> None:
+        """Capacity counts every parameter; a step reads all but the token embedding's unread rows."""
+        entry = published_model(accelerator.MODEL)
+        model = accelerator.llama_model(entry)
+        self.assertFalse(model["tie_embeddings"])
+        self.assertEqual(llama_weight_bytes(model, 2) + model["vocab_size"] * model["width"] * 2,
+                         entry["parameters"] * 2)
+
     def test_the_table_is_labelled_arithmetic_and_links_its_sources(self) -> None:
         html = render_block(VIEWS["accelerator"](RECORD))
         self.assertIn("not a measurement", html)
@@ -86,17 +94,28 @@ class Wording(unittest.TestCase):
         self.assertIn("even batch 1 is not bound by bytes on both", self.takeaway(slow))
 
     def test_batching_is_said_to_invert_only_where_this_cpu_turns_compute_bound_far_sooner(self) -> None:
+        self.assertEqual(accelerator.compare(RECORD).sooner, "cpu")
         self.assertIn("Batching inverts", self.lessons(RECORD))
         self.assertIn("the price of batching does not", self.takeaway(RECORD))
         self.assertIn("higher than this CPU's", self.takeaway(RECORD))
-        # A CPU with the accelerator's ridge point: the same turn, no inversion, a ridge "close to" the other.
         cpu = accelerator.this_cpu(RECORD)
-        alike = with_cpu_rate(RECORD, H100_SXM.bf16_flops_per_s / H100_SXM.bandwidth_bytes_per_s
-                              * cpu.bandwidth_bytes_per_s * 2)  # float32 moves twice the bytes per flop
-        self.assertNotIn("Batching inverts", self.lessons(alike))
-        self.assertIn("Batching turns compute-bound at", self.lessons(alike))
+        device_ridge = H100_SXM.bf16_flops_per_s / H100_SXM.bandwidth_bytes_per_s
+        # Half the accelerator's ridge: float32 moves twice the bytes per flop, so both turn at the same batch.
+        alike = with_cpu_rate(RECORD, device_ridge / 2 * cpu.bandwidth_bytes_per_s)
+        self.assertEqual(accelerator.compare(alike).sooner, "alike")
+        self.assertIn("Batching turns compute-bound at about the same size on both", self.lessons(alike))
+        self.assertNotIn("inverts", self.lessons(alike))
         self.assertIn("so does where batching turns compute-bound", self.takeaway(alike))
+        self.assertIn("2× higher than this CPU's", self.takeaway(alike))
+        close = with_cpu_rate(RECORD, device_ridge * cpu.bandwidth_bytes_per_s)
+        self.assertIn("close to this CPU's", self.takeaway(close))
+        # A CPU that multiplies so fast it never turns within the search: the accelerator turns sooner.
         fast = with_cpu_rate(RECORD, cpu.bandwidth_bytes_per_s * 10_000)
+        self.assertEqual(accelerator.compare(fast).short_batch[0], None)
+        self.assertEqual(accelerator.compare(fast).sooner, "accelerator")
+        self.assertIn("Batching costs arithmetic sooner there", self.lessons(fast))
+        self.assertIn("this CPU never (up to batch 4,096)", self.lessons(fast))
+        self.assertIn("batching costs arithmetic sooner there", self.takeaway(fast))
         self.assertIn("lower than this CPU's", self.takeaway(fast))
 
     def test_the_long_context_sentence_appears_only_where_no_batch_turns_the_accelerator(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import unittest
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from decode_bandwidth.accelerator import LONG_CONTEXT, full_budget
 from kv_serving.accelerator import served_here
 from kv_serving_views import VIEWS
+from kv_serving_views.accelerator import lessons
 from kv_serving_views.trained import answer_concurrent_view, matching_sentence, speedup_sentence
 from labkit.manifest import lab_for
 from llm_models.hardware import H100_SXM
@@ -80,15 +82,20 @@ class AcceleratorArithmetic(unittest.TestCase):
     def test_the_budget_sentence_follows_how_many_long_sequences_it_holds(self) -> None:
         token = served_here(self.RECORD)["token"]
         none = " ".join(VIEWS["accelerator-lessons"](self.edited(budget=token * LONG_CONTEXT - 1)).items)
-        self.assertIn("does not hold one 8,192-token sequence", none)
+        self.assertIn("does not hold one 8,192-token sequence (8,191 tokens in all)", none)
+        one = " ".join(VIEWS["accelerator-lessons"](self.edited(budget=token * LONG_CONTEXT)).items)
+        self.assertIn("holds 1 8,192-token sequence,", one)
         three = " ".join(VIEWS["accelerator-lessons"](self.edited(budget=token * LONG_CONTEXT * 3)).items)
         self.assertIn("holds 3 8,192-token sequences", three)
         self.assertNotIn("does not hold", three)
 
-    def test_batching_is_said_to_pay_more_there_only_where_the_floor_gain_beats_the_measured_one(self) -> None:
-        gain = full_budget().gain
-        below = " ".join(VIEWS["accelerator-lessons"](self.edited(gain=gain / 2)).items)
-        self.assertIn("Batching pays more there", below)
-        above = " ".join(VIEWS["accelerator-lessons"](self.edited(gain=gain * 2)).items)
-        self.assertIn("Batching pays no more there", above)
-        self.assertNotIn("pays more there", above)
+    def test_the_gain_sentence_quotes_both_and_the_batch_this_server_ran(self) -> None:
+        here, there = served_here(self.RECORD), full_budget()
+        text = " ".join(lessons(here, there))
+        self.assertIn(f"promises {there.gain:.1f}× there for {there.sequences} long sequences", text)
+        self.assertIn(f"measured {here['gain']:.2f}× with at most {here['peak_running']} of its "
+                      f"{here['requests']} requests running at once", text)
+        self.assertIn("still bound by bytes", text)
+        bound = " ".join(lessons(here, dataclasses.replace(there, compute_bound=True)))
+        self.assertIn("bound by arithmetic: past it", bound)
+        self.assertNotIn("still bound by bytes", bound)

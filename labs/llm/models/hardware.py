@@ -2,8 +2,8 @@
 
 Nothing here is measured in this repository: each figure is a vendor's datasheet number, with its link, so a
 page can set what this CPU measures beside what the same formulas give on an accelerator. Where the arithmetic
-and the measurement differ in kind (a ridge point near 3 flops per byte here, near 300 there), the lessons that
-depend on it invert, and a page says which.
+and the measurement differ in kind (a CPU's ridge point a few flops per byte, an accelerator's a few hundred),
+the lessons that depend on it invert, and a page says which.
 
 Torch-free: the decode and serving labs' figures packages derive their accelerator rows from these.
 """

@@ -13,6 +13,7 @@ The serving lab prices its budget with ``full_budget``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,8 @@ from .figures.formulas import BYTES_PER_ELEMENT, headline_key, kv_bytes, llama_s
 MODEL = "Llama-3-8B"  # the published model both columns price: the KV-cache page's example
 LONG_CONTEXT = 8192  # a long chat: the context of the capacity question and of the long-context batch
 SHORT_CONTEXT = 128  # a short one: where the weights, not the cache, are most of a step's bytes
-MAX_BATCH = 4096  # the largest batch searched for the turn to compute-bound (past it: "none")
+MAX_BATCH = 4096  # the largest batch searched for the turn to compute-bound (past it: "never")
+APART = 4  # one machine turns compute-bound "sooner" at a batch at least this many times smaller than the other's
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,15 @@ class Comparison:
         return self.machines[1].ridge_flops_per_byte / self.machines[0].ridge_flops_per_byte
 
     @property
-    def batching_apart(self) -> bool:
-        """Whether the accelerator turns compute-bound at a short context at least twice as late as this CPU (or
-        never): the batching lesson measured here then inverts there."""
-        cpu, device = self.short_batch
-        return cpu is not None and (device is None or device >= 2 * cpu)
+    def sooner(self) -> str:
+        """Which machine turns compute-bound at SHORT_CONTEXT at a batch at least APART times smaller than the
+        other's ("cpu" or "accelerator"; a machine that never turns counts as later), or "alike"."""
+        cpu, device = (math.inf if b is None else b for b in self.short_batch)
+        if cpu * APART <= device:
+            return "cpu"
+        if device * APART <= cpu:
+            return "accelerator"
+        return "alike"
 
     @property
     def bytes_bound_at_batch_1(self) -> tuple[bool, bool]:
@@ -183,4 +189,5 @@ def compare(record: Mapping[str, Any], device: Accelerator = H100_SXM) -> Compar
 
 def sources(device: Accelerator = H100_SXM) -> list[tuple[str, str]]:
     """The links of the published figures the arithmetic uses: the datasheet and the model's configuration."""
-    return [(f"{device.name} datasheet", device.source), (f"{MODEL} config.json", published_model(MODEL)["config"])]
+    return [(f"{device.name} product page (its datasheet figures)", device.source),
+            (f"{MODEL} config.json", published_model(MODEL)["config"])]

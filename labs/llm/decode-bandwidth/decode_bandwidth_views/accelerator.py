@@ -12,7 +12,13 @@ from site_hooks.formatting import format_bytes, format_number, format_seconds
 
 
 def batch_text(batch: int | None) -> str:
-    return f"batch {batch}" if batch is not None else f"none up to batch {format_number(MAX_BATCH)}"
+    """Where a machine turns compute-bound: 'batch 440', or 'never (up to batch 4,096)'."""
+    return f"batch {batch}" if batch is not None else f"never (up to batch {format_number(MAX_BATCH)})"
+
+
+def turn_text(batch: int | None) -> str:
+    """The same inside a sentence: 'at batch 440' or 'never (up to batch 4,096)'."""
+    return f"at batch {batch}" if batch is not None else batch_text(batch)
 
 
 def flops_text(flops_per_s: float) -> str:
@@ -20,7 +26,7 @@ def flops_text(flops_per_s: float) -> str:
 
 
 def rate_text(machine: Machine, value: str) -> str:
-    return f"{value} ({'measured in this run' if machine.measured else 'datasheet'})"
+    return f"{value} ({'achieved, measured in this run' if machine.measured else 'peak, datasheet'})"
 
 
 def comparison_table(c: Comparison) -> Table:
@@ -42,8 +48,9 @@ def comparison_table(c: Comparison) -> Table:
     headings = ["", f"{cpu.name}, {cpu.dtype}", f"{device.name}, {device.dtype}"]
     return Table(headings, rows, caption=(
         f"Both columns: this lab's formula for a Llama step (weights, the cache read and written, and the flops of "
-        f"every multiply) on {c.model}'s published configuration; only the machine's figures differ. Arithmetic, "
-        f"not a measurement: no accelerator ran here."))
+        f"every multiply) on {c.model}'s published configuration; the machines' rates and dtypes differ (float32 "
+        f"moves twice bfloat16's bytes). Arithmetic, not a measurement: {c.model} ran on neither machine, no "
+        f"accelerator ran here, and its memory is the datasheet's, taken as decimal bytes with no workspace kept."))
 
 
 def carry_over(c: Comparison) -> list[str]:
@@ -57,13 +64,16 @@ def carry_over(c: Comparison) -> list[str]:
         which = " and ".join(m.name for m, b in zip(c.machines, c.bytes_bound_at_batch_1) if not b)
         sentences.append(f"Batch 1 is already bound by arithmetic on {which}: the byte floor is not the lesson there.")
     short_cpu, short_device = c.short_batch
-    if c.batching_apart:
-        sentences.append(f"Batching inverts: at {SHORT_CONTEXT} tokens this CPU turns compute-bound at batch "
-                         f"{short_cpu}, the accelerator at {batch_text(short_device)}; a batch that costs arithmetic "
-                         f"here rides on the bytes there.")
+    if c.sooner == "cpu":
+        sentences.append(f"Batching inverts: at {SHORT_CONTEXT} tokens this CPU turns compute-bound "
+                         f"{turn_text(short_cpu)}, the accelerator {turn_text(short_device)}; a batch that costs "
+                         f"arithmetic here rides on the bytes there.")
+    elif c.sooner == "accelerator":
+        sentences.append(f"Batching costs arithmetic sooner there: at {SHORT_CONTEXT} tokens the accelerator turns "
+                         f"compute-bound {turn_text(short_device)}, this CPU {turn_text(short_cpu)}.")
     else:
-        sentences.append(f"Batching turns compute-bound at {batch_text(short_cpu)} here and {batch_text(short_device)} "
-                         f"there, at {SHORT_CONTEXT} tokens.")
+        sentences.append(f"Batching turns compute-bound at about the same size on both: at {SHORT_CONTEXT} tokens "
+                         f"this CPU {turn_text(short_cpu)}, the accelerator {turn_text(short_device)}.")
     long_cpu, long_device = c.long_batch
     if long_device is None:
         sentences.append(f"At {format_number(LONG_CONTEXT)} tokens no batch turns the accelerator compute-bound (each "
@@ -89,5 +99,6 @@ def accelerator_takeaway_view(record: dict[str, Any]) -> Block:
         else "close to"
     both_bytes = all(c.bytes_bound_at_batch_1)
     floor = "the byte floor at batch 1 carries over" if both_bytes else "even batch 1 is not bound by bytes on both"
-    batching = "the price of batching does not" if c.batching_apart else "so does where batching turns compute-bound"
+    batching = {"cpu": "the price of batching does not", "accelerator": "batching costs arithmetic sooner there",
+                "alike": "so does where batching turns compute-bound"}[c.sooner]
     return takeaway(f"the accelerator's ridge point sits {ridge} this CPU's: {floor}, {batching}.")

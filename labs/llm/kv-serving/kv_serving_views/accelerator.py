@@ -8,7 +8,7 @@ from typing import Any
 from decode_bandwidth.accelerator import LONG_CONTEXT, MODEL, FullBudget, full_budget, sources
 from kv_serving.accelerator import served_here
 from site_hooks.blocks import Block, Table, takeaway
-from site_hooks.formatting import format_bytes, format_number
+from site_hooks.formatting import format_bytes, format_number, plural
 
 
 def table(here: dict[str, Any], there: FullBudget) -> Table:
@@ -26,11 +26,11 @@ def table(here: dict[str, Any], there: FullBudget) -> Table:
          f"{here['gain']:.2f}× measured, at {here['rate']:g} arrivals per second",
          f"{there.gain:.1f}× by the memory floor alone, {there.sequences} sequences of {long} tokens"],
     ]
-    headings = ["", f"this CPU: the trained server, model {here['name']} (measured)",
-                f"{there.machine.name}: {MODEL} (arithmetic)"]
+    headings = ["", "this CPU: the trained server (measured)", f"{there.machine.name}: {MODEL} (arithmetic)"]
     return Table(headings, rows,
                  caption="The left column is this record's trained run; the right is the decode lab's formula for a "
-                         "Llama step with the datasheet's bandwidth and memory. Arithmetic, not a measurement: no "
+                         "Llama step with the datasheet's peak bandwidth, its memory taken as decimal bytes, the "
+                         "weights beside the cache and no workspace kept. Arithmetic, not a measurement: no "
                          "accelerator ran here.")
 
 
@@ -38,22 +38,19 @@ def lessons(here: dict[str, Any], there: FullBudget) -> list[str]:
     long = format_number(LONG_CONTEXT)
     sentences = []
     if here["sequences"] == 0:
-        sentences.append(f"This server's budget does not hold one {long}-token sequence, so its load runs are short "
-                         f"chats; the accelerator's holds {there.sequences}.")
+        sentences.append(f"This server's budget does not hold one {long}-token sequence "
+                         f"({format_number(here['tokens'])} tokens in all); the accelerator's holds {there.sequences}.")
     else:
-        sentences.append(f"This server's budget holds {here['sequences']} {long}-token sequences, the accelerator's "
-                         f"{there.sequences}.")
-    bound = "bound by arithmetic" if there.compute_bound else "still bound by bytes"
-    sentences.append(f"Filled, the accelerator's batch is {bound}: the budget, not the flops, is what caps it."
-                     if not there.compute_bound else
-                     f"Filled, the accelerator's batch is {bound}: past it, more memory would not buy more tokens.")
-    if there.gain > here["gain"]:
-        sentences.append(f"Batching pays more there ({there.gain:.1f}× by the floor alone) than the {here['gain']:.2f}× "
-                         f"measured here, where a few sequences already cost arithmetic (the decode page's ridge "
-                         f"point).")
-    else:
-        sentences.append(f"Batching pays no more there ({there.gain:.1f}× by the floor alone) than the "
-                         f"{here['gain']:.2f}× measured here.")
+        sentences.append(f"This server's budget holds {plural(here['sequences'], f'{long}-token sequence')}, the "
+                         f"accelerator's {there.sequences}.")
+    sentences.append("Filled, the accelerator's batch is still bound by bytes: the budget, not the flops, is what "
+                     "caps it." if not there.compute_bound else
+                     "Filled, the accelerator's batch is bound by arithmetic: past it, more memory would not buy "
+                     "more tokens.")
+    sentences.append(f"The floor alone promises {there.gain:.1f}× there for {there.sequences} long sequences; this "
+                     f"server measured {here['gain']:.2f}× with at most {here['peak_running']} of its "
+                     f"{here['requests']} requests running at once: other batches, so neither figure ranks the "
+                     f"machines.")
     return sentences
 
 
