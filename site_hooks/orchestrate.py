@@ -75,7 +75,8 @@ def subprocess_env(root: Path) -> dict[str, str]:
 TESTED_ALONGSIDE = ("requirements.txt", "requirements-nodeps.txt", "results/record-common.schema.json")
 # Environment variables a lab's tests (or the libraries they call) read, by prefix: a cached report is for the
 # environment it ran in (the weights cache, torch's and inductor's settings, thread counts, Hugging Face's paths).
-ENVIRONMENT_PREFIXES = ("LAB_", "TORCH", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "PYTHONHASHSEED")
+# Not LAB_BENCH: it steers the build's benchmarks, which no lab test reads (make site sets it, make test does not).
+ENVIRONMENT_PREFIXES = ("LAB_WEIGHTS_CACHE", "TORCH", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "PYTHONHASHSEED")
 
 
 def installed_packages() -> str:
