@@ -73,10 +73,12 @@ def subprocess_env(root: Path) -> dict[str, str]:
 # What a lab's tests run against outside its own folders, besides its sources: the pinned packages the venv was
 # built from, and the schema every record shares (its own record and schema are added: its tests check them).
 TESTED_ALONGSIDE = ("requirements.txt", "requirements-nodeps.txt", "results/record-common.schema.json")
-# Environment variables a lab's tests (or the libraries they call) read, by prefix: a cached report is for the
-# environment it ran in (the weights cache, torch's and inductor's settings, thread counts, Hugging Face's paths).
-# Not LAB_BENCH: it steers the build's benchmarks, which no lab test reads (make site sets it, make test does not).
-ENVIRONMENT_PREFIXES = ("LAB_WEIGHTS_CACHE", "TORCH", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "PYTHONHASHSEED")
+# Environment variables that change what a lab's tests run against, by name: a cached report is for the environment
+# it ran in. Named one by one, not by prefix: importing torch's inductor sets TORCHINDUCTOR_CACHE_DIR in the process
+# that imports it (pytest's, not the build's), and LAB_BENCH steers the build's benchmarks, which no lab test reads;
+# either would make make test miss the report make site just cached.
+TESTED_ENVIRONMENT = ("LAB_WEIGHTS_CACHE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED", "HF_HOME",
+                      "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def installed_packages() -> str:
@@ -92,8 +94,8 @@ def tests_digest(lab: Lab, root: Path) -> str:
     the pinned and the installed packages, its record and schemas, the environment variables tests read,
     the interpreter."""
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{installed_packages()}\0".encode())
-    for name in sorted(k for k in os.environ if k.startswith(ENVIRONMENT_PREFIXES)):
-        digest.update(f"{name}={os.environ[name]}\0".encode())
+    for name in TESTED_ENVIRONMENT:
+        digest.update(f"{name}={os.environ.get(name)}\0".encode())
     files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
     files.update(p for pattern in (*lab.fingerprint, *lab.test_sources, *TESTED_ALONGSIDE) for p in root.glob(pattern))
     files.update((root / lab.record, root / lab.schema))
