@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import unittest
 from typing import Any
@@ -120,15 +121,14 @@ class Wording(unittest.TestCase):
 
     def test_the_long_context_sentence_appears_only_where_no_batch_turns_the_accelerator(self) -> None:
         self.assertIn("no batch turns the accelerator compute-bound", self.lessons(RECORD))
-        weak = copy.deepcopy(accelerator.accelerator())
-        weak = accelerator.Machine(weak.name, weak.dtype, weak.bandwidth_bytes_per_s, weak.bandwidth_bytes_per_s,
-                                   weak.memory_bytes, measured=False)  # a ridge of one flop per byte
+        device = accelerator.accelerator()
+        weak = dataclasses.replace(device, flops_per_s=device.bandwidth_bytes_per_s)  # a ridge of one flop per byte
         comparison = accelerator.compare(RECORD)
         model = accelerator.llama_model(published_model(accelerator.MODEL))
         long_batch = accelerator.compute_bound_batch(weak, model, accelerator.LONG_CONTEXT)
         self.assertIsNotNone(long_batch)
-        changed = accelerator.Comparison(**{**comparison.__dict__, "machines": (comparison.machines[0], weak),
-                                            "long_batch": (comparison.long_batch[0], long_batch)})
+        changed = dataclasses.replace(comparison, machines=(comparison.machines[0], weak),
+                                      long_batch=(comparison.long_batch[0], long_batch))
         self.assertNotIn("no batch turns the accelerator", " ".join(carry_over(changed)))
 
 

@@ -87,15 +87,19 @@ def compute_bound_batch(machine: Machine, model: Mapping[str, Any], context: int
     return None
 
 
+def weight_bytes(machine: Machine, entry: Mapping[str, Any]) -> float:
+    """Every published parameter in the machine's dtype (the table prices 16-bit weights)."""
+    return published_weight_bytes(entry) * BYTES_PER_ELEMENT[machine.dtype] / 2
+
+
 def sequences_that_fit(machine: Machine, entry: Mapping[str, Any], model: Mapping[str, Any], context: int) -> int | None:
     """Sequences of ``context`` tokens whose cache fits beside the weights, both in the machine's dtype; None where
     the machine's memory is not known."""
     if machine.memory_bytes is None:
         return None
-    size = BYTES_PER_ELEMENT[machine.dtype]
-    weights = published_weight_bytes(entry) * size / 2  # the table prices 16-bit weights
     # tokens_that_fit counts units of the size it is given: here whole sequences
-    return tokens_that_fit(machine.memory_bytes, weights, kv_bytes(model, size, 1, context))
+    return tokens_that_fit(machine.memory_bytes, weight_bytes(machine, entry),
+                           kv_bytes(model, BYTES_PER_ELEMENT[machine.dtype], 1, context))
 
 
 @dataclass(frozen=True)
@@ -120,13 +124,13 @@ class FullBudget:
 def full_budget(device: Accelerator = H100_SXM) -> FullBudget:
     entry = published_model(MODEL)
     model, machine = llama_model(entry), accelerator(device)
-    size = BYTES_PER_ELEMENT[machine.dtype]
-    weights = published_weight_bytes(entry) * size / 2  # the table prices 16-bit weights
+    weights = weight_bytes(machine, entry)
     sequences = sequences_that_fit(machine, entry, model, LONG_CONTEXT)
     if not sequences:
         raise ValueError(f"{MODEL}'s weights leave no room for one {LONG_CONTEXT}-token sequence on {machine.name}")
     memory, compute = step_seconds(machine, model, sequences, LONG_CONTEXT)
-    return FullBudget(machine, weights, machine.memory_bytes - weights, kv_bytes(model, size, 1, 1), sequences,
+    return FullBudget(machine, weights, machine.memory_bytes - weights,
+                      kv_bytes(model, BYTES_PER_ELEMENT[machine.dtype], 1, 1), sequences,
                       step_seconds(machine, model, 1, LONG_CONTEXT)[0], memory, compute >= memory)
 
 

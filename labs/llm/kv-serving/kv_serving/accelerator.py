@@ -19,7 +19,7 @@ def served_here(record: dict[str, Any]) -> dict[str, Any]:
     model = trained["model"]
     token = kv_bytes(model, BYTES_PER_ELEMENT[model["dtype"]], 1, 1)
     budget = max(point["budget_kv_bytes"] for point in trained["points"])
-    return {"name": trained["model_name"], "dtype": model["dtype"], "budget": budget, "token": token,
+    return {"dtype": model["dtype"], "budget": budget, "token": token,
             "tokens": budget // token, "sequences": budget // (token * LONG_CONTEXT),
             "gain": trained["speedup_over_serial"], "rate": trained["serial"]["rate"], "requests": trained["requests"],
             "peak_running": max(point["server"]["peak_running"] for point in trained["points"])}
