@@ -15,7 +15,7 @@ import pytest
 
 from labkit.fingerprint import source_fingerprint
 from labkit.manifest import load_lab
-from labkit.waiting import HANG_S, run
+from labkit.waiting import HANG_S, interrupt_by_default, run
 from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
 from site_hooks.orchestrate import TEST_TIMEOUT_S
@@ -159,3 +159,7 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                    capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr[-3000:]
     return site, finished.stderr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    interrupt_by_default()  # the tests signal what they start (make bench, servers, benchmarks)

@@ -361,3 +361,35 @@ def test_a_signal_to_the_benchmark_alone_ends_make_bench_by_that_signal_not_with
     code, lines = finish(make_bench(root))
     assert code == -signal.SIGTERM  # the shell's 143; make's own status for a failed recipe would be 2
     assert "run_benchmarks: terminated during first-lab; the labs after it were not measured" in lines
+
+
+# What a process started by the suite inherits: 1 if SIGINT reaches it ignored.
+SIGINT_OF_A_CHILD = "import subprocess, sys; from labkit.waiting import interrupt_by_default; " \
+    "interrupt_by_default() if sys.argv[1] == 'reset' else None; sys.exit(subprocess.run([sys.executable, '-c', " \
+    "'import signal, sys; sys.exit(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)']).returncode)"
+
+
+@pytest.mark.parametrize(("call", "ignored"), [("reset", 0), ("leave", 1)])
+def test_a_suite_started_with_sigint_ignored_starts_processes_that_sigint_reaches(call: str, ignored: int) -> None:
+    finished = run([sys.executable, "-c", SIGINT_OF_A_CHILD, call], "the child to report its SIGINT", env=build_env(),
+                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as `pytest &` gets it
+    assert finished.returncode == ignored
+
+
+# A stand-in for make's two states with SIGINT blocked: starting or reaping a recipe (its handler still
+# installed) and inside its handler (which first restores the default action). Says "ready", then waits.
+MASKED = "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_DFL if sys.argv[1] == 'handling' " \
+    "else lambda *a: None); signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); print('ready', flush=True); " \
+    "time.sleep(10 * float(sys.argv[2]))"
+
+
+@pytest.mark.parametrize(("state", "stopping"), [("handling", signal.SIGINT), ("starting", None)])
+def test_make_counts_as_stopping_only_with_sigint_blocked_and_no_longer_caught(state: str, stopping: int | None) -> None:
+    process = subprocess.Popen([sys.executable, "-c", MASKED, state, str(HANG_S)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines_until(process, process.stdout, "ready", "the stand-in to block SIGINT")
+        assert run_benchmarks.make_is_stopping(process.pid) == stopping
+    finally:
+        process.kill()
+        process.wait()

@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD_GRACE_S = 10  # for an interrupted benchmark to finish a record write it was in the middle of
 RERUN_SUFFIX = "-rerun"  # added to a derived label that a reference record already carries
 POLL_S = 0.05  # how soon a signal to make bench is forwarded to the running benchmark
+MAKE_HANDLER_S = 60  # a bound for make to enter its signal handler once signalled (a hang, not a slow machine)
 STOPPED = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
 STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 UNDER_MAKE: int | None = None  # the pid of the GNU make this runs under, when run as a script by it
@@ -79,13 +80,18 @@ def parent_make() -> int | None:
 def make_is_stopping(make: int) -> int | None:
     """The signal GNU make is handling, or None. On SIGINT or SIGTERM make waits for its recipe inside
     its handler, the signal blocked; a SIGINT sent to make alone it never passes on (it expects the
-    terminal to have sent it to the whole group), so the recipe learns of it here, from make's mask."""
+    terminal to have sent it to the whole group), so the recipe learns of it here, from make's mask.
+    Make also blocks both for a moment while it starts or reaps a recipe, the handler still installed;
+    its handler's first act is to restore the default action, so blocked and no longer caught is the
+    handler, and a poll landing in one of those moments is not read as a stop."""
     try:
-        status = Path(f"/proc/{make}/status").read_text()
-        blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
-    except (OSError, StopIteration, ValueError, IndexError):
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{make}/status").read_text().splitlines()
+                      if ":" in line)
+        blocked, caught = int(fields["SigBlk"], 16), int(fields["SigCgt"], 16)
+    except (OSError, KeyError, ValueError):
         return None
-    return next((signum for signum in (signal.SIGINT, signal.SIGTERM) if blocked & (1 << (signum - 1))), None)
+    return next((signum for signum in (signal.SIGINT, signal.SIGTERM)
+                 if blocked & (1 << (signum - 1)) and not caught & (1 << (signum - 1))), None)
 
 
 def say(message: str) -> None:
@@ -235,6 +241,12 @@ if __name__ == "__main__":
     status = main(sys.argv[1:])
     if UNDER_MAKE is not None and status in (130, 143) and make_is_stopping(UNDER_MAKE) is None:
         # The interrupt reached the benchmark or this process only: end make by the same signal, so
-        # `make bench` says 130 or 143 and not the 2 make gives any failed recipe.
+        # `make bench` says 130 or 143 and not the 2 make gives any failed recipe. Exit only once make is
+        # in its handler: a make that reaps this process first finds no child in its handler and ends
+        # with 2 ("wait: No child processes"). Its SIGTERM to its recipe (this process) is held meanwhile.
+        signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
         os.kill(UNDER_MAKE, status - 128)
+        handling_by = time.monotonic() + MAKE_HANDLER_S
+        while make_is_stopping(UNDER_MAKE) != status - 128 and time.monotonic() < handling_by:
+            time.sleep(0.001)
     exit_now(status)  # no interpreter shutdown after the last line, for a signal to land in (labkit.exit)

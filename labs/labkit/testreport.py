@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from labkit.waiting import interrupt_by_default
+
 
 class RecordingResult(unittest.TextTestResult):
     """A verbose text result that also keeps one entry per test, in the order they ran."""
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pattern", default="test_*.py", help="test file pattern")
     parser.add_argument("--output", type=Path, required=True, help="JSON report to write")
     args = parser.parse_args(argv)
+    interrupt_by_default()  # the tests signal what they start
     report = run(args.start, args.pattern)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0 if report["successful"] else 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 import socket
 import subprocess
 import threading
@@ -23,6 +24,15 @@ HANG_S = 300.0  # the bound of any one wait: far beyond a loaded machine's slowe
 POLL_S = 0.005  # how often a polled state is looked at again
 
 T = TypeVar("T")
+
+
+def interrupt_by_default() -> None:
+    """Ctrl-C (SIGINT) as Python's KeyboardInterrupt in this process even when it was started with SIGINT ignored
+    (a non-interactive shell's ``cmd &``, some CI steps): a process this one starts then inherits SIGINT's default
+    action, not the ignored one, so a test's SIGINT to a server, a benchmark or ``make`` reaches it. Make keeps an
+    inherited ignored SIGINT ignored, and so does Python until it installs a handler of its own."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Hung(AssertionError):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -23,7 +23,15 @@ from kv_serving.admission import KVBudget
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
-from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, serve_in_loop, tiny_engine, unread_stream
+from kv_serving.testing import (
+    TINY_MODEL,
+    QuietLoopTestCase,
+    StepGate,
+    despite_stalls,
+    serve_in_loop,
+    tiny_engine,
+    unread_stream,
+)
 from labkit.waiting import HANG_S, eventually, run, within
 
 JSON = {"content-type": "application/json"}
@@ -145,29 +153,35 @@ class ServerTest(QuietLoopTestCase):
                 for _ in range(20):
                     ids.append(int(scheduler.model.reference_logits(ids).argmax()))
                 alone.append(ids[len(prompt):])
-            # Decode steps pass only when the test says so: nothing below finishes (20 tokens each) before every
-            # refusal is in and the leaver has gone, however fast or slow this host is.
+            # Decode steps pass only when the test says so, one at a time: nothing below finishes (20 tokens each)
+            # before every refusal is in and the leaver has gone, however fast or slow this host is. The leaver
+            # comes once the three are running, so it cannot reach its third token before it runs beside them.
             with StepGate(scheduler.model) as gate:
-                leaver = asyncio.create_task(stream_tokens(client, url, {"prompt": [8] * 5, "max_tokens": 60},
-                                                           leave_after=3))
                 streams = [asyncio.create_task(stream_tokens(client, url, {"prompt": p, "max_tokens": 20}))
                            for p in prompts]
-                def all_four_running() -> bool:  # all four admitted (the pool holds them all)
-                    if gate.holding:
-                        gate.step()
-                    return len(scheduler.running) >= 4
 
-                await eventually(all_four_running, "all four streams to be running")
+                def running(count: int) -> Callable[[], bool]:
+                    def admitted() -> bool:  # a held step passes only while some are still to be admitted
+                        if len(scheduler.running) < count:
+                            gate.step_if_held()
+                        return len(scheduler.running) >= count
+                    return admitted
+
+                await eventually(running(3), "the three streams to be running")
+                leaver = asyncio.create_task(stream_tokens(client, url, {"prompt": [8] * 5, "max_tokens": 60},
+                                                           leave_after=3))
+                await eventually(lambda: scheduler.counters.submitted >= 4, "the leaver to be submitted")
+                await eventually(running(4), "the leaver to run beside the three (the pool holds them all)")
+                await eventually(lambda: gate.holding, "the first step of all four to wait at the gate")
                 running_at_reply = []
-                for body, status, param in bad:
+                for body, status, param in bad:  # no step passes: a refusal needs none
                     reply = await client.post(f"{url}/v1/completions", json=body)
                     running_at_reply.append(len(scheduler.running))
-                    gate.step()
                     with self.subTest(param=param, body=body):
                         self.assertEqual((reply.status_code, reply.json()["error"]["param"]), (status, param))
+
                 def leaver_gone() -> bool:  # its client leaves at its third token
-                    if gate.holding:
-                        gate.step()
+                    gate.step_if_held()
                     return leaver.done()
 
                 await eventually(leaver_gone, "the leaver's client to leave at its third token")
@@ -249,7 +263,7 @@ class ServerTest(QuietLoopTestCase):
             writer.close()
             header_reply, sent = await within(slow_headers, "the server's 408 to a client trickling its headers")
             async with httpx.AsyncClient(timeout=HANG_S) as client:
-                after = await client.post(f"{url}/v1/completions", content=body, headers=JSON)
+                after = await despite_stalls(client, "POST", f"{url}/v1/completions", content=body, headers=JSON)
         self.assertTrue(header_reply.startswith(b"HTTP/1.1 408 "), header_reply[:80])
         self.assertIn(b'"message": "the request headers did not arrive within 0.5 s"', header_reply)
         self.assertGreater(sent, 1)  # bytes kept coming, and the deadline held all the same
@@ -266,7 +280,8 @@ class ServerTest(QuietLoopTestCase):
             finally:
                 writer.close()
             async with httpx.AsyncClient(timeout=HANG_S) as client:
-                after = await client.post(f"{url}/v1/completions", json={"prompt": [1], "max_tokens": 1})
+                after = await despite_stalls(client, "POST", f"{url}/v1/completions",
+                                             json={"prompt": [1], "max_tokens": 1})
         self.assertTrue(reply.startswith(b"HTTP/1.1 408 "), reply[:80])
         self.assertIn(b"no request arrived within 0.5 s of the connection opening", reply)
         self.assertEqual(after.status_code, 200)  # a client that sends at once is served as before
@@ -495,6 +510,7 @@ def signalled_exit(self, sig, frame):
     signalled.set()
     handle_exit(self, sig, frame)
 scheduler.Scheduler.__init__, model.ServingModel.decode, server.Server.handle_exit = remember, held_decode, signalled_exit
+server.GRACE_S = 300  # a bound for a hang: the test asserts no reply was cut off by it, however loaded the host
 sys.exit(server.main(sys.argv[1:]))
 """
 

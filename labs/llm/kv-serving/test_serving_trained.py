@@ -25,7 +25,15 @@ from kv_serving import server
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
-from kv_serving.testing import QuietLoopTestCase, StepGate, serve_in_loop, tiny_chat, tiny_chat_engine, unread_stream
+from kv_serving.testing import (
+    QuietLoopTestCase,
+    StepGate,
+    despite_stalls,
+    serve_in_loop,
+    tiny_chat,
+    tiny_chat_engine,
+    unread_stream,
+)
 from labkit.waiting import HANG_S, communicate, eventually, read_until_closed, run, until, within
 from llm_models.llama.generate import ChatModel
 
@@ -268,11 +276,12 @@ class TrainedEngineHTTP(QuietLoopTestCase):
             host, port = url.removeprefix("http://").split(":")
             with socket.create_connection((host, int(port))) as silent:
                 timed_out = await asyncio.to_thread(read_until_closed, silent, "the server to close a silent connection")
-            missing = await client.get(f"{url}/v1/nothing")
-            wrong = await client.get(f"{url}/v1/chat/completions")
-            too_long = await client.post(f"{url}/v1/chat/completions",
-                                         json=CHAT | {"messages": [{"role": "user", "content": long_text}]})
-            completion = await client.post(f"{url}/v1/completions", json={"prompt": long_text, "max_tokens": 1})
+            missing = await despite_stalls(client, "GET", f"{url}/v1/nothing")
+            wrong = await despite_stalls(client, "GET", f"{url}/v1/chat/completions")
+            too_long = await despite_stalls(client, "POST", f"{url}/v1/chat/completions",
+                                            json=CHAT | {"messages": [{"role": "user", "content": long_text}]})
+            completion = await despite_stalls(client, "POST", f"{url}/v1/completions",
+                                              json={"prompt": long_text, "max_tokens": 1})
         self.assertTrue(timed_out.startswith(b"HTTP/1.1 408 "), timed_out[:60])
         for reply, status in ((missing, 404), (wrong, 405)):
             self.assertEqual(reply.status_code, status)
@@ -330,8 +339,10 @@ class TrainedCommand(unittest.TestCase):
     def test_sigterm_mid_stream_ends_each_stream_with_an_error_event_and_exits_0(self) -> None:
         """Finding 4: SIGTERM waited for every generation in flight, and streams got no error event."""
         with tempfile.TemporaryFile(mode="w+") as log:
-            process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0"],
-                                       stdout=log, stderr=subprocess.STDOUT)
+            # One running at most: the second chat waits however close together the two arrive (by KV bytes both
+            # could be admitted in one step, and the state waited on below would never come).
+            process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0",
+                                        "--max-running", "1"], stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = serving_url(process, log, HANG_S)  # loading the model is most of a start
                 replies: list[httpx.Response] = []

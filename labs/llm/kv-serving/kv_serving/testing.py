@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -31,6 +32,30 @@ from .server import GRACE_S, MAX_UNREAD_TOKENS, Server, create_app
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
 TINY_BLOCK = 4
+
+
+# A server under test with a short request deadline (0.5 s) answers 408 to any client, a well-behaved one too, that
+# this machine stalls for that long between its connect and its request; a request that checks the server still
+# serves is tried again on a 408, so only a server that no longer serves fails it, never a stalled host.
+DEADLINE_RETRIES = 5
+
+
+async def despite_stalls(client: httpx.AsyncClient, method: str, url: str, **request: Any) -> httpx.Response:
+    """``client.request(method, url, ...)``, sent again while a short request deadline answers 408."""
+    for _ in range(DEADLINE_RETRIES):
+        reply = await client.request(method, url, **request)
+        if reply.status_code != 408:
+            break
+    return reply
+
+
+def despite_stalls_sync(method: str, url: str, **request: Any) -> httpx.Response:
+    """``httpx.request(method, url, ...)``, sent again while a short request deadline answers 408."""
+    for _ in range(DEADLINE_RETRIES):
+        reply = httpx.request(method, url, timeout=HANG_S, **request)
+        if reply.status_code != 408:
+            break
+    return reply
 
 
 def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **changes: object) -> EngineConfig:
@@ -170,12 +195,16 @@ class Gate:
         self._permits = threading.Semaphore(0)
         self._open = threading.Event()
         self._held = threading.Event()  # something is waiting at the gate
+        self._count = threading.Lock()
+        self._released = self._passed = 0  # steps let through, and those that have gone through
 
     def wait(self) -> None:
         """Block the calling (worker) thread until a step is let through or the gate opens."""
         if not self._open.is_set():
             self._held.set()
             self._permits.acquire(timeout=self.timeout_s)
+            with self._count:
+                self._passed += 1
             self._held.clear()
 
     @property
@@ -183,9 +212,27 @@ class Gate:
         """Something is waiting at the gate right now."""
         return self._held.is_set()
 
+    @property
+    def passed(self) -> int:
+        """How many held steps have gone through."""
+        return self._passed
+
     def step(self, count: int = 1) -> None:
         """Let ``count`` more through."""
+        with self._count:
+            self._released += count
         self._permits.release(count)
+
+    def step_if_held(self) -> bool:
+        """Let one more through if something waits at the gate and every step let through has gone (a test
+        polling this steps one at a time, never piling up steps while the worker is slow to wake); True if
+        it did."""
+        with self._count:
+            if not self._held.is_set() or self._released != self._passed:
+                return False
+            self._released += 1
+        self._permits.release(1)
+        return True
 
     def open(self) -> None:
         """Let everything through from now on."""
