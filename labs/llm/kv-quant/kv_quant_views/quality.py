@@ -16,7 +16,7 @@ from .common import agreement, at_longest, bits, kl_text, misses, ppl_change, tr
 
 
 def text_of(record: dict[str, Any]) -> str:
-    """'2,048 positions of python-language-reference.txt'."""
+    """'4,096 positions of python-language-reference.txt'."""
     text = record["trained"]["text"]
     return f"{text['evaluated']:,} positions of {text['name']}"
 
