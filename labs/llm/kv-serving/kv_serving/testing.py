@@ -212,11 +212,6 @@ class Gate:
         """Something is waiting at the gate right now."""
         return self._held.is_set()
 
-    @property
-    def passed(self) -> int:
-        """How many held steps have gone through."""
-        return self._passed
-
     def step(self, count: int = 1) -> None:
         """Let ``count`` more through."""
         with self._count:
