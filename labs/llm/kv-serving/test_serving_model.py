@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import unittest
+import unittest.mock
 
 import torch
 
 from kv_cache.equivalence import ATOL, RTOL
 from kv_cache.memory import kv_cache_bytes
 from kv_cache.model import DecoderBlock
-from kv_serving.llama import LlamaServingModel
-from kv_serving.model import ServingModel, greedy_together
+from kv_serving.llama import LlamaServingModel, Weight
+from kv_serving.model import PackedPrompts, ServingModel, greedy_together
 from kv_serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
+from llm_models.attention import causal_attention
 from llm_models.llama.tiny import TINY, tiny_pair
 
 
@@ -76,6 +78,24 @@ class BatchedDecodeTest(unittest.TestCase):
         self.assertFalse(torch.equal(other_logits[0][1:], own_logits[0][1:]))  # then the other tokens' own
         with self.assertRaisesRegex(ValueError, "forced needs 6 tokens for each of 1 requests, got \\[5\\]"):
             greedy_together(self.model, poisoned_pool(), [prompt], steps=5, forced=[own[0][:5]])
+
+    def test_packed_prompts_that_saw_each_others_keys_would_be_caught(self) -> None:
+        batch = prompts((6, 9), seed=3)
+        alone = [greedy_together(self.model, poisoned_pool(), [p], steps=0)[1][0][0] for p in batch]
+
+        def one_causal_sequence(packed: PackedPrompts, layer: int, q: torch.Tensor, k: torch.Tensor,
+                                v: torch.Tensor) -> torch.Tensor:  # broken: the second prompt sees the first
+            for slot, (start, end) in zip(packed.slots, packed.bounds):
+                slot.write(layer, k[:, :, start:end], v[:, :, start:end])
+            return causal_attention(q, k, v, 0)
+
+        with unittest.mock.patch.object(PackedPrompts, "attend", one_causal_sequence):
+            leaked = greedy_together(self.model, poisoned_pool(), batch, steps=0)[1]
+        torch.testing.assert_close(leaked[0][0], alone[0], atol=ATOL, rtol=RTOL)  # the first sees nothing earlier
+        self.assertGreater(float((leaked[1][0] - alone[1]).abs().max()), 100 * ATOL)
+        packed = greedy_together(self.model, poisoned_pool(), batch, steps=0)[1]
+        for b in range(2):
+            torch.testing.assert_close(packed[b][0], alone[b], atol=ATOL, rtol=RTOL)
 
     def test_decode_refuses_a_table_too_short_for_the_position(self) -> None:
         pool = poisoned_pool()
@@ -143,6 +163,31 @@ class LlamaBatchedDecodeTest(unittest.TestCase):
                 _, own = greedy_together(self.model, self.pool(self.model), [self.batch[b]], self.STEPS,
                                          forced=[forced[b]])
                 self.assertGreater(float((batched[b][1:] - own[0][1:]).abs().max()), 100 * ATOL)
+
+
+class WeightTest(unittest.TestCase):
+    def test_a_served_weight_multiplies_any_number_of_rows_as_f_linear_does(self) -> None:
+        generator = torch.Generator().manual_seed(8)
+        matrix = torch.randn(40, 24, generator=generator)
+        weight = Weight(matrix)
+        for shape in ((1, 1, 24), (3, 1, 24), (1, 17, 24), (19, 24)):  # a decode step's rows, a packed prefill's
+            with self.subTest(shape=shape):
+                x = torch.randn(*shape, generator=generator)
+                torch.testing.assert_close(weight(x), torch.nn.functional.linear(x, matrix), atol=1e-5, rtol=1e-5)
+
+    def test_one_row_and_a_missing_onednn_go_through_f_linear_several_rows_through_the_packed_copy(self) -> None:
+        matrix = torch.randn(8, 4, generator=torch.Generator().manual_seed(9))
+        with unittest.mock.patch("kv_serving.llama.onednn_packs", return_value=False):
+            plain = Weight(matrix)
+        self.assertIsNone(plain.packed)
+        torch.testing.assert_close(plain(torch.ones(2, 4)), torch.ones(2, 4) @ matrix.T, atol=1e-6, rtol=1e-6)
+        packed = Weight(matrix)
+        if packed.packed is None:
+            self.skipTest("this PyTorch has no oneDNN")
+        with unittest.mock.patch("torch.ops.mkldnn._linear_pointwise", side_effect=AssertionError("packed")):
+            packed(torch.ones(1, 1, 4))  # one row: F.linear, the packed copy untouched
+            with self.assertRaisesRegex(AssertionError, "packed"):
+                packed(torch.ones(3, 1, 4))
 
 
 class PoolTest(unittest.TestCase):

@@ -8,7 +8,7 @@ import unittest
 
 from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.request import Failed, Finished, Request, Status, Token
-from kv_serving.scheduler import Counters, RequestRefused, Scheduler
+from kv_serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
 from labkit.waiting import HANG_S, bounded, eventually, within
 
@@ -35,6 +35,15 @@ def random_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
     rng = random.Random(seed)
     return [([rng.randrange(TINY_MODEL.vocab_size) for _ in range(rng.randint(1, 30))], rng.randint(1, 20))
             for _ in range(count)]
+
+
+class PrefillGroupsTest(unittest.TestCase):
+    def test_admitted_prompts_are_cut_in_order_into_groups_within_the_token_budget(self) -> None:
+        admitted = [Request(f"r{i}", [1] * n, 4) for i, n in enumerate((5, 3, 4, 12, 2, 2))]
+        groups = prefill_groups(admitted, 8)
+        self.assertEqual([[len(r.prompt) for r in group] for group in groups], [[5, 3], [4], [12], [2, 2]])
+        self.assertEqual([r for group in groups for r in group], admitted)  # nobody lost, nobody reordered
+        self.assertEqual(prefill_groups([], 8), [])
 
 
 class SchedulerTest(QuietLoopTestCase):
@@ -89,6 +98,8 @@ class SchedulerTest(QuietLoopTestCase):
             self.assertEqual(end, Finished("length"))
             self.assertEqual(tokens, greedy_alone(scheduler, prompt, max_tokens))
         self.assertGreater(scheduler.counters.decode_rows, scheduler.counters.decode_steps)  # some batching
+        # the first three were admitted in one iteration: one packed prefill for them
+        self.assertLess(scheduler.counters.prefill_calls, scheduler.counters.prefills)
         self.assert_idle_with_every_block_free(scheduler)
 
     async def test_byte_budget_is_never_exceeded_and_no_request_fails_for_memory(self) -> None:
@@ -231,10 +242,10 @@ class SchedulerTest(QuietLoopTestCase):
         scheduler = self.start(num_blocks=40)
         prefill = scheduler.model.prefill
 
-        def failing_prefill(pool: object, ids: list[int], table: list[int]) -> object:
-            if ids[0] == 9:
+        def failing_prefill(pool: object, prompts: list[list[int]], tables: list[list[int]]) -> object:
+            if any(ids[0] == 9 for ids in prompts):  # packed with the others first, then alone
                 raise ValueError("simulated prefill failure")
-            return prefill(pool, ids, table)
+            return prefill(pool, prompts, tables)
 
         scheduler.model.prefill = failing_prefill  # type: ignore[method-assign]
         with self.assertLogs("kv_serving.scheduler", "ERROR"):
@@ -246,6 +257,7 @@ class SchedulerTest(QuietLoopTestCase):
             Finished("length")])
         self.assertEqual([len(tokens) for tokens, _ in outcomes], [8, 0, 8])
         self.assertEqual(scheduler.counters.failed_for_error, 1)
+        self.assertEqual(scheduler.counters.prefills, 2)  # the packed call failed; the two good prompts alone
         self.assertIsNone(scheduler.health())
         self.assert_idle_with_every_block_free(scheduler)
 

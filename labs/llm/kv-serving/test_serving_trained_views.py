@@ -20,9 +20,9 @@ from site_hooks.blocks import render_block
 LAB, ROOT = lab_for(__file__)
 
 
-def trained(speedup: float, compared: int = 12, matching: int = 12) -> dict:
+def trained(speedup: float, compared: int = 12, matching: int = 12, unfinished: int = 0) -> dict:
     return {"speedup_over_serial": speedup, "serial": {"rate": 64.0}, "requests_compared": compared,
-            "requests_matching_solo": matching}
+            "requests_matching_solo": matching, "requests_unfinished": unfinished}
 
 
 class TrainedSentences(unittest.TestCase):
@@ -33,19 +33,27 @@ class TrainedSentences(unittest.TestCase):
         self.assertIn("batching bought nothing", speedup_sentence(trained(0.9), 4.0))
 
     def test_matching_says_every_request_only_when_all_matched(self) -> None:
-        self.assertTrue(matching_sentence(trained(5.0)).startswith("Every one of the 12 requests"))
+        every = matching_sentence(trained(5.0))
+        self.assertTrue(every.startswith("Every one of the 12 completed requests"))
+        self.assertNotIn("did not complete", every)
         partial = matching_sentence(trained(5.0, 12, 10))
-        self.assertTrue(partial.startswith("10 of the 12 requests"))
+        self.assertTrue(partial.startswith("10 of the 12 completed requests"))
         self.assertIn("the others parted from their solo run", partial)
+
+    def test_requests_that_did_not_complete_are_named_apart_not_counted_as_parted(self) -> None:
+        sentence = matching_sentence(trained(5.0, 67, 67, 5))
+        self.assertTrue(sentence.startswith("Every one of the 67 completed requests"))
+        self.assertIn("5 other requests did not complete", sentence)
+        self.assertNotIn("parted", sentence)
 
     def test_the_concurrency_answer_says_no_only_when_a_step_carried_several_requests(self) -> None:
         def record(peak: int) -> dict:
             point = {"rate": 64.0, "server": {"peak_running": peak, "mean_batch": 3.2 if peak > 1 else 1.0},
-                     "matching_solo": 11, "summary": {"requests": 12}}
+                     "matching_solo": 11, "completed_compared": 12, "summary": {"requests": 12}}
             return {"trained": {"points": [{**point, "rate": 2.0}, point]}}
         batched = render_block(answer_concurrent_view(record(6)))
         self.assertIn("No: at 64 arrivals per second up to 6 requests ran in one decode step, 3.2 on average", batched)
-        self.assertIn("11 of its 12 requests wrote the same tokens as alone", batched)
+        self.assertIn("11 of its 12 completed requests wrote the same tokens as alone", batched)
         self.assertIn("On this run they did: at 64 arrivals per second no decode step carried more than one",
                       render_block(answer_concurrent_view(record(1))))
 

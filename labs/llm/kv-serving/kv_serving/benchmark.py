@@ -40,9 +40,9 @@ from .workload import WorkItem, WorkloadSpec, make_workload, real_prompts
 
 LAB, ROOT = lab_for(__file__)
 
-DEFAULTS = {"repeats": 15, "requests": 60, "admission_rate": 8.0, "cancel_requests": 40, "cancel_rate": 8.0,
-            "rates": [3.0, 6.0, 12.0, 24.0, 48.0], "rate_requests": 60, "num_blocks": 112, "sweep_blocks": 256,
-            "block_size": 16, "prompt_max": 256, "output_max": 192, "step_batches": [1, 2, 3, 4, 8, 16, 32]}
+DEFAULTS = {"repeats": 9, "requests": 20, "admission_rate": 8.0, "cancel_requests": 16, "cancel_rate": 8.0,
+            "rates": [4.0, 16.0, 64.0], "rate_requests": 20, "num_blocks": 112, "sweep_blocks": 256,
+            "block_size": 16, "prompt_max": 256, "output_max": 128, "step_batches": [1, 2, 3, 4, 8, 16, 32]}
 QUICK = {"repeats": 3, "requests": 12, "admission_rate": 40.0, "cancel_requests": 10, "cancel_rate": 40.0,
          "rates": [20.0, 80.0], "rate_requests": 10, "num_blocks": 40, "sweep_blocks": 60, "prompt_max": 48, "output_max": 24,
          "step_batches": [1, 4]}
@@ -248,7 +248,7 @@ def workload_record(workload: WorkloadSpec) -> dict[str, Any]:
 
 
 SERVER_FIELDS = ("num_blocks", "budget_blocks", "num_used_blocks", "peak_used_blocks", "peak_running",
-                 "decode_steps", "decode_rows", "prefills", "tokens_generated", "submitted", "completed",
+                 "decode_steps", "decode_rows", "prefills", "prefill_calls", "tokens_generated", "submitted", "completed",
                  "cancelled", "failed_for_memory", "refused_too_large", "refused_queue_full",
                  "decode_rows_after_disconnect", "prefills_after_disconnect", "decode_steps_with_departed",
                  "rows_dropped", "tokens_after_disconnect", "block_seconds_after_disconnect", "decode_seconds",

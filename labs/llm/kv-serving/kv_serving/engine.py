@@ -8,19 +8,23 @@ shared Llama decoder, text in and out). The scheduler, the pool and the admissio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from kv_cache.config import ModelConfig
-from llm_models.llama.config import LlamaDecoderConfig
-from llm_models.llama.generate import ChatModel
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .figures.formulas import DTYPES
-from .llama import LlamaServingModel
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .scheduler import Scheduler
+
+if TYPE_CHECKING:  # the trained model's types; its modules import transformers, which a random-model server never needs
+    from llm_models.llama.config import LlamaDecoderConfig
+    from llm_models.llama.generate import ChatModel
+
+    from .llama import LlamaServingModel
 
 # Four layers of width 768 (12 query heads, 2 key/value heads). On a CPU, batching pays when a step's cost is
 # mostly reading the weights, which a batch shares; with a much smaller model, per-step Python and HTTP overhead
@@ -84,6 +88,8 @@ class EngineConfig:
             assert isinstance(self.model, ModelConfig)
             model: ServingModel | LlamaServingModel = ServingModel(self.model, self.layers)
         else:
+            from .llama import LlamaServingModel
+
             model = LlamaServingModel(self.chat.model)
         return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect)
 

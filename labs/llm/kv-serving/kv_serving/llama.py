@@ -1,29 +1,103 @@
 """The shared Llama decoder (``llm_models.llama``) served over the block pool: the trained SmolLM2-135M.
 
-The same three paths as the random model (kv_serving.model), on the decoder's own weights and pieces, not a
-copy of its layer: ``LlamaLayer.project`` (the new tokens' q, k, v), ``rotate`` by each token's own absolute
-position (``rotary_angles`` takes positions per row), the pool's blocks in place of the contiguous cache, and
-``LlamaLayer.finish`` (output projection, residual, SwiGLU). Keys are stored after rotation, as the decoder's
-own cache stores them, so a block never needs to know where its request started.
+The decoder's own pieces (``rms_norm``, ``rotate`` by each token's absolute position, ``causal_attention``) around
+the pool's blocks in place of the contiguous cache, over the decoder's own weights arranged for a server: q, k and
+v side by side in one matrix and gate and up in another (``ServedLayer``), so a step makes four weight products
+per layer instead of seven, each a longer stream of one matrix for the whole batch; several rows multiply a copy
+packed once for oneDNN where this PyTorch has it, one row the matrix itself (``Weight``). Keys are stored after rotation, as the decoder's own cache stores them,
+so a block never needs to know where its request started.
 
 * ``reference_logits``: the decoder's own forward over the whole prefix, no cache (the oracle);
-* ``prefill``: one new request's prompt, keys and values written into its blocks;
+* ``prefill``: new requests' prompts packed into one sequence (vLLM's batched prefill): one pass of every
+  weight matrix for all of their tokens, each prompt attending only over its own keys, its keys and values
+  written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position, attending over its own blocks
   (``kv_serving.model.PagedRows``, the random model's gather-and-mask).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from llm_models.attention import causal_attention
 from llm_models.llama.config import LlamaDecoderConfig
-from llm_models.llama.model import LlamaDecoder, rms_norm, rotary_angles, rotate
+from llm_models.llama.model import LlamaDecoder, LlamaLayer, rms_norm, rotary_angles, rotate
 
-from .model import PagedRows, PromptSlots
+from .model import PackedPrompts, PagedRows
 from .pool import LayeredPool
+
+PACK_ROWS = 16  # the batch oneDNN lays the packed weights out for; any number of rows multiplies them
+
+
+@functools.cache
+def onednn_packs() -> bool:
+    """Whether this PyTorch packs and multiplies a float32 matrix with oneDNN (a deliberate cache: asked once)."""
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(4, 8), PACK_ROWS)
+        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8), packed, None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+class Weight:
+    """One (out, in) weight matrix as the server multiplies it, by the kernel that suits the number of rows. One
+    row (a decode step alone) goes through F.linear, BLAS's matrix-vector path. Several rows (a batch, a packed
+    prefill) go, in float32 where oneDNN is there, through a copy packed once into oneDNN's blocked layout (the
+    decode lab's ``onednn`` kernel): BLAS multiplies a few rows far below its large-matrix rate (on the reference
+    machine's kind, eleven rows by a 3072 x 576 matrix took about 2.4x longer through F.linear than through the
+    packed copy), while for one row the packed copy is the slower."""
+
+    def __init__(self, weight: Tensor) -> None:
+        self.weight, self.out_features = weight, weight.shape[0]
+        self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
+                       if weight.dtype == torch.float32 and onednn_packs() else None)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (..., in) -> (..., out)."""
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        if self.packed is None or rows.shape[0] == 1:
+            return F.linear(x, self.weight)
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, None, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+@dataclass(frozen=True)
+class ServedLayer:
+    """One decoder layer's weights as the server multiplies them: q/k/v and gate/up fused, each a ``Weight``."""
+
+    attention_norm: Tensor  # (C,)
+    qkv: Weight  # (H*D + 2*Hkv*D, C): queries, then keys, then values
+    o: Weight  # (C, H*D)
+    mlp_norm: Tensor  # (C,)
+    gate_up: Weight  # (2F, C): gate, then up
+    down: Weight  # (C, F)
+
+    @classmethod
+    def of(cls, layer: LlamaLayer) -> ServedLayer:
+        return cls(layer.attention_norm, Weight(torch.cat([layer.q, layer.k, layer.v])), Weight(layer.o),
+                   layer.mlp_norm, Weight(torch.cat([layer.gate, layer.up])), Weight(layer.down))
+
+    def project(self, x: Tensor, config: LlamaDecoderConfig) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated (LlamaLayer.project)."""
+        batch, length, _ = x.shape
+        heads, kv_heads, dim = config.heads, config.kv_heads, config.head_dim
+        qkv = self.qkv(rms_norm(x, self.attention_norm, config.rms_norm_eps))  # (B, T, H*D + 2*Hkv*D)
+        q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+        return (q.view(batch, length, heads, dim).transpose(1, 2),
+                k.view(batch, length, kv_heads, dim).transpose(1, 2),
+                v.view(batch, length, kv_heads, dim).transpose(1, 2))
+
+    def finish(self, x: Tensor, attended: Tensor, config: LlamaDecoderConfig) -> Tensor:
+        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and SwiGLU (LlamaLayer.finish)."""
+        batch, length, _ = x.shape
+        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
+        gate, up = self.gate_up(rms_norm(x, self.mlp_norm, config.rms_norm_eps)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
 
 
 class LlamaServingModel:
@@ -33,6 +107,9 @@ class LlamaServingModel:
         self.decoder = decoder
         self.config: LlamaDecoderConfig = decoder.config
         self.layers = decoder.config.layers
+        with torch.inference_mode():
+            self.served = [ServedLayer.of(layer) for layer in decoder.layers]
+            self.head = Weight(decoder.head)  # the tied embedding, (vocab, C)
 
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size
@@ -44,7 +121,7 @@ class LlamaServingModel:
         return rotary_angles(positions, self.decoder.inverse_frequencies, self.config.dtype)
 
     def _head(self, x: Tensor) -> Tensor:
-        return F.linear(rms_norm(x, self.decoder.norm_final, self.config.rms_norm_eps), self.decoder.head)
+        return self.head(rms_norm(x, self.decoder.norm_final, self.config.rms_norm_eps))
 
     @torch.inference_mode()
     def reference_logits(self, ids: list[int]) -> Tensor:
@@ -53,18 +130,18 @@ class LlamaServingModel:
         return self.decoder(torch.tensor([ids]), last_only=True)[0, -1]
 
     @torch.inference_mode()
-    def prefill(self, pool: LayeredPool, ids: list[int], table: list[int]) -> Tensor:
-        """Write the prompt's rotated keys and values into ``table``'s blocks; last-position logits (vocab,)."""
-        self.check_ids(ids)
-        slots = PromptSlots(pool, len(ids), table)
-        cos, sin = self._angles(slots.positions)  # (T, D): positions 0 .. T-1
-        x = F.embedding(torch.tensor([ids]), self.decoder.embedding)  # (1, T, C)
-        for index, layer in enumerate(self.decoder.layers):
-            q, k, v = layer.project(x)  # (1, H, T, D), k and v (1, Hkv, T, D)
+    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]]) -> Tensor:
+        """Each prompt's rotated keys and values into its table's blocks; each one's last-position logits (N, vocab).
+        The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
+        its own keys only, rotated from its own position 0."""
+        packed = PackedPrompts(pool, prompts, tables, self.check_ids)
+        cos, sin = self._angles(packed.positions)  # (sum T, D)
+        x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
+        for index, layer in enumerate(self.served):
+            q, k, v = layer.project(x, self.config)  # (1, H, sum T, D), k and v (1, Hkv, sum T, D)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            slots.write(index, k, v)
-            x = layer.finish(x, causal_attention(q, k, v, 0))  # a fresh request: its own keys only
-        return self._head(x[:, -1:])[0, -1]
+            x = layer.finish(x, packed.attend(index, q, k, v), self.config)
+        return self._head(x[0, packed.last])  # (N, vocab)
 
     # --8<-- [start:decode]
     @torch.inference_mode()
@@ -76,9 +153,9 @@ class LlamaServingModel:
         cos, sin = self._angles(rows.position[:, None])  # (B, 1, D): each row turns by its own position
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, D): the same angle for every head of a row
         x = F.embedding(torch.tensor(tokens)[:, None], self.decoder.embedding)  # (B, 1, C)
-        for index, layer in enumerate(self.decoder.layers):
-            q, k, v = layer.project(x)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
+        for index, layer in enumerate(self.served):
+            q, k, v = layer.project(x, self.config)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            x = layer.finish(x, rows.attend(index, q, k, v))
+            x = layer.finish(x, rows.attend(index, q, k, v), self.config)
         return self._head(x)[:, -1]
     # --8<-- [end:decode]

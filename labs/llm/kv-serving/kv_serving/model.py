@@ -14,6 +14,7 @@ stack is exactly the first lab's model. Three paths share those weights:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -71,17 +72,16 @@ class ServingModel:
         return self._head(x)[0, -1]
 
     @torch.inference_mode()
-    def prefill(self, pool: LayeredPool, ids: list[int], table: list[int]) -> Tensor:
-        """Write the prompt's keys and values into ``table``'s blocks; last-position logits (vocab,)."""
-        self.check_ids(ids)
-        slots = PromptSlots(pool, len(ids), table)
-        x = self._embed(torch.tensor([ids]), slots.positions)  # (1, T, C)
+    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]]) -> Tensor:
+        """Each prompt's keys and values into its table's blocks; each one's last-position logits (N, vocab).
+        The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
+        its own keys only."""
+        packed = PackedPrompts(pool, prompts, tables, self.check_ids)
+        x = self._embed(packed.ids, packed.positions)  # (1, sum T, C)
         for layer, block in enumerate(self.blocks):
             q, k, v = self._project(block, x)
-            slots.write(layer, k, v)
-            # a fresh request attends over its own new keys: nothing to gather yet
-            x = self._finish(block, x, causal_attention(q, k, v, 0))
-        return self._head(x)[0, -1]
+            x = self._finish(block, x, packed.attend(layer, q, k, v))
+        return self._head(x)[0, packed.last]  # (N, vocab)
 
     # --8<-- [start:decode]
     @torch.inference_mode()
@@ -115,6 +115,34 @@ class PromptSlots:
         """k and v (1, Hkv, T, D) into their slots."""
         self.pool.layer_keys(layer)[self.blocks, :, self.slots] = k[0].transpose(0, 1)  # (T, Hkv, D)
         self.pool.layer_values(layer)[self.blocks, :, self.slots] = v[0].transpose(0, 1)
+
+
+class PackedPrompts:
+    """N new prompts as one sequence of sum(T) tokens (both models' prefill; vLLM's batched prefill): the weight
+    products run once over every token, while ``attend`` stores each prompt's keys and values in its own blocks
+    and lets each prompt's queries see its own keys only, from its own position 0."""
+
+    def __init__(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                 check_ids: Callable[[list[int]], None]) -> None:
+        if not len(prompts) == len(tables) > 0:
+            raise ValueError(f"need one table per prompt, got {len(prompts)} prompts and {len(tables)} tables")
+        for ids in prompts:
+            check_ids(ids)
+        self.slots = [PromptSlots(pool, len(ids), table) for ids, table in zip(prompts, tables)]
+        ends = torch.tensor([len(ids) for ids in prompts]).cumsum(0)
+        self.bounds = list(zip([0, *ends[:-1].tolist()], ends.tolist()))  # each prompt's slice of the sequence
+        self.last = ends - 1  # (N,): each prompt's last token in the sequence
+        self.ids = torch.tensor([[i for ids in prompts for i in ids]])  # (1, sum T)
+        self.positions = torch.cat([slot.positions for slot in self.slots])  # (sum T,): each prompt from 0
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q (1, H, sum T, D), k and v (1, Hkv, sum T, D) -> (1, H, sum T, D): each prompt causal over its own."""
+        attended = []
+        for slot, (start, end) in zip(self.slots, self.bounds):
+            own_k, own_v = k[:, :, start:end], v[:, :, start:end]
+            slot.write(layer, own_k, own_v)
+            attended.append(causal_attention(q[:, :, start:end], own_k, own_v, 0))  # a fresh prompt: nothing cached
+        return torch.cat(attended, dim=2)
 
 
 class PagedRows:
@@ -164,7 +192,7 @@ def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int
         raise ValueError(f"forced needs {steps + 1} tokens for each of {len(batch)} requests, got "
                          f"{[len(f) for f in forced]}")
     tables = [pool.allocate(blocks_for(len(p) + steps, pool.block_size)) for p in batch]
-    logits = [[model.prefill(pool, p, t)] for p, t in zip(batch, tables)]
+    logits = [[row] for row in model.prefill(pool, batch, tables)]  # every prompt in one packed prefill
     tokens = [[int(row[0].argmax())] for row in logits]
     fed = tokens if forced is None else forced
     positions = [len(p) for p in batch]

@@ -8,13 +8,16 @@ iteration of ``run``:
    drops them from the waiting queue, returning their blocks;
 2. admits from the head of ``waiting`` while the policy allows, reserving
    each request's blocks for every position it will ever hold, and prefills
-   each admitted prompt on its own (its first token is streamed at once);
+   the admitted prompts packed together, up to ``PREFILL_TOKENS`` per call
+   (each one's first token is streamed at once);
 3. runs one decode step for every running request together, whatever their
    lengths (``ServingModel.decode``), and streams each new token;
 4. retires finished requests, returning their blocks to the pool.
 
 A model call that raises fails the requests it was computing for (500, with
-the error) and returns their blocks; the loop goes on with the others. On
+the error) and returns their blocks; the loop goes on with the others (a
+packed prefill that raises is run again prompt by prompt, so only the prompt
+whose own prefill fails is failed). On
 shutdown, ``fail_all`` refuses new requests and fails every queued and
 running one within one step, so each client gets an answer before its
 connection closes.
@@ -36,20 +39,40 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
 from .figures.formulas import blocks_for
-from .llama import LlamaServingModel
 from .model import ServingModel
 from .pool import LayeredPool
 from .request import Failed, Finished, Request, Status, Token
 from .text import TextStream
 
+if TYPE_CHECKING:  # a type only: the trained model's module imports transformers
+    from .llama import LlamaServingModel
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# Prompts admitted together are prefilled as one packed sequence of up to this many tokens (vLLM's
+# max_num_batched_tokens): each weight matrix is read once for all of them, and one call stays short enough
+# that the running requests' next step is not held back for long. A longer prompt is prefilled alone.
+PREFILL_TOKENS = 2048
+
+
+def prefill_groups(admitted: list[Request], budget: int) -> list[list[Request]]:
+    """``admitted`` in order, cut into consecutive groups of at most ``budget`` prompt tokens (a prompt longer
+    than the budget is a group of its own)."""
+    groups: list[list[Request]] = []
+    tokens = budget  # start a new group on the first request
+    for request in admitted:
+        if tokens + len(request.prompt) > budget:
+            groups.append([])
+            tokens = 0
+        groups[-1].append(request)
+        tokens += len(request.prompt)
+    return groups
 
 
 class RequestRefused(ValueError):
@@ -66,7 +89,8 @@ class Counters:
     submitted: int = 0
     decode_steps: int = 0
     decode_rows: int = 0  # requests summed over decode steps: decode_rows / decode_steps = mean batch
-    prefills: int = 0
+    prefills: int = 0  # requests prefilled
+    prefill_calls: int = 0  # packed prefills that did it: prefills / prefill_calls prompts per call
     tokens_generated: int = 0
     completed: int = 0
     cancelled: int = 0
@@ -227,8 +251,8 @@ class Scheduler:
             self.counters.iterations += 1
             try:
                 self._retire_cancelled()
-                for request in self._admit():
-                    await self._prefill(request)
+                for group in prefill_groups(self._admit(), PREFILL_TOKENS):
+                    await self._prefill(group)
                 self._retire_cancelled()
                 if self.running:
                     await self._decode_step()
@@ -264,19 +288,35 @@ class Scheduler:
         return admitted
     # --8<-- [end:admit]
 
-    async def _prefill(self, request: Request) -> None:
-        if request.done or self._cancelled(request):  # left while an earlier prompt of this batch was prefilled
+    async def _prefill(self, group: list[Request]) -> None:
+        """The group's prompts in one packed prefill; each request's first token from its own last position. If
+        the packed call raises, each request is prefilled again alone, so only a request whose own prefill
+        fails is failed."""
+        group = [r for r in group if not (r.done or self._cancelled(r))]  # left while an earlier group was prefilled
+        if not group:
             return
         started = time.perf_counter()
-        logits = await self._on_worker([request], "prefill", self.model.prefill, self.pool, request.prompt,
-                                       request.table)
-        if logits is None:
-            return
+        call = (self.model.prefill, self.pool, [r.prompt for r in group], [r.table for r in group])
+        if len(group) == 1:
+            logits = await self._on_worker(group, "prefill", *call)
+            if logits is None:
+                return
+        else:
+            try:
+                logits = await asyncio.get_running_loop().run_in_executor(self._executor, *call)
+            except Exception as error:
+                logger.warning("a packed prefill of %d prompts failed (%s: %s); each is prefilled alone",
+                               len(group), type(error).__name__, error)
+                for request in group:
+                    await self._prefill([request])
+                return
         self.counters.prefill_seconds += time.perf_counter() - started
-        self.counters.prefills += 1
-        if request.client_gone:
-            self.counters.prefills_after_disconnect += 1
-        self._emit(request, int(logits.argmax()))
+        self.counters.prefill_calls += 1
+        for request, token in zip(group, logits.argmax(-1).tolist()):
+            self.counters.prefills += 1
+            if request.client_gone:
+                self.counters.prefills_after_disconnect += 1
+            self._emit(request, token)
 
     async def _decode_step(self) -> None:
         batch = list(self.running)

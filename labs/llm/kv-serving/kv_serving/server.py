@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 
 def _stop_while_not_serving(signum: int, frame: FrameType | None) -> None:
@@ -55,7 +56,6 @@ from kv_cache.config import ModelConfig
 from kv_quant.config import FORMAT_NAMES, CacheFormat
 from kv_quant.figures import block_bytes as format_block_bytes
 from labkit.exit import exit_now
-from llm_models.llama.config import LlamaDecoderConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
@@ -75,6 +75,9 @@ from .request import Failed, Finished, Request, Token
 from .scheduler import RequestRefused, Scheduler
 from .text import TextStream
 from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completion
+
+if TYPE_CHECKING:  # a type only: transformers is imported by the trained model's path alone
+    from llm_models.llama.config import LlamaDecoderConfig
 
 Parsed = CompletionRequest | TextRequest
 
@@ -380,6 +383,8 @@ def available_memory() -> int | None:
 def served_shape(model: str, dtype: str) -> tuple[ModelConfig | LlamaDecoderConfig, int]:
     """The served model's config and layers, known before its weights load (for the pool's size)."""
     if model == "smollm2":
+        from llm_models.llama.config import LlamaDecoderConfig  # transformers: imported for this model only
+
         config = LlamaDecoderConfig(dtype=getattr(torch, dtype))  # the defaults are SmolLM2-135M's shape
         return config, config.layers
     return serving_model(dtype), SERVING_LAYERS

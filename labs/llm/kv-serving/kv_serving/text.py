@@ -12,8 +12,10 @@ the text that might still turn out to begin a stop string.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # a type only: a server of the random model never imports transformers (seconds per start)
+    from transformers import PreTrainedTokenizerBase
 
 DETOKENIZE_WINDOW = 6  # ids decoded before the new ones: enough context for a byte-level BPE to join its pieces
 

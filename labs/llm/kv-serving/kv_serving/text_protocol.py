@@ -10,11 +10,12 @@ name. Parsing tokenizes, so the server calls these functions off its event loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from llm_models.llama.generate import ChatModel
+from typing import TYPE_CHECKING, Any
 
 from .protocol import BadRequest, _is_int, _shown, common_fields, load_object, sse, usage, usage_chunk
+
+if TYPE_CHECKING:  # a type only: the random model's server never imports transformers
+    from llm_models.llama.generate import ChatModel
 
 SHARED_FIELDS = frozenset({"model", "max_tokens", "stream", "stream_options", "n", "temperature", "stop"})
 CHAT_FIELDS = SHARED_FIELDS | {"messages", "max_completion_tokens"}

@@ -28,7 +28,7 @@ from .workload import PROMPTS, real_prompts, real_workload
 MODEL = "smollm2"
 # Sized to the benchmark's five minutes on two cores: the serial run (every request's solo run, one after another)
 # is the longest of the trained runs, about requests x (a prefill + max_tokens steps).
-DEFAULTS = {"trained_requests": 12, "trained_max_tokens": 32, "trained_rates": [2.0, 8.0, 64.0],
+DEFAULTS = {"trained_requests": 16, "trained_max_tokens": 28, "trained_rates": [4.0, 64.0],
             "trained_blocks": 128, "trained_admission_blocks": 40}
 QUICK = {"trained_requests": 4, "trained_max_tokens": 6, "trained_rates": [64.0], "trained_blocks": 48,
          "trained_admission_blocks": 24}

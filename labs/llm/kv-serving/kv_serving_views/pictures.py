@@ -42,7 +42,7 @@ def phases(it: Iteration) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     return [
         ("1 admit", ("queue's head,", "if its blocks fit"),
          (admitted, f"{before} + {it.admitted_blocks} of {REPLAY_BUDGET} blocks")),
-        ("2 prefill", ("each new prompt", "on its own"), (admitted, "first token")),
+        ("2 prefill", ("new prompts,", "packed in one pass"), (admitted, "first token")),
         ("3 decode", ("one step for", "all running"), (join(list(it.decoded)), "together")),
         ("4 stream", ("each new token", "to its client"), (f"{it.streamed} tokens", "")),
         ("5 retire", ("finished or gone:", "blocks back"),

@@ -28,13 +28,16 @@ def speedup_sentence(trained: dict[str, Any], target: float) -> str:
 def matching_sentence(trained: dict[str, Any]) -> str:
     """Whether every batched request wrote, token for token, what it wrote alone."""
     compared, matching = trained["requests_compared"], trained["requests_matching_solo"]
+    unfinished = trained["requests_unfinished"]
+    aside = (f" ({plural(unfinished, 'other request')} did not complete, so wrote nothing to compare: the "
+             f"admission table shows where a policy ran out of memory.)" if unfinished else "")
     if matching == compared:
-        return (f"Every one of the {compared} requests of the batched runs wrote, token for token, what the same prompt "
-                f"wrote alone in the one-at-a-time run.")
-    return (f"{matching} of the {compared} requests of the batched runs wrote, token for token, what the same prompt "
-            f"wrote alone; the others parted from their solo run at some token. A batch adds its floats in another "
-            f"order than a row alone, and where two logits are nearly equal that can change a greedy choice; the "
-            f"record keeps both runs' tokens, not the logits at the parting.")
+        return (f"Every one of the {compared} completed requests of the batched runs wrote, token for token, what the "
+                f"same prompt wrote alone in the one-at-a-time run.{aside}")
+    return (f"{matching} of the {compared} completed requests of the batched runs wrote, token for token, what the "
+            f"same prompt wrote alone; the others parted from their solo run at some token. A batch adds its floats "
+            f"in another order than a row alone, and where two logits are nearly equal that can change a greedy "
+            f"choice; the record keeps both runs' tokens, not the logits at the parting.{aside}")
 
 
 def answer_concurrent_view(record: dict[str, Any]) -> Block:
@@ -48,7 +51,8 @@ def answer_concurrent_view(record: dict[str, Any]) -> Block:
              if together else
              f"On this run they did: at {top['rate']:g} arrivals per second no decode step carried more than one "
              f"request. ")
-            + f"{top['matching_solo']} of its {top['summary']['requests']} requests wrote the same tokens as alone.")
+            + f"{top['matching_solo']} of its {top['completed_compared']} completed requests wrote the same tokens as "
+              f"alone.")
     return answer(text)
 
 
@@ -68,7 +72,7 @@ def trained_view(record: dict[str, Any]) -> Block:
         rows.append((name, s["completed"], p["stopped"], f"{server['mean_batch']:.1f}", server["peak_running"],
                      f"{format_bytes(p['peak_kv_bytes'])} of {format_bytes(p['budget_kv_bytes'])}",
                      f"{s['throughput_tokens_per_s']:,.1f}",
-                     "(the solo run)" if p is serial else f"{p['matching_solo']} of {s['requests']}"))
+                     "(the solo run)" if p is serial else f"{p['matching_solo']} of {p['completed_compared']}"))
         latencies.append((name, spread(s, "ttft_s"), spread(s, "itl_s")))
     batch_chart = timeline([(f"{p['rate']:g}/s", [(x["t_s"], x["running"]) for x in p["occupancy"]])
                             for p in [*points, serial]],

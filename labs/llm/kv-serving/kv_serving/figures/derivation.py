@@ -202,7 +202,7 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
     trained, size = record["trained"], record["config"]["benchmark"]["block_size"]
     block = trained_block_bytes(record, size)
     figures.add(("trained", "block_bytes"), block, "2 x layers x Hkv x D x bytes x block_size of the trained model")
-    compared = matching = 0
+    compared = matching = unfinished = 0
     for path, run in trained_runs(record):
         server = run["server"]
         figures.add((*path, "peak_kv_bytes"), server["peak_used_blocks"] * block, "peak_used_blocks x block_bytes")
@@ -212,13 +212,18 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
         if path[1] != "serial":
             same = matching_solo(run, trained["serial"])
             figures.add((*path, "matching_solo"), same, "its requests whose tokens equal the one-at-a-time run's")
-            compared, matching = compared + len(run["requests"]), matching + same
+            completed = sum(r["outcome"] == "completed" for r in run["requests"])
+            figures.add((*path, "completed_compared"), completed, "its completed requests, each compared with alone")
+            compared, matching = compared + completed, matching + same
+            unfinished += len(run["requests"]) - completed
     highest = max(range(len(trained["points"])), key=lambda i: trained["points"][i]["rate"])
     batched = summaries[("trained", "points", highest)]["throughput_tokens_per_s"]
     serial = summaries[("trained", "serial")]["throughput_tokens_per_s"]
     speedup = batched / serial
     figures.add(("trained", "speedup_over_serial"), speedup, "the highest rate's throughput over the serial run's")
-    figures.add(("trained", "requests_compared"), compared, "the batched runs' requests")
+    figures.add(("trained", "requests_compared"), compared, "the batched runs' completed requests")
+    figures.add(("trained", "requests_unfinished"), unfinished,
+                "the batched runs' requests that did not complete (refused or failed): no tokens to compare")
     figures.add(("trained", "requests_matching_solo"), matching, "those whose tokens equal the serial run's")
     figures.add(("trained", "speedup_met"), speedup >= record["targets"]["speedup_target"],
                 "the speedup against its target")
