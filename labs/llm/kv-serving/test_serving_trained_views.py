@@ -12,7 +12,7 @@ from decode_bandwidth.accelerator import LONG_CONTEXT, full_budget
 from kv_serving.accelerator import served_here
 from kv_serving_views import VIEWS
 from kv_serving_views.accelerator import lessons
-from kv_serving_views.trained import answer_concurrent_view, matching_sentence, speedup_sentence
+from kv_serving_views.trained import admission_note, answer_concurrent_view, matching_sentence, speedup_sentence
 from labkit.manifest import lab_for
 from llm_models.hardware import H100_SXM
 from site_hooks.blocks import render_block
@@ -45,6 +45,16 @@ class TrainedSentences(unittest.TestCase):
         self.assertTrue(sentence.startswith("Every one of the 67 completed requests"))
         self.assertIn("5 other requests did not complete", sentence)
         self.assertNotIn("parted", sentence)
+
+    def test_the_admission_note_appears_only_when_the_safe_and_mean_counts_coincide(self) -> None:
+        def policies(safe: str, average: str) -> dict:
+            return {"request_blocks": [4, 5, 5], "admission": {"policies": [
+                {"name": "kv_budget_bytes", "options": ["--num-blocks", "40", "--kv-budget-bytes", "100"]},
+                {"name": "count_safe", "options": ["--num-blocks", "40", "--max-running", safe]},
+                {"name": "count_average", "options": ["--num-blocks", "40", "--max-running", average]}]}}
+        note = admission_note(policies("8", "8"))
+        self.assertIn("are the same, 8 running: each request needs 4 to 5 blocks", note)
+        self.assertIsNone(admission_note(policies("6", "8")))
 
     def test_the_concurrency_answer_says_no_only_when_a_step_carried_several_requests(self) -> None:
         def record(peak: int) -> dict:

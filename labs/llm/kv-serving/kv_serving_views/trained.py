@@ -40,6 +40,20 @@ def matching_sentence(trained: dict[str, Any]) -> str:
             f"choice; the record keeps both runs' tokens, not the logits at the parting.{aside}")
 
 
+def admission_note(trained: dict[str, Any]) -> str | None:
+    """Where the count safe for the longest request and the count sized for the mean one came out the same (a prompt
+    set of requests of nearly one size), say so: the two count rows are then one policy run twice."""
+    counts = {p["name"]: p["options"][p["options"].index("--max-running") + 1]
+              for p in trained["admission"]["policies"] if "--max-running" in p["options"]}
+    if counts.get("count_safe") is None or counts.get("count_safe") != counts.get("count_average"):
+        return None
+    blocks = trained["request_blocks"]
+    return (f"On these prompts the count safe for the longest request and the count sized for the mean one are the "
+            f"same, {counts['count_safe']} running: each request needs {min(blocks)} to {max(blocks)} blocks, so the "
+            f"two count rows run one policy twice. The random model's workload below, whose requests differ far more "
+            f"in length, is where the two counts part.")
+
+
 def answer_concurrent_view(record: dict[str, Any]) -> Block:
     """Whether clients asking at once waited for each other, from the highest rate's batch and its solo runs."""
     trained = record["trained"]
@@ -86,7 +100,7 @@ def trained_view(record: dict[str, Any]) -> Block:
                  spread(run["summary"], "ttft_s")) for run in trained["admission"]["policies"]]
     return Block(css="lab-medians",
                  paragraphs=[lead, speedup_sentence(trained, record["targets"]["speedup_target"]),
-                             matching_sentence(trained)],
+                             matching_sentence(trained), *filter(None, [admission_note(trained)])],
                  charts=[Chart(batch_chart, "Each run's own /metrics samples: how many requests one decode step "
                                             "carried as the prompts arrived and finished.")],
                  tables=[Table(["Rate (/s)", "Completed", "Ended their turn", "Mean batch", "Peak running",
