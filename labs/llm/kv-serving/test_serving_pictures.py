@@ -155,6 +155,12 @@ class ViewsFromTheRecord(unittest.TestCase):
     def render(self, name: str, record: dict[str, Any]) -> str:
         return render_block(kv_serving_views.VIEWS[name](record))
 
+    def test_the_batch_chart_names_the_one_at_a_time_run_apart_from_the_batched_run_at_its_rate(self) -> None:
+        html = self.render("trained", self.record)
+        serial = self.record["trained"]["serial"]["rate"]
+        self.assertIn(f"one at a time, {serial:g}/s", html)
+        self.assertIn(f">{serial:g}/s<", html)  # the batched run at the same rate keeps the bare rate
+
     def test_key_results_choose_their_words_from_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         serial = record["rates"]["serial"]

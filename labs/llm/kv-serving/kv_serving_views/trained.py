@@ -88,8 +88,8 @@ def trained_view(record: dict[str, Any]) -> Block:
                      f"{s['throughput_tokens_per_s']:,.1f}",
                      "(the solo run)" if p is serial else f"{p['matching_solo']} of {p['completed_compared']}"))
         latencies.append((name, spread(s, "ttft_s"), spread(s, "itl_s")))
-    batch_chart = timeline([(f"{p['rate']:g}/s", [(x["t_s"], x["running"]) for x in p["occupancy"]])
-                            for p in [*points, serial]],
+    batch_chart = timeline([(f"one at a time, {p['rate']:g}/s" if p is serial else f"{p['rate']:g}/s",
+                             [(x["t_s"], x["running"]) for x in p["occupancy"]]) for p in [*points, serial]],
                            [(max(p["server"]["peak_running"] for p in points), "largest batch")],
                            "Requests in the decode batch over time, per arrival rate",
                            "; ".join(f"{p['rate']:g}/s: peak {p['server']['peak_running']} running" for p in points),
