@@ -180,10 +180,25 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assert_refused("llama.equivalence[0].fast",
                             lambda r: r["llama"]["equivalence"][0]["fast"].pop("ours-fused"))
 
-        def slower_kernel(record: dict[str, Any]) -> None:
-            row = record["llama"]["kernels"]["rows"][0]
-            row["kernels"][record["llama"]["kernels"]["chosen"][row["kind"]]]["ns"] = 1e12
-        self.assert_refused(f'llama.kernels.chosen.{formulas.LLAMA_KINDS[0]}', slower_kernel, "fastest")
+        for chosen in formulas.KERNEL_SETS:
+            def slower_kernel(record: dict[str, Any], chosen: str = chosen) -> None:
+                row = record["llama"]["kernels"]["rows"][0]
+                row["kernels"][record["llama"]["kernels"]["chosen"][chosen][row["kind"]]]["ns"] = 1e12
+            # the first set found to name it is refused (the float32 sets often share their choice)
+            self.assert_refused("llama.kernels.chosen.", slower_kernel, f".{formulas.LLAMA_KINDS[0]} is ")
+
+    def test_check_record_refuses_an_int8_quality_entry_that_cannot_be_true(self) -> None:
+        def self_divergent(record: dict[str, Any]) -> None:
+            record["llama"]["quality"]["scores"]["float32"]["kl"][0] = 0.1
+        self.assert_refused("llama.quality.scores.float32", self_divergent, "differs from itself")
+
+        def short(record: dict[str, Any]) -> None:
+            record["llama"]["quality"]["scores"]["int8"]["nll"].pop()
+        self.assert_refused("llama.quality.scores.int8.nll", short, "one per position")
+
+        def beyond(record: dict[str, Any]) -> None:
+            record["llama"]["quality"]["scores"]["int8"]["top1_misses"] = [record["llama"]["quality"]["positions"]]
+        self.assert_refused("llama.quality.scores.int8.top1_misses", beyond, "ascending positions")
 
     def test_check_record_refuses_llama_groups_out_of_rotation_or_short_of_repetitions(self) -> None:
         self.assert_refused("llama.groups[0].order", lambda r: r["llama"]["groups"][0]["order"].reverse())
@@ -204,9 +219,13 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             self.assertIn(f"{cell['step_over_floor']:.2f}×", table)
         for group in section["groups"]:
             self.assertIn(f"{group['best_over_transformers']:.2f}×", table)
-        contrast = self.page("trained-bytes", record)
-        self.assertIn("<svg", contrast)
+        self.assertIn("<svg", self.page("trained-bytes", record))
+        contrast = self.page("trained-contrast", record)
         self.assertIn(f"{section['model']['vocab_size']:,} × {section['model']['width']}", contrast)
+        kernels = self.page("trained-kernels", record)
+        for row in section["kernels"]["rows"]:
+            for chosen in section["kernels"]["chosen"].values():
+                self.assertIn(chosen[row["kind"]], kernels)
         self.assertIn(section["weights"]["name"], self.page("key-results", record))
 
     def test_check_record_refuses_a_layout_measured_in_a_dtype_the_run_did_not_time(self) -> None:

@@ -11,11 +11,11 @@ import unittest
 
 import torch
 
-from decode_bandwidth import llama, matvec
+from decode_bandwidth import llama, matvec, native
 from decode_bandwidth.fast_llama import FastLlama, fused_matrices
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
-from decode_bandwidth.quantize import dequantized_state_dict
+from decode_bandwidth.quantize import dequantize, dequantized_state_dict, quantize_rows
 from labkit.bench import EquivalenceError
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
@@ -59,13 +59,47 @@ class SameLogits(unittest.TestCase):
         kernels = dict(zip(LLAMA_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
         self.assert_steps_match(FastLlama(self.model, kernels, compiled=True))
 
-    def test_the_int8_twin_gives_the_logits_of_the_decoder_on_its_dequantized_weights(self) -> None:
+    def test_every_int8_kernel_gives_the_logits_of_the_decoder_on_its_dequantized_weights(self) -> None:
         dequantized = LlamaDecoder(self.model.config, dequantized_state_dict(self.reference.state_dict()))
-        twin = FastLlama(self.model, every_kind("int8-compiled"), compiled=False)
-        self.assertEqual(twin.weights, "int8")
-        self.assert_steps_match(twin, dequantized)
-        with self.assertRaises(AssertionError):  # the float32 decoder is not what the int8 twin computes
-            self.assert_steps_match(twin, self.model, atol=1e-6)
+        runs, _ = matvec.available(matvec.INT8)  # every int8 kernel, the benchmark's candidates and inductor's loop
+        self.assertIn("int8-c", runs)  # the C loop builds with the compiler inductor needs anyway
+        for kernel in runs:
+            with self.subTest(kernel=kernel):
+                twin = FastLlama(self.model, every_kind(kernel), compiled=False)
+                self.assertEqual(twin.weights, "int8")
+                self.assert_steps_match(twin, dequantized)
+                with self.assertRaises(AssertionError):  # the float32 decoder is not what the int8 twin computes
+                    self.assert_steps_match(twin, self.model, atol=1e-6)
+
+    def test_the_c_loop_splits_rows_over_two_threads_and_gives_the_same_product(self) -> None:
+        generator = torch.Generator().manual_seed(2)
+        codes, scale = quantize_rows(torch.randn(37, 53, generator=generator))  # odd sizes: no lane or row to spare
+        x = torch.randn(1, 53, generator=generator)
+        expected = x @ dequantize(codes, scale).t()
+        before = torch.get_num_threads()
+        try:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                torch.testing.assert_close(native.int8_rows(x, codes, scale, None), expected, atol=1e-5, rtol=1e-5)
+        finally:
+            torch.set_num_threads(before)
+        with self.assertRaises(ValueError) as refused:
+            native.int8_rows(torch.randn(1, 52), codes, scale, None)
+        self.assertIn("(37, 53)", str(refused.exception))
+
+    def test_a_twin_cannot_compile_its_layers_around_an_eager_only_kernel(self) -> None:
+        for kernel in ("int8-c", "onednn"):
+            with self.subTest(kernel=kernel), self.assertRaises(ValueError) as refused:
+                FastLlama(self.model, every_kind(kernel), compiled=True)
+            self.assertIn(kernel, str(refused.exception))
+
+    def test_the_int8_step_bytes_are_the_bytes_of_the_twins_codes_scales_and_norms(self) -> None:
+        twin = FastLlama(self.model, every_kind("int8-c"), compiled=False)
+        held = [tensor for layer in twin.layers for prepared in layer for tensor in prepared if tensor is not None]
+        held += [tensor for tensor in twin.head if tensor is not None]
+        held += [norm for pair in twin.norms for norm in pair] + [self.model.norm_final]
+        found = sum(tensor.numel() * tensor.element_size() for tensor in held)
+        self.assertEqual(formulas.llama_int8_weight_bytes(self.model.config.as_record()), found)
 
     def test_a_twin_whose_fused_gate_and_up_are_swapped_is_refused_before_timing(self) -> None:
         broken = FastLlama(self.model, every_kind("out_in"), compiled=False)
@@ -86,13 +120,18 @@ class SameLogits(unittest.TestCase):
 
 
 class KernelTable(unittest.TestCase):
-    def test_the_table_covers_every_kind_and_chooses_each_kinds_fastest_kernel(self) -> None:
+    def test_the_table_covers_every_kind_and_chooses_each_kinds_fastest_kernel_per_weight_format(self) -> None:
         _, model = tiny_pair(seed=1)
         table = llama.kernel_table(model, threads=1)
         self.assertEqual([row["kind"] for row in table["rows"]], list(LLAMA_KINDS))
+        self.assertEqual(sorted(table["chosen"]), ["float32", "float32-compiled", "int8"])
+        self.assertFalse(table["traceable"]["onednn"])
         for row in table["rows"]:
-            times = {name: entry["ns"] for name, entry in row["kernels"].items()}
-            self.assertEqual(table["chosen"][row["kind"]], min(times, key=times.__getitem__))
+            for name, chosen in table["chosen"].items():
+                weights, compiled = name.removesuffix("-compiled"), name.endswith("-compiled")
+                times = {kernel: entry["ns"] for kernel, entry in row["kernels"].items()
+                         if table["formats"][kernel] == weights and (table["traceable"][kernel] or not compiled)}
+                self.assertEqual(chosen[row["kind"]], min(times, key=times.__getitem__))
         shapes = {kind: matrices[0][0].shape for kind, matrices in fused_matrices(model).items()}
         config = model.config
         self.assertEqual(tuple(shapes["qkv"]), ((config.heads + 2 * config.kv_heads) * config.head_dim, config.width))
@@ -102,6 +141,9 @@ class KernelTable(unittest.TestCase):
         self.assertEqual(formulas.fastest_kernel(row), "b")
         row["kernels"]["a"]["ns"] = 0.5
         self.assertEqual(formulas.fastest_kernel(row), "a")
+        self.assertEqual(formulas.fastest_kernel(row, ["a", "c"]), "a")
+        row["kernels"]["a"]["ns"] = 3.0
+        self.assertEqual(formulas.fastest_kernel(row, ["a", "c"]), "c")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ class Rewind(unittest.TestCase):
 
 class TrainedWeights(unittest.TestCase):
     def test_the_smollm2_preset_is_the_trained_model_and_its_two_steps_agree(self) -> None:
-        model, reference, weights = llama.llama_pair("smollm2", seed=0)  # from the weight cache: about a second
+        model, reference, weights, _ = llama.llama_pair("smollm2", seed=0)  # from the weight cache: about a second
         self.assertTrue(weights["trained"])
         self.assertEqual(model.config, LlamaDecoderConfig())
         self.assertEqual(formulas.llama_weight_bytes(model.config.as_record(), SIZE), unique_parameter_bytes(model))

@@ -100,6 +100,9 @@ class FastLlama:
         config = model.config
         if config.dtype != torch.float32:
             raise ValueError(f"FastLlama steps float32 activations, the model is {config.dtype}")
+        eager_only = sorted(name for name in set(kernels.values()) if KERNELS[name].traced is None)
+        if compiled and eager_only:
+            raise ValueError(f"FastLlama cannot compile its layers around {eager_only}: they run in eager steps only")
         self.model, self.kernels, self.compiled = model, dict(kernels), compiled
         self.weights = formats.pop()
         self.shape = Shape(config.heads, config.kv_heads, config.head_dim, config.rms_norm_eps)
@@ -110,7 +113,8 @@ class FastLlama:
         self.head = chosen["head"].prepare(*fused["head"][0])
         del fused
         self.norms = [(layer.attention_norm, layer.mlp_norm) for layer in model.layers]
-        self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager) for kind in LLAMA_KINDS)
+        self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager)  # type: ignore[misc]
+                           for kind in LLAMA_KINDS)
         self.layer: Region = CompiledRegion(layer_step, cached=True) if compiled else layer_step
         self.final: Region = CompiledRegion(head_step, cached=False) if compiled else head_step
 

@@ -11,8 +11,11 @@ As in the grid, the timed caches hold random keys and values of the exact shape,
 caches. Beside them, the fast twin of our decoder (``decode_bandwidth.fast_llama``) on the same weights:
 ``ours-fused`` (q/k/v and gate/up fused, each matrix kind through the kernel the kernel table measured fastest in
 this run) and ``ours-fused-compiled`` (the same, each layer one region torch.compile generates; its compile time
-is recorded). Before any timing, one untimed step per mode at every context is compared: ours must give
-transformers' logits, and each fast mode ours', within the stated tolerance, or the run stops.
+is recorded); and ``ours-int8``, the eager twin over int8 weight-only codes (decode_bandwidth.quantize) through
+the int8 kernel measured fastest per kind. Before any timing, one untimed step per mode at every context is
+compared: ours must give transformers' logits, each float32 fast mode ours', and the int8 mode the logits of ours
+on the int8 round trip of the weights, within the stated tolerance, or the run stops. How far that round trip is
+from the float32 model is measured after the timing (``int8_quality``).
 """
 
 from __future__ import annotations
@@ -28,34 +31,41 @@ from transformers import DynamicCache, LlamaForCausalLM
 from labkit import bench, harness
 from labkit.summary import median
 from llm_models.llama.cache import LayerCache
+from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
+from llm_models.texts import PYTHON_REFERENCE
 
-from . import matvec
+from . import matvec, native
 from .fast_llama import FastLlama, fused_matrices
 from .figures import formulas
 from .hf import rewind
+from .int8_quality import int8_quality
+from .quantize import dequantized_state_dict
 from .workloads import Runner, synchronizer
 
+ROUND_TRIP = "ours-prealloc on the int8 round trip"  # the untimed step the int8 mode is checked against
 CACHE_CONTENTS = ("random keys and values of the exact shape, T - 1 positions per layer and key/value head, "
                   "the same in both caches; the step adds the T-th")
 
 
-def llama_pair(preset: str, seed: int) -> tuple[LlamaDecoder, LlamaForCausalLM, dict[str, Any]]:
-    """Our decoder and transformers' model on the same float32 tensors, and what the weights are."""
+def llama_pair(preset: str, seed: int) -> tuple[LlamaDecoder, LlamaForCausalLM, dict[str, Any], ChatModel | None]:
+    """Our decoder and transformers' model on the same float32 tensors, what the weights are, and the trained
+    model's tokenizer with it (None for a random model)."""
     if preset == "smollm2":
         from llm_models.llama.generate import smollm2
         from llm_models.llama.weights import GGUF_NAME, trained
 
         weights = trained()
-        return smollm2(torch.float32).model, weights.reference, {
+        chat = smollm2(torch.float32)
+        return chat.model, weights.reference, {
             "name": "SmolLM2-135M-Instruct", "trained": True, "source": f"{GGUF_NAME}, dequantized to float32",
-            "sha256": weights.digest}
+            "sha256": weights.digest}, chat
     if preset == "tiny":
         from llm_models.llama.tiny import tiny_pair
 
         reference, model = tiny_pair(seed)
         return model, reference, {"name": "tiny random Llama", "trained": False,
-                                  "source": f"transformers' initializer, seed {seed}", "sha256": None}
+                                  "source": f"transformers' initializer, seed {seed}", "sha256": None}, None
     raise ValueError(f"unknown Llama preset {preset!r}; choose smollm2 or tiny")
 
 
@@ -68,9 +78,12 @@ def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) 
 
 
 def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int, generator: torch.Generator,
-                 fast: dict[str, FastLlama] | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
+                 fast: dict[str, FastLlama] | None = None,
+                 round_trip: LlamaDecoder | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
     """Per mode, one decode step at ``context`` over the same random cache contents and the reset that rewinds
-    its cache (run outside the clock); and the list every step appends its logits to, which the reset clears."""
+    its cache (run outside the clock); and the list every step appends its logits to, which the reset clears.
+    With ``round_trip`` (our decoder on the int8 round trip of the weights) its untimed step is there too, as
+    ``ROUND_TRIP``: the int8 mode's reference."""
     device = model.device
     cached = context - 1
     layers = [(keys.to(device), values.to(device)) for keys, values in random_layers(model, cached, generator)]
@@ -106,7 +119,29 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
     runners: dict[str, Runner] = {"ours-prealloc": (ours_step, ours_reset), "hf-dynamic": (hf_step, hf_reset)}
     for mode, twin in (fast or {}).items():
         runners[mode] = fast_runner(twin, layers, token, context, held)
+    if round_trip is not None:
+        runners[ROUND_TRIP] = decoder_runner(round_trip, layers, token, context, held)
     return runners, held
+
+
+def decoder_runner(model: LlamaDecoder, layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int,
+                   held: list[Tensor]) -> Runner:
+    """Our decoder's step on other weights, over its own copy of the cache contents, and its reset."""
+    cached = context - 1
+    cache = model.new_cache(formulas.LLAMA_BATCH, context)
+    for store, (keys, values) in zip(cache, layers, strict=True):
+        store.keys[:, :, :cached] = keys
+        store.values[:, :, :cached] = values
+        store.length = cached
+
+    def step() -> None:
+        held.append(model(token, cache))
+
+    def reset() -> None:
+        held.clear()
+        rewind_ours(cache, cached)
+
+    return step, reset
 
 
 def fast_runner(twin: FastLlama, layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int,
@@ -144,11 +179,16 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
         reset()
     entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], formulas.LLAMA_ATOL, formulas.LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
-    fast = {mode: harness.compare(logits[mode], logits[formulas.LLAMA_REFERENCE], formulas.LLAMA_FAST_ATOL,
-                                  formulas.LLAMA_FAST_RTOL, f"Llama {mode} differs from {formulas.LLAMA_REFERENCE} at "
+    fast = {mode: harness.compare(logits[mode], logits[reference_of(mode)], formulas.LLAMA_FAST_ATOL,
+                                  formulas.LLAMA_FAST_RTOL, f"Llama {mode} differs from {reference_of(mode)} at "
                                   f"context {context}")
             for mode in formulas.LLAMA_FAST if mode in logits}
     return {"context": context, **entry, "fast": fast}
+
+
+def reference_of(mode: str) -> str:
+    """The untimed step a fast mode must equal: ours-prealloc, or for int8 weights ours on their round trip."""
+    return ROUND_TRIP if formulas.LLAMA_WEIGHTS[mode] == "int8" else formulas.LLAMA_REFERENCE
 
 
 # ---- the benchmark's trained-model section: load and check before timing, then the rotated repetitions ----
@@ -164,36 +204,49 @@ def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
     """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
     started = time.perf_counter_ns()
     bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
-    model, reference, weights = llama_pair(args.llama_preset, args.seed)
+    model, reference, weights, chat = llama_pair(args.llama_preset, args.seed)
+    round_trip = LlamaDecoder(model.config, dequantized_state_dict(reference.state_dict()))
     generator = torch.Generator().manual_seed(args.seed + 4)
     runners, checks = {}, []
     torch.set_num_threads(threads[0])
     kernels = kernel_table(model, threads[0])
     fast = {}
-    for mode, compiled in formulas.LLAMA_FAST.items():
-        fast[mode] = FastLlama(model, kernels["chosen"], compiled)
+    for mode, (weight_format, compiled) in formulas.LLAMA_FAST.items():
+        fast[mode] = FastLlama(model, kernels["chosen"][formulas.kernel_set(weight_format, compiled)], compiled)
         bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
         kernels["warm_s"][mode] = fast[mode].warm()
     with torch.inference_mode():
         for context in args.contexts:
-            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers "
-                           f"and the fast modes against ours")
-            runners[context] = step_runners(model, reference, context, generator, fast)
+            bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers, "
+                           f"the float32 fast modes against ours, {formulas.LLAMA_INT8} against ours on the int8 "
+                           "round trip")
+            runners[context] = step_runners(model, reference, context, generator, fast, round_trip)
             checks.append(check_step(*runners[context], context))
-    return {"model": model, "weights": weights, "runners": runners, "equivalence": checks, "kernels": kernels,
-            "prepare_ns": time.perf_counter_ns() - started}
+    return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners, "equivalence": checks,
+            "kernels": kernels, "prepare_ns": time.perf_counter_ns() - started}
 
 
 def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
-    """Every float32 candidate kernel timed over every matrix of each fused kind, at ``threads``, and the fastest
-    per kind: the fast modes' kernels, chosen by this measurement."""
-    runs, missing = matvec.available(formulas.KERNEL_CANDIDATES["float32"])
+    """Every candidate kernel of each weight format timed over every matrix of each fused kind, at ``threads``,
+    and per format the fastest per kind: the fast modes' kernels, chosen by this measurement."""
+    runs, missing = matvec.available([name for names in formulas.KERNEL_CANDIDATES.values() for name in names])
     bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)")
     with torch.inference_mode():
         rows = matvec.measure(fused_matrices(model), runs, formulas.KERNEL_PASSES)
+    traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
+    chosen = {}
+    for weight_format, compiled in sorted(set(formulas.LLAMA_FAST.values())):
+        present = [name for name in formulas.KERNEL_CANDIDATES[weight_format]
+                   if name in runs and (traceable[name] or not compiled)]
+        if not present:
+            raise RuntimeError(f"no {weight_format} kernel{' a compiled region can trace' if compiled else ''} runs "
+                               "here: " + "; ".join(f"{name}: {why}" for name, why in missing.items()))
+        chosen[formulas.kernel_set(weight_format, compiled)] = {
+            row["kind"]: formulas.fastest_kernel(row, present) for row in rows}
     return {"threads": threads, "passes": formulas.KERNEL_PASSES, "unavailable": missing,
-            "descriptions": {name: matvec.KERNELS[name].description for name in runs}, "rows": rows,
-            "chosen": {row["kind"]: formulas.fastest_kernel(row) for row in rows}, "warm_s": {}}
+            "descriptions": {name: matvec.KERNELS[name].description for name in runs},
+            "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
+            "chosen": chosen, "native_build_s": native.build().seconds, "warm_s": {}}
 
 
 def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
@@ -224,6 +277,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
                                                               for m, d in durations.items()))
     finally:
         progress.close()
+    quality = measure_quality(prepared, threads[-1], args.seed)
     torch.set_num_threads(args.threads)
     return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
             "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
@@ -232,6 +286,32 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "fast_tolerance": {"atol": formulas.LLAMA_FAST_ATOL, "rtol": formulas.LLAMA_FAST_RTOL},
-            "kernels": prepared["kernels"],
+            "kernels": prepared["kernels"], "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
+
+
+def measure_quality(prepared: dict[str, Any], threads: int, seed: int) -> dict[str, Any]:
+    """The int8 round trip against float32 (decode_bandwidth.int8_quality): over the long text and one greedy
+    answer for the trained model; over seeded random tokens for a random one. Untimed, at ``threads``."""
+    model, chat = prepared["model"], prepared["chat"]
+    positions = min(formulas.QUALITY_POSITIONS, model.config.max_positions - 1)
+    if chat is not None:
+        text = PYTHON_REFERENCE
+        ids = torch.tensor([chat.encode(text.read())[:positions + 1]])
+        prompt = chat.chat_ids([{"role": "user", "content": formulas.QUALITY_PROMPT}])
+        source: dict[str, Any] = {"text": text.name, "sha256": text.sha256, "prompt": formulas.QUALITY_PROMPT}
+    else:
+        generator = torch.Generator().manual_seed(seed + 5)
+        ids = torch.randint(0, model.config.vocab_size, (1, positions + 1), generator=generator)
+        prompt = torch.randint(0, model.config.vocab_size, (8,), generator=generator).tolist()
+        source = {"text": f"seeded random tokens, seed {seed + 5}", "sha256": None, "prompt": None}
+    new_tokens = min(formulas.QUALITY_NEW_TOKENS, model.config.max_positions - len(prompt))
+    bench.progress(f"Llama quality: float32 and the int8 round trip over {positions} positions, then one greedy "
+                   f"answer of {new_tokens} tokens each, {threads} thread(s)")
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    found = int8_quality(model, prepared["round_trip"], ids, positions, prompt, new_tokens)
+    answers = {name: chat.decode(tokens) if chat is not None else None
+               for name, tokens in found["greedy"]["ids"].items()}
+    return {**source, **found, "answers": answers, "threads": threads, "seconds": time.perf_counter() - started}

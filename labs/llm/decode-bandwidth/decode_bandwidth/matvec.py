@@ -12,10 +12,13 @@ library and the shape. The candidates, over float32 weights:
 and over int8 codes with one float32 scale per row (decode_bandwidth.quantize):
 
 - ``int8-compiled``: the dequantize-and-row-dot ``(x * codes).sum(-1) * scale`` written for ``torch.compile``,
-  gpt-fast's approach: each code is widened to float32 inside the loop that streams it.
+  gpt-fast's approach: each code is widened to float32 inside the loop that streams it;
+- ``int8pack``: torch's own int8 weight-only product, ``torch._weight_int8pack_mm``;
+- ``int8-c``: the same loop written by hand in C (decode_bandwidth.native), for CPUs where the two above stream
+  slowly.
 
-All are torch's own (BLAS, oneDNN, inductor's generated C++): nothing here needs a compiler beyond the one
-inductor already uses.
+The float32 kernels are torch's own (BLAS, oneDNN, inductor's generated C++); the C loop needs only the
+compiler inductor already uses.
 
 ``measure`` times each over every matrix of one kind in a model, so the weights come from memory as in a step;
 the benchmark takes the fastest per kind, at each thread count, and records the table and the choice.
@@ -33,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import native
 from .compiled import compile_static, row_dot
 from .quantize import quantize_rows
 
@@ -64,7 +68,8 @@ class Kernel:
     description: str
     prepare: Callable[[Tensor, Tensor | None], Prepared]  # (out, in) float32 weight and bias -> its tensors
     eager: Callable[..., Tensor]  # (x (1, in), *prepared) -> (1, out), called from Python
-    traced: Callable[..., Tensor]  # the same inside a region torch.compile generates (the row dots inline there)
+    # the same inside a region torch.compile generates (the row dots inline there); None: eager steps only
+    traced: Callable[..., Tensor] | None
     available: Callable[[], str | None]  # None, or why this build or machine cannot run it
 
     def bytes_per_matrix(self, rows: int, cols: int) -> int:
@@ -103,6 +108,19 @@ def int8_prepare(weight: Tensor, bias: Tensor | None) -> Prepared:
     return codes, scale, bias
 
 
+def int8pack(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    out = torch._weight_int8pack_mm(x, codes, scale)
+    return out if bias is None else out + bias
+
+
+def int8pack_available() -> str | None:
+    try:
+        int8pack(torch.ones(1, 8), torch.ones(4, 8, dtype=torch.int8), torch.ones(4), None)
+    except (RuntimeError, AttributeError) as error:
+        return f"torch._weight_int8pack_mm refused: {str(error).splitlines()[0]}"
+    return None
+
+
 def always() -> str | None:
     return None
 
@@ -127,12 +145,18 @@ KERNELS: dict[str, Kernel] = {kernel.name: kernel for kernel in (
     Kernel("out_in", "float32", "F.linear over the (out, in) matrix: torch's BLAS", same, linear, linear, always),
     Kernel("in_out", "float32", "addmm over an (in, out) copy: torch's BLAS, the other layout", transposed, in_out,
            in_out, always),
+    # eager only: inductor's lowering of the packed linear asserts on a weight that is a region's input
     Kernel("onednn", "float32", "oneDNN's linear over a copy packed once into its blocked layout", onednn_pack,
-           onednn, onednn, onednn_available),
+           onednn, None, onednn_available),
     Kernel("compiled", "float32", "the loop torch.compile generates for (x * W).sum(-1) + b, one pass per row",
            same, eager_row_dot, row_dot, always),
     Kernel("int8-compiled", "int8", "the loop torch.compile generates for (x * codes).sum(-1) x scale + b",
            int8_prepare, eager_int8_row_dot, int8_row_dot, always),
+    Kernel("int8pack", "int8", "torch._weight_int8pack_mm, torch's own int8 weight-only product", int8_prepare,
+           int8pack, int8pack, int8pack_available),
+    Kernel("int8-c", "int8", "a C loop written for this lab (int8_rows.c): each code widened to float32 inside the "
+           "loop that streams it, the rows split across the threads", int8_prepare, native.int8_rows, None,
+           native.unavailable),
 )}
 FLOAT32 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "float32")
 INT8 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "int8")

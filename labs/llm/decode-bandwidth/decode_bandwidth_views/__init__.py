@@ -24,7 +24,16 @@ from .profile import profile_view
 from .results import answer_bound_view, answer_crossover_view, answer_gap_view, key_results_view
 from .roofline import roofline_view
 from .targets import targets_view
-from .trained import trained_bytes_view, trained_ladder_view, trained_verdict_view, trained_view
+from .trained import (
+    trained_answers_view,
+    trained_bytes_view,
+    trained_contrast_view,
+    trained_kernels_view,
+    trained_ladder_view,
+    trained_quality_view,
+    trained_verdict_view,
+    trained_view,
+)
 from .variants import variants_view
 
 VIEWS: dict[str, View] = {
@@ -35,7 +44,9 @@ VIEWS: dict[str, View] = {
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,
     "compiled": compiled_view, "compiled-summary": compiled_summary_view, "kernels": kernel_chart_view,
     "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
-    "trained-ladder": trained_ladder_view, "accelerator": accelerator_view,
+    "trained-ladder": trained_ladder_view, "trained-quality": trained_quality_view,
+    "trained-answers": trained_answers_view, "trained-contrast": trained_contrast_view,
+    "trained-kernels": trained_kernels_view, "accelerator": accelerator_view,
     "accelerator-lessons": accelerator_lessons_view, "accelerator-takeaway": accelerator_takeaway_view,
 }
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import LLAMA_BASELINE, LLAMA_LADDER, LLAMA_TARGETS, REGIMES, headline_key
+from decode_bandwidth.figures.formulas import (
+    LLAMA_BASELINE,
+    LLAMA_INT8,
+    LLAMA_LADDER,
+    LLAMA_TARGETS,
+    REGIMES,
+    headline_key,
+)
 from site_hooks.blocks import Block, Strong, Table, answer
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
@@ -76,7 +83,7 @@ def bars_canvas(rows: list[tuple[str, dict[str, float], float | None]], title: s
 
 
 def trained_bytes_view(record: dict[str, Any]) -> Block:
-    """Two bars to one scale, the two models' bytes at batch 1 and the longest context; a table of what differs."""
+    """Two bars to one scale, the two models' bytes at batch 1 and the longest context."""
     section = record["llama"]
     context = section["contexts"][-1]
     rows = bars(record)
@@ -84,9 +91,22 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
                          "; ".join(f"{name}: {format_bytes(p['layer_bytes'])} of layer weights, "
                                    f"{format_bytes(p['head_bytes'])} of head, {format_bytes(p['step_kv_bytes'])} of KV "
                                    "cache" for name, p, _ in rows))
+    llama, l_model = section["contrast"]["llama"], section["model"]
+    caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
+               f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves "
+               f"{llama['queries_per_kv_head']} of its {l_model['heads']} query heads, so its cache holds "
+               f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
+               f"would. The right column divides each total by the fastest read bandwidth measured at "
+               f"{threads_text(section['threads'][0])}.")
+    return Block(diagrams=[Diagram(canvas.svg(), caption)])
+
+
+def trained_contrast_view(record: dict[str, Any]) -> Block:
+    """What differs between the two models per step, field by field (llama.contrast)."""
+    section = record["llama"]
     gpt2, llama, ratios = section["contrast"]["gpt2"], section["contrast"]["llama"], section["contrast"]["ratios"]
     g_model, l_model = record["config"]["model"], section["model"]
-    table = Table(
+    return Block(tables=[Table(
         headings=["Per step, float32", gpt2_name(record), llama_name(record), f"{llama_name(record)} ÷ {gpt2_name(record)}"],
         rows=[
             ("Weights read (a tied head counted once)", format_bytes(gpt2["weight_bytes"]),
@@ -102,14 +122,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
              format_bytes(llama["kv_bytes_per_position"]), format_ratio(ratios["kv_bytes_per_position"])),
             ("Batch × context at which KV reads equal the weights", f"{gpt2['batch_x_context']:,.0f}",
              f"{llama['batch_x_context']:,.0f}", format_ratio(ratios["batch_x_context"])),
-        ])
-    caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
-               f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves "
-               f"{llama['queries_per_kv_head']} of its {l_model['heads']} query heads, so its cache holds "
-               f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
-               f"would. The right column divides each total by the fastest read bandwidth measured at "
-               f"{threads_text(section['threads'][0])}.")
-    return Block(diagrams=[Diagram(canvas.svg(), caption)], tables=[table])
+        ])])
 
 
 def trained_view(record: dict[str, Any]) -> Block:
@@ -122,13 +135,15 @@ def trained_view(record: dict[str, Any]) -> Block:
         shown = [cells[(threads, context, mode)] for mode in modes]
         fastest = min(shown, key=lambda cell: cell["median_ns_per_step"])["mode"]
         rows.append((threads, f"{context:,}", format_ms(group["floor_ns_per_step"]),
+                     format_ms(group["int8_floor_ns_per_step"]),
                      *[Strong(f"{format_ms(c['median_ns_per_step'])} ({format_ratio(c['step_over_floor'])})")
                        if c["mode"] == fastest else
                        f"{format_ms(c['median_ns_per_step'])} ({format_ratio(c['step_over_floor'])})" for c in shown],
                      format_ratio(group["best_over_transformers"])))
-    table = Table(headings=["Threads", "Context", "Memory floor (ms)", *[f"{mode} (ms, ÷ floor)" for mode in modes],
-                            f"best of ours ÷ {LLAMA_BASELINE}"], rows=rows,
-                  caption=f"{llama_name(record)}, batch {section['batch']}, {section['dtype']}")
+    table = Table(headings=["Threads", "Context", "float32 floor (ms)", "int8 floor (ms)",
+                            *[f"{mode} (ms, ÷ its floor)" for mode in modes], f"best float32 of ours ÷ {LLAMA_BASELINE}"],
+                  rows=rows, caption=f"{llama_name(record)}, batch {section['batch']}, {section['dtype']} activations; "
+                                     f"{LLAMA_INT8} reads int8 weights, every other mode float32")
     checks = section["equivalence"]
     tolerance = section["tolerance"]
     agree = all(entry["argmax_agrees_every_step"] for entry in checks)
@@ -140,7 +155,8 @@ def trained_view(record: dict[str, Any]) -> Block:
         f"Before any timing, one step of each at every context was checked: {OURS} gave transformers' logits "
         f"within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}, and each fast mode {OURS}'s within "
         f"atol = {section['fast_tolerance']['atol']:g}, rtol = {section['fast_tolerance']['rtol']:g} (its dot "
-        "products sum in another order); the "
+        f"products sum in another order; {LLAMA_INT8} against {section['int8_reference']}, the float model its codes "
+        "stand for); the "
         f"largest differences were {format_sci(max(entry['max_abs_diff'] for entry in checks))} and "
         f"{format_sci(max(check['max_abs_diff'] for check in fast))} on logits up to "
         f"{max(entry['max_abs_reference'] for entry in checks):.1f}, and the most likely next token "
@@ -152,8 +168,7 @@ def trained_view(record: dict[str, Any]) -> Block:
 
 
 def trained_ladder_view(record: dict[str, Any]) -> Block:
-    """The ladder at the first thread count: each rung, what it changes, its step over its floor per context;
-    and the kernel table the fast rungs chose their kernels from."""
+    """The ladder at the first thread count: each rung, what it changes, its step over its floor per context."""
     section = record["llama"]
     threads, contexts = section["threads"][0], section["contexts"]
     cells = llama_cells(record)
@@ -162,19 +177,34 @@ def trained_ladder_view(record: dict[str, Any]) -> Block:
                          for mode, what in LLAMA_LADDER.items()],
                    caption=f"{llama_name(record)}, batch 1, {threads_text(threads)}: each mode's median step over the "
                            "floor its bytes set")
+    return Block(tables=[ladder])
+
+
+def trained_kernels_view(record: dict[str, Any]) -> Block:
+    """The kernel table the fast rungs chose their kernels from, per weight format and for compiled layers."""
+    section = record["llama"]
     kernels = section["kernels"]
-    names = list(kernels["descriptions"])
-    table = Table(headings=["Matrix kind", "Shape (out × in)", *[f"{name} (ms)" for name in names], "Chosen"],
+    names, formats = list(kernels["descriptions"]), list(kernels["chosen"])
+    table = Table(headings=["Matrix kind", "Shape (out × in)",
+                            *[f"{name}, {kernels['formats'][name]} (ms)" for name in names],
+                            *[f"Chosen, {weights}" for weights in formats]],
                   rows=[(row["kind"], f"{row['shape_out_in'][0]:,} × {row['shape_out_in'][1]:,}",
                          *[format_ms(row["kernels"][name]["ns"]) if name in row["kernels"] else "–"
-                           for name in names], kernels["chosen"][row["kind"]]) for row in kernels["rows"]],
+                           for name in names], *[kernels["chosen"][weights][row["kind"]] for weights in formats])
+                        for row in kernels["rows"]],
                   caption=f"One product per matrix, best of {kernels['passes']} passes over every matrix of the kind, "
                           f"{threads_text(kernels['threads'])}")
     notes = [f"{name}: {text}." for name, text in kernels["descriptions"].items()]
     notes += [f"{name} does not run here: {why}." for name, why in kernels["unavailable"].items()]
+    if "int8-c" in kernels["descriptions"]:
+        notes.append(f"The C loop was compiled and loaded in {kernels['native_build_s']:.2f} s.")
+    eager = [name for name, traced in kernels["traceable"].items() if not traced]
+    if eager:
+        notes.append(f"{join(eager)} run in eager steps only, so the compiled mode chooses among the others "
+                     "(the “-compiled” column).")
     notes.append("First step of each fast mode (its kernels' and, compiled, its regions' compile): " + join(
         [f"{mode} {seconds:.1f} s" for mode, seconds in kernels["warm_s"].items()]) + ".")
-    return Block(tables=[ladder, table], notes=notes)
+    return Block(tables=[table], notes=notes)
 
 
 def contexts_text(contexts: list[int]) -> str:
@@ -192,6 +222,8 @@ def target_sentences(record: dict[str, Any]) -> list[str]:
     missed_floor = [g["context"] for g in groups if g["best_over_floor"] > floor]
     missed_theirs = [g["context"] for g in groups if g["best_over_transformers"] > transformers]
     best = join(sorted({g["best_float32_mode"] for g in groups}))
+    int8, int8_target = [g["int8_over_best_float32"] for g in groups], LLAMA_TARGETS["int8_over_best_float32"]
+    missed_int8 = [g["context"] for g in groups if g["int8_over_best_float32"] > int8_target]
     return [
         f"The fastest of this project's modes ({best}) took {ratio_range(over_floor)} its floor: "
         + (f"within {format_ratio(floor)} at every context." if not missed_floor else
@@ -199,7 +231,34 @@ def target_sentences(record: dict[str, Any]) -> list[str]:
         f"Against transformers it took {ratio_range(over_theirs)} the step time: "
         + (f"at most {format_ratio(transformers)} at every context." if not missed_theirs else
            f"above the {format_ratio(transformers)} it aims for at {contexts_text(missed_theirs)}."),
+        f"{LLAMA_INT8} took {ratio_range(int8)} the time of that best float32 step: "
+        + (f"at most {format_ratio(int8_target)} at every context." if not missed_int8 else
+           f"above the {format_ratio(int8_target)} it aims for at {contexts_text(missed_int8)}."),
     ]
+
+
+def threads_sentence(record: dict[str, Any]) -> str | None:
+    """Whether each mode got faster with the second thread count at every context, against what the floor allows."""
+    section = record["llama"]
+    if len(section["threads"]) < 2:
+        return None
+    first, second = section["threads"][:2]
+    cells, contexts = llama_cells(record), section["contexts"]
+    floors = [cells[(second, c, OURS)]["floor_over_first_threads"] for c in contexts]
+    ratios = {mode: [cells[(second, c, mode)]["over_first_threads"] for c in contexts] for mode in LLAMA_LADDER}
+    faster = [mode for mode, values in ratios.items() if max(values) < 1]
+    held = [mode for mode in ratios if mode not in faster]
+    parts = [f"With {threads_text(second)} the float32 floor fell to {ratio_range(floors)} its value at {threads_text(first)}, the "
+             "most a byte-bound step could gain"]
+    if faster:
+        parts.append(f"{join(faster)} got faster at every context (" + ", ".join(
+            f"{mode} {ratio_range(ratios[mode])}" for mode in faster) + " of the one-thread step)")
+    if held:
+        distance = [cells[(first, c, mode)]["step_over_floor"] for mode in held for c in contexts]
+        parts.append(f"{join(held)} did not at every context (" + "; ".join(
+            f"{mode} {ratio_range(ratios[mode])}" for mode in held) + f"): at one thread they ran "
+            f"{ratio_range(distance)} their floors, so bandwidth was not what held them")
+    return "; ".join(parts) + "."
 
 
 def trained_verdict_view(record: dict[str, Any]) -> Block:
@@ -217,19 +276,49 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
             f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
             f"{ratio_range(ratios)} its step time.")
-    return answer(text, *target_sentences(record), layout_sentence(record))
+    second = threads_sentence(record)
+    return answer(text, *target_sentences(record), *([second] if second else []))
 
 
-def layout_sentence(record: dict[str, Any]) -> str:
-    """Both Llama paths multiply (out, in) weights with F.linear: how that layout fared in this run's layout table."""
-    rows = record["layout"]["rows"]
-    slower = [row for row in rows if row["out_in_ns"] > row["in_out_ns"]]
-    head = next(row for row in rows if row["kind"] == "output head")
-    verdict = (f"the slower one for {len(slower)} of {len(rows)} kinds of GPT-2 matrix at batch 1" if slower
-               else "the faster one for every kind of GPT-2 matrix at batch 1")
-    return (f"Both Llama paths keep every weight (out, in), as transformers stores it, and multiply it with F.linear: "
-            f"in this run's layout measurement above that layout was {verdict}; over the output head it took "
-            f"{format_ratio(head['out_in_over_in_out'])} the time of the (in, out) product.")
+def departure_sentence(quality: dict[str, Any]) -> str:
+    """Where the int8 model's greedy answer first leaves the float32 one's, or that it never does."""
+    greedy, first = quality["greedy"], quality["figures"]["first_departure"]
+    asked = (f"the prompt “{quality['prompt']}”" if quality["prompt"] else
+             f"a prompt of {greedy['prompt_tokens']} random tokens")
+    lengths = {len(ids) for ids in greedy["ids"].values()}
+    if first is None:
+        return (f"Answering {asked} greedily, the two models chose the same {max(lengths)} tokens: no departure "
+                "within the answer.")
+    return (f"Answering {asked} greedily, the two models chose the same first {first} of {greedy['new_tokens']} "
+            "tokens, then parted.")
+
+
+def trained_quality_view(record: dict[str, Any]) -> Block:
+    """What the int8 codes cost in prediction: perplexity, KL and top-1 agreement against float32, the departure."""
+    section = record["llama"]
+    quality = section["quality"]
+    figures = quality["figures"]
+    table = Table(headings=["Weights", "Perplexity", "Mean KL from float32 (nats)", "Top-1 agreement with float32"],
+                  rows=[(name, f"{figures[name]['perplexity']:.3f}", format_sci(figures[name]["kl_mean"]),
+                         format_percent(figures[name]["top1_agreement"])) for name in ("float32", "int8")],
+                  caption=f"{llama_name(record)} over the first {quality['positions']:,} positions of {quality['text']}")
+    return Block(tables=[table], notes=[departure_sentence(quality)])
+
+
+def trained_answers_view(record: dict[str, Any]) -> Block:
+    """The two greedy answers the departure point is read from, as the tokenizer decodes them."""
+    quality = record["llama"]["quality"]
+    answers = quality["answers"]
+    if answers["float32"] is None:  # a random model has no tokenizer: its answers are token ids only
+        return answer(f"{llama_name(record)} has no tokenizer; its answers are the token ids in the record.")
+    section = record["llama"]
+    return Block(tables=[Table(headings=["Weights", "Greedy answer"],
+                               rows=[(name, answers[name]) for name in ("float32", "int8")],
+                               caption=f"“{quality['prompt']}”, {quality['greedy']['new_tokens']} new tokens at most")],
+                 notes=[f"The scores above compare each position's next-token distribution of the int8 round trip "
+                        f"({section['int8_reference']}, which {LLAMA_INT8}'s step equals within the tolerance of "
+                        f"the timed checks) with float32's, both decoders reading the text {quality['chunk']} tokens "
+                        f"per call; {quality['seconds']:.0f} s untimed, {threads_text(quality['threads'])}."])
 
 
 def trained_item(record: dict[str, Any]) -> str:
@@ -245,4 +334,6 @@ def trained_item(record: dict[str, Any]) -> str:
             f"({join(sorted({g['best_float32_mode'] for g in groups}))}) took "
             f"{ratio_range([g['best_over_floor'] for g in groups])} its floor over contexts {contexts[0]:,} to "
             f"{contexts[-1]:,}, {verdict} transformers' Llama on the same weights ({ratio_range(ratios)} its step "
-            f"time), after every mode matched the reference logits at every context.")
+            f"time), after every mode matched its reference logits at every context; over int8 weights "
+            f"{ratio_range([g['int8_over_best_float32'] for g in groups])} the best float32 step, with a mean KL of "
+            f"{format_sci(section['quality']['figures']['int8']['kl_mean'])} nats from float32.")

@@ -7,9 +7,11 @@ The constants and formulas are formulas.py's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from kv_quant.figures import first_departure
 from labkit.figures import Figures, JsonPath, tolerance_bound
 from labkit.summary import as_number, median
 
@@ -19,7 +21,9 @@ from .formulas import (
     COMPILED,
     LAYOUT_KERNELS,
     LLAMA_BASELINE,
+    LLAMA_INT8,
     LLAMA_OURS,
+    LLAMA_WEIGHTS,
     MATRICES,
     OURS,
     REGIMES,
@@ -294,17 +298,22 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", ns),
                             ("max_ns_per_step", max(durations))):
             figures.add(("llama", "cells", index, name), value, "its raw durations")
-    floors: dict[tuple[int, int], tuple[float, float]] = {}
+    floors: dict[tuple[int, int, str], tuple[float, float]] = {}  # (threads, context, weight format)
     for index, group in enumerate(section["groups"]):
         key, where = (group["threads"], group["context"]), ("llama", "groups", index)
-        needed = llama_step_bytes(model, size, section["batch"], group["context"])
-        for name, value in needed.items():
-            figures.add((*where, "bytes", name), value, "the Llama config")
-        memory = memory_floor_ns(needed, rates, group["threads"])
-        compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
-        floors[key] = (memory, compute)
-        figures.add((*where, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
-        figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+        for weights in sorted(set(LLAMA_WEIGHTS.values()), key=lambda name: name != "float32"):  # float32 first
+            needed = llama_step_bytes(model, size, section["batch"], group["context"], weights)
+            prefix = () if weights == "float32" else (weights,)  # float32's figures keep their plain names
+            for name, value in needed.items():
+                figures.add((*where, "_".join((*prefix, "bytes")), name), value, f"the Llama config, {weights} weights")
+            memory = memory_floor_ns(needed, rates, group["threads"])
+            compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
+            floors[(*key, weights)] = (memory, compute)
+            name = "_".join((*prefix, "floor_ns_per_step"))
+            figures.add((*where, name), memory, f"its {weights} bytes / the measured read bandwidth")
+            if weights == "float32":
+                figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
+        memory = floors[(*key, "float32")][0]
         ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
         figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
         figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
@@ -313,15 +322,39 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         figures.add((*where, "best_over_floor"), medians[(*key, best)] / memory, "that mode's median / the floor")
         figures.add((*where, "best_over_transformers"), medians[(*key, best)] / theirs, "that mode's median / "
                     "transformers'")
+        figures.add((*where, "int8_over_best_float32"), medians[(*key, LLAMA_INT8)] / medians[(*key, best)],
+                    f"{LLAMA_INT8}'s median / the best float32 mode's")
     for index, cell in enumerate(section["cells"]):
-        memory, compute = floors[(cell["threads"], cell["context"])]
+        memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
         figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
         figures.add((*where, "regime"), regime(ns, memory, compute), "its median against its group's two floors")
+        first = (section["threads"][0], cell["context"], cell["mode"])
+        if cell["threads"] != first[0]:  # a second thread count: did it help this mode at this context?
+            figures.add((*where, "over_first_threads"), ns / medians[first], "its median / the same mode's at the "
+                        "first thread count")
+            figures.add((*where, "floor_over_first_threads"), memory / floors[(*first[:2], LLAMA_WEIGHTS[cell["mode"]])][0],
+                        "its floor / the same floor at the first thread count")
     for name, values in contrast(record["config"]["model"], model, size, section["contexts"][-1]).items():
         for field, value in values.items():
             figures.add(("llama", "contrast", name, field), value, "the two models' configs")
+    quality_figures(section["quality"], figures)
+
+
+def quality_figures(quality: Mapping[str, Any], figures: Figures) -> None:
+    """The int8 round trip against float32: mean KL, top-1 agreement and perplexity over the scored positions,
+    and where the two greedy answers first part (None where they never do)."""
+    positions, scores = quality["positions"], quality["scores"]
+    for name, entry in scores.items():  # each holds one value per position (invariants.check_quality)
+        where = ("llama", "quality", "figures", name)
+        figures.add((*where, "perplexity"), math.exp(sum(entry["nll"]) / positions), "exp(mean NLL)")
+        figures.add((*where, "kl_mean"), sum(entry["kl"]) / positions, "mean of the per-position KL")
+        figures.add((*where, "top1_agreement"), 1 - len(entry["top1_misses"]) / positions,
+                    "1 - positions whose most likely token differs / positions")
+    answers = quality["greedy"]["ids"]
+    figures.add(("llama", "quality", "figures", "first_departure"), first_departure(answers["int8"], answers["float32"]),
+                "the first position the two greedy answers differ")
 
 
 def memory_floor_ns(needed: Mapping[str, int], rates: Rates, threads: int) -> float:

@@ -35,6 +35,9 @@ WALL_TIME_TARGET_S = 300  # the whole benchmark within 5 minutes on the 2-core d
 # float32, 12 layers of width 768: logits of a prefill-then-step path against one full pass.
 ATOL = 1e-4
 RTOL = 1e-4
+# The square matmul that measures arithmetic, n per dtype: 1,024 in float32; 512 where the CPU has no bfloat16
+# units, so that one product (2 x 512^3 flops, seconds when emulated) leaves time for the steps it prices.
+MATMUL_SIZES = {"float32": 1024, "bfloat16": 512, "float16": 512}
 MIN_BANDWIDTH_PASSES = 10  # the floor is the best of at least ten passes of each read kernel
 STREAMS = 16  # the multi-stream read sums this many equal slices of the buffer, element by element
 MATVEC_COLUMNS = 4096  # the BLAS read: the buffer as a matrix this wide, times a vector
@@ -64,11 +67,17 @@ CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_p
 LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
                  "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
 # Our decoder's preallocated cache, transformers' DynamicCache, then the fast twin (decode_bandwidth.fast_llama) of
-# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled.
-LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled"]
-LLAMA_FAST = {"ours-fused": False, "ours-fused-compiled": True}  # each fast mode: are its layers compiled?
-LLAMA_REFERENCE = "ours-prealloc"  # the step the fast modes must equal (it equals transformers')
-LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic")  # this lab's float32 modes
+# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled, and
+# eager over int8 weight-only codes.
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8"]
+# Each fast mode: the weights its kernels read (decode_bandwidth.matvec formats) and whether its layers are compiled.
+LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True), "ours-int8": ("int8", False)}
+LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal (it equals transformers')
+# The int8 mode must equal ours-prealloc's step on the int8 round trip of the weights (each matrix dequantized):
+# the float model its codes stand for. How far that model is from the float32 one is its quality, measured apart.
+LLAMA_INT8 = "ours-int8"
+LLAMA_WEIGHTS = {mode: LLAMA_FAST.get(mode, ("float32", False))[0] for mode in LLAMA_MODES}  # what each mode reads
+LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic" and LLAMA_WEIGHTS[mode] == "float32")
 # The ladder a reader climbs, each rung keeping the one before and changing one thing, and what it changes.
 LLAMA_LADDER = {
     "hf-dynamic": "transformers' LlamaForCausalLM, its DynamicCache concatenating each new position",
@@ -78,9 +87,12 @@ LLAMA_LADDER = {
                   "through the kernel measured fastest for it in this run",
     "ours-fused-compiled": "the same, each layer one torch.compile region: norms, rotary, cache writes, softmax, "
                            "SwiGLU and residual adds fused around the matrix kernels",
+    "ours-int8": "ours-fused over int8 weight-only codes, one byte per weight and a float32 scale per row, each kind "
+                 "through the int8 kernel measured fastest for it: a quarter of the weight bytes, so a floor of its own",
 }
-# What this lab's best float32 step aims for at batch 1 on the first thread count, at every context.
-LLAMA_TARGETS = {"best_over_floor": 1.5, "best_over_transformers": 0.5}
+# What this lab's best float32 step aims for at batch 1 on the first thread count, at every context; and the int8
+# step against that best float32 step.
+LLAMA_TARGETS = {"best_over_floor": 1.5, "best_over_transformers": 0.5, "int8_over_best_float32": 0.6}
 LLAMA_BASELINE = "hf-dynamic"
 LLAMA_DTYPE = "float32"
 LLAMA_BATCH = 1
@@ -99,8 +111,25 @@ LLAMA_FAST_RTOL = 1e-4
 # matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
 LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
 # The candidate kernels per weight format (decode_bandwidth.matvec.KERNELS, where each is described).
-KERNEL_CANDIDATES = {"float32": ("out_in", "in_out", "onednn", "compiled"), "int8": ("int8-compiled",)}
+# int8-compiled (inductor's loop) is tested but not a candidate: its cold compile per matrix shape costs more of the
+# benchmark's five minutes than a kernel that loses could repay.
+KERNEL_CANDIDATES = {"float32": ("out_in", "in_out", "onednn", "compiled"), "int8": ("int8-c", "int8pack")}
+# The int8 model's quality against float32, measured as the quantized-cache lab measures a cache format
+# (kv_quant.trained): KL divergence and top-1 agreement at every position of the first QUALITY_POSITIONS tokens of
+# llm_models.texts' long text, and where greedy decoding of one prompt first departs.
+QUALITY_POSITIONS = 512
+QUALITY_PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."
+QUALITY_NEW_TOKENS = 48
 KERNEL_PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept
+
+
+def kernel_set(weights: str, compiled: bool) -> str:
+    """Which of the kernel table's choices a fast mode takes: the fastest per kind among its weight format's
+    candidates, and for compiled layers among those a torch.compile region can trace."""
+    return f"{weights}-compiled" if compiled else weights
+
+
+KERNEL_SETS = tuple(sorted({kernel_set(weights, compiled) for weights, compiled in LLAMA_FAST.values()}))
 
 Group = tuple[str, int, int, int]  # (dtype, threads, batch, context)
 Cell = tuple[str, int, int, int, str]  # ... and mode
@@ -167,20 +196,34 @@ def llama_weight_bytes(model: Mapping[str, Any], size: int) -> int:
     return (llama_matrix_elements(model) + norms) * size
 
 
+def llama_int8_weight_bytes(model: Mapping[str, Any]) -> int:
+    """The same weights as int8 codes: one byte per matrix element, a float32 scale per matrix row, the norms
+    still float32 (decode_bandwidth.quantize)."""
+    width, q_width, kv_width = model["width"], model["heads"] * model["head_dim"], model["kv_heads"] * model["head_dim"]
+    # rows of q, k, v (q_width + 2 kv_width), o and down (width each), gate and up (hidden each); and the head's
+    rows = model["layers"] * (q_width + 2 * kv_width + 2 * width + 2 * model["hidden"]) + model["vocab_size"]
+    norms = (2 * model["layers"] + 1) * model["width"]
+    return llama_matrix_elements(model) + 4 * rows + 4 * norms
+
+
 def llama_head_bytes(model: Mapping[str, Any], size: int) -> int:
     """The output head, vocabulary x width, read whole every step (GPT-2's tied head has the same shape rule)."""
     return model["vocab_size"] * model["width"] * size
 
 
 # --8<-- [start:llama_step_bytes]
-def llama_step_bytes(model: Mapping[str, Any], size: int, batch: int, context: int) -> dict[str, int]:
+def llama_step_bytes(model: Mapping[str, Any], size: int, batch: int, context: int,
+                     weights: str = "float32") -> dict[str, int]:
     """What one Llama decode step at ``context`` attended positions (the new token included) must move, and its
-    flops. The cache holds ``kv_heads`` heads per layer, not ``heads``: grouped-query attention's saving."""
+    flops. The cache holds ``kv_heads`` heads per layer, not ``heads``: grouped-query attention's saving. With
+    ``weights="int8"`` the matrices are int8 codes and their row scales; the cache stays in ``size`` bytes."""
     if batch < 1 or not 1 <= context <= model["max_positions"]:
         raise ValueError(f"need batch >= 1 and 1 <= context <= {model['max_positions']}, got {batch} and {context}")
+    if weights not in ("float32", "int8"):
+        raise ValueError(f"weights must be float32 or int8, got {weights!r}")
     attention = 2 * 2 * model["layers"] * batch * model["heads"] * context * model["head_dim"]  # q.k and p.v
     figures = {
-        "weights": llama_weight_bytes(model, size),
+        "weights": llama_weight_bytes(model, size) if weights == "float32" else llama_int8_weight_bytes(model),
         # Tied: the looked-up token rows belong to the matrix the head reads whole, already counted.
         "embedding_rows": 0 if model["tie_embeddings"] else batch * model["width"] * size,
         "kv_read": kv_bytes(model, size, batch, context),
@@ -354,7 +397,8 @@ def regime(median_ns: float, memory_floor_ns: float, compute_floor_ns: float) ->
     return "memory" if memory_floor_ns >= compute_floor_ns else "compute"
 
 
-def fastest_kernel(row: Mapping[str, Any]) -> str:
-    """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie)."""
+def fastest_kernel(row: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
+    """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie),
+    among ``names`` where given (one weight format's candidates)."""
     kernels = row["kernels"]
-    return min(kernels, key=lambda name: kernels[name]["ns"])
+    return min((name for name in kernels if names is None or name in names), key=lambda name: kernels[name]["ns"])

@@ -16,6 +16,8 @@ from .formulas import (
     BYTES_PER_ELEMENT,
     COMPILED,
     EQUIVALENCE_MODES,
+    KERNEL_CANDIDATES,
+    KERNEL_SETS,
     KINDS,
     LAYOUT,
     LLAMA_ATOL,
@@ -30,8 +32,10 @@ from .formulas import (
     LLAMA_PRESETS,
     LLAMA_REFERENCE,
     LLAMA_RTOL,
+    LLAMA_WEIGHTS,
     MIN_BANDWIDTH_PASSES,
     MODES,
+    QUALITY_POSITIONS,
     READ_KERNELS,
     RTOL,
     TARGETS,
@@ -39,6 +43,7 @@ from .formulas import (
     fastest_kernel,
     grid,
     kernel_bytes,
+    kernel_set,
     llama_grid,
     llama_step_bytes,
     matrix_shapes,
@@ -77,6 +82,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     check_compiled(record, source)
     check_groups(record, source)
     check_floor_holds(record, source)
+    check_quality(record, source)
     check_layouts(record, source)
     check_profile(record, source)
     check_client(record["client"], source)
@@ -284,15 +290,23 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             if check["within_tolerance"] is not True or check["max_abs_diff"] > bound:
                 refuse(source, (*where, "equivalence", index, "fast", mode, "max_abs_diff"), f"is "
                        f"{check['max_abs_diff']:g} at context {entry['context']} (bound {bound:g}): a fast mode that "
-                       f"disagrees with {LLAMA_REFERENCE} is never timed")
+                       f"disagrees with its reference ({LLAMA_REFERENCE}, or it on the int8 round trip) is never timed")
     kernels = section["kernels"]
     if sorted(row["kind"] for row in kernels["rows"]) != sorted(LLAMA_KINDS):
         refuse(source, (*where, "kernels", "rows"), f"cover {[row['kind'] for row in kernels['rows']]}, the fast "
                f"modes multiply by {list(LLAMA_KINDS)}")
-    for row in kernels["rows"]:
-        if kernels["chosen"].get(row["kind"]) != fastest_kernel(row):
-            refuse(source, (*where, "kernels", "chosen", row["kind"]), f"is {kernels['chosen'].get(row['kind'])!r}, "
-                   f"but the table's fastest for it is {fastest_kernel(row)!r}")
+    if sorted(kernels["chosen"]) != sorted(KERNEL_SETS):
+        refuse(source, (*where, "kernels", "chosen"), f"names {sorted(kernels['chosen'])}, the fast modes take "
+               f"{sorted(KERNEL_SETS)}")
+    for weights, compiled in set(LLAMA_FAST.values()):
+        chosen = kernel_set(weights, compiled)
+        for row in kernels["rows"]:
+            present = [name for name in KERNEL_CANDIDATES[weights] if name in row["kernels"]
+                       and (kernels["traceable"][name] or not compiled)]
+            found = kernels["chosen"][chosen].get(row["kind"])
+            if not present or found != fastest_kernel(row, present):
+                refuse(source, (*where, "kernels", "chosen", chosen, row["kind"]), f"is {found!r}, but the table's "
+                       f"fastest of {present} for it is {fastest_kernel(row, present) if present else None!r}")
     repeats, measured = section["repeats"], record["hardware"]
     keys = [(group["threads"], group["context"]) for group in section["groups"]]
     if keys != llama_grid(section):
@@ -312,12 +326,41 @@ def check_llama(record: dict[str, Any], source: str) -> None:
         if len(cell["durations_ns"]) != repeats:
             refuse(source, (*where, "cells", index, "durations_ns"), f"has {len(cell['durations_ns'])} repetitions, "
                    f"one per repetition needs repeats = {repeats}")
-        needed = llama_step_bytes(model, BYTES_PER_ELEMENT[section["dtype"]], section["batch"], cell["context"])
+        needed = llama_step_bytes(model, BYTES_PER_ELEMENT[section["dtype"]], section["batch"], cell["context"],
+                                  LLAMA_WEIGHTS[cell["mode"]])
         floor, fastest = memory_floor_ns(needed, rates, cell["threads"]), min(cell["durations_ns"])
         if fastest < floor:
             refuse(source, (*where, "cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory "
                    f"floor of {floor:.0f} ns (Llama {cell['mode']}, {cell['threads']} thread(s), context "
                    f"{cell['context']}): the floor is not a bound on this machine")
+
+
+def check_quality(record: dict[str, Any], source: str) -> None:
+    """The int8 quality entry: the positions the code scores, one value per position for each model, misses
+    that are positions, and two greedy answers of the stated length."""
+    quality, where = record["llama"]["quality"], ("llama", "quality")
+    positions = quality["positions"]
+    if positions != min(QUALITY_POSITIONS, record["llama"]["model"]["max_positions"] - 1):
+        refuse(source, (*where, "positions"), f"is {positions}, the benchmark scores {QUALITY_POSITIONS} positions "
+               "(fewer only where the model holds fewer)")
+    if sorted(quality["scores"]) != ["float32", "int8"]:
+        refuse(source, (*where, "scores"), f"names {sorted(quality['scores'])}, not float32 and int8")
+    for name, entry in quality["scores"].items():
+        for field in ("nll", "kl"):
+            if len(entry[field]) != positions:
+                refuse(source, (*where, "scores", name, field), f"holds {len(entry[field])} values, one per position "
+                       f"needs {positions}")
+        misses = entry["top1_misses"]
+        if misses != sorted(set(misses)) or any(not 0 <= index < positions for index in misses):
+            refuse(source, (*where, "scores", name, "top1_misses"), f"are not distinct ascending positions below "
+                   f"{positions}")
+    if quality["scores"]["float32"]["top1_misses"] or any(quality["scores"]["float32"]["kl"]):
+        refuse(source, (*where, "scores", "float32"), "differs from itself: the reference's KL and misses must be 0")
+    greedy = quality["greedy"]
+    for name, ids in greedy["ids"].items():
+        if not 1 <= len(ids) <= greedy["new_tokens"]:
+            refuse(source, (*where, "greedy", "ids", name), f"holds {len(ids)} tokens, 1 to {greedy['new_tokens']} "
+                   "were asked for")
 
 
 def check_floor_holds(record: dict[str, Any], source: str) -> None:
