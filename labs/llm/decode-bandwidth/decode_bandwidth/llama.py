@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -118,15 +119,16 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
 
     runners: dict[str, Runner] = {"ours-prealloc": (ours_step, ours_reset), "hf-dynamic": (hf_step, hf_reset)}
     for mode, twin in (fast or {}).items():
-        runners[mode] = fast_runner(twin, layers, token, context, held)
+        runners[mode] = own_cache_runner(twin.step, twin.model, layers, token, context, held)
     if round_trip is not None:
-        runners[ROUND_TRIP] = decoder_runner(round_trip, layers, token, context, held)
+        runners[ROUND_TRIP] = own_cache_runner(round_trip, round_trip, layers, token, context, held)
     return runners, held
 
 
-def decoder_runner(model: LlamaDecoder, layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int,
-                   held: list[Tensor]) -> Runner:
-    """Our decoder's step on other weights, over its own copy of the cache contents, and its reset."""
+def own_cache_runner(step: Callable[[Tensor, list[LayerCache]], Tensor], model: LlamaDecoder,
+                     layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int, held: list[Tensor]) -> Runner:
+    """``step`` (a fast twin's, or our decoder's on other weights) over its own copy of the cache contents, in
+    ``model``'s cache layout, and its reset."""
     cached = context - 1
     cache = model.new_cache(formulas.LLAMA_BATCH, context)
     for store, (keys, values) in zip(cache, layers, strict=True):
@@ -134,34 +136,14 @@ def decoder_runner(model: LlamaDecoder, layers: list[tuple[Tensor, Tensor]], tok
         store.values[:, :, :cached] = values
         store.length = cached
 
-    def step() -> None:
-        held.append(model(token, cache))
+    def run() -> None:
+        held.append(step(token, cache))
 
     def reset() -> None:
         held.clear()
         rewind_ours(cache, cached)
 
-    return step, reset
-
-
-def fast_runner(twin: FastLlama, layers: list[tuple[Tensor, Tensor]], token: Tensor, context: int,
-                held: list[Tensor]) -> Runner:
-    """A fast mode's step over its own copy of the cache contents, and its reset."""
-    cached = context - 1
-    cache = twin.model.new_cache(formulas.LLAMA_BATCH, context)
-    for store, (keys, values) in zip(cache, layers, strict=True):
-        store.keys[:, :, :cached] = keys
-        store.values[:, :, :cached] = values
-        store.length = cached
-
-    def step() -> None:
-        held.append(twin.step(token, cache))
-
-    def reset() -> None:
-        held.clear()
-        rewind_ours(cache, cached)
-
-    return step, reset
+    return run, reset
 
 
 def rewind_ours(cache: list[LayerCache], length: int) -> None:
@@ -222,8 +204,8 @@ def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
                            "round trip")
             runners[context] = step_runners(model, reference, context, generator, fast, round_trip)
             checks.append(check_step(*runners[context], context))
-    return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners, "equivalence": checks,
-            "kernels": kernels, "prepare_ns": time.perf_counter_ns() - started}
+    return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners,
+            "equivalence": checks, "kernels": kernels, "prepare_ns": time.perf_counter_ns() - started}
 
 
 def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
@@ -236,8 +218,7 @@ def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
     traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
     chosen = {}
     for weight_format, compiled in sorted(set(formulas.LLAMA_FAST.values())):
-        present = [name for name in formulas.KERNEL_CANDIDATES[weight_format]
-                   if name in runs and (traceable[name] or not compiled)]
+        present = formulas.set_candidates(weight_format, compiled, runs, traceable)
         if not present:
             raise RuntimeError(f"no {weight_format} kernel{' a compiled region can trace' if compiled else ''} runs "
                                "here: " + "; ".join(f"{name}: {why}" for name, why in missing.items()))
@@ -295,7 +276,7 @@ def measure_quality(prepared: dict[str, Any], threads: int, seed: int) -> dict[s
     """The int8 round trip against float32 (decode_bandwidth.int8_quality): over the long text and one greedy
     answer for the trained model; over seeded random tokens for a random one. Untimed, at ``threads``."""
     model, chat = prepared["model"], prepared["chat"]
-    positions = min(formulas.QUALITY_POSITIONS, model.config.max_positions - 1)
+    positions = formulas.quality_positions(model.config.max_positions)
     if chat is not None:
         text = PYTHON_REFERENCE
         ids = torch.tensor([chat.encode(text.read())[:positions + 1]])

@@ -211,30 +211,27 @@ def contexts_text(contexts: list[int]) -> str:
     return ("context " if len(contexts) == 1 else "contexts ") + join([f"{c:,}" for c in contexts])
 
 
+def against_target(groups: list[dict[str, Any]], field: str, met: str) -> tuple[str, str]:
+    """One LLAMA_TARGETS field over the groups: its range, and whether every context met the target."""
+    target = LLAMA_TARGETS[field]
+    missed = [g["context"] for g in groups if g[field] > target]
+    verdict = (f"{met} {format_ratio(target)} at every context." if not missed else
+               f"above the {format_ratio(target)} it aims for at {contexts_text(missed)}.")
+    return ratio_range([g[field] for g in groups]), verdict
+
+
 def target_sentences(record: dict[str, Any]) -> list[str]:
-    """Whether the best float32 step meets each target at every context of the first thread count, said plainly."""
+    """Whether the best float32 step meets each target at every context of the first thread count, and the int8
+    step its own, said plainly."""
     section = record["llama"]
     threads = section["threads"][0]
     groups = [llama_groups(record)[(threads, c)] for c in section["contexts"]]
-    floor, transformers = LLAMA_TARGETS["best_over_floor"], LLAMA_TARGETS["best_over_transformers"]
-    over_floor = [g["best_over_floor"] for g in groups]
-    over_theirs = [g["best_over_transformers"] for g in groups]
-    missed_floor = [g["context"] for g in groups if g["best_over_floor"] > floor]
-    missed_theirs = [g["context"] for g in groups if g["best_over_transformers"] > transformers]
     best = join(sorted({g["best_float32_mode"] for g in groups}))
-    int8, int8_target = [g["int8_over_best_float32"] for g in groups], LLAMA_TARGETS["int8_over_best_float32"]
-    missed_int8 = [g["context"] for g in groups if g["int8_over_best_float32"] > int8_target]
-    return [
-        f"The fastest of this project's modes ({best}) took {ratio_range(over_floor)} its floor: "
-        + (f"within {format_ratio(floor)} at every context." if not missed_floor else
-           f"above the {format_ratio(floor)} it aims for at {contexts_text(missed_floor)}."),
-        f"Against transformers it took {ratio_range(over_theirs)} the step time: "
-        + (f"at most {format_ratio(transformers)} at every context." if not missed_theirs else
-           f"above the {format_ratio(transformers)} it aims for at {contexts_text(missed_theirs)}."),
-        f"{LLAMA_INT8} took {ratio_range(int8)} the time of that best float32 step: "
-        + (f"at most {format_ratio(int8_target)} at every context." if not missed_int8 else
-           f"above the {format_ratio(int8_target)} it aims for at {contexts_text(missed_int8)}."),
-    ]
+    floor, theirs, int8 = (against_target(groups, field, met) for field, met in (
+        ("best_over_floor", "within"), ("best_over_transformers", "at most"), ("int8_over_best_float32", "at most")))
+    return [f"The fastest of this project's modes ({best}) took {floor[0]} its floor: {floor[1]}",
+            f"Against transformers it took {theirs[0]} the step time: {theirs[1]}",
+            f"{LLAMA_INT8} took {int8[0]} the time of that best float32 step: {int8[1]}"]
 
 
 def threads_sentence(record: dict[str, Any]) -> str | None:

@@ -131,6 +131,18 @@ def kernel_set(weights: str, compiled: bool) -> str:
 
 KERNEL_SETS = tuple(sorted({kernel_set(weights, compiled) for weights, compiled in LLAMA_FAST.values()}))
 
+
+def set_candidates(weights: str, compiled: bool, measured: Sequence[str], traceable: Mapping[str, bool]) -> list[str]:
+    """The measured kernels a fast mode may take: its weight format's candidates, and for compiled layers only
+    those a region can trace (the benchmark chooses among them, the record check repeats the choice)."""
+    return [name for name in KERNEL_CANDIDATES[weights] if name in measured and (traceable[name] or not compiled)]
+
+
+def quality_positions(max_positions: int) -> int:
+    """The positions the int8 quality is scored over: QUALITY_POSITIONS, fewer only where the model holds fewer
+    (each scored position needs its next token)."""
+    return min(QUALITY_POSITIONS, max_positions - 1)
+
 Group = tuple[str, int, int, int]  # (dtype, threads, batch, context)
 Cell = tuple[str, int, int, int, str]  # ... and mode
 

@@ -16,7 +16,6 @@ from .formulas import (
     BYTES_PER_ELEMENT,
     COMPILED,
     EQUIVALENCE_MODES,
-    KERNEL_CANDIDATES,
     KERNEL_SETS,
     KINDS,
     LAYOUT,
@@ -47,7 +46,9 @@ from .formulas import (
     llama_grid,
     llama_step_bytes,
     matrix_shapes,
+    quality_positions,
     rotations,
+    set_candidates,
     step_bytes,
 )
 
@@ -301,8 +302,7 @@ def check_llama(record: dict[str, Any], source: str) -> None:
     for weights, compiled in set(LLAMA_FAST.values()):
         chosen = kernel_set(weights, compiled)
         for row in kernels["rows"]:
-            present = [name for name in KERNEL_CANDIDATES[weights] if name in row["kernels"]
-                       and (kernels["traceable"][name] or not compiled)]
+            present = set_candidates(weights, compiled, list(row["kernels"]), kernels["traceable"])
             found = kernels["chosen"][chosen].get(row["kind"])
             if not present or found != fastest_kernel(row, present):
                 refuse(source, (*where, "kernels", "chosen", chosen, row["kind"]), f"is {found!r}, but the table's "
@@ -340,7 +340,7 @@ def check_quality(record: dict[str, Any], source: str) -> None:
     that are positions, and two greedy answers of the stated length."""
     quality, where = record["llama"]["quality"], ("llama", "quality")
     positions = quality["positions"]
-    if positions != min(QUALITY_POSITIONS, record["llama"]["model"]["max_positions"] - 1):
+    if positions != quality_positions(record["llama"]["model"]["max_positions"]):
         refuse(source, (*where, "positions"), f"is {positions}, the benchmark scores {QUALITY_POSITIONS} positions "
                "(fewer only where the model holds fewer)")
     if sorted(quality["scores"]) != ["float32", "int8"]:
