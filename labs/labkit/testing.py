@@ -32,35 +32,38 @@ class QuickRunResult:
 
 # A deliberate cache: one quick run per benchmark entry point and process, however many test classes read it
 # (a lab's suite runs in one process; the quick runs are most of its time). The folder lives as long as the process.
-_QUICK_RUNS: dict[Callable[..., int], QuickRunResult] = {}
+_QUICK_RUNS: dict[tuple[Callable[..., int], str], QuickRunResult] = {}
 _QUICK_FOLDER: list[tempfile.TemporaryDirectory[str]] = []
 
 
-def quick_run(main: Callable[..., int]) -> QuickRunResult:
-    """The result of ``main(["--quick", "--output", <file>])``, run once per process."""
-    if main not in _QUICK_RUNS:
+def quick_run(main: Callable[..., int], **kwargs: Any) -> QuickRunResult:
+    """The result of ``main(["--quick", "--output", <file>], **kwargs)``, run once per process and kwargs (a test
+    that fixes what a timing would choose passes it here: the probe timings a benchmark takes instead)."""
+    key = (main, repr(sorted(kwargs.items())))
+    if key not in _QUICK_RUNS:
         if not _QUICK_FOLDER:
             _QUICK_FOLDER.append(tempfile.TemporaryDirectory(prefix="quick-runs-"))
         path = Path(_QUICK_FOLDER[0].name) / f"run-{len(_QUICK_RUNS)}" / "record.json"
         path.parent.mkdir()
-        code, log = run_quietly(main, ["--quick", "--output", str(path)])
-        _QUICK_RUNS[main] = QuickRunResult(code, log, path if path.exists() else None)
-    return _QUICK_RUNS[main]
+        code, log = run_quietly(main, ["--quick", "--output", str(path)], **kwargs)
+        _QUICK_RUNS[key] = QuickRunResult(code, log, path if path.exists() else None)
+    return _QUICK_RUNS[key]
 
 
 class QuickBenchmarkRun(unittest.TestCase):
     """A benchmark's --quick record, measured once per process (quick_run) and copied into this test class's own
-    temporary folder; subclasses set ``main`` (the benchmark's entry point, wrapped in staticmethod) and
-    ``schema``."""
+    temporary folder; subclasses set ``main`` (the benchmark's entry point, wrapped in staticmethod), ``schema``
+    and, where a timing would choose a branch, ``main_kwargs`` that fix the choice."""
 
     main: Callable[..., int]
     schema: Path
+    main_kwargs: dict[str, Any] = {}
 
     @classmethod
     def setUpClass(cls) -> None:
         cls.folder = tempfile.TemporaryDirectory()
         cls.path = Path(cls.folder.name) / "record.json"
-        result = quick_run(cls.main)
+        result = quick_run(cls.main, **cls.main_kwargs)
         cls.code, cls.log = result.code, result.log
         if result.record is not None:
             shutil.copyfile(result.record, cls.path)

@@ -79,6 +79,12 @@ class Arithmetic(unittest.TestCase):
         self.assertIn("not recorded", html)  # this CPU's memory: no invented figure
 
 
+# The committed record's CPU at fixed rates (100 GFLOP/s in every dtype, 20 GB/s): the wording tests below must not
+# turn on what the machine that last measured the record could do (its ridge is this CPU's, far below an H100's).
+FIXED = with_cpu_rate(RECORD, 100e9)
+FIXED["hardware"]["bandwidth"][str(FIXED["config"]["benchmark"]["threads"])]["bytes_per_s"] = 20e9
+
+
 class Wording(unittest.TestCase):
     def lessons(self, record: dict[str, Any]) -> str:
         return " ".join(VIEWS["accelerator-lessons"](record).items)
@@ -87,31 +93,31 @@ class Wording(unittest.TestCase):
         return " ".join(VIEWS["accelerator-takeaway"](record).paragraphs)
 
     def test_batch_one_waits_on_bytes_on_both_unless_a_machine_multiplies_too_slowly(self) -> None:
-        self.assertIn("Batch 1 waits on bytes on both machines", self.lessons(RECORD))
-        self.assertIn("the byte floor at batch 1 carries over", self.takeaway(RECORD))
-        slow = with_cpu_rate(RECORD, 1e6)  # a CPU whose ridge sits far below a batch-1 step's flops per byte
+        self.assertIn("Batch 1 waits on bytes on both machines", self.lessons(FIXED))
+        self.assertIn("the byte floor at batch 1 carries over", self.takeaway(FIXED))
+        slow = with_cpu_rate(FIXED, 1e6)  # a CPU whose ridge sits far below a batch-1 step's flops per byte
         self.assertIn("Batch 1 is already bound by arithmetic on this CPU", self.lessons(slow))
         self.assertNotIn("waits on bytes on both", self.lessons(slow))
         self.assertIn("even batch 1 is not bound by bytes on both", self.takeaway(slow))
 
     def test_batching_is_said_to_invert_only_where_this_cpu_turns_compute_bound_far_sooner(self) -> None:
-        self.assertEqual(accelerator.compare(RECORD).sooner, "cpu")
-        self.assertIn("Batching inverts", self.lessons(RECORD))
-        self.assertIn("the price of batching does not", self.takeaway(RECORD))
-        self.assertIn("higher than this CPU's", self.takeaway(RECORD))
-        cpu = accelerator.this_cpu(RECORD)
+        self.assertEqual(accelerator.compare(FIXED).sooner, "cpu")
+        self.assertIn("Batching inverts", self.lessons(FIXED))
+        self.assertIn("the price of batching does not", self.takeaway(FIXED))
+        self.assertIn("higher than this CPU's", self.takeaway(FIXED))
+        cpu = accelerator.this_cpu(FIXED)
         device_ridge = H100_SXM.bf16_flops_per_s / H100_SXM.bandwidth_bytes_per_s
         # Half the accelerator's ridge: float32 moves twice the bytes per flop, so both turn at the same batch.
-        alike = with_cpu_rate(RECORD, device_ridge / 2 * cpu.bandwidth_bytes_per_s)
+        alike = with_cpu_rate(FIXED, device_ridge / 2 * cpu.bandwidth_bytes_per_s)
         self.assertEqual(accelerator.compare(alike).sooner, "alike")
         self.assertIn("Batching turns compute-bound at about the same size on both", self.lessons(alike))
         self.assertNotIn("inverts", self.lessons(alike))
         self.assertIn("so does where batching turns compute-bound", self.takeaway(alike))
         self.assertIn("2× higher than this CPU's", self.takeaway(alike))
-        close = with_cpu_rate(RECORD, device_ridge * cpu.bandwidth_bytes_per_s)
+        close = with_cpu_rate(FIXED, device_ridge * cpu.bandwidth_bytes_per_s)
         self.assertIn("close to this CPU's", self.takeaway(close))
         # A CPU that multiplies so fast it never turns within the search: the accelerator turns sooner.
-        fast = with_cpu_rate(RECORD, cpu.bandwidth_bytes_per_s * 10_000)
+        fast = with_cpu_rate(FIXED, cpu.bandwidth_bytes_per_s * 10_000)
         self.assertEqual(accelerator.compare(fast).short_batch[0], None)
         self.assertEqual(accelerator.compare(fast).sooner, "accelerator")
         self.assertIn("Batching costs arithmetic sooner there", self.lessons(fast))
@@ -120,10 +126,10 @@ class Wording(unittest.TestCase):
         self.assertIn("lower than this CPU's", self.takeaway(fast))
 
     def test_the_long_context_sentence_appears_only_where_no_batch_turns_the_accelerator(self) -> None:
-        self.assertIn("no batch turns the accelerator compute-bound", self.lessons(RECORD))
+        self.assertIn("no batch turns the accelerator compute-bound", self.lessons(FIXED))
         device = accelerator.accelerator()
         weak = dataclasses.replace(device, flops_per_s=device.bandwidth_bytes_per_s)  # a ridge of one flop per byte
-        comparison = accelerator.compare(RECORD)
+        comparison = accelerator.compare(FIXED)
         model = accelerator.llama_model(published_model(accelerator.MODEL))
         long_batch = accelerator.compute_bound_batch(weak, model, accelerator.LONG_CONTEXT)
         self.assertIsNotNone(long_batch)

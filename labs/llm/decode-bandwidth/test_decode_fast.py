@@ -16,6 +16,7 @@ from decode_bandwidth.fast_llama import FastLlama, fused_matrices
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
 from decode_bandwidth.quantize import dequantize, dequantized_state_dict, quantize_rows
+from decode_bandwidth.testing import ONEDNN_WINS, OUT_IN_WINS
 from labkit.bench import EquivalenceError
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
@@ -135,6 +136,19 @@ class KernelTable(unittest.TestCase):
         shapes = {kind: matrices[0][0].shape for kind, matrices in fused_matrices(model).items()}
         config = model.config
         self.assertEqual(tuple(shapes["qkv"]), ((config.heads + 2 * config.kv_heads) * config.head_dim, config.width))
+
+    def test_each_outcome_of_the_kernel_table_is_chosen_from_the_timings_it_is_given(self) -> None:
+        _, model = tiny_pair(seed=1)
+        runs, _ = matvec.available([name for names in formulas.KERNEL_CANDIDATES.values() for name in names])
+        if not {"onednn", "int8pack", "int8-c"} <= set(runs):
+            self.skipTest(f"this PyTorch or machine lacks a candidate kernel: only {runs} run")  # a build, not a speed
+        for timings, expected in ((ONEDNN_WINS, ("onednn", "in_out", "int8pack")),
+                                  (OUT_IN_WINS, ("out_in", "out_in", "int8-c"))):
+            with self.subTest(first=expected[0]):
+                table = llama.kernel_table(model, threads=1, supplied_ns=timings)
+                self.assertEqual(table["timings"], "supplied")
+                for kernel_set, name in zip(("float32", "float32-compiled", "int8"), expected):
+                    self.assertEqual(set(table["chosen"][kernel_set].values()), {name}, kernel_set)
 
     def test_the_fastest_kernel_is_the_least_time_and_the_first_listed_on_a_tie(self) -> None:
         row = {"kernels": {"a": {"ns": 3.0}, "b": {"ns": 1.0}, "c": {"ns": 1.0}}}

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import unittest
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import kv_serving_views
@@ -20,10 +20,10 @@ from kv_serving import benchmark, figures
 from kv_serving.figures import formulas
 from kv_serving.figures.formulas import policy
 from kv_serving.launch import log_text, serving_url
-from kv_serving.testing import despite_stalls_sync
+from kv_serving.testing import BFLOAT16_WINS, FLOAT32_WINS, despite_stalls_sync
 from labkit.figures import JsonPath, check_record, fill, path_text
-from labkit.records import RecordError
-from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, run_quietly
+from labkit.records import RecordError, load_record
+from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, quick_run, run_quietly
 from labkit.waiting import HANG_S, communicate, read_until_closed
 from site_hooks.blocks import render_block
 
@@ -50,6 +50,7 @@ def rendered(name: str, record: dict[str, Any]) -> str:
 class QuickRun(QuickBenchmarkRun):
     main = staticmethod(benchmark.main)
     schema = SCHEMA
+    main_kwargs: ClassVar[dict[str, Any]] = {"dtype_probes": FLOAT32_WINS}  # float32 wins here, whatever this CPU
 
     def test_quick_record_holds_every_experiment_and_passes_its_own_consistency_check(self) -> None:
         record = self.record
@@ -129,12 +130,18 @@ class QuickRun(QuickBenchmarkRun):
         self.assert_refused("$.admission.policies[0].server.tokens_generated", inflate)
 
     def test_check_record_refuses_a_dropped_row_count_the_row_arithmetic_contradicts(self) -> None:
-        self.assert_refused("$.cancellation.modes[0].server.rows_dropped",
-                            lambda r: r["cancellation"]["modes"][0]["server"].update(rows_dropped=0))
+        # one more than the rows arithmetic gives: a contradiction however many rows this host's run dropped (a
+        # host that finished every request before its client left drops none, so 0 would be no edit)
+        def one_more(record: dict[str, Any]) -> None:
+            server = record["cancellation"]["modes"][0]["server"]
+            server.update(rows_dropped=server["rows_dropped"] + 1)
+        self.assert_refused("$.cancellation.modes[0].server.rows_dropped", one_more)
 
     def test_check_record_refuses_tokens_after_disconnect_the_departed_rows_contradict(self) -> None:
-        self.assert_refused("$.cancellation.modes[1].server.tokens_after_disconnect",
-                            lambda r: r["cancellation"]["modes"][1]["server"].update(tokens_after_disconnect=0))
+        def one_more(record: dict[str, Any]) -> None:  # as above: 0 may be what this host measured
+            server = record["cancellation"]["modes"][1]["server"]
+            server.update(tokens_after_disconnect=server["tokens_after_disconnect"] + 1)
+        self.assert_refused("$.cancellation.modes[1].server.tokens_after_disconnect", one_more)
 
     def test_check_record_refuses_an_honoured_server_dropping_more_rows_than_it_cancelled(self) -> None:
         def fewer(record: dict[str, Any]) -> None:
@@ -232,7 +239,7 @@ class QuickRun(QuickBenchmarkRun):
     def test_check_record_refuses_token_verdicts_the_ties_contradict_and_ties_rounding_cannot_explain(self) -> None:
         def wide_tie(record: dict[str, Any]) -> None:
             gate, tolerance = record["equivalence"], record["tolerance"]
-            bound = formulas.tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+            bound = formulas.tie_bound(tolerance, gate["max_abs_reference"])
             gate.update(tokens_identical=False, ties=[{"request": 0, "step": 3, "margin": 1.5 * bound}])
         self.assert_refused("$.equivalence.ties[0].margin", wide_tie)
         flipped = not self.record["equivalence"]["tokens_identical"]
@@ -364,6 +371,38 @@ class QuickRun(QuickBenchmarkRun):
         admission = rendered("admission", record)
         self.assertIn("&lt;script&gt;", admission)
         self.assertEqual(admission.count("<polyline"), 3)  # one occupancy line per policy
+
+
+class QuickRunInBfloat16(QuickBenchmarkRun):
+    """The quick run with bfloat16 the faster probe: the other branch of the dtype choice, on any CPU."""
+
+    main = staticmethod(benchmark.main)
+    schema = SCHEMA
+    main_kwargs: ClassVar[dict[str, Any]] = {"dtype_probes": BFLOAT16_WINS}
+
+    def test_each_dtype_as_the_probes_winner_gives_a_record_the_builds_check_accepts(self) -> None:
+        records = {"bfloat16": self.record, "float32": load_record(quick_run(benchmark.main, dtype_probes=FLOAT32_WINS)
+                                                                   .record, SCHEMA)}
+        for dtype, record in records.items():
+            with self.subTest(dtype=dtype):
+                check(record, f"quick record, {dtype} the faster probe")
+                choice = record["config"]["benchmark"]["dtype_choice"]
+                self.assertEqual((choice["chosen"], choice["how"]), (dtype, formulas.CHOSEN_BY_SUPPLIED_PROBES))
+                self.assertEqual(record["config"]["model"]["dtype"], dtype)
+                self.assertEqual(record["trained"]["model"]["dtype"], dtype)  # the trained gate and servers too
+                self.assertEqual(record["trained"]["tolerance"], formulas.TRAINED_TOLERANCES[dtype])
+                self.assertIn("not measured on this CPU", rendered("model-cost", record))
+        # bfloat16's trained gate is by steps at each row's scale, and says how many it took
+        gate = records["bfloat16"]["trained"]["equivalence"]
+        self.assertLessEqual(gate["max_row_steps"], formulas.ROW_STEPS)
+        self.assertNotIn("max_row_steps", records["float32"]["trained"]["equivalence"])
+
+    def test_a_record_whose_choice_contradicts_its_probes_is_refused(self) -> None:
+        record = copy.deepcopy(self.record)
+        record["config"]["benchmark"]["dtype_choice"]["probes"] = {name: {"durations_ns": list(times)}
+                                                                   for name, times in FLOAT32_WINS.items()}
+        with self.assertRaisesRegex(RecordError, "make 'float32' the faster"):
+            check(rederived(record), "edited")
 
 
 class FailedRun(ExistingRecordTest):

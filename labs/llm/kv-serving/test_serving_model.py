@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unittest
 import unittest.mock
 
@@ -10,11 +11,18 @@ import torch
 from kv_cache.equivalence import ATOL, RTOL
 from kv_cache.memory import kv_cache_bytes
 from kv_cache.model import DecoderBlock
+from kv_serving import trained_load
+from kv_serving.benchmark import equivalence_gate
+from kv_serving.figures import formulas
+from kv_serving.figures.formulas import TRAINED_TOLERANCES
 from kv_serving.llama import LlamaServingModel, Weight
 from kv_serving.model import PackedPrompts, ServingModel, greedy_together
 from kv_serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
+from kv_serving.trained_load import prompt_ids
+from labkit.bench import EquivalenceError
 from llm_models.attention import causal_attention
+from llm_models.llama.generate import smollm2
 from llm_models.llama.tiny import TINY, tiny_pair
 
 
@@ -163,6 +171,53 @@ class LlamaBatchedDecodeTest(unittest.TestCase):
                 _, own = greedy_together(self.model, self.pool(self.model), [self.batch[b]], self.STEPS,
                                          forced=[forced[b]])
                 self.assertGreater(float((batched[b][1:] - own[0][1:]).abs().max()), 100 * ATOL)
+
+
+class PlusOneRotation(LlamaServingModel):
+    """Broken on purpose: a batched decode step turns every row one position too far. Alone, it is correct."""
+
+    def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions.dim() == 2 and positions.shape[0] > 1:
+            positions = positions + 1
+        return super()._angles(positions)
+
+
+class NeighbourKeys(LlamaServingModel):
+    """Broken on purpose: in a batched decode step each row's first block is the next request's (its first keys)."""
+
+    def decode(self, pool: LayeredPool, tokens: list[int], positions: list[int],
+               tables: list[list[int]]) -> torch.Tensor:
+        firsts = [table[0] for table in tables]
+        return super().decode(pool, tokens, positions, [[firsts[(b + 1) % len(tables)], *table[1:]]
+                                                        for b, table in enumerate(tables)])
+
+
+class TrainedBfloat16Gate(unittest.TestCase):
+    """The trained model's bfloat16 gate (bfloat16 steps at each logits row's scale, formulas.ROW_STEPS) holds for
+    the served decoder on the benchmark's gate prompts, and still refuses a batched path that is wrong."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.decoder = smollm2(torch.bfloat16).model
+        cls.prompts = prompt_ids(trained_load.GATE_PROMPTS)
+
+    def gate(self, model: LlamaServingModel) -> dict[str, object]:
+        return equivalence_gate(model, model.layers, self.prompts, trained_load.GATE_STEPS, 16, TRAINED_TOLERANCES)
+
+    def test_the_step_is_the_gap_between_neighbouring_bfloat16_numbers_at_a_rows_scale(self) -> None:
+        for magnitude in (0.75, 1.0, 1.5, 36.0, 63.5, 64.0, -36.0):  # each a bfloat16 number
+            with self.subTest(magnitude=magnitude):
+                value = torch.tensor(magnitude, dtype=torch.bfloat16)
+                step = formulas.bfloat16_step(magnitude)
+                self.assertEqual(float(torch.nextafter(value, value * 4)) - magnitude, math.copysign(step, magnitude))
+        self.assertEqual(formulas.difference_bound(TRAINED_TOLERANCES["bfloat16"], 36.0), formulas.ROW_STEPS * 0.25)
+
+    def test_the_served_decoder_passes_and_a_row_at_the_wrong_position_or_on_anothers_keys_fails(self) -> None:
+        result = self.gate(LlamaServingModel(self.decoder))
+        self.assertLessEqual(result["max_row_steps"], formulas.ROW_STEPS)
+        for broken in (PlusOneRotation, NeighbourKeys, FirstRowRotation):
+            with self.subTest(broken=broken.__name__), self.assertRaisesRegex(EquivalenceError, "bfloat16 steps"):
+                self.gate(broken(self.decoder))
 
 
 class WeightTest(unittest.TestCase):

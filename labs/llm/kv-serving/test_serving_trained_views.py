@@ -88,7 +88,8 @@ class AcceleratorArithmetic(unittest.TestCase):
     def test_the_left_column_prices_the_records_budget_with_the_trained_models_bytes_per_token(self) -> None:
         here = served_here(self.RECORD)
         model = self.RECORD["trained"]["model"]
-        token = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * 4  # keys and values, float32
+        element = {"float32": 4, "bfloat16": 2}[model["dtype"]]  # the dtype the record's probe chose
+        token = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * element  # keys and values
         self.assertEqual(here["token"], token)
         self.assertEqual(here["tokens"], max(p["budget_kv_bytes"] for p in self.RECORD["trained"]["points"]) // token)
         there = full_budget()

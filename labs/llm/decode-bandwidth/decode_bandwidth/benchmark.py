@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -269,7 +269,7 @@ def client_section(args: argparse.Namespace, model: Decoder, reference: Any) -> 
             "modes": {mode: {"token_times_ns": stamps} for mode, stamps in runs.items()}}
 
 
-def sections(args: argparse.Namespace) -> dict[str, Any]:
+def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     started = time.perf_counter_ns()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -285,7 +285,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     bench.progress(f"equivalence: prefill {args.equivalence_prefix} real tokens, then "
                    f"{args.equivalence_steps} decode steps, batch 2, every mode against one full pass")
     equivalence = check_modes(model32, compiled32, reference32, args.equivalence_prefix, args.equivalence_steps, args.seed)
-    prepared = llama.prepare(args, threads)
+    prepared = llama.prepare(args, threads, kernel_ns)
     torch.set_num_threads(args.threads)
 
     half = args.bandwidth_passes // 2
@@ -390,8 +390,9 @@ def summary(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Measure, validate against the schema, then replace the record in one rename."""
+def main(argv: Sequence[str] | None = None, kernel_ns: Mapping[str, Mapping[str, float]] | None = None) -> int:
+    """Measure, validate against the schema, then replace the record in one rename. ``kernel_ns`` stands in for
+    the Llama kernel table's timings (llama.kernel_table): tests only, never the command line."""
     args = parse_args(argv)
     with cold_inductor_cache() if args.compile_cache == "cold" else contextlib.nullcontext():
-        return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)
+        return harness.run(LAB, ROOT, args, argv, lambda: sections(args, kernel_ns), summary, derive=figures.derive)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -182,8 +182,10 @@ def max_positions(preset: str) -> int:
     return LlamaDecoderConfig().max_positions if preset == "smollm2" else TINY.max_position_embeddings
 
 
-def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
-    """The Llama pair, its cache at every context, and every context's equivalence, before any timing."""
+def prepare(args: argparse.Namespace, threads: list[int],
+            kernel_ns: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """The Llama pair, its cache at every context, and every context's equivalence, before any timing;
+    ``kernel_ns`` stands in for the kernel table's timings (kernel_table)."""
     started = time.perf_counter_ns()
     bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
     model, reference, weights, chat = llama_pair(args.llama_preset, args.seed)
@@ -191,7 +193,7 @@ def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed + 4)
     runners, checks = {}, []
     torch.set_num_threads(threads[0])
-    kernels = kernel_table(model, threads[0])
+    kernels = kernel_table(model, threads[0], kernel_ns)
     fast = {}
     for mode, (weight_format, compiled) in formulas.LLAMA_FAST.items():
         fast[mode] = FastLlama(model, kernels["chosen"][formulas.kernel_set(weight_format, compiled)], compiled)
@@ -208,13 +210,18 @@ def prepare(args: argparse.Namespace, threads: list[int]) -> dict[str, Any]:
             "equivalence": checks, "kernels": kernels, "prepare_ns": time.perf_counter_ns() - started}
 
 
-def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
+def kernel_table(model: LlamaDecoder, threads: int,
+                 supplied_ns: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """Every candidate kernel of each weight format timed over every matrix of each fused kind, at ``threads``,
-    and per format the fastest per kind: the fast modes' kernels, chosen by this measurement."""
+    and per format the fastest per kind: the fast modes' kernels, chosen by this measurement. ``supplied_ns``
+    (kind -> kernel -> ns) stands in for the timings, so a test runs each outcome of the choice on any CPU (the
+    compiled set's fallback when oneDNN wins, either int8 kernel); the record says so."""
     runs, missing = matvec.available([name for names in formulas.KERNEL_CANDIDATES.values() for name in names])
-    bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)")
+    how = "timed" if supplied_ns is None else "supplied"
+    bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)"
+                   + ("" if supplied_ns is None else "; timings supplied by the caller, not measured"))
     with torch.inference_mode():
-        rows = matvec.measure(fused_matrices(model), runs, formulas.KERNEL_PASSES)
+        rows = matvec.measure(fused_matrices(model), runs, formulas.KERNEL_PASSES, supplied_ns=supplied_ns)
     traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
     chosen = {}
     for weight_format, compiled in sorted(set(formulas.LLAMA_FAST.values())):
@@ -224,7 +231,7 @@ def kernel_table(model: LlamaDecoder, threads: int) -> dict[str, Any]:
                                "here: " + "; ".join(f"{name}: {why}" for name, why in missing.items()))
         chosen[formulas.kernel_set(weight_format, compiled)] = {
             row["kind"]: formulas.fastest_kernel(row, present) for row in rows}
-    return {"threads": threads, "passes": formulas.KERNEL_PASSES, "unavailable": missing,
+    return {"threads": threads, "passes": formulas.KERNEL_PASSES, "timings": how, "unavailable": missing,
             "descriptions": {name: matvec.KERNELS[name].description for name in runs},
             "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
             "chosen": chosen, "native_build_s": native.build().seconds, "warm_s": {}}

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -30,7 +30,15 @@ from labkit.manifest import lab_for
 from . import figures, trained_load
 from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
 from .figures import formulas
-from .figures.formulas import DTYPES, TOLERANCES, blocks_for, tie_bound
+from .figures.formulas import (
+    CHOSEN_BY_FLAG,
+    CHOSEN_BY_SUPPLIED_PROBES,
+    CHOSEN_BY_TIMING,
+    DTYPES,
+    TOLERANCES,
+    blocks_for,
+    tie_bound,
+)
 from .launch import server_processes, server_threads
 from .llama import LlamaServingModel
 from .loadgen import RunResult, run_load
@@ -127,11 +135,12 @@ def equivalence(model: ServingModel, args: argparse.Namespace) -> dict[str, Any]
 def equivalence_gate(model: ServingModel | LlamaServingModel, layers: int, prompts: list[list[int]], steps: int,
          block_size: int, tolerances: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Greedy decoding of prompts of different lengths, batched together, then each alone fed the batched row's
-    tokens (the same inputs at every step): logits within ``tolerances`` for the model's dtype
-    (formulas.TOLERANCES or TRAINED_TOLERANCES) at every step. Where alone's argmax differs from the batched choice, the two logits
-    were a tie within that rounding: recorded as a tie with its margin, refused beyond formulas.tie_bound."""
+    tokens (the same inputs at every step): logits within ``tolerances`` for the model's dtype (formulas.TOLERANCES
+    element-wise, or TRAINED_TOLERANCES, in bfloat16 by steps at each row's scale) at every step. Where alone's
+    argmax differs from the batched choice, the two logits were a tie within that rounding: recorded as a tie with
+    its margin, refused beyond formulas.tie_bound."""
     dtype = str(model.config.dtype).removeprefix("torch.")
-    atol, rtol = tolerances[dtype]["atol"], tolerances[dtype]["rtol"]
+    tolerance = tolerances[dtype]
     lengths = [len(p) for p in prompts]
     blocks = sum(blocks_for(n + steps, block_size) for n in lengths)
 
@@ -140,26 +149,37 @@ def equivalence_gate(model: ServingModel | LlamaServingModel, layers: int, promp
         return greedy_together(model, pool, batch, steps, forced)
 
     together, together_logits = run(prompts)
-    worst, largest, ties = 0.0, 0.0, []
+    worst, largest, worst_steps, ties = 0.0, 0.0, 0.0, []
     for b, prompt in enumerate(prompts):
         chosen, alone_logits = run([prompt], forced=[together[b]])
-        worst = max(worst, float((together_logits[b] - alone_logits[0]).abs().max()))
-        largest = max(largest, float(alone_logits[0].abs().max()))
-        if not torch.allclose(together_logits[b], alone_logits[0], atol=atol, rtol=rtol):
+        batched, alone = together_logits[b].float(), alone_logits[0].float()  # (steps + 1, vocab)
+        worst = max(worst, float((batched - alone).abs().max()))
+        largest = max(largest, float(alone.abs().max()))
+        if formulas.row_scaled(tolerance):
+            for step, (row, reference) in enumerate(zip(batched, alone)):
+                scale, apart = float(reference.abs().max()), float((row - reference).abs().max())
+                worst_steps = max(worst_steps, apart / formulas.bfloat16_step(scale))
+                if apart > formulas.difference_bound(tolerance, scale):
+                    raise bench.EquivalenceError(
+                        f"request {b} (prompt {len(prompt)}) step {step}: batched differs from alone by {apart:.3g}, "
+                        f"{apart / formulas.bfloat16_step(scale):.1f} bfloat16 steps at the row's largest |logit| "
+                        f"{scale:.3g}, beyond {formulas.tolerance_text(tolerance)}")
+        elif not torch.allclose(batched, alone, atol=tolerance["atol"], rtol=tolerance["rtol"]):
             raise bench.EquivalenceError(f"request {b} (prompt {len(prompt)}) batched differs from alone by up to "
-                                         f"{worst:.3g}, beyond atol={atol}, rtol={rtol} for {dtype}")
+                                         f"{worst:.3g}, beyond {formulas.tolerance_text(tolerance)} for {dtype}")
         for step, (alone_token, batched_token) in enumerate(zip(chosen[0], together[b])):
             if alone_token != batched_token:
-                row = alone_logits[0][step]
+                row = alone[step]
                 ties.append({"request": b, "step": step, "margin": float(row[alone_token] - row[batched_token])})
-    bound = tie_bound(atol, rtol, largest)
+    bound = tie_bound(tolerance, largest)
     for tie in ties:
         if tie["margin"] > bound:
             raise bench.EquivalenceError(f"request {tie['request']} step {tie['step']}: batched and alone chose "
                                          f"different tokens {tie['margin']:.3g} apart, beyond the {bound:.3g} "
                                          f"rounding can explain")
+    row_steps = {"max_row_steps": worst_steps} if formulas.row_scaled(tolerance) else {}
     return {"prompt_lengths": lengths, "steps": steps, "max_abs_diff": worst, "max_abs_reference": largest,
-            "within_tolerance": True, "ties": ties}  # tokens_identical is derived from ties (figures.derive)
+            **row_steps, "within_tolerance": True, "ties": ties}  # tokens_identical is derived from ties
 
 
 def weights_only(model: ServingModel, batch: int) -> Callable[[], None]:
@@ -320,30 +340,35 @@ def server_arguments(args: argparse.Namespace) -> dict[str, list[str]]:
             **{f"rate {rate:g}": sweep for rate in args.rates}, "serial": [*sweep, "--max-running", "1"]}
 
 
-def choose_dtype(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def choose_dtype(args: argparse.Namespace,
+                 supplied: Mapping[str, Sequence[int]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Resolve --dtype auto: time one step's weight multiplies at a batch of DTYPE_PROBE_BATCH in float32 and in
-    bfloat16 (the model built in each) and serve in the faster. Where the CPU has no native bfloat16 multiply,
-    the emulated one loses and float32 is kept. Each dtype passes the equivalence gate before it is timed. Sets
-    args.dtype; returns what the record says of the choice, and the chosen model's gate."""
+    bfloat16 (the model built in each) and serve in the faster (formulas.faster_dtype). Where the CPU has no native
+    bfloat16 multiply, the emulated one loses and float32 is kept. Each dtype passes the equivalence gate before it
+    is timed. ``supplied`` (dtype -> probe durations in ns) stands in for the timings: a test sets which dtype wins,
+    so each branch runs on any CPU; the record says so. Sets args.dtype; returns what the record says of the
+    choice, and the chosen model's gate."""
+    if supplied is not None and (args.dtype != "auto" or sorted(supplied) != sorted(DTYPES)):
+        raise ValueError(f"supplied probe timings need --dtype auto and one entry per dtype {list(DTYPES)}, got "
+                         f"--dtype {args.dtype} and {sorted(supplied)}")
     probes, gates = {}, {}
     for dtype in DTYPES if args.dtype == "auto" else (args.dtype,):
         candidate = ServingModel(serving_model(dtype), SERVING_LAYERS)
         bench.progress(f"equivalence in {dtype}: batched paged decode vs each request alone")
         gates[dtype] = equivalence(candidate, args)
-        probes[dtype] = timed(weights_only(candidate, DTYPE_PROBE_BATCH), max(3, args.repeats // 3))
+        probes[dtype] = ({"durations_ns": list(supplied[dtype])} if supplied is not None else
+                         timed(weights_only(candidate, DTYPE_PROBE_BATCH), max(3, args.repeats // 3)))
+    how = CHOSEN_BY_FLAG if args.dtype != "auto" else CHOSEN_BY_TIMING if supplied is None else CHOSEN_BY_SUPPLIED_PROBES
     if args.dtype == "auto":
         args.dtype = formulas.faster_dtype(probes)
-        how = "auto: the faster of the two at this batch"
-    else:
-        how = "given by --dtype"
     bench.progress(f"dtype: {args.dtype} ({how})")
     return {"chosen": args.dtype, "how": how, "batch": DTYPE_PROBE_BATCH, "probes": probes}, gates[args.dtype]
 
 
-def sections(args: argparse.Namespace) -> dict[str, Any]:
+def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
-    choice, gate = choose_dtype(args)
+    choice, gate = choose_dtype(args, dtype_probes)
     model = ServingModel(serving_model(args.dtype), SERVING_LAYERS)
     record: dict[str, Any] = {"tolerance": dict(TOLERANCES[args.dtype]), "equivalence": gate}
     bench.progress(f"decode step time at batch sizes {args.step_batches}")
@@ -401,7 +426,8 @@ def summary(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Measure, validate against the schema, then replace the record in one rename."""
+def main(argv: Sequence[str] | None = None, dtype_probes: Mapping[str, Sequence[int]] | None = None) -> int:
+    """Measure, validate against the schema, then replace the record in one rename. ``dtype_probes`` stands in for
+    the dtype probe's timings (choose_dtype): tests only, never the command line."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args), summary, derive=figures.derive)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args, dtype_probes), summary, derive=figures.derive)

@@ -32,6 +32,10 @@ from .server import GRACE_S, MAX_UNREAD_TOKENS, Server, create_app
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
 TINY_BLOCK = 4
+# Probe timings (ns) that make one dtype the faster, handed to kv_serving.benchmark.main(dtype_probes=...) in place
+# of the timed probe: the suite's quick runs take each branch of the dtype choice on any CPU, whichever is faster.
+FLOAT32_WINS = {"float32": (1_000_000,), "bfloat16": (2_000_000,)}
+BFLOAT16_WINS = {"float32": (2_000_000,), "bfloat16": (1_000_000,)}
 
 
 # A server under test with a short request deadline (0.5 s) answers 408 to any client, a well-behaved one too, that

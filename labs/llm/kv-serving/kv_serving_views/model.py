@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.figures.formulas import CHOSEN_BY_SUPPLIED_PROBES
 from site_hooks.blocks import Block
 from site_hooks.formatting import join, plural
 
@@ -34,6 +35,9 @@ def dtype_sentence(record: dict[str, Any]) -> str:
     chosen = choice["chosen"]
     if len(medians) < 2:
         return f"The model ran in {chosen}, as the benchmark was told ({choice['how']})."
+    if choice["how"] == CHOSEN_BY_SUPPLIED_PROBES:  # a test's record: no probe was timed
+        return (f"It ran in {chosen}, the faster of two probe timings handed to the benchmark by its caller, not "
+                f"measured on this CPU. The equivalence gate below uses that dtype's tolerance.")
     other = next(name for name in medians if name != chosen)
     return (f"It ran in {chosen} because, at a batch of {choice['batch']}, one step's weight multiplies took "
             f"{medians[chosen]:.1f} ms in {chosen} against {medians[other]:.1f} ms in {other} on this CPU; the "

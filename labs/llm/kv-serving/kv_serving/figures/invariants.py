@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import JsonPath, refuse, tolerance_bound
+from labkit.figures import JsonPath, refuse
 
 from .formulas import (
     OUTCOMES,
@@ -18,6 +18,7 @@ from .formulas import (
     TRAINED_TOLERANCES,
     blocks_for,
     budget_blocks,
+    difference_bound,
     faster_dtype,
     probe_medians,
     runs,
@@ -83,12 +84,12 @@ def check_config_and_gate(record: dict[str, Any], source: str) -> None:
     if gate["within_tolerance"] is not True:
         refuse(source, ("equivalence", "within_tolerance"), f"is {gate['within_tolerance']!r}: a run whose "
                f"equivalence gate failed measures nothing")
-    bound = tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+    bound = tie_bound(tolerance, gate["max_abs_reference"])
     for index, tie in enumerate(gate["ties"]):
         if tie["margin"] > bound:
             refuse(source, ("equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond the {bound} by "
                    f"which rounding within the tolerance can part two greedy choices")
-    if gate["max_abs_diff"] > tolerance_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"]):
+    if gate["max_abs_diff"] > difference_bound(tolerance, gate["max_abs_reference"]):
         refuse(source, ("equivalence", "max_abs_diff"), f"= {gate['max_abs_diff']} exceeds atol + rtol x max |reference|")
     for index, row in enumerate(record["step_times"]):
         for path, timings in ((("step_times", index), row), (("step_times", index, "weights"), row["weights"])):
@@ -231,7 +232,10 @@ def check_trained(record: dict[str, Any], source: str) -> None:
     gate, tolerance = trained["equivalence"], trained["tolerance"]
     if gate["within_tolerance"] is not True or tolerance != TRAINED_TOLERANCES[trained["model"]["dtype"]]:
         refuse(source, ("trained", "equivalence"), "did not hold within the tolerance of the trained model's dtype")
-    bound = tie_bound(tolerance["atol"], tolerance["rtol"], gate["max_abs_reference"])
+    if "row_steps" in tolerance and gate.get("max_row_steps", float("inf")) > tolerance["row_steps"]:
+        refuse(source, ("trained", "equivalence", "max_row_steps"), f"= {gate.get('max_row_steps')}, but a gate by "
+               f"bfloat16 steps at each row's scale holds only within {tolerance['row_steps']} of them")
+    bound = tie_bound(tolerance, gate["max_abs_reference"])
     for index, tie in enumerate(gate["ties"]):
         if tie["margin"] > bound:
             refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
