@@ -27,7 +27,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from labkit.fingerprint import FingerprintError, changed_since, source_fingerprint
+from labkit.closure import import_closure
+from labkit.fingerprint import FingerprintError, changed_since, lab_fingerprint, measured_files
 from labkit.machines import MACHINES_DIR, LabelError, check_label, machine_records
 from labkit.manifest import Lab
 from labkit.records import RecordError, atomic_write_json, load_record
@@ -88,18 +89,26 @@ def installed_packages() -> str:
     return "\n".join(sorted(names))
 
 
+def suite_files(lab: Lab, root: Path) -> set[Path]:
+    """Every file a lab's suite can see: the lab's folder, labkit, what its benchmark measures with, what its test
+    files import (labkit.closure, computed), lab.toml's tests.sources, the build's renderers, its record and schema."""
+    start, pattern = lab.tests
+    tests = sorted((root / start).glob(pattern))
+    files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
+    files.update(root / name for name in measured_files(lab, root))
+    files.update(import_closure(tests, (root / start).resolve(), root.resolve()))
+    files.update(p for pattern in (*lab.test_sources, *TESTED_ALONGSIDE) for p in root.glob(pattern))
+    files.update((root / lab.record, root / lab.schema))
+    return {p for p in files if p.is_file() and "__pycache__" not in p.parts}
+
+
 def tests_digest(lab: Lab, root: Path) -> str:
-    """Changes whenever anything the tests could see changes: the lab's files, the sources it measures
-    (another lab's, too), the further sources only its tests import (lab.toml's tests.sources), labkit,
-    the pinned and the installed packages, its record and schemas, the environment variables tests read,
-    the interpreter."""
+    """Changes whenever anything the tests could see changes (suite_files), the pinned and the installed
+    packages, the environment variables tests read, the interpreter."""
     digest = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{installed_packages()}\0".encode())
     for name in TESTED_ENVIRONMENT:
         digest.update(f"{name}={os.environ.get(name)}\0".encode())
-    files = {p for folder in (root / lab.folder, CODE_ROOT / "labs" / "labkit") for p in folder.rglob("*")}
-    files.update(p for pattern in (*lab.fingerprint, *lab.test_sources, *TESTED_ALONGSIDE) for p in root.glob(pattern))
-    files.update((root / lab.record, root / lab.schema))
-    for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
+    for path in sorted(suite_files(lab, root)):
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -212,7 +221,7 @@ def stale_files(record: dict[str, Any], lab: Lab, root: Path, source: str | None
     block that no change of code explains (labkit.fingerprint.changed_since states the rule) fails in one line
     naming the record's file, ``source`` (default: the lab's reference record)."""
     try:
-        current = source_fingerprint(root, lab.fingerprint)
+        current = lab_fingerprint(lab, root)
     except ValueError as error:
         raise SiteBuildError(f"lab {lab.name}: {error}") from None
     try:

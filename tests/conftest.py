@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from labkit.fingerprint import source_fingerprint
-from labkit.manifest import load_lab
+from labkit.fingerprint import lab_fingerprint
+from labkit.manifest import discover_labs, load_lab
 from labkit.waiting import HANG_S, interrupt_by_default, run
 from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
@@ -78,10 +78,13 @@ FAKE_BENCHMARK = '''
 """Stands in for a real benchmark: copies the template record, stamped with the current fingerprint."""
 import json, sys
 from pathlib import Path
-from labkit.fingerprint import source_fingerprint
+from labkit.fingerprint import lab_fingerprint
+from labkit.manifest import discover_labs, load_lab
 from labkit.records import atomic_write_json
+sys.path.insert(0, "labs/demo/toy")
+import toy  # what this benchmark measures with: its fingerprint covers it
 record = json.loads(Path("template.json").read_text())
-record["fingerprint"] = source_fingerprint(Path("."), ["labs/demo/toy/toy.py"])
+record["fingerprint"] = lab_fingerprint(load_lab(Path("labs/demo/toy/lab.toml"), Path(".")), Path("."))
 print("benchmark: measuring the toy lab", file=sys.stderr)
 atomic_write_json(Path(sys.argv[1]), record)
 '''
@@ -104,7 +107,7 @@ class ToySite:
         (lab / "lab.toml").write_text(
             'name = "toy"\ntitle = "Toy"\nrecord = "results/toy.json"\nschema = "results/toy.schema.json"\n'
             'tests = { start = "labs/demo/toy", pattern = "test_*.py" }\n'
-            'benchmark = ["bench.py", "{record}"]\nfingerprint = ["labs/demo/toy/toy.py"]\n'
+            'benchmark = ["bench.py", "{record}"]\n'
         )
         (lab / "toy.py").write_text("VALUE = 1\n")
         self.set_tests("import unittest\nclass T(unittest.TestCase):\n    def test_holds(self):\n        self.assertTrue(True)\n")
@@ -133,7 +136,7 @@ class ToySite:
 
     def write_fresh_record(self, **changes: Any) -> dict[str, Any]:
         record = json.loads((self.root / "template.json").read_text())
-        record["fingerprint"] = source_fingerprint(self.root, ["labs/demo/toy/toy.py"])
+        record["fingerprint"] = lab_fingerprint(discover_labs(self.root)[0], self.root)
         record.update(changes)
         self.record_path.write_text(json.dumps(record))
         return record

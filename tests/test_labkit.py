@@ -101,8 +101,7 @@ def fake_root(root: Path, *labs: tuple[str, list[str]], reference_machine: str =
         benchmark = json.dumps(["child.py", "--output", "{record}", *extra])
         (folder / "lab.toml").write_text(
             f'name = "{name}"\ntitle = "{name}"\nrecord = "results/{name}.json"\nschema = "results/x.schema.json"\n'
-            f'tests = {{ start = "labs/demo/{name}", pattern = "test_*.py" }}\nbenchmark = {benchmark}\n'
-            f'fingerprint = ["child.py"]\n')
+            f'tests = {{ start = "labs/demo/{name}", pattern = "test_*.py" }}\nbenchmark = {benchmark}\n')
         (root / "results" / f"{name}.json").write_text(json.dumps({"lab": name, "machine": reference_machine}))
     return root
 

@@ -1,11 +1,9 @@
-"""The folder layout is the architecture: no two labs claim the same importable name, and each lab's fingerprint
-names exactly the files its benchmark runs, no test code among them."""
+"""The folder layout is the architecture: no two labs claim the same importable name, and each lab's computed
+fingerprint holds what its benchmark runs to measure, no test code, view or derivation among it."""
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,8 +13,10 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from labkit.fingerprint import fingerprint_files
+from labkit import closure
+from labkit.fingerprint import measured_files
 from labkit.manifest import discover_labs
+from site_hooks.orchestrate import suite_files
 
 from conftest import ROOT
 
@@ -84,89 +84,17 @@ def source_files() -> list[Path]:
     return sorted(p for p in files if in_repository(p) and "__pycache__" not in p.parts)
 
 
-@functools.cache
-def installed_packages() -> dict[str, Path]:
-    """The repository's top-level packages installed in development mode, importable from anywhere: each
-    pyproject.toml's setuptools packages, by import name, with the folder package-dir maps them to."""
-    found = {}
-    for project in (ROOT / "pyproject.toml", *ROOT.glob("labs/*/*/pyproject.toml")):
-        setuptools = tomllib.loads(project.read_text())["tool"]["setuptools"]
-        folders = setuptools.get("package-dir", {})
-        found |= {package: (project.parent / folders.get(package, package)).resolve()
-                  for package in setuptools["packages"] if "." not in package}
-    return found
-
-
 def lab_folder(path: Path) -> Path | None:
     """The lab a file belongs to (the nearest folder above it with a lab.toml), or None."""
     return next((folder for folder in path.parents if (folder / "lab.toml").is_file()), None)
 
 
-def module_name(path: Path) -> str:
-    """The dotted name a file is imported by (a test file or a script beside its lab: its stem)."""
-    parts = [] if path.name == "__init__.py" else [path.stem]
-    folder, packages = path.parent, {folder: name for name, folder in installed_packages().items()}
-    while (folder / "__init__.py").is_file() and folder not in packages:
-        parts.append(folder.name)
-        folder = folder.parent
-    parts += [packages[folder]] if folder in packages else []
-    return ".".join(reversed(parts))
-
-
-def module_file(name: str, context: Path | None) -> Path | None:
-    """The repository file module ``name`` is (a package's ``__init__.py``), as Python finds it when ``context`` (a
-    lab's folder, where its benchmark script and its test discovery start) comes first on the import path and
-    the installed packages after it; None for a module of a library or a name that is no module (an attribute).
-    Found from the files alone, so the answer does not depend on this process's import path."""
-    top, *rest = name.split(".")
-    here = [context / top / "__init__.py", context / f"{top}.py"] if context else []
-    path = next((candidate for candidate in here if candidate.is_file()), None)
-    if path is None and top in installed_packages():
-        path = installed_packages()[top] / "__init__.py"
-    for part in rest:
-        if path is None or path.name != "__init__.py":
-            return None
-        path = next((candidate for candidate in (path.parent / part / "__init__.py", path.parent / f"{part}.py")
-                     if candidate.is_file()), None)
-    return path.resolve() if path is not None else None
-
-
 def imported_files(path: Path, context: Path | None) -> set[Path]:
-    """The repository files the import statements of one file name, wherever they stand (inside functions too),
-    relative imports resolved, with the packages above them (importing ``a.b`` runs ``a/__init__.py`` first)."""
-    module = module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = (importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level
-                    else str(node.module))
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")  # a submodule, perhaps
-    prefixes = {".".join(name.split(".")[:end]) for name in names for end in range(1, name.count(".") + 2)}
-    return {file for file in (module_file(name, context) for name in prefixes) if file is not None}
+    return closure.imported_files(path, context, ROOT)
 
 
 def import_closure(start: Iterable[Path], context: Path | None) -> set[Path]:
-    """The repository files reachable from ``start`` through import statements, ``context`` first on the path."""
-    seen: set[Path] = set()
-    work = [path.resolve() for path in start]
-    while work:
-        path = work.pop()
-        if path not in seen:
-            seen.add(path)
-            work.extend(imported_files(path, context) - seen)
-    return seen
-
-
-def launched_module(script: Path) -> str:
-    """The module a lab's benchmark script hands to labkit.launch.launch: the call's string argument."""
-    calls = [node for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "launch"]
-    assert len(calls) == 1 and isinstance(calls[0].args[0], ast.Constant), f"{script}: no launch('<module>') call"
-    return str(calls[0].args[0].value)
+    return closure.import_closure(start, context, ROOT)
 
 
 # Imports each benchmark's module as its launcher does (its lab's folder first on the path), without running it,
@@ -193,30 +121,75 @@ print(json.dumps(loaded))
 
 
 @functools.cache
-def benchmark_closures() -> dict[str, set[Path]]:
-    """Per lab, the repository files its benchmark runs: its script, what importing its module loads, and what
-    their import statements reach besides (lazy imports inside functions)."""
+def loaded_by_import() -> dict[str, set[Path]]:
+    """Per lab, the repository files importing its benchmark's module loads (what a static reading could miss)."""
     labs = discover_labs(ROOT)
-    modules = {lab.name: launched_module(ROOT / lab.benchmark[0]) for lab in labs}
+    modules = {lab.name: closure.launched_module(ROOT / lab.benchmark[0]) for lab in labs}
     arguments = [part for lab in labs for part in (modules[lab.name], str((ROOT / lab.benchmark[0]).parent))]
     finished = subprocess.run([sys.executable, "-c", LOADED_FILES, *arguments], cwd=ROOT, capture_output=True,
                               text=True, env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
                               timeout=600)  # a bound for a hang, not a speed claim
     assert finished.returncode == 0, f"importing the benchmarks failed: {finished.stderr[-2000:]}"
     loaded = json.loads(finished.stdout.splitlines()[-1])  # the last line: a library may have printed before it
-    return {lab.name: import_closure({ROOT / lab.benchmark[0], *(Path(file) for file in loaded[modules[lab.name]])},
-                                     (ROOT / lab.benchmark[0]).parent.resolve())
-            for lab in labs}
+    return {lab.name: {Path(file).resolve() for file in loaded[modules[lab.name]]} for lab in labs}
 
 
 def relative(paths: Iterable[Path]) -> set[str]:
     return {path.relative_to(ROOT).as_posix() for path in paths}
 
 
-def test_no_fingerprint_covers_a_test_file_a_test_helper_a_broken_variant_or_the_test_reporter() -> None:
-    covered = {lab.name: [name for name in fingerprint_files(ROOT, lab.fingerprint) if is_test_code(ROOT / name)]
+def test_no_fingerprint_covers_a_test_file_a_test_helper_a_broken_variant_a_view_or_the_test_reporter() -> None:
+    covered = {lab.name: [name for name in measured_files(lab, ROOT)
+                          if is_test_code(ROOT / name) or "_views" in name or name.endswith("/hooks.py")]
                for lab in discover_labs(ROOT)}
-    assert covered == {name: [] for name in covered}, "name the measured files explicitly (lab.toml fingerprint)"
+    assert covered == {name: [] for name in covered}
+
+
+def test_every_module_importing_a_benchmark_loads_is_measured_or_only_derives_words_or_writes_the_record() -> None:
+    """The computed closure misses nothing the import really runs for a measurement: what it leaves out is a
+    figures module the entry takes its derivation from, a views package, labkit's record side
+    (labkit.closure.UNMEASURED), or a module only those import."""
+    missing = {}
+    for lab in discover_labs(ROOT):
+        measured, loaded = set(measured_files(lab, ROOT)), loaded_by_import()[lab.name]
+        context = (ROOT / lab.folder).resolve()
+        importers = {name: {other for other in relative(loaded) if other.endswith(".py")
+                            and ROOT / name in imported_files(ROOT / other, context)} for name in relative(loaded)}
+        # left out, and imported by no statement (a dynamic import) or by a measured module
+        left_out = {name for name in relative(loaded) - measured
+                    if not closure.unmeasured(closure.module_name(ROOT / name, ROOT))
+                    and not closure.is_figures(closure.module_name(ROOT / name, ROOT))
+                    and (not importers[name] or importers[name] & measured)}
+        if left_out:
+            missing[lab.name] = sorted(left_out)
+    assert missing == {}, "a change to these would leave the record looking fresh: labkit.closure must reach them"
+
+
+def test_each_labs_measured_files_hold_its_mechanism_and_not_its_derivations() -> None:
+    files = {lab.name: set(measured_files(lab, ROOT)) for lab in discover_labs(ROOT)}
+    serving = files["kv-serving"]
+    assert {"labs/llm/kv-serving/kv_serving/scheduler.py", "labs/llm/kv-serving/kv_serving/server.py",
+            "labs/llm/kv-serving/kv_serving/prompts.json", "labs/labkit/harness.py"} <= serving  # -m kv_serving.server
+    assert "labs/llm/decode-bandwidth/decode_bandwidth/int8_rows.c" in files["decode-bandwidth"]  # built at run time
+    for name, measured in files.items():
+        assert not {"labs/labkit/records.py", "labs/labkit/summary.py", "labs/labkit/figures.py"} & measured, name
+        assert not [file for file in measured if file.endswith("/figures/derivation.py")], name
+
+
+def test_every_module_a_labs_tests_import_keys_its_cached_test_report() -> None:
+    """What the tests import keys the site build's cached test report (site_hooks.orchestrate.suite_files), so a
+    passed report is reused only until one of those files changes. Found by running the imports (a subprocess
+    would do no better for a test's lazy import), not only by the closure the digest itself computes."""
+    unkeyed = {}
+    for lab in discover_labs(ROOT):
+        start, pattern = lab.tests
+        keyed = relative(suite_files(lab, ROOT))
+        folders = (ROOT / lab.folder, ROOT / "labs" / "labkit")
+        outside = {path for path in import_closure((ROOT / start).glob(pattern), (ROOT / start).resolve())
+                   if not any(folder in path.parents for folder in folders)}
+        if relative(outside) - keyed:
+            unkeyed[lab.name] = sorted(relative(outside) - keyed)
+    assert unkeyed == {}, "a change to these would reuse a stale test report: add them to tests.sources"
 
 
 def test_no_production_module_imports_a_test_helper_a_broken_variant_or_a_test_file() -> None:
@@ -224,7 +197,8 @@ def test_no_production_module_imports_a_test_helper_a_broken_variant_or_a_test_f
     for path in source_files():
         if path.name.startswith("test_") or path.name in TEST_HELPERS:
             continue  # test code may import test code; the test reporter may not
-        helpers = relative(file for file in imported_files(path, lab_folder(path)) if is_test_code(file))
+        helpers = relative(file for file in closure.imported_files(path, lab_folder(path), ROOT, processes=False)
+                           if is_test_code(file))
         if helpers:
             offending[path.relative_to(ROOT).as_posix()] = sorted(helpers)
     assert offending == {}, "move what production code needs out of the test helpers, into a module of its own"
@@ -237,37 +211,3 @@ def test_the_shared_models_import_no_lab() -> None:
                                                            if models not in file.parents and labkit not in file.parents)
                for path in source_files() if models in path.parents}
     assert len(reached) > 1 and reached == {name: set() for name in reached}
-
-
-def test_every_module_a_benchmark_runs_is_in_its_labs_fingerprint() -> None:
-    missing = {}
-    for lab in discover_labs(ROOT):
-        absent = relative(benchmark_closures()[lab.name]) - set(fingerprint_files(ROOT, lab.fingerprint))
-        if absent:
-            missing[lab.name] = sorted(absent)
-    assert missing == {}, "a change to these would leave the record looking fresh: add them to the fingerprint"
-
-
-def test_every_python_file_a_fingerprint_names_is_run_by_its_benchmark() -> None:
-    unused = {}
-    for lab in discover_labs(ROOT):
-        run = relative(benchmark_closures()[lab.name])
-        extra = [name for name in fingerprint_files(ROOT, lab.fingerprint) if name.endswith(".py") and name not in run]
-        if extra:
-            unused[lab.name] = extra
-    assert unused == {}, "editing these would mark the record stale for nothing: drop them from the fingerprint"
-
-
-def test_every_module_a_labs_tests_import_keys_its_cached_test_report() -> None:
-    """What the tests import lies in the lab's folder, in labkit, or in its fingerprint or tests.sources: the
-    site build reuses a passed test report until one of those changes (site_hooks.orchestrate.tests_digest)."""
-    unkeyed = {}
-    for lab in discover_labs(ROOT):
-        start, pattern = lab.tests
-        keyed = set(fingerprint_files(ROOT, (*lab.fingerprint, *lab.test_sources)))
-        folders = (ROOT / lab.folder, ROOT / "labs" / "labkit")
-        outside = {path for path in import_closure((ROOT / start).glob(pattern), (ROOT / start).resolve())
-                   if not any(folder in path.parents for folder in folders)}
-        if relative(outside) - keyed:
-            unkeyed[lab.name] = sorted(relative(outside) - keyed)
-    assert unkeyed == {}, "a change to these would reuse a stale test report: add them to tests.sources"

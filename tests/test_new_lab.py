@@ -22,7 +22,6 @@ tests = { start = "labs/demo/toy-lab", pattern = "test_*.py" }
 benchmark = ["labs/demo/toy-lab/benchmark.py", "--output", "{record}"]
 figures = "toy.figures"
 views = "toy_views"
-fingerprint = ["labs/demo/toy-lab/benchmark.py", "labs/demo/toy-lab/toy/*.py"]
 '''
 PACKAGE = '''"""The toy lab: its package is torch-free at import, as every lab's is."""
 '''

@@ -483,9 +483,10 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     unrelated.write_text("x\n")
     (folder / "lab.toml").write_text(
         'name = "keyed-lab"\ntitle = "t"\nrecord = "r.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
-        'tests = { start = "x", pattern = "test_*.py", sources = ["labs/demo/other/*.py"] }\nfingerprint = ["b.py"]\n')
+        'tests = { start = "x", pattern = "test_*.py", sources = ["labs/demo/other/*.py"] }\n')
+    (tmp_path / "b.py").write_text("B = 1\n")  # the benchmark: it imports none of the tests' sources
     lab = load_lab(folder / "lab.toml", tmp_path)
-    assert (lab.test_sources, lab.fingerprint) == (("labs/demo/other/*.py",), ("b.py",))
+    assert lab.test_sources == ("labs/demo/other/*.py",)
     before = digest_of_tests(lab, tmp_path)
     unrelated.write_text("y\n")
     assert digest_of_tests(lab, tmp_path) == before
@@ -557,16 +558,17 @@ def fingerprinted_lab(root: Path) -> Lab:
     folder.mkdir(parents=True)
     for name in ("a", "b", "c", "d"):
         (folder / f"{name}.py").write_text(f"{name.upper()} = 1\n")
+    (folder / "a.py").write_text("import b, c, d\n\nA = 1\n")  # the benchmark, and what it measures with
     (folder / "lab.toml").write_text(
-        'name = "print-lab"\ntitle = "t"\nrecord = "results/print.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
-        'tests = { start = "x", pattern = "test_*.py" }\nfingerprint = ["labs/demo/print-lab/*.py"]\n')
+        'name = "print-lab"\ntitle = "t"\nrecord = "results/print.json"\nschema = "s.json"\n'
+        'benchmark = ["labs/demo/print-lab/a.py"]\ntests = { start = "x", pattern = "test_*.py" }\n')
     return load_lab(folder / "lab.toml", root)
 
 
 def measured(lab: Lab, root: Path) -> dict[str, Any]:
-    from labkit.fingerprint import source_fingerprint
+    from labkit.fingerprint import lab_fingerprint
 
-    return {"fingerprint": source_fingerprint(root, lab.fingerprint)}
+    return {"fingerprint": lab_fingerprint(lab, root)}
 
 
 def drop_one(files: dict[str, str]) -> None:
@@ -581,15 +583,15 @@ def keep_one(files: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (drop_one, "field $.fingerprint.files lists 3 files, but the lab's fingerprint globs match 4 (not listed: "
+        (drop_one, "field $.fingerprint.files lists 3 files, but the lab's benchmark measures with 4 (not listed: "
                    "labs/demo/print-lab/b.py), while $.fingerprint.digest is the digest of exactly those 4 files as "
                    "they are: the list was edited"),
-        (keep_one, "field $.fingerprint.files lists 1 files, but the lab's fingerprint globs match 4 (not listed: "
+        (keep_one, "field $.fingerprint.files lists 1 files, but the lab's benchmark measures with 4 (not listed: "
                    "labs/demo/print-lab/b.py, labs/demo/print-lab/c.py, labs/demo/print-lab/d.py)"),
         (lambda files: files.update({"labs/demo/print-lab/bogus.py": "0" * 64}),
-         "lists 5 files, but the lab's fingerprint globs match 4 (matched by no glob: labs/demo/print-lab/bogus.py)"),
+         "lists 5 files, but the lab's benchmark measures with 4 (measured by no benchmark: labs/demo/print-lab/bogus.py)"),
         (lambda files: files.update({"labs/demo/print-lab/e.py": files.pop("labs/demo/print-lab/d.py")}),
-         "(not listed: labs/demo/print-lab/d.py; matched by no glob: labs/demo/print-lab/e.py)"),
+         "(not listed: labs/demo/print-lab/d.py; measured by no benchmark: labs/demo/print-lab/e.py)"),
         (lambda files: files.update({"labs/demo/print-lab/c.py": "f" * 64}),
          f'field $.fingerprint.files["labs/demo/print-lab/c.py"] is {"f" * 64}, but the file\'s sha256 is '),
     ],
@@ -623,8 +625,9 @@ def test_a_stale_record_stays_stale_whatever_its_list_says_and_names_the_files_t
     corrupted = copy.deepcopy(record)  # another file's hash corrupted: still stale, never fresh
     corrupted["fingerprint"]["files"]["labs/demo/print-lab/a.py"] = "0" * 64
     assert stale_files(corrupted, lab, tmp_path) == ["labs/demo/print-lab/a.py", "labs/demo/print-lab/b.py"]
-    (folder / "e.py").write_text("E = 1\n")  # a file added to the lab, and one removed: stale, not corrupt
-    (folder / "d.py").unlink()
-    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/b.py", "labs/demo/print-lab/d.py",
-                                                  "labs/demo/print-lab/e.py"]
+    (folder / "e.py").write_text("E = 1\n")  # a module the benchmark now imports, and one it no longer does:
+    (folder / "d.py").unlink()  # stale, not corrupt
+    (folder / "a.py").write_text("import b, c, e\n\nA = 1\n")
+    assert stale_files(record, lab, tmp_path) == ["labs/demo/print-lab/a.py", "labs/demo/print-lab/b.py",
+                                                  "labs/demo/print-lab/d.py", "labs/demo/print-lab/e.py"]
 

@@ -275,7 +275,7 @@ def test_an_edited_views_package_is_reloaded_and_an_unchanged_one_is_not(tmp_pat
     package.mkdir(parents=True)
     (folder / "lab.toml").write_text(
         'name = "reload-lab"\ntitle = "t"\nrecord = "r.json"\nschema = "s.json"\n'
-        'tests = { start = "x", pattern = "test_*.py" }\nbenchmark = ["b.py"]\nfingerprint = ["b.py"]\n'
+        'tests = { start = "x", pattern = "test_*.py" }\nbenchmark = ["b.py"]\n'
         'views = "reload_probe_views"\n')
     (package / "__init__.py").write_text("from .parts import VIEWS\n")
     parts = package / "parts.py"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .environment import capture_environment
-from .fingerprint import source_fingerprint
+from .fingerprint import lab_fingerprint
 from .machines import derived_label
 from .manifest import Lab, discover_labs
 from .records import atomic_write_json, load_json, schema_registry, validate_record
@@ -74,7 +74,7 @@ def record_header(lab: Lab, root: Path, script: str, argv: Sequence[str] | None,
     records = {other.record.as_posix() for other in discover_labs(root)}
     if output.is_relative_to(root):
         records.add(output.relative_to(root).as_posix())
-    fingerprint = source_fingerprint(root, lab.fingerprint)
+    fingerprint = lab_fingerprint(lab, root)
     return {
         "schema_version": SCHEMA_VERSION,
         "lab": lab.name,

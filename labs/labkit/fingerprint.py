@@ -1,5 +1,7 @@
 """A digest of the source files a measurement depends on, so a stale record can be recognised.
 
+Which files, labkit.closure computes (a benchmark's import closure, less what only derives or writes a record);
+each Python file is hashed on its syntax tree without docstrings, so a comment or a docstring changes nothing.
 Each file's own sha256 is kept beside the overall digest, so a mismatch can name the files that changed.
 Only the overall digest decides whether a record is fresh; ``changed_since`` says how the per-file list
 must agree with it.
@@ -11,31 +13,36 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from .closure import measured_closure, normalized_source
+from .manifest import Lab
 from .records import path_text
 
-
-def fingerprint_files(root: Path, globs: tuple[str, ...] | list[str]) -> list[str]:
-    """Sorted repository-relative paths matched by ``globs``; a glob matching nothing is an error."""
-    files: set[str] = set()
-    for pattern in globs:
-        matched = [p for p in root.glob(pattern) if p.is_file() and "__pycache__" not in p.parts]
-        if not matched:
-            raise ValueError(f"fingerprint glob {pattern!r} matches no file under {root}")
-        files.update(p.relative_to(root).as_posix() for p in matched)
-    return sorted(files)
+ALGORITHM = "sha256-ast"  # sha256 over closure.normalized_source: a Python file's syntax tree, another file's bytes
 
 
-def source_fingerprint(root: Path, globs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """sha256 over each file's relative path and bytes, in path order, and each file's own sha256."""
-    files = fingerprint_files(root, globs)
+def measured_files(lab: Lab, root: Path) -> list[str]:
+    """The repository-relative paths of the files ``lab``'s benchmark measures with (labkit.closure)."""
+    root = root.resolve()
+    closure = measured_closure(root / lab.benchmark[0], root / lab.folder, root)
+    return sorted(path.relative_to(root).as_posix() for path in closure)
+
+
+def lab_fingerprint(lab: Lab, root: Path) -> dict[str, Any]:
+    """The fingerprint of what ``lab``'s benchmark measures with, as its record stores it."""
+    return source_fingerprint(root, measured_files(lab, root))
+
+
+def source_fingerprint(root: Path, files: list[str]) -> dict[str, Any]:
+    """sha256 over each file's relative path and normalized source (closure.normalized_source), in path order, and
+    each file's own sha256 of the same."""
     digest = hashlib.sha256()
     per_file = {}
-    for name in files:
-        content = (root / name).read_bytes()
+    for name in sorted(files):
+        content = normalized_source(root / name)
         digest.update(name.encode() + b"\0")
         digest.update(content + b"\0")
         per_file[name] = hashlib.sha256(content).hexdigest()
-    return {"algorithm": "sha256", "digest": digest.hexdigest(), "files": per_file}
+    return {"algorithm": ALGORITHM, "digest": digest.hexdigest(), "files": per_file}
 
 
 def changed_files(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -61,7 +68,7 @@ def changed_since(recorded: dict[str, Any], current: dict[str, Any]) -> list[str
     digests only name what changed, and no edit of them can make a stale record fresh or a fresh one stale.
     They must agree with the digest all the same:
 
-    - The digest is today's: the record was measured on exactly the files the lab's globs match now, as
+    - The digest is today's: the record was measured on exactly the files the lab's benchmark measures with now, as
       they are now. Its list must hold those files, no fewer, no more, no others, each with the sha256 of
       the file today. Anything else was edited after the measurement.
     - The digest is not today's: the record is stale, and a change of code may have added, removed or
@@ -74,9 +81,9 @@ def changed_since(recorded: dict[str, Any], current: dict[str, Any]) -> list[str
         missing, extra = sorted(today.keys() - listed.keys()), sorted(listed.keys() - today.keys())
         if missing or extra:
             differences = ([f"not listed: {_some(missing)}"] if missing else []) + (
-                [f"matched by no glob: {_some(extra)}"] if extra else [])
+                [f"measured by no benchmark: {_some(extra)}"] if extra else [])
             raise FingerprintError(
-                f"field $.fingerprint.files lists {len(listed)} files, but the lab's fingerprint globs match "
+                f"field $.fingerprint.files lists {len(listed)} files, but the lab's benchmark measures with "
                 f"{len(today)} ({'; '.join(differences)}), while $.fingerprint.digest is the digest of exactly "
                 f"those {len(today)} files as they are: the list was edited")
         for name in sorted(today):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST_NAME = "lab.toml"
-REQUIRED = ("name", "title", "record", "schema", "tests", "benchmark", "fingerprint")
+REQUIRED = ("name", "title", "record", "schema", "tests", "benchmark")
 
 
 class ManifestError(ValueError):
@@ -23,7 +23,6 @@ class Lab:
     schema: Path
     tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
-    fingerprint: tuple[str, ...]  # globs of the sources a measurement depends on
     test_sources: tuple[str, ...] = ()  # tests.sources: globs of further sources only the tests import
     views: str | None = None  # module in the lab folder with the lab's own VIEWS and headline
     figures: str | None = None  # torch-free module (dotted, in the lab folder) with derive and check_invariants
@@ -43,6 +42,9 @@ def load_lab(path: Path, root: Path) -> Lab:
     missing = [key for key in REQUIRED if key not in data]
     if missing:
         raise ManifestError(f"{path}: missing field(s) {', '.join(missing)}")
+    if "fingerprint" in data:
+        raise ManifestError(f"{path}: field fingerprint is no longer read: the files a record depends on are "
+                            f"computed from what its benchmark imports (labkit.closure); delete the list")
     tests = data["tests"]
     if not (isinstance(tests, dict) and {"start", "pattern"} <= tests.keys()):
         raise ManifestError(f"{path}: field tests must be a table with start and pattern")
@@ -57,7 +59,6 @@ def load_lab(path: Path, root: Path) -> Lab:
         schema=Path(data["schema"]),
         tests=(str(tests["start"]), str(tests["pattern"])),
         benchmark=tuple(str(part) for part in data["benchmark"]),
-        fingerprint=tuple(str(glob) for glob in data["fingerprint"]),
         test_sources=tuple(sources),
         views=str(data["views"]) if "views" in data else None,
         figures=str(data["figures"]) if "figures" in data else None,
