@@ -15,6 +15,7 @@ import pytest
 
 from labkit.fingerprint import lab_fingerprint
 from labkit.manifest import discover_labs, load_lab
+from labkit.testing import committed_record
 from labkit.waiting import HANG_S, interrupt_by_default, run
 from site_hooks.evidence import Evidence
 from site_hooks.machine import recording_machine
@@ -37,8 +38,8 @@ def build_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def record() -> dict[str, Any]:
-    """A deep copy of the committed record, free to edit."""
-    return json.loads(RECORD.read_text())
+    """The committed record as the views read it (its figures derived), a fresh copy free to edit."""
+    return committed_record(ROOT / LAB.folder / "lab.toml")
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def evidence(record: dict[str, Any], test_report: dict[str, Any]) -> Evidence:
 
 @pytest.fixture
 def storage_evidence(test_report: dict[str, Any]) -> Evidence:
-    record = json.loads((ROOT / STORAGE_LAB.record).read_text())
+    record = committed_record(ROOT / STORAGE_LAB.folder / "lab.toml")
     return Evidence(lab=STORAGE_LAB, record=record, tests=test_report, measured_now=False,
                     build_machine=same_machine(record))
 

@@ -127,10 +127,11 @@ def test_a_figure_added_to_a_figures_module_is_derived_when_the_record_is_read_w
 
     from labkit.figures import Figures, check_record
     from labkit.records import RecordError
+    from labkit.summary import with_figures
 
     lab = next(lab for lab in discover_labs(ROOT) if lab.name == "kv-cache")
     figures = importlib.import_module(lab.figures)
-    record = json.loads((ROOT / lab.record).read_text(encoding="utf-8"))
+    record = with_figures(json.loads((ROOT / lab.record).read_text(encoding="utf-8")), None)  # the sweep's, as the build
 
     def derive_one_more(raw: dict) -> Figures:
         derived = figures.derive(raw)
@@ -143,3 +144,17 @@ def test_a_figure_added_to_a_figures_module_is_derived_when_the_record_is_read_w
     record["config"]["benchmark"]["lengths_count"] += 1  # now stored, and wrong
     with pytest.raises(RecordError, match=r"\$\.config\.benchmark\.lengths_count is"):
         check_record(record, "cache-results.json", figures.check_invariants, derive_one_more)
+
+
+def test_every_committed_record_stores_what_was_measured_and_no_figure_that_follows_from_it() -> None:
+    from labkit.figures import stored_value
+    from labkit.records import load_record
+    from labkit.summary import sweep_figures, with_figures
+    from site_hooks.labviews import lab_module
+
+    for lab in discover_labs(ROOT):
+        raw = load_record(ROOT / lab.record, ROOT / lab.schema)
+        derived = [*(sweep_figures(raw) if "lengths" in raw else []),
+                   *lab_module(lab, lab.figures).derive(with_figures(raw, None))]  # a lab's on the sweep's
+        assert len(derived) > 10, lab.name  # it has figures, all derived when read
+        assert [f.path for f in derived if stored_value(raw, f.path)[0]] == [], lab.name

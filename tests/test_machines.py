@@ -18,7 +18,7 @@ from labkit.machines import derived_label
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence, MachineRecord
 from site_hooks.machines_view import agreement_sentences
-from site_hooks.orchestrate import other_machines
+from site_hooks.orchestrate import other_machines, read_record
 from site_hooks.views import render_view
 
 from conftest import LAB, ROOT, STORAGE_LAB
@@ -39,7 +39,8 @@ def site_copy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
 
 
 def evidence_from(root: Path, evidence: Evidence) -> Evidence:
-    reference = json.loads((root / LAB.record).read_text())
+    reference = read_record(LAB, root)  # as the build reads it: its figures derived
+    assert reference is not None
     machines = (MachineRecord(LAB.record.as_posix(), reference, True, []), *other_machines(LAB, root, reference))
     return dataclasses.replace(evidence, record=reference, machines=machines)
 

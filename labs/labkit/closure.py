@@ -29,6 +29,7 @@ UNMEASURED = frozenset({
     "labkit.bootstrap", "labkit.closure", "labkit.environment", "labkit.exit", "labkit.figures",
     "labkit.fingerprint", "labkit.launch", "labkit.machines", "labkit.manifest", "labkit.records", "labkit.regimes",
     "labkit.run_benchmarks", "labkit.signals", "labkit.summary", "labkit.testing", "labkit.testreport",
+    "labkit.writing",
 })
 TEST_HELPERS = ("testing", "broken", "conftest")  # seeded fixtures and deliberately wrong variants: never measured
 DATA_SUFFIXES = (".c", ".h", ".json", ".toml", ".txt")  # files beside measured modules that code reads or builds

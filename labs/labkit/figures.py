@@ -10,6 +10,7 @@ real invariants (a peak within its pool, equivalence within tolerance, ...) are 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -134,12 +135,18 @@ Invariants = Callable[[dict[str, Any], str], None]
 
 
 def check_record(record: dict[str, Any], source: str, invariants: Invariants | None, derive: Derive | None) -> None:
-    """A lab's record check: its invariants first (they make the raw data safe to derive from), then every
-    derived figure the record stores against its derivation; then the record, as the views read it, holds every
-    figure its figures module derives today (fill)."""
+    """A lab's record check: its invariants first, on the record as the views will read it (every figure derived
+    from its raw data: an invariant may relate a figure to the data), then every figure the record stores against
+    its derivation; then the record holds every figure its figures module derives today (fill)."""
+    try:
+        figures = derive(record) if derive is not None else Figures()
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
+        if invariants is not None:  # raw data no figure can follow from: the invariants say what is wrong with it
+            invariants(record, source)
+        raise
     if invariants is not None:
-        invariants(record, source)
-    if derive is not None:
-        figures = derive(record)
-        check(record, figures, source)
-        fill(record, figures)
+        view = copy.deepcopy(record)
+        fill(view, figures)
+        invariants(view, source)
+    check(record, figures, source)
+    fill(record, figures)

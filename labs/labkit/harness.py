@@ -5,7 +5,8 @@
 - ``Progress``: a tqdm bar with elapsed time and an estimate on a terminal, plain progress lines otherwise;
 - ``time_rotated``/``timed_entry``: warmup, then repetitions whose mode order rotates;
 - ``compare``: the equivalence entry a record stores, refusing to time modes that disagree;
-- ``sweep_config``: the config block of a timing sweep; ``run``: header, atomic write, summary lines.
+- ``sweep_config``: the config block of a timing sweep; ``run`` (labkit.writing): header, atomic write, summary
+  lines.
 """
 
 from __future__ import annotations
@@ -20,11 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from . import bench
-from .figures import Derive, fill
 from .machines import LabelError, check_label, derived_label
-from .manifest import Lab
-from .records import load_json
-from .summary import sweep_figures
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -226,24 +223,5 @@ def sweep_summary(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | None,
-        body: Callable[[], dict[str, Any]], summary: Callable[[dict[str, Any]], list[str]],
-        derive: Derive | None = None) -> int:
-    """Header + ``body()``'s sections + every derived figure (a sweep's statistics, then the lab's own
-    ``derive``), validated and written atomically; then the summary lines."""
-    script = root / lab.benchmark[0]  # the launcher a reader runs, as its lab.toml names it
-
-    def build() -> dict[str, Any]:
-        sections = body()
-        record = {**bench.record_header(lab, root, str(script), argv, args.output, args.machine), **sections}
-        if "lengths" in record:  # a timing sweep: the shared statistics, which the views read
-            fill(record, sweep_figures(record))
-        if derive is not None:
-            fill(record, derive(record))
-        return record
-
-    code = bench.write_record(args.output, build, root / lab.schema)
-    if code == 0:
-        for line in summary(load_json(args.output, "measurement record")):
-            bench.progress(line)
-    return code
+# The benchmarks call harness.run; it lives with the record's side (labkit.writing), which no measurement runs.
+from .writing import run as run  # noqa: E402

@@ -9,13 +9,14 @@ stored ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .figures import Figures
+from .figures import Derive, Figures, fill
 from .regimes import regime
 
 STATISTICS = ("min_ns", "median_ns", "max_ns")
@@ -127,3 +128,14 @@ def percentile(values: Sequence[float], share: float) -> float:
     if not 0 <= share <= 1:
         raise ValueError(f"a percentile's share is between 0 and 1, not {share}")
     return float(np.quantile(np.asarray(values, dtype=float), share))
+
+
+def with_figures(record: dict[str, Any], derive: Derive | None) -> dict[str, Any]:
+    """A copy of a record (which stores what was measured) with every figure that follows from it filled in, as
+    the build and the views read it: a sweep's statistics (sweep_figures), then the lab's own ``derive``."""
+    derived = copy.deepcopy(record)
+    if "lengths" in derived:
+        fill(derived, sweep_figures(derived))
+    if derive is not None:
+        fill(derived, derive(derived))
+    return derived

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import unittest
 from typing import Any
 
@@ -14,11 +13,12 @@ from decode_bandwidth_views import VIEWS
 from decode_bandwidth_views.accelerator import carry_over
 from kv_cache.figures import model as published_model
 from labkit.manifest import lab_for
+from labkit.testing import committed_record
 from llm_models.hardware import H100_SXM
 from site_hooks.blocks import render_block
 
 LAB, ROOT = lab_for(__file__)
-RECORD = json.loads((ROOT / LAB.record).read_text(encoding="utf-8"))
+RECORD = committed_record(__file__)
 
 
 def with_cpu_rate(record: dict[str, Any], flops_per_s: float) -> dict[str, Any]:

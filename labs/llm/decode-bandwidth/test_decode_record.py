@@ -13,6 +13,7 @@ from typing import Any
 
 from labkit.figures import JsonPath, path_text, shown
 from labkit.manifest import load_lab
+from labkit.testing import committed_record
 from labkit.waiting import run
 from site_hooks.errors import SiteBuildError
 from site_hooks.orchestrate import read_record
@@ -88,7 +89,7 @@ class CommittedRecord(unittest.TestCase):
         self.assertIsNotNone(read_record(LAB, ROOT))
 
     def test_a_hand_edited_figure_is_refused_naming_its_path_and_both_values(self) -> None:
-        committed = json.loads((ROOT / LAB.record).read_text())
+        committed = committed_record(__file__)  # with its figures, as a record that stored them would be
         for path, how in EDITS:
             with self.subTest(path=path_text(path)):
                 record = json.loads(json.dumps(committed))
@@ -99,7 +100,7 @@ class CommittedRecord(unittest.TestCase):
                                                        f"but {how} gives {shown(original)}")
 
     def test_an_invariant_is_refused_before_any_figure_is_derived(self) -> None:
-        record = json.loads((ROOT / LAB.record).read_text())
+        record = committed_record(__file__)
         record["equivalence"]["modes"]["hf-static"]["max_abs_diff"] = 0.5
         record["cells"][0]["median_ns_per_step"] = 1  # a figure the check would refuse next
         self.assertIn(f"{SOURCE}: field $.equivalence.modes.hf-static.max_abs_diff is 0.5, beyond atol + rtol x "

@@ -14,7 +14,7 @@ from kv_quant.cache import make_cache
 from kv_quant.codecs import encode_q4_0
 from kv_quant.config import GGML_BLOCK, CacheFormat
 from kv_quant.figures import kivi_split, per_token_head_bytes
-from labkit.records import load_json
+from labkit.testing import committed_record
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the views package sits beside the tests, as the site build finds it
@@ -47,7 +47,7 @@ class Pictures(unittest.TestCase):
 class Wording(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        cls.record = load_json(RECORD, "measurement record")
+        cls.record = committed_record(__file__)
 
     def test_every_view_renders_from_the_record(self) -> None:
         for name, view in VIEWS.items():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import unittest
 from typing import Any
 
@@ -14,6 +13,7 @@ from kv_serving_views import VIEWS
 from kv_serving_views.accelerator import lessons
 from kv_serving_views.trained import admission_note, answer_concurrent_view, matching_sentence, speedup_sentence
 from labkit.manifest import lab_for
+from labkit.testing import committed_record
 from llm_models.hardware import H100_SXM
 from site_hooks.blocks import render_block
 
@@ -76,7 +76,7 @@ class AcceleratorArithmetic(unittest.TestCase):
     """The trained server's budget beside an H100's for Llama-3-8B: the left column from the record, the right from
     the decode lab's formula and the datasheet, each sentence worded from both."""
 
-    RECORD = json.loads((ROOT / LAB.record).read_text(encoding="utf-8"))
+    RECORD = committed_record(__file__)
 
     def edited(self, **trained: Any) -> dict[str, Any]:
         record = copy.deepcopy(self.RECORD)

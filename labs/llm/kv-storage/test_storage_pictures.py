@@ -4,7 +4,6 @@ tables, counts and free list as the real BlockPool; the views draw what it says 
 from __future__ import annotations
 
 import copy
-import json
 import random
 import re
 import unittest
@@ -20,6 +19,7 @@ from kv_storage_views.pictures import block_table_view, fork_view
 from kv_storage_views.results import answer_peak_view, answer_sharing_view, key_results_view, regime_item
 from labkit.figures import fill
 from labkit.summary import sweep_figures
+from labkit.testing import committed_record
 
 RECORD = Path(__file__).resolve().parents[3] / "results" / "storage-results.json"
 HEADS, DIM = 1, 2
@@ -125,7 +125,7 @@ class TableModelMatchesThePool(unittest.TestCase):
 
 
 def record() -> dict[str, Any]:
-    return json.loads(RECORD.read_text())
+    return committed_record(__file__)
 
 
 class Pictures(unittest.TestCase):

@@ -14,7 +14,7 @@ from kv_window.attention import visibility
 from kv_window.packing import pack
 from kv_window.rules import packed_positions, ring_slot, visible
 from kv_window.slots import Slots
-from labkit.records import load_json
+from labkit.testing import committed_record
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the views package sits beside the tests, as the site build finds it
@@ -53,7 +53,7 @@ class Pictures(unittest.TestCase):
 class Wording(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        cls.record = load_json(RECORD, "measurement record")
+        cls.record = committed_record(__file__)
 
     def test_every_view_renders_from_the_record(self) -> None:
         for name, view in VIEWS.items():
