@@ -66,17 +66,6 @@ def refuse(source: str, path: JsonPath, message: str) -> NoReturn:
     raise RecordError(f"{source}: field {path_text(path)} {message}")
 
 
-def lookup(record: Any, path: JsonPath, source: str) -> Any:
-    """The value at ``path``; a field the record lacks is refused by name, not as a KeyError."""
-    value = record
-    for depth, key in enumerate(path):
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            refuse(source, path[:depth + 1], "is missing")
-    return value
-
-
 def fill(record: dict[str, Any], figures: Figures) -> None:
     """Store every derived figure in the record, creating the objects on its path as needed."""
     for figure in figures:

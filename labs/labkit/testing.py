@@ -15,27 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from .figures import Derive
-from .manifest import lab_for
+from .manifest import Lab, lab_for
 from .records import load_record
 from .summary import with_figures
 
 
-def lab_derive(main: Callable[..., int]) -> Derive | None:
-    """The derive of the lab whose benchmark ``main`` is (its lab.toml's figures module)."""
-    lab, _ = lab_for(inspect.getsourcefile(main) or "")
+def lab_derive(lab: Lab) -> Derive | None:
+    """The derive of ``lab``'s figures module (its lab.toml's ``figures``), if it has one."""
     return getattr(importlib.import_module(lab.figures), "derive", None) if lab.figures else None
-
-
-def read_derived(path: Path, schema: Path, derive: Derive | None) -> dict[str, Any]:
-    """A record file as the build reads it: validated, then with every figure derived from what it stores."""
-    return with_figures(load_record(path, schema), derive)
 
 
 def committed_record(source: str | Path) -> dict[str, Any]:
     """The reference record of the lab ``source`` (a test file) belongs to, as its views read it."""
     lab, root = lab_for(source)
-    derive = getattr(importlib.import_module(lab.figures), "derive", None) if lab.figures else None
-    return read_derived(root / lab.record, root / lab.schema, derive)
+    return with_figures(load_record(root / lab.record, root / lab.schema), lab_derive(lab))
 
 
 def run_quietly(main: Callable[..., int], argv: list[str], **kwargs: object) -> tuple[int, str]:
@@ -99,13 +92,8 @@ class QuickBenchmarkRun(unittest.TestCase):
     def record(self) -> dict[str, Any]:
         """The quick record as the views read it: what was measured, with every figure derived from it."""
         self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
-        return with_figures(load_record(self.path, self.schema), lab_derive(self.main))
-
-    @property
-    def raw_record(self) -> dict[str, Any]:
-        """The quick record as the benchmark wrote it: what was measured, no derived figure."""
-        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
-        return load_record(self.path, self.schema)
+        lab, _ = lab_for(inspect.getsourcefile(self.main) or "")
+        return with_figures(load_record(self.path, self.schema), lab_derive(lab))
 
 
 class ExistingRecordTest(unittest.TestCase):

@@ -21,6 +21,7 @@ from .formulas import (
     difference_bound,
     faster_dtype,
     probe_medians,
+    row_scaled,
     runs,
     tie_bound,
     trained_runs,
@@ -232,7 +233,7 @@ def check_trained(record: dict[str, Any], source: str) -> None:
     gate, tolerance = trained["equivalence"], trained["tolerance"]
     if gate["within_tolerance"] is not True or tolerance != TRAINED_TOLERANCES[trained["model"]["dtype"]]:
         refuse(source, ("trained", "equivalence"), "did not hold within the tolerance of the trained model's dtype")
-    if "row_steps" in tolerance and gate.get("max_row_steps", float("inf")) > tolerance["row_steps"]:
+    if row_scaled(tolerance) and gate.get("max_row_steps", float("inf")) > tolerance["row_steps"]:
         refuse(source, ("trained", "equivalence", "max_row_steps"), f"= {gate.get('max_row_steps')}, but a gate by "
                f"bfloat16 steps at each row's scale holds only within {tolerance['row_steps']} of them")
     bound = tie_bound(tolerance, gate["max_abs_reference"])
