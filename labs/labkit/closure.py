@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import threading
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,6 +34,17 @@ UNMEASURED = frozenset({
 })
 TEST_HELPERS = ("testing", "broken", "conftest")  # seeded fixtures and deliberately wrong variants: never measured
 DATA_SUFFIXES = (".c", ".h", ".json", ".toml", ".txt")  # files beside measured modules that code reads or builds
+# NOTE: CPython 3.11's ast module keeps its recursion-depth count per interpreter, not per thread: two threads
+# parsing at once (the build runs two labs' suites side by side, each keying its report on a closure) fail with
+# "SystemError: AST constructor recursion depth mismatch". Every parse here takes this lock.
+_PARSING = threading.Lock()
+
+
+def parse(path: Path) -> ast.Module:
+    """One file's syntax tree, parsed under _PARSING."""
+    source = path.read_text(encoding="utf-8")
+    with _PARSING:
+        return ast.parse(source, filename=str(path))
 
 
 @functools.cache
@@ -84,7 +96,7 @@ def imported_names(path: Path, root: Path, processes: bool = True) -> set[str]:
     module = module_name(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -119,7 +131,7 @@ def import_closure(start: Iterable[Path], context: Path | None, root: Path) -> s
 def launched_module(script: Path) -> str | None:
     """The module a lab's benchmark script hands to labkit.launch.launch (the call's string argument), or None
     for a script that is the benchmark itself."""
-    calls = [node for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
+    calls = [node for node in ast.walk(parse(script))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "launch"]
     if not calls:
         return None
@@ -171,11 +183,12 @@ def normalized_source(path: Path) -> bytes:
     and formatting never count), any other file's bytes."""
     if path.suffix != ".py":
         return path.read_bytes()
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse(path)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False).encode()
+    with _PARSING:  # dump walks the tree as the parser's constructor does
+        return ast.dump(tree, annotate_fields=False, include_attributes=False).encode()
