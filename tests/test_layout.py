@@ -205,9 +205,59 @@ def test_no_production_module_imports_a_test_helper_a_broken_variant_or_a_test_f
 
 
 def test_the_shared_models_import_no_lab() -> None:
-    """labs/llm/models sits below the labs: what it imports of the repository is its own (or labkit's)."""
-    models, labkit = ROOT / "labs" / "llm" / "models", ROOT / "labs" / "labkit"
+    """labs/llm/llm_models sits below the labs: what it imports of the repository is its own (or labkit's)."""
+    models, labkit = ROOT / "labs" / "llm" / "llm_models", ROOT / "labs" / "labkit"
     reached = {path.relative_to(ROOT).as_posix(): relative(file for file in imported_files(path, None)
                                                            if models not in file.parents and labkit not in file.parents)
                for path in source_files() if models in path.parents}
     assert len(reached) > 1 and reached == {name: set() for name in reached}
+
+
+# ---- mechanism below, records above: the code a benchmark times never imports a figures module ------------------
+
+def imported_figures(path: Path) -> set[str]:
+    """The labs' figures modules (lab.toml's ``figures``) that one file's import statements name, or a module
+    inside one; found on the syntax tree (labkit.closure.imported_names), inside functions too."""
+    names = closure.imported_names(path, ROOT, processes=False)
+    return {lab.figures for lab in discover_labs(ROOT) if lab.figures
+            and any(name == lab.figures or name.startswith(f"{lab.figures}.") for name in names)}
+
+
+def production_modules() -> dict[Path, tuple[str, str]]:
+    """Every module of a lab's packages but its test files, with the lab's name and what the module is:
+    'figures' (inside the lab's figures module), 'views', 'entry' (the module the launcher runs), 'test helper',
+    or 'mechanism' (the rest: what the benchmark times, and the torch-free modules it takes constants from)."""
+    found = {}
+    for lab in discover_labs(ROOT):
+        entry = closure.launched_module(ROOT / lab.benchmark[0])
+        for package in [p for p in (ROOT / lab.folder).iterdir() if (p / "__init__.py").is_file()]:
+            for path in sorted(package.rglob("*.py")):
+                if path.name.startswith("test_") or "__pycache__" in path.parts:
+                    continue
+                module = closure.module_name(path, ROOT)
+                kind = ("figures" if lab.figures and (module == lab.figures or module.startswith(f"{lab.figures}."))
+                        else "views" if module.split(".")[0] == lab.views
+                        else "entry" if module == entry
+                        else "test helper" if module.split(".")[-1] in closure.TEST_HELPERS
+                        else "mechanism")
+                found[path] = (lab.name, kind)
+    return found
+
+
+def test_no_mechanism_module_imports_a_figures_module() -> None:
+    """A constant or formula the timed code uses lives in a mechanism module, which the figures module imports
+    (and re-exports for the views and tests): so a derivation never stales a record, and a mechanism's constant
+    is measured where it is defined. The benchmark's entry may import its figures module, for ``derive``."""
+    modules = production_modules()
+    assert sum(kind == "mechanism" for _, kind in modules.values()) > 20  # the walk found the labs' mechanisms
+    offending = {path.relative_to(ROOT).as_posix(): sorted(imported_figures(path))
+                 for path, (_, kind) in modules.items() if kind == "mechanism" and imported_figures(path)}
+    assert offending == {}, "move what these take into a torch-free module of the mechanism; figures import it"
+
+
+def test_no_lab_imports_another_labs_figures_module() -> None:
+    """What two labs share lives below them (llm_models), not in one lab's figures module."""
+    own = {lab.name: lab.figures for lab in discover_labs(ROOT)}
+    offending = {path.relative_to(ROOT).as_posix(): sorted(imported_figures(path) - {own[name]})
+                 for path, (name, _) in production_modules().items() if imported_figures(path) - {own[name]}}
+    assert offending == {}, "move what several labs share into llm_models, and import it from there"

@@ -500,8 +500,8 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     dependency.write_text("A = 2\n")
     assert digest_of_tests(lab, tmp_path) != before
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
-    assert "labs/llm/models/llama/*.py" in serving.test_sources
-    assert any(ROOT.glob("labs/llm/models/llama/*.py"))
+    assert "labs/llm/llm_models/llama/*.py" in serving.test_sources
+    assert any(ROOT.glob("labs/llm/llm_models/llama/*.py"))
 
 
 # A record's strings, depth and text are bounded by the loader, whatever its lab's schema says: one line naming

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tomllib
 import unittest
-from pathlib import Path
 
 import torch
 
@@ -19,8 +18,9 @@ from kv_cache.memory import (
     whole_cache_bytes,
 )
 from kv_cache.model import DecoderBlock
+from llm_models.published import MODELS_FILE
 
-MODELS = tomllib.loads((Path(__file__).parent / "kv_cache" / "models.toml").read_text())["model"]
+MODELS = tomllib.loads(MODELS_FILE.read_text())["model"]
 
 
 def weights(model: dict) -> int:

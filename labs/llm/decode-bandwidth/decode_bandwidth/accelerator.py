@@ -2,8 +2,9 @@
 
 Arithmetic, labelled so on the page: no GPU ran here. The accelerator's bandwidth and flops are its datasheet's
 (llm_models.hardware); this CPU's are the read bandwidth and matrix rate a decode record measured (figures the build
-has checked). Both go through one formula for a Llama step (figures.formulas.llama_step_bytes) on one published
-configuration (the KV-cache lab's table), so every difference between the two columns is the machine's.
+has checked). Both go through one formula for a Llama step (decode_bandwidth.traffic.llama_step_bytes) on one
+published configuration (llm_models.published, the KV-cache page's table), so every difference between the two
+columns is the machine's.
 
 Not a figure of the record, on purpose: a record holds what its run measured and derived from that, and no run
 measures an accelerator. The page computes this at build time, from the checked record and published constants.
@@ -18,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kv_cache.figures import model as published_model
-from kv_cache.figures import weight_bytes as published_weight_bytes
-from kv_cache.memory import tokens_that_fit
 from llm_models.hardware import H100_SXM, Accelerator
+from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes, tokens_that_fit
+from llm_models.published import model as published_model
+from llm_models.published import weight_bytes as published_weight_bytes
 
-from .figures.formulas import BYTES_PER_ELEMENT, headline_key, kv_bytes, llama_step_bytes
+from .grid import headline_key
+from .traffic import llama_step_bytes
 
 MODEL = "Llama-3-8B"  # the published model both columns price: the KV-cache page's example
 LONG_CONTEXT = 8192  # a long chat: the context of the capacity question and of the long-context batch
@@ -65,7 +67,7 @@ def this_cpu(record: Mapping[str, Any]) -> Machine:
 
 
 def llama_model(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A row of the KV-cache lab's table of published configurations, in the keys this lab's formulas read."""
+    """A row of the table of published configurations (llm_models.published), in the keys this lab's formulas read."""
     return {"vocab_size": entry["vocab"], "width": entry["hidden"], "layers": entry["layers"], "heads": entry["heads"],
             "kv_heads": entry["kv_heads"], "head_dim": entry["head_dim"], "hidden": entry["intermediate"],
             "max_positions": entry["positions"], "tie_embeddings": entry["tied_embeddings"]}

@@ -1,6 +1,6 @@
 """The floor a decode step cannot beat on a given machine: the bytes it must move ÷ sustained read bandwidth.
 
-Bytes per step, from the configuration alone (the formulas are decode_bandwidth.figures', torch-free,
+Bytes per step, from the configuration alone (the formulas are decode_bandwidth.traffic's, torch-free,
 so the site checks a record with the same code):
 
 - every weight a step multiplies by, read once: each layer's matrices and
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
+from . import traffic
 from .compiled import compiled_row_dot
 from .config import DecoderConfig
-from .figures import formulas
-from .figures.formulas import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
+from .floors import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -54,19 +54,19 @@ class StepBytes:
 
 
 def weight_bytes(config: DecoderConfig) -> int:
-    """Every weight element a step reads whole, times its size (decode_bandwidth.formulas.weight_bytes)."""
-    return formulas.weight_bytes(config.as_record(), config.bytes_per_element)
+    """Every weight element a step reads whole, times its size (decode_bandwidth.traffic.weight_bytes)."""
+    return traffic.weight_bytes(config.as_record(), config.bytes_per_element)
 
 
 def step_bytes(config: DecoderConfig, batch: int, context: int) -> StepBytes:
-    """What one decode step at ``context`` attended positions must move (decode_bandwidth.formulas.step_bytes)."""
-    needed = formulas.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    """What one decode step at ``context`` attended positions must move (decode_bandwidth.traffic.step_bytes)."""
+    needed = traffic.step_bytes(config.as_record(), config.bytes_per_element, batch, context)
     return StepBytes(**{name: value for name, value in needed.items() if name != "total"})
 
 
 def kv_crossover(config: DecoderConfig) -> float:
-    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.formulas.kv_crossover)."""
-    return formulas.kv_crossover(config.as_record())
+    """The B x T at which a step's KV reads equal its weight reads (decode_bandwidth.traffic.kv_crossover)."""
+    return traffic.kv_crossover(config.as_record())
 
 
 def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]:
@@ -102,7 +102,7 @@ def stream_buffer_bytes(llc: int | None) -> int:
 
 def read_kernels(buffer: torch.Tensor, row_dot: Callable[[torch.Tensor, torch.Tensor, None], torch.Tensor]
                  ) -> dict[str, Callable[[], object]]:
-    """Five ways to read a float32 buffer once, each by a different kernel (formulas.READ_KERNELS says how).
+    """Five ways to read a float32 buffer once, each by a different kernel (floors.READ_KERNELS says how).
     The floor takes the fastest: a timed step whose kernels stream faster than a plain sum would otherwise
     beat its own floor. The last is ours-compiled's own one-row kernel, compiled here for this shape."""
     half = buffer.numel() // 2

@@ -29,18 +29,13 @@ from decode_bandwidth.compiled import CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
 from decode_bandwidth.figures import formulas
-from decode_bandwidth.figures.formulas import (
-    ATOL,
-    BASELINE,
-    MIN_BANDWIDTH_PASSES,
-    MODES,
-    READ_KERNELS,
-    RTOL,
-    TARGETS,
-    WALL_TIME_TARGET_S,
-)
+from decode_bandwidth.figures.formulas import TARGETS, WALL_TIME_TARGET_S
+from decode_bandwidth.floors import MATMUL_SIZES, MIN_BANDWIDTH_PASSES, READ_KERNELS
+from decode_bandwidth.grid import ATOL, BASELINE, MODES, RTOL, Group
+from decode_bandwidth.grid import grid as timed_groups
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
+from decode_bandwidth.llama_modes import LLAMA_PRESETS
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.profile import minor_faults, profile_step
 from decode_bandwidth.workloads import client_run, step_runners
@@ -90,7 +85,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "into an empty inductor cache, so the recorded compile times are a fresh machine's; reuse: inductor's usual "
         "cache, faster for smoke runs (default: %(default)s)")
     add("--llama-preset", default="smollm2", help=f"the Llama model timed beside the grid at batch 1, float32, over "
-        f"--contexts at --threads and --variant-threads: {', '.join(formulas.LLAMA_PRESETS)} (default: %(default)s)")
+        f"--contexts at --threads and --variant-threads: {', '.join(LLAMA_PRESETS)} (default: %(default)s)")
     bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
               "variant_batches": (1, 256), "equivalence_prefix": (1, 1 << 20), "equivalence_steps": (1, 1024),
               "prompt": (1, 1 << 20), "new_tokens": (1, 4096), "client_runs": (1, 100),
@@ -104,8 +99,8 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Everything that would fail later, refused now in one line, before any model is built."""
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is unknown; choose one of {', '.join(sorted(PRESETS))}")
-    if args.llama_preset not in formulas.LLAMA_PRESETS:
-        parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(formulas.LLAMA_PRESETS)}")
+    if args.llama_preset not in LLAMA_PRESETS:
+        parser.error(f"--llama-preset {args.llama_preset!r} is unknown; choose one of {', '.join(LLAMA_PRESETS)}")
     positions = PRESETS[args.preset].max_positions
     for name, needed in (("contexts", max(args.contexts)),
                          ("equivalence-prefix + --equivalence-steps", args.equivalence_prefix + args.equivalence_steps),
@@ -142,9 +137,9 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.variant_threads = None
 
 
-def grid(args: argparse.Namespace) -> list[formulas.Group]:
+def grid(args: argparse.Namespace) -> list[Group]:
     """(dtype, threads, batch, context) of every timed group: the headline grid, then the variants."""
-    return formulas.grid(vars(args))
+    return timed_groups(vars(args))
 
 
 def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
@@ -159,7 +154,7 @@ def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes:
         bandwidth[str(threads)] = read_bandwidth(buffer, passes, args.device)
         for dtype in dtypes:
             arithmetic[f"{dtype}/{threads}"] = matmul_throughput(DTYPES[dtype], 3, args.device,
-                                                                 formulas.MATMUL_SIZES.get(dtype, 1024))
+                                                                 MATMUL_SIZES.get(dtype, 1024))
     torch.set_num_threads(args.threads)
     return {"last_level_cache_bytes": llc, "last_level_cache_source": source, "buffer_bytes": buffer,
             "bandwidth": bandwidth, "matmul": arithmetic}
@@ -306,7 +301,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
         else:
             bench.progress(f"building the {dtype} copies of both models (the same weights, rounded)")
             model = Decoder(base.with_dtype(DTYPES[dtype]), device)
-            # The variant dtype is timed at the headline thread count only (formulas.grid).
+            # The variant dtype is timed at the headline thread count only (decode_bandwidth.grid).
             models[dtype] = (model, compiled_twin(model, [args.threads], compile_s), hf_model(model))
             bench.progress(f"layout: each matrix kind at batch 1 in {dtype}")
             with torch.inference_mode():

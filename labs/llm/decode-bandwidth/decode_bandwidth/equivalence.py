@@ -11,7 +11,7 @@ from transformers import DynamicCache, GPT2LMHeadModel, StaticCache
 from labkit import harness
 
 from .cache import PreallocatedCache
-from .figures.formulas import ATOL, RTOL
+from .grid import ATOL, RTOL
 from .model import Decoder
 
 BATCH = 2

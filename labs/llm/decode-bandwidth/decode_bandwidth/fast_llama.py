@@ -33,7 +33,7 @@ from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder, rms_norm
 
 from .compiled import compile_static
-from .figures.formulas import LLAMA_KINDS
+from .llama_modes import LLAMA_KINDS
 from .matvec import KERNELS, Kernel, Prepared
 
 Region = Callable[..., Tensor]

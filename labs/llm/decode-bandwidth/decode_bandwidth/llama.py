@@ -36,9 +36,8 @@ from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
 from llm_models.texts import PYTHON_REFERENCE
 
-from . import matvec, native
+from . import llama_modes, matvec, native
 from .fast_llama import FastLlama, fused_matrices
-from .figures import formulas
 from .hf import rewind
 from .int8_quality import int8_quality
 from .quantize import dequantized_state_dict
@@ -73,7 +72,7 @@ def llama_pair(preset: str, seed: int) -> tuple[LlamaDecoder, LlamaForCausalLM, 
 def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) -> list[tuple[Tensor, Tensor]]:
     """Per layer, (1, Hkv, cached, D) keys and values drawn from ``generator``."""
     config = model.config
-    shape = (formulas.LLAMA_BATCH, config.kv_heads, cached, config.head_dim)
+    shape = (llama_modes.LLAMA_BATCH, config.kv_heads, cached, config.head_dim)
     return [(torch.randn(shape, generator=generator).to(config.dtype),
              torch.randn(shape, generator=generator).to(config.dtype)) for _ in range(config.layers)]
 
@@ -88,7 +87,7 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
     device = model.device
     cached = context - 1
     layers = [(keys.to(device), values.to(device)) for keys, values in random_layers(model, cached, generator)]
-    ours = model.new_cache(formulas.LLAMA_BATCH, context)  # room for exactly the T positions the step attends over
+    ours = model.new_cache(llama_modes.LLAMA_BATCH, context)  # room for exactly the T positions the step attends over
     for store, (keys, values) in zip(ours, layers, strict=True):
         store.keys[:, :, :cached] = keys
         store.values[:, :, :cached] = values
@@ -96,7 +95,7 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
     # Copies: transformers' cache concatenates onto its tensors, ours writes into its own buffers.
     theirs = (DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in layers]) if cached
               else DynamicCache(config=reference.config))
-    token = torch.randint(0, model.config.vocab_size, (formulas.LLAMA_BATCH, 1), generator=generator).to(device)
+    token = torch.randint(0, model.config.vocab_size, (llama_modes.LLAMA_BATCH, 1), generator=generator).to(device)
     sync = synchronizer(device)
     held: list[Tensor] = []  # the step's logits live here until the reset: freeing them is outside the clock
 
@@ -130,7 +129,7 @@ def own_cache_runner(step: Callable[[Tensor, list[LayerCache]], Tensor], model: 
     """``step`` (a fast twin's, or our decoder's on other weights) over its own copy of the cache contents, in
     ``model``'s cache layout, and its reset."""
     cached = context - 1
-    cache = model.new_cache(formulas.LLAMA_BATCH, context)
+    cache = model.new_cache(llama_modes.LLAMA_BATCH, context)
     for store, (keys, values) in zip(cache, layers, strict=True):
         store.keys[:, :, :cached] = keys
         store.values[:, :, :cached] = values
@@ -159,18 +158,18 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
         step()
         logits[mode] = held[-1].float().clone()
         reset()
-    entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], formulas.LLAMA_ATOL, formulas.LLAMA_RTOL,
+    entry = harness.compare(logits["ours-prealloc"], logits["hf-dynamic"], llama_modes.LLAMA_ATOL, llama_modes.LLAMA_RTOL,
                             f"Llama ours-prealloc differs from hf-dynamic at context {context}")
-    fast = {mode: harness.compare(logits[mode], logits[reference_of(mode)], formulas.LLAMA_FAST_ATOL,
-                                  formulas.LLAMA_FAST_RTOL, f"Llama {mode} differs from {reference_of(mode)} at "
+    fast = {mode: harness.compare(logits[mode], logits[reference_of(mode)], llama_modes.LLAMA_FAST_ATOL,
+                                  llama_modes.LLAMA_FAST_RTOL, f"Llama {mode} differs from {reference_of(mode)} at "
                                   f"context {context}")
-            for mode in formulas.LLAMA_FAST if mode in logits}
+            for mode in llama_modes.LLAMA_FAST if mode in logits}
     return {"context": context, **entry, "fast": fast}
 
 
 def reference_of(mode: str) -> str:
     """The untimed step a fast mode must equal: ours-prealloc, or for int8 weights ours on their round trip."""
-    return ROUND_TRIP if formulas.LLAMA_WEIGHTS[mode] == "int8" else formulas.LLAMA_REFERENCE
+    return ROUND_TRIP if llama_modes.LLAMA_WEIGHTS[mode] == "int8" else llama_modes.LLAMA_REFERENCE
 
 
 # ---- the benchmark's trained-model section: load and check before timing, then the rotated repetitions ----
@@ -195,14 +194,14 @@ def prepare(args: argparse.Namespace, threads: list[int],
     torch.set_num_threads(threads[0])
     kernels = kernel_table(model, threads[0], kernel_ns)
     fast = {}
-    for mode, (weight_format, compiled) in formulas.LLAMA_FAST.items():
-        fast[mode] = FastLlama(model, kernels["chosen"][formulas.kernel_set(weight_format, compiled)], compiled)
+    for mode, (weight_format, compiled) in llama_modes.LLAMA_FAST.items():
+        fast[mode] = FastLlama(model, kernels["chosen"][llama_modes.kernel_set(weight_format, compiled)], compiled)
         bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
         kernels["warm_s"][mode] = fast[mode].warm()
     with torch.inference_mode():
         for context in args.contexts:
             bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers, "
-                           f"the float32 fast modes against ours, {formulas.LLAMA_INT8} against ours on the int8 "
+                           f"the float32 fast modes against ours, {llama_modes.LLAMA_INT8} against ours on the int8 "
                            "round trip")
             runners[context] = step_runners(model, reference, context, generator, fast, round_trip)
             checks.append(check_step(*runners[context], context))
@@ -216,22 +215,22 @@ def kernel_table(model: LlamaDecoder, threads: int,
     and per format the fastest per kind: the fast modes' kernels, chosen by this measurement. ``supplied_ns``
     (kind -> kernel -> ns) stands in for the timings, so a test runs each outcome of the choice on any CPU (the
     compiled set's fallback when oneDNN wins, either int8 kernel); the record says so."""
-    runs, missing = matvec.available([name for names in formulas.KERNEL_CANDIDATES.values() for name in names])
+    runs, missing = matvec.available([name for names in llama_modes.KERNEL_CANDIDATES.values() for name in names])
     how = "timed" if supplied_ns is None else "supplied"
     bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)"
                    + ("" if supplied_ns is None else "; timings supplied by the caller, not measured"))
     with torch.inference_mode():
-        rows = matvec.measure(fused_matrices(model), runs, formulas.KERNEL_PASSES, supplied_ns=supplied_ns)
+        rows = matvec.measure(fused_matrices(model), runs, llama_modes.KERNEL_PASSES, supplied_ns=supplied_ns)
     traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
     chosen = {}
-    for weight_format, compiled in sorted(set(formulas.LLAMA_FAST.values())):
-        present = formulas.set_candidates(weight_format, compiled, runs, traceable)
+    for weight_format, compiled in sorted(set(llama_modes.LLAMA_FAST.values())):
+        present = llama_modes.set_candidates(weight_format, compiled, runs, traceable)
         if not present:
             raise RuntimeError(f"no {weight_format} kernel{' a compiled region can trace' if compiled else ''} runs "
                                "here: " + "; ".join(f"{name}: {why}" for name, why in missing.items()))
-        chosen[formulas.kernel_set(weight_format, compiled)] = {
-            row["kind"]: formulas.fastest_kernel(row, present) for row in rows}
-    return {"threads": threads, "passes": formulas.KERNEL_PASSES, "timings": how, "unavailable": missing,
+        chosen[llama_modes.kernel_set(weight_format, compiled)] = {
+            row["kind"]: llama_modes.fastest_kernel(row, present) for row in rows}
+    return {"threads": threads, "passes": llama_modes.KERNEL_PASSES, "timings": how, "unavailable": missing,
             "descriptions": {name: matvec.KERNELS[name].description for name in runs},
             "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
             "chosen": chosen, "native_build_s": native.build().seconds, "warm_s": {}}
@@ -256,11 +255,11 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
 
                 label = f"Llama {count}t context {context}"
                 with torch.inference_mode():
-                    order, durations = harness.time_rotated(formulas.LLAMA_MODES, run, args.repeats, args.warmup, progress,
+                    order, durations = harness.time_rotated(llama_modes.LLAMA_MODES, run, args.repeats, args.warmup, progress,
                                                             label)
                 groups.append({"threads": count, "context": context, "order": order})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
-                          for mode in formulas.LLAMA_MODES]
+                          for mode in llama_modes.LLAMA_MODES]
                 progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
                                                               for m, d in durations.items()))
     finally:
@@ -269,11 +268,11 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
     torch.set_num_threads(args.threads)
     return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
             "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
-            "batch": formulas.LLAMA_BATCH, "dtype": formulas.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
-            "repeats": args.repeats, "warmup": args.warmup, "modes": formulas.LLAMA_MODES, "baseline": formulas.LLAMA_BASELINE,
+            "batch": llama_modes.LLAMA_BATCH, "dtype": llama_modes.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
+            "repeats": args.repeats, "warmup": args.warmup, "modes": llama_modes.LLAMA_MODES, "baseline": llama_modes.LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
-            "tolerance": {"atol": formulas.LLAMA_ATOL, "rtol": formulas.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
-            "fast_tolerance": {"atol": formulas.LLAMA_FAST_ATOL, "rtol": formulas.LLAMA_FAST_RTOL},
+            "tolerance": {"atol": llama_modes.LLAMA_ATOL, "rtol": llama_modes.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
+            "fast_tolerance": {"atol": llama_modes.LLAMA_FAST_ATOL, "rtol": llama_modes.LLAMA_FAST_RTOL},
             "kernels": prepared["kernels"], "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
@@ -283,18 +282,18 @@ def measure_quality(prepared: dict[str, Any], threads: int, seed: int) -> dict[s
     """The int8 round trip against float32 (decode_bandwidth.int8_quality): over the long text and one greedy
     answer for the trained model; over seeded random tokens for a random one. Untimed, at ``threads``."""
     model, chat = prepared["model"], prepared["chat"]
-    positions = formulas.quality_positions(model.config.max_positions)
+    positions = llama_modes.quality_positions(model.config.max_positions)
     if chat is not None:
         text = PYTHON_REFERENCE
         ids = torch.tensor([chat.encode(text.read())[:positions + 1]])
-        prompt = chat.chat_ids([{"role": "user", "content": formulas.QUALITY_PROMPT}])
-        source: dict[str, Any] = {"text": text.name, "sha256": text.sha256, "prompt": formulas.QUALITY_PROMPT}
+        prompt = chat.chat_ids([{"role": "user", "content": llama_modes.QUALITY_PROMPT}])
+        source: dict[str, Any] = {"text": text.name, "sha256": text.sha256, "prompt": llama_modes.QUALITY_PROMPT}
     else:
         generator = torch.Generator().manual_seed(seed + 5)
         ids = torch.randint(0, model.config.vocab_size, (1, positions + 1), generator=generator)
         prompt = torch.randint(0, model.config.vocab_size, (8,), generator=generator).tolist()
         source = {"text": f"seeded random tokens, seed {seed + 5}", "sha256": None, "prompt": None}
-    new_tokens = min(formulas.QUALITY_NEW_TOKENS, model.config.max_positions - len(prompt))
+    new_tokens = min(llama_modes.QUALITY_NEW_TOKENS, model.config.max_positions - len(prompt))
     bench.progress(f"Llama quality: float32 and the int8 round trip over {positions} positions, then one greedy "
                    f"answer of {new_tokens} tokens each, {threads} thread(s)")
     torch.set_num_threads(threads)

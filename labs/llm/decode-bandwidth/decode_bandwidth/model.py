@@ -30,7 +30,7 @@ from llm_models.attention import causal_attention
 
 from .cache import ConcatCache, PreallocatedCache
 from .config import DecoderConfig
-from .figures.formulas import LAYOUT
+from .grid import LAYOUT
 
 
 def _draw(shape: tuple[int, ...], std: float, generator: torch.Generator) -> Tensor:
@@ -55,7 +55,7 @@ class DecoderLayer(nn.Module):
     """Pre-norm: x + attention(norm(x)), then x + mlp(norm(x)), as GPT-2."""
 
     # The layout of each weight matrix: (in, out) for addmm, (out, in) for F.linear (see the module docstring);
-    # decode_bandwidth.figures holds it, so the site checks the record's layout rows against the same table.
+    # decode_bandwidth.grid holds it (torch-free), so the site checks the record's layout rows against the same table.
     LAYOUT = LAYOUT
 
     def __init__(self, config: DecoderConfig, generator: torch.Generator) -> None:

@@ -14,9 +14,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from labkit.summary import median
 
+from . import traffic
 from .config import DecoderConfig
-from .figures import formulas
-from .figures.formulas import KINDS
+from .traffic import KINDS
 
 
 def minor_faults() -> int:
@@ -31,8 +31,8 @@ def matrix_kinds(config: DecoderConfig) -> dict[tuple[int, int], str]:
 
 
 def kind_bytes(config: DecoderConfig, batch: int, context: int) -> dict[str, int]:
-    """The bytes each kind must read per step (decode_bandwidth.formulas.kind_bytes)."""
-    return formulas.kind_bytes(config.as_record(), config.bytes_per_element, batch, context)
+    """The bytes each kind must read per step (decode_bandwidth.traffic.kind_bytes)."""
+    return traffic.kind_bytes(config.as_record(), config.bytes_per_element, batch, context)
 
 
 def classify(name: str, shapes: list[list[int]], kinds: dict[tuple[int, int], str]) -> str:

@@ -7,13 +7,12 @@ The shared timing statistics (min/median/max, speedups) come from labkit.summary
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from labkit.figures import Figures, refuse, tolerance_bound
+from llm_models.published import WEIGHT_BITS as WEIGHT_BITS
+from llm_models.published import model, models, weight_bytes
 
 from .memory import KV_FORMATS, kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 
@@ -22,14 +21,13 @@ BASELINE = "full"
 WORKED_EXAMPLE = 128  # positions: the article's worked example of the byte formula
 MASK_EXAMPLE = (5, 7)  # (new queries, cached prefix): the chunked-prefill test's chunk, drawn on the page
 
-# Real models' caches, priced by kv_cache.memory from models.toml (published configurations).
-MODELS_FILE = Path(__file__).with_name("models.toml")
+# Real models' caches, priced by kv_cache.memory from the published configurations (llm_models.published, shared
+# with the accelerator arithmetic of the decode and serving pages).
 TABLE_FORMATS = ("float16", "fp8", "q4_0")  # the formats the page's table prices (the calculator offers them all)
 BASE_FORMAT, SMALL_FORMAT = "float16", "q4_0"  # the capacity question's two caches: 16-bit, and llama.cpp's 4.5 bits
 CONTEXTS = (8 * 1024, 128 * 1024)  # tokens: "8k" and "128k"
 GIB = 2**30
 MEMORY_GIB = 80  # one accelerator's memory, in GiB
-WEIGHT_BITS = 16  # the weights beside the cache are fp16 (or bf16): 2 bytes per parameter
 EXAMPLE_MODEL = "Llama-3-8B"  # the model the key results and the capacity question price
 EXAMPLE_BATCH = 16  # the capacity question: 16 sequences of CONTEXTS[0] tokens in float16, beside the weights
 SMALL_MODEL = "GPT-2 small"  # what the example model's bytes per token are set against: 12 heads, no grouping
@@ -86,23 +84,9 @@ def projections(steps: int) -> tuple[int, int]:
     return steps * (steps + 1) // 2, steps
 
 
-@cache  # a deliberate cache: the file is read once per process
-def models() -> tuple[dict[str, Any], ...]:
-    """The published configurations of kv_cache/models.toml, in its order."""
-    return tuple(tomllib.loads(MODELS_FILE.read_text(encoding="utf-8"))["model"])
-
-
-def model(name: str) -> dict[str, Any]:
-    return next(m for m in models() if m["name"] == name)
-
-
 def per_token(entry: dict[str, Any], fmt: str) -> float:
     """Bytes one token adds to a real model's cache in ``fmt`` (kv_cache.memory.kv_bytes_per_token)."""
     return kv_bytes_per_token(entry["layers"], entry["kv_heads"], entry["head_dim"], KV_FORMATS[fmt])
-
-
-def weight_bytes(entry: dict[str, Any]) -> float:
-    return entry["parameters"] * WEIGHT_BITS / 8
 
 
 def fit(entry: dict[str, Any], fmt: str, memory_gib: float = MEMORY_GIB) -> int:
@@ -205,7 +189,7 @@ def check_trained(record: dict[str, Any], source: str) -> None:
 def derive(record: dict[str, Any]) -> Figures:
     """Per length, the byte formula's count for the record's config; the bytes per position and at the worked
     example; the decode steps compared; the positions each path projects over the longest loop; the trained
-    model's answers compared; and the real models' caches priced from models.toml."""
+    model's answers compared; and the real models' caches priced from the published configurations."""
     config, batch = record["config"]["model"], record["config"]["benchmark"]["batch"]
     figures = Figures()
     for index, entry in enumerate(record["lengths"]):
@@ -224,6 +208,6 @@ def derive(record: dict[str, Any]) -> Figures:
                 "comparing the cached and the full-recompute float32 answers")
     figures.add(("trained", "bfloat16_parts_at"), first_difference(exact["ids"], section["bfloat16"]["ids"]),
                 "the first token where the bfloat16 answer differs from the float32 one")
-    figures.add_each(("capacity",), capacity(), "kv_cache/models.toml priced by kv_cache.memory")
+    figures.add_each(("capacity",), capacity(), "llm_models/published/models.toml priced by kv_cache.memory")
     figures.add_each(("cached_read",), cached_read(record), "the cached mode's per-step medians and stored regime")
     return figures

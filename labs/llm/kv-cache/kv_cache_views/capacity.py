@@ -1,7 +1,8 @@
 """Real models' caches: the table of published configurations and the page's calculator. The record stores
 each model's bytes per token, cache per context and tokens that fit (kv_cache.figures.capacity, priced by
-kv_cache.memory.kv_bytes_per_token from kv_cache/models.toml); the calculator's JavaScript repeats that one
-formula in the browser, and tests/test_browser.py checks the two agree for every model and format."""
+llm_models.kv_bytes.kv_bytes_per_token from llm_models/published/models.toml); the calculator's JavaScript
+repeats that one formula in the browser, and tests/test_browser.py checks the two agree for every model and
+format."""
 
 from __future__ import annotations
 

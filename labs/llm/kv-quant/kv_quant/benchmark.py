@@ -29,20 +29,11 @@ from labkit.manifest import lab_for
 
 from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache
-from .config import CacheFormat
+from .config import FP8_SMALLEST_NORMAL, CacheFormat, format_of
 from .entries import random_entries
 from .errors import error_chain
-from .figures import (
-    BUDGET_BYTES,
-    FP8_SMALLEST_NORMAL,
-    REFERENCE,
-    SERVING,
-    TEXT,
-    TRAINED_LABELS,
-    WALL_TIME_LIMIT_S,
-    derive,
-    format_of,
-)
+from .evaluation import REFERENCE, TEXT, TRAINED_LABELS
+from .figures import BUDGET_BYTES, SERVING, WALL_TIME_LIMIT_S, derive
 
 LAB, ROOT = lab_for(__file__)
 FORMATS = (

@@ -22,12 +22,12 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from kv_cache.memory import kv_cache_bytes
+from llm_models.cache_formats import formula_bytes
+from llm_models.kv_bytes import kv_cache_bytes
 
 from . import codecs
 from .codecs import Fields
 from .config import FP8_MAX, CacheFormat
-from .figures import formula_bytes
 
 TOKEN_AXIS = -2  # every stored field keeps tokens (or token groups) second to last
 
@@ -117,7 +117,7 @@ class QuantizedKVCache:
         return sum(t.numel() * t.element_size() for t in self.stored().values())
 
     def formula_bytes(self, tokens: int | None = None) -> int:
-        """The format's formula (kv_quant.figures.formula_bytes) at ``tokens`` positions, default now."""
+        """The format's formula (llm_models.cache_formats.formula_bytes) at ``tokens`` positions, default now."""
         tokens = self._length if tokens is None else tokens
         residual_bytes = torch.empty((), dtype=self.dtype).element_size()  # kivi's residual: the model's dtype
         return formula_bytes(self.fmt, self.batch, self.kv_heads, self.head_dim, tokens, residual_bytes)

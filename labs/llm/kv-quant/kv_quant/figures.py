@@ -1,88 +1,30 @@
-"""Each cache format's byte formula, its effective bits per element, and what fits a byte budget.
+"""Each cache format's effective bits per element and what fits a byte budget, the record's derived figures and
+what its raw data must satisfy.
 
-Torch-free: the page, the serving lab's admission and the site build budget with these without torch.
-The caches in kv_quant.cache count their bytes from the tensors they hold; the tests prove the two agree
-at every length. Scales and zero points are float32 (4 bytes; this lab's model dtype, and quanto and KIVI
-keep theirs in the activations' dtype), so the round-trip bound needs no scale rounding; llama.cpp's
-blocks keep one fp16 scale (2 bytes), and its tests show what that rounding costs.
+Torch-free: the page and the site build budget with these without torch. Each format's byte formula is the
+mechanism's (llm_models.cache_formats, shared with the serving lab's admission): the caches in kv_quant.cache
+count their bytes from the tensors they hold, and the tests prove the two agree at every length. Scales and
+zero points are float32 (4 bytes; this lab's model dtype, and quanto and KIVI keep theirs in the activations'
+dtype), so the round-trip bound needs no scale rounding; llama.cpp's blocks keep one fp16 scale (2 bytes), and
+its tests show what that rounding costs.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from kv_cache.memory import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 from labkit.bootstrap import LEVEL, RESAMPLES, SEED, interval
 from labkit.figures import Figures, JsonPath, refuse
 from labkit.summary import median
-from llm_models.texts import PYTHON_REFERENCE
+from llm_models.cache_formats import block_bytes, formula_bytes, per_token_head_bytes
+from llm_models.cache_formats import kivi_split as kivi_split  # re-exported: the tests draw the split from here
+from llm_models.generations import first_departure
+from llm_models.kv_bytes import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 
-from .config import FP8_MAX, GGML_BLOCK, CacheFormat
-
-META_BYTES = 4  # one float32 scale or zero point (the model's dtype)
-GGML_SCALE_BYTES = 2  # llama.cpp's ggml_half d
-
-
-def kivi_residual_range(fmt: CacheFormat) -> tuple[int, int]:
-    """The fewest and most tokens KIVI's exact residual holds once groups leave it: R to R + G - 1."""
-    return fmt.residual, fmt.residual + fmt.group_size - 1
-
-
-def kivi_split(fmt: CacheFormat, tokens: int) -> tuple[int, int]:
-    """(quantized, residual) tokens after ``tokens`` appends: whole groups of G leave the residual once it
-    holds R + G, so the residual keeps between R and R + G - 1 tokens and never splits a key group."""
-    if tokens <= kivi_residual_range(fmt)[1]:
-        return 0, tokens
-    quantized = fmt.group_size * ((tokens - fmt.residual) // fmt.group_size)
-    return quantized, tokens - quantized
-
-
-def per_token_head_bytes(fmt: CacheFormat, head_dim: int) -> float:
-    """Bytes one token costs per key/value head (keys and values together), ignoring any per-layer
-    constant (fp8's scales) and any full-precision residual (kivi's): the long-context rate. A side the
-    format leaves unquantized (``sides``) costs float32's 4 bytes per element."""
-    fmt.check_head_dim(head_dim)
-    d, g = head_dim, fmt.group_size
-    per_side = {
-        "float32": 4 * d,
-        "bfloat16": 2 * d,
-        "int8": d + META_BYTES,  # int8 codes + one scale per token
-        "int4": d / 2 + 2 * META_BYTES * d / g,  # packed nibbles + a scale and a zero per group
-        "q8_0": d // GGML_BLOCK * (GGML_SCALE_BYTES + GGML_BLOCK),  # block_q8_0: 34 bytes per 32 values
-        "q4_0": d // GGML_BLOCK * (GGML_SCALE_BYTES + GGML_BLOCK // 2),  # block_q4_0: 18 bytes per 32 values
-        "fp8": d,
-    }
-    if fmt.name == "kivi":  # keys: a scale and zero per channel per G tokens; values: per G channels per token
-        codes = d * fmt.bits / 8
-        return (codes + 2 * META_BYTES * d / g) + (codes + 2 * META_BYTES * d / g)
-    return sum(per_side[fmt.name] if fmt.quantizes(side) else per_side["float32"] for side in ("keys", "values"))
-
-
-def formula_bytes(fmt: CacheFormat, batch: int, kv_heads: int, head_dim: int, tokens: int,
-                  residual_bytes: int = 4) -> int:
-    """Bytes of one layer's cache after ``tokens`` positions, from the format's definition alone
-    (``residual_bytes``: one element of kivi's full-precision residual, the model's dtype)."""
-    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("head_dim", head_dim)):
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-    if tokens < 0:
-        raise ValueError(f"tokens must be at least 0, got {tokens}")
-    fmt.check_head_dim(head_dim)
-    rows = batch * kv_heads
-    if fmt.name == "kivi":
-        quantized, residual = kivi_split(fmt, tokens)
-        d, g, codes = head_dim, fmt.group_size, head_dim * fmt.bits // 8
-        keys = quantized * codes + (quantized // g) * d * 2 * META_BYTES
-        values = quantized * codes + quantized * (d // g) * 2 * META_BYTES
-        return rows * (keys + values + 2 * residual * d * residual_bytes)
-    total = rows * tokens * per_token_head_bytes(fmt, head_dim)
-    if fmt.name == "fp8":  # one float32 scale for keys and one for values, per layer or per key/value head
-        total += 2 * META_BYTES * (kv_heads if fmt.scale == "head" else 1)
-    return int(total)
+from .config import FP8_MAX, CacheFormat, format_of
+from .evaluation import REFERENCE, SPLIT, TEXT, TRAINED_LABELS
 
 
 def bits_per_element(fmt: CacheFormat, head_dim: int) -> float:
@@ -125,20 +67,6 @@ def naive_tokens(budget: int, batch: int, kv_heads: int, head_dim: int, bits: fl
 
 # --- serving: what a budget admits when blocks are priced in a format's real bytes ------------------------
 
-def block_bytes(fmt: CacheFormat, layers: int, block_size: int, kv_heads: int, head_dim: int) -> int:
-    """Keys and values of one serving block (``block_size`` positions in every layer) at the format's
-    long-run rate, rounded up to a whole byte. KIVI is refused: its full-precision residual belongs to a
-    request, not to a block. fp8's per-layer scales (8 bytes a layer) are a constant of the server, not of
-    a block, and are left out."""
-    if fmt.name == "kivi":
-        raise ValueError("kivi keeps a full-precision residual per request, not per block: "
-                         "price it per request with formula_bytes")
-    for name, value in (("layers", layers), ("block_size", block_size), ("kv_heads", kv_heads)):
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-    return math.ceil(layers * kv_heads * block_size * per_token_head_bytes(fmt, head_dim))
-
-
 def admitted_requests(fmt: CacheFormat, budget_bytes: int, layers: int, block_size: int, kv_heads: int,
                       head_dim: int, positions: int) -> int:
     """Requests of ``positions`` cached positions each whose reserved blocks fit ``budget_bytes``."""
@@ -150,62 +78,15 @@ def admitted_requests(fmt: CacheFormat, budget_bytes: int, layers: int, block_si
 
 # --- the record: its constants, every derived figure, and what its raw data must satisfy ------------------
 
-TEXT = PYTHON_REFERENCE  # the evaluation text: written by others, kept with its digest (llm_models.texts)
 WALL_TIME_LIMIT_S = 300.0  # the whole benchmark, load and all, on the two-core machines the site targets
 BUDGET_BYTES = 256 * 2**20  # the fixed budget of the "what fits" table: the whole model's cache
 # The serving lab's model and default byte budget (kv_serving.engine: 4 layers, 2 key/value heads of 64,
 # blocks of 16, a budget of 256 float32 blocks); test_serving_quant_admission.py holds these to its code.
 SERVING = {"layers": 4, "kv_heads": 2, "head_dim": 64, "block_size": 16, "budget_blocks": 256,
            "bytes_per_element": 4, "positions": 128}
-# The formats measured on the trained model over the long text, the reference first: the benchmark's budget (five
-# minutes on two cores) holds about ten passes of SMOLLM2 over TEXT at 2,048 positions, so the family members the
-# rest of the page covers (bfloat16, int8, kivi-4b, fp8 per head) are measured on random data only.
-TRAINED_LABELS = ("float32", "int4-g32", "kivi-2b-g32-r128", "q8_0", "q4_0", "q4_0-keys", "q4_0-values",
-                  "fp8-tensor-none", "fp8-tensor-amax")  # in the order of the benchmark's formats
-SPLIT = ("q4_0",)  # the families measured on the trained model with keys only and values only too
-REFERENCE = "float32"
-FP8_SMALLEST_NORMAL = 2.0 ** -6  # e4m3fn: below it, values are subnormal and keep fewer significant bits
 ATTENTION_ATOL = 1e-4  # blockwise against all-at-once attention: the same sums in another order
 TOP1_BAND = 0.99  # top-1 agreement whose whole interval lies below 99 % says the choices changed
 BOOTSTRAP_BLOCK = 32  # positions per resampled run: neighbouring positions of one text are not independent
-
-
-def format_of(label: str) -> CacheFormat:
-    """The format a label names ('int4-g64', 'kivi-2b-g32-r128', 'fp8-head-amax', 'q4_0-keys'); one ValueError
-    otherwise."""
-    family, sides = label, "both"
-    for side in ("keys", "values"):
-        if label.endswith(f"-{side}"):
-            family, sides = label.removesuffix(f"-{side}"), side
-    parts = family.split("-")
-    try:
-        if parts[0] == "int4" and len(parts) == 2 and parts[1].startswith("g"):
-            fmt = CacheFormat("int4", group_size=int(parts[1][1:]))
-        elif parts[0] == "kivi" and len(parts) == 4:
-            fmt = CacheFormat("kivi", bits=int(parts[1].removesuffix("b")), group_size=int(parts[2][1:]),
-                              residual=int(parts[3][1:]))
-        elif parts[0] == "fp8" and len(parts) in (3, 4):
-            fmt = CacheFormat("fp8", scale=parts[1], calibration=parts[2],
-                              variant=parts[3] if len(parts) == 4 else "e4m3fn")
-        elif len(parts) == 1:
-            fmt = CacheFormat(family)
-        else:
-            raise ValueError
-        fmt = replace(fmt, sides=sides)
-    except ValueError as error:
-        raise ValueError(f"unknown cache format label {label!r}: {error}" if str(error) else
-                         f"unknown cache format label {label!r}") from None
-    if fmt.label != label:
-        raise ValueError(f"cache format label {label!r} is not canonical; the format's label is {fmt.label!r}")
-    return fmt
-
-
-def first_departure(ids: list[int], reference: list[int]) -> int | None:
-    """The first position where two greedy generations choose different tokens; None if they never do."""
-    for index, (a, b) in enumerate(zip(ids, reference)):
-        if a != b:
-            return index
-    return None if len(ids) == len(reference) else min(len(ids), len(reference))
 
 
 def axis_of(group: dict[str, int]) -> str:

@@ -1,5 +1,5 @@
 """Two layouts drawn from the lab's own functions: KIVI's keys per channel with its residual window
-(kv_quant.figures.kivi_split), and one llama.cpp q4_0 block (32 four-bit codes beside one fp16 scale,
+(llm_models.cache_formats.kivi_split), and one llama.cpp q4_0 block (32 four-bit codes beside one fp16 scale,
 kv_quant.figures.bits_per_element)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from kv_quant.config import GGML_BLOCK, CacheFormat
-from kv_quant.figures import GGML_SCALE_BYTES, bits_per_element, kivi_residual_range, kivi_split
+from kv_quant.figures import bits_per_element
+from llm_models.cache_formats import GGML_SCALE_BYTES, kivi_residual_range, kivi_split
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, cell_grid, legend
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kv_quant.config import GGML_BLOCK
-from kv_quant.figures import GGML_SCALE_BYTES, REFERENCE, SPLIT, TOP1_BAND, format_of, kivi_residual_range, kivi_split
+from kv_quant.figures import REFERENCE, SPLIT, TOP1_BAND, format_of
+from llm_models.cache_formats import GGML_SCALE_BYTES, kivi_residual_range, kivi_split
 from site_hooks.blocks import Block, answer, takeaway
 from site_hooks.formatting import format_number, format_ratio, join
 

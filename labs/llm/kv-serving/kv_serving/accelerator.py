@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from decode_bandwidth.accelerator import LONG_CONTEXT
-from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, kv_bytes
+from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes
 
 
 def served_here(record: dict[str, Any]) -> dict[str, Any]:

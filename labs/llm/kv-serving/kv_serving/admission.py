@@ -8,8 +8,8 @@ blocks still fit the budget. Under the count policy, memory is still
 finite: a request admitted by count whose blocks the pool cannot supply
 fails for memory. That failure is what over-commitment looks like here.
 
-The byte policy can price its blocks in a cache format (kv_quant.config.CacheFormat): then a block costs
-that format's real bytes (codes and their scales, kv_quant.figures.block_bytes) instead of the pool's
+The byte policy can price its blocks in a cache format (llm_models.cache_formats.CacheFormat): then a block costs
+that format's real bytes (codes and their scales, llm_models.cache_formats.block_bytes) instead of the pool's
 float entries, and the same budget admits more blocks. The pool this server allocates from still stores
 float entries; a format only changes what the budget counts, as a server storing that format would.
 Without a format the policy counts the pool's own blocks, as it always has.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kv_quant.config import CacheFormat
-from kv_quant.figures import block_bytes as format_block_bytes
+from llm_models.cache_formats import CacheFormat
+from llm_models.cache_formats import block_bytes as format_block_bytes
 
 from .pool import LayeredPool
 

@@ -27,23 +27,23 @@ import torch
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
-from . import figures, trained_load
-from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
-from .figures import formulas
-from .figures.formulas import (
+from . import dtypes, figures, trained_load
+from .dtypes import (
     CHOSEN_BY_FLAG,
     CHOSEN_BY_SUPPLIED_PROBES,
     CHOSEN_BY_TIMING,
     DTYPES,
     TOLERANCES,
-    blocks_for,
     tie_bound,
 )
+from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
 from .launch import server_processes, server_threads
 from .llama import LlamaServingModel
 from .loadgen import RunResult, run_load
 from .model import ServingModel, greedy_together
 from .pool import LayeredPool, block_bytes
+from .sizes import blocks_for
+from .sizes import budget_blocks as blocks_in_budget
 from .workload import WorkItem, WorkloadSpec, make_workload, real_prompts
 
 LAB, ROOT = lab_for(__file__)
@@ -115,7 +115,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def budget_blocks(num_blocks: int) -> int:
     """The byte-admission server's budget in blocks: BYTE_BUDGET_SHARE of its pool, rounded down (as
     kv_serving.figures derives the stored byte_budget_blocks)."""
-    return formulas.budget_blocks(num_blocks, BYTE_BUDGET_SHARE)
+    return blocks_in_budget(num_blocks, BYTE_BUDGET_SHARE)
 
 
 def spec(args: argparse.Namespace, requests: int, rate: float, seed_offset: int, leave: float = 0.0) -> WorkloadSpec:
@@ -135,10 +135,10 @@ def equivalence(model: ServingModel, args: argparse.Namespace) -> dict[str, Any]
 def equivalence_gate(model: ServingModel | LlamaServingModel, layers: int, prompts: list[list[int]], steps: int,
          block_size: int, tolerances: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Greedy decoding of prompts of different lengths, batched together, then each alone fed the batched row's
-    tokens (the same inputs at every step): logits within ``tolerances`` for the model's dtype (formulas.TOLERANCES
+    tokens (the same inputs at every step): logits within ``tolerances`` for the model's dtype (dtypes.TOLERANCES
     element-wise, or TRAINED_TOLERANCES, in bfloat16 by steps at each row's scale) at every step. Where alone's
     argmax differs from the batched choice, the two logits were a tie within that rounding: recorded as a tie with
-    its margin, refused beyond formulas.tie_bound."""
+    its margin, refused beyond dtypes.tie_bound."""
     dtype = str(model.config.dtype).removeprefix("torch.")
     tolerance = tolerances[dtype]
     lengths = [len(p) for p in prompts]
@@ -155,18 +155,18 @@ def equivalence_gate(model: ServingModel | LlamaServingModel, layers: int, promp
         batched, alone = together_logits[b].float(), alone_logits[0].float()  # (steps + 1, vocab)
         worst = max(worst, float((batched - alone).abs().max()))
         largest = max(largest, float(alone.abs().max()))
-        if formulas.row_scaled(tolerance):
+        if dtypes.row_scaled(tolerance):
             for step, (row, reference) in enumerate(zip(batched, alone)):
                 scale, apart = float(reference.abs().max()), float((row - reference).abs().max())
-                worst_steps = max(worst_steps, apart / formulas.bfloat16_step(scale))
-                if apart > formulas.difference_bound(tolerance, scale):
+                worst_steps = max(worst_steps, apart / dtypes.bfloat16_step(scale))
+                if apart > dtypes.difference_bound(tolerance, scale):
                     raise bench.EquivalenceError(
                         f"request {b} (prompt {len(prompt)}) step {step}: batched differs from alone by {apart:.3g}, "
-                        f"{apart / formulas.bfloat16_step(scale):.1f} bfloat16 steps at the row's largest |logit| "
-                        f"{scale:.3g}, beyond {formulas.tolerance_text(tolerance)}")
+                        f"{apart / dtypes.bfloat16_step(scale):.1f} bfloat16 steps at the row's largest |logit| "
+                        f"{scale:.3g}, beyond {dtypes.tolerance_text(tolerance)}")
         elif not torch.allclose(batched, alone, atol=tolerance["atol"], rtol=tolerance["rtol"]):
             raise bench.EquivalenceError(f"request {b} (prompt {len(prompt)}) batched differs from alone by up to "
-                                         f"{worst:.3g}, beyond {formulas.tolerance_text(tolerance)} for {dtype}")
+                                         f"{worst:.3g}, beyond {dtypes.tolerance_text(tolerance)} for {dtype}")
         for step, (alone_token, batched_token) in enumerate(zip(chosen[0], together[b])):
             if alone_token != batched_token:
                 row = alone[step]
@@ -177,7 +177,7 @@ def equivalence_gate(model: ServingModel | LlamaServingModel, layers: int, promp
             raise bench.EquivalenceError(f"request {tie['request']} step {tie['step']}: batched and alone chose "
                                          f"different tokens {tie['margin']:.3g} apart, beyond the {bound:.3g} "
                                          f"rounding can explain")
-    row_steps = {"max_row_steps": worst_steps} if formulas.row_scaled(tolerance) else {}
+    row_steps = {"max_row_steps": worst_steps} if dtypes.row_scaled(tolerance) else {}
     return {"prompt_lengths": lengths, "steps": steps, "max_abs_diff": worst, "max_abs_reference": largest,
             **row_steps, "within_tolerance": True, "ties": ties}  # tokens_identical is derived from ties
 
@@ -343,7 +343,7 @@ def server_arguments(args: argparse.Namespace) -> dict[str, list[str]]:
 def choose_dtype(args: argparse.Namespace,
                  supplied: Mapping[str, Sequence[int]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Resolve --dtype auto: time one step's weight multiplies at a batch of DTYPE_PROBE_BATCH in float32 and in
-    bfloat16 (the model built in each) and serve in the faster (formulas.faster_dtype). Where the CPU has no native
+    bfloat16 (the model built in each) and serve in the faster (dtypes.faster_dtype). Where the CPU has no native
     bfloat16 multiply, the emulated one loses and float32 is kept. Each dtype passes the equivalence gate before it
     is timed. ``supplied`` (dtype -> probe durations in ns) stands in for the timings: a test sets which dtype wins,
     so each branch runs on any CPU; the record says so. Sets args.dtype; returns what the record says of the
@@ -360,7 +360,7 @@ def choose_dtype(args: argparse.Namespace,
                          timed(weights_only(candidate, DTYPE_PROBE_BATCH), max(3, args.repeats // 3)))
     how = CHOSEN_BY_FLAG if args.dtype != "auto" else CHOSEN_BY_TIMING if supplied is None else CHOSEN_BY_SUPPLIED_PROBES
     if args.dtype == "auto":
-        args.dtype = formulas.faster_dtype(probes)
+        args.dtype = dtypes.faster_dtype(probes)
     bench.progress(f"dtype: {args.dtype} ({how})")
     return {"chosen": args.dtype, "how": how, "batch": DTYPE_PROBE_BATCH, "probes": probes}, gates[args.dtype]
 

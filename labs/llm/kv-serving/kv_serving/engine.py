@@ -15,7 +15,7 @@ import torch
 from kv_cache.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
-from .figures.formulas import DTYPES
+from .dtypes import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .scheduler import Scheduler

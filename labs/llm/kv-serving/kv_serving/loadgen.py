@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .figures.formulas import client_summary, latency_summary
+from .client_stats import client_summary, latency_summary
 from .workload import WorkItem, WorkloadSpec, make_workload
 
 
@@ -49,8 +49,8 @@ class RunResult:
     occupancy: list[dict[str, float]]  # /metrics samples: t_s, used and budget blocks, running, waiting
 
     def summary(self) -> dict[str, Any]:
-        """Counts, throughput and latency percentiles of one run (seconds), as kv_serving.figures.formulas derives them
-        (the record's copy is checked against the same function); the gaps between tokens only the client has."""
+        """Counts, throughput and latency percentiles of one run (seconds), by kv_serving.client_stats, with which
+        kv_serving.figures derives them from a record too; the gaps between tokens only the client has."""
         gaps = [gap for r in self.requests if r.outcome == "completed" for gap in r.itl_s]
         return {**client_summary([asdict(r) for r in self.requests]), "itl_s": latency_summary(gaps)}
 

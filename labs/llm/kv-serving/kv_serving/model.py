@@ -24,8 +24,8 @@ from kv_cache.config import ModelConfig
 from kv_cache.model import DecoderBlock
 from llm_models.attention import causal_attention, one_query_attention
 
-from .figures.formulas import blocks_for
 from .pool import LayeredPool
+from .sizes import blocks_for
 
 
 class ServingModel:

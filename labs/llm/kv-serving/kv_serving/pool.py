@@ -17,7 +17,7 @@ from torch import Tensor
 
 from kv_storage.paged import BlockPool, PoolExhausted
 
-from .figures import formulas
+from . import sizes
 
 
 class CacheShape(Protocol):
@@ -32,7 +32,7 @@ class CacheShape(Protocol):
 def block_bytes(config: CacheShape, layers: int, block_size: int) -> int:
     """Keys and values of one block in every layer, from the first lab's formula (batch 1)."""
     element = torch.empty((), dtype=config.dtype).element_size()
-    return formulas.block_bytes(layers, block_size, config.kv_heads, config.head_dim, element)
+    return sizes.block_bytes(layers, block_size, config.kv_heads, config.head_dim, element)
 
 
 class LayeredPool:

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kv_storage.paged import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
-from .figures.formulas import blocks_for
 from .model import ServingModel
 from .pool import LayeredPool
 from .request import Failed, Finished, Request, Status, Token
+from .sizes import blocks_for
 from .text import TextStream
 
 if TYPE_CHECKING:  # a type only: the trained model's module imports transformers

@@ -53,14 +53,14 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from kv_cache.config import ModelConfig
-from kv_quant.config import FORMAT_NAMES, CacheFormat
-from kv_quant.figures import block_bytes as format_block_bytes
 from labkit.exit import exit_now
+from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
+from llm_models.cache_formats import block_bytes as format_block_bytes
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
+from .dtypes import DTYPES
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
-from .figures.formulas import DTYPES
 from .pool import block_bytes
 from .protocol import (
     BadRequest,

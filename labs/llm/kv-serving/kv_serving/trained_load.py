@@ -20,9 +20,10 @@ import torch
 from labkit import bench
 from llm_models.llama.generate import smollm2
 
-from .figures.formulas import TRAINED_TOLERANCES, blocks_for
+from .dtypes import TRAINED_TOLERANCES
 from .llama import LlamaServingModel
 from .pool import block_bytes
+from .sizes import blocks_for
 from .workload import PROMPTS, real_prompts, real_workload
 
 MODEL = "smollm2"

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from kv_cache.memory import kv_cache_bytes
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import statistics_frame
+from llm_models.kv_bytes import kv_cache_bytes
 
 MODES = ("full", "concat", "prealloc", "paged")  # full recompute, then the three cached layouts, in run order
 BASELINE = "full"

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from kv_cache.memory import kv_cache_bytes
 from labkit.bootstrap import Interval, interval
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import median
+from llm_models.kv_bytes import kv_cache_bytes
 
 from .config import Policy
 from .rules import most_shifts, ring_slot

@@ -1,6 +1,7 @@
 """The decode lab's figures contract, the module lab.toml names: ``derive`` (derivation.py), every figure of the
 record that follows from its raw data, and ``check_invariants`` (invariants.py), what the raw data must satisfy;
-formulas.py holds the constants and formulas both use, which the torch modules and the views import too.
+formulas.py holds the formulas both use and re-exports the constants and formulas the timed code takes from the
+mechanism's own torch-free modules (grid, floors, traffic, llama_modes), so the views and tests read them there too.
 Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build runs
 ``check_invariants`` and then compares the stored figures with ``derive`` (labkit.figures.check).
 """

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kv_quant.figures import first_departure
 from labkit.figures import Figures, JsonPath, tolerance_bound
 from labkit.summary import as_number, median
+from llm_models.generations import first_departure
 
 from .formulas import (
     BASELINE,

@@ -1,156 +1,60 @@
-"""The serving record's formulas, torch-free: the pool's sizes, one run's summaries, the runs a record holds.
+"""The serving record's formulas, torch-free: one run's summaries as the server counted them, the runs a record
+holds, and the scheduler's iterations replayed without a model.
 
-One definition each, used by the benchmark and the load generator to write a record, by kv_serving.figures
-to derive and check it, and by the views to word it.
+Used by kv_serving.figures to derive and check a record, and by the views to word it. What the mechanism itself
+computes with (the gate's tolerances and the dtype choice, the pool's sizes, the client's summary of a run) is
+defined where the timed code takes it, one home each (kv_serving.dtypes, kv_serving.sizes,
+kv_serving.client_stats), and re-exported here: the figures, the views and the tests read every constant and
+formula as ``formulas.X``.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kv_cache.memory import kv_cache_bytes
-from labkit.figures import JsonPath, tolerance_bound
+from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
-from labkit.summary import median, percentile
 
-OUTCOMES = ("completed", "refused", "failed", "left")  # a request's outcome, as the load generator records it
-QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-# The equivalence gate's tolerance per dtype the model runs in. float32: the first lab's (kv_cache.equivalence).
-# bfloat16 keeps 8 significant bits (a unit in the last place is 2^-7 of a value's magnitude, 0.0078 at 1 to 2):
-# batched and alone, a row's matrix products may round once differently, so one such unit is allowed, not more.
-TOLERANCES = {"float32": {"atol": 1e-5, "rtol": 1e-5}, "bfloat16": {"atol": 1e-2, "rtol": 1e-2}}
-DTYPES = tuple(TOLERANCES)
-# The trained SmolLM2-135M's gate: 30 layers of float32 rounding in another accumulation order (a batch of rows
-# against one row) move its logits by a few 1e-5, past the tiny random model's bound; float32 is held to the
-# KV-cache lab's bound for this model (kv_cache.trained: its parity tests against transformers).
-# In bfloat16 an element-wise bound cannot fit it: every layer's products round to 8 significant bits, a batch of
-# rows and one row may take different kernels that accumulate in different orders, and a one-step rounding
-# difference in layer 1 grows through 29 more. So the bound is relative to each logits row's scale: the largest
-# |batched - alone| in a row within ROW_STEPS bfloat16 steps at that row's largest |logit| (bfloat16_step). Fed the
-# same tokens, the 16 real prompts' rows parted by up to 9 such steps (1.125 in a row whose largest |logit| lay in 16-32) when alone's
-# products accumulated in another order (float32 throughout, or the inner dimension in two halves), and an AMD Zen 4
-# CPU's batched and single-row kernels parted them by 1.25 steps (0.312 near 36). 16 is that worst case with
-# headroom, while a batched row turned one position too far, or reading another request's first block, parts by 71
-# to 137 steps on the gate's prompts (test_serving_model.TrainedBfloat16Gate fails each).
-ROW_STEPS = 16
-TRAINED_TOLERANCES = {"float32": {"atol": 1e-3, "rtol": 1e-4}, "bfloat16": {"row_steps": ROW_STEPS}}
-BFLOAT16_BITS = 8  # significant bits of a bfloat16: 7 stored, one implied
-# How the served dtype was chosen ($.config.benchmark.dtype_choice.how): timed here, the probe timings handed in by
-# a caller (a test setting which dtype wins, so the suite runs each branch on any CPU), or named by --dtype.
-CHOSEN_BY_TIMING = "auto: the faster of the two at this batch"
-CHOSEN_BY_SUPPLIED_PROBES = "auto: the faster of two probe timings the caller supplied, not measured here"
-CHOSEN_BY_FLAG = "given by --dtype"
-LATENCIES = ("ttft_s", "e2e_s")  # per completed request in its row; the gaps between tokens are not stored
+from ..client_stats import (  # noqa: F401  (re-exported)
+    LATENCIES,
+    OUTCOMES,
+    QUANTILES,
+    client_summary,
+    duration_s,
+    latency_summary,
+)
+from ..dtypes import (  # noqa: F401  (re-exported)
+    BFLOAT16_BITS,
+    CHOSEN_BY_FLAG,
+    CHOSEN_BY_SUPPLIED_PROBES,
+    CHOSEN_BY_TIMING,
+    DTYPES,
+    ROW_STEPS,
+    TOLERANCES,
+    TRAINED_TOLERANCES,
+    bfloat16_step,
+    difference_bound,
+    faster_dtype,
+    probe_medians,
+    row_scaled,
+    tie_bound,
+    tolerance_text,
+)
+from ..sizes import block_bytes, blocks_for, reservation_blocks  # noqa: F401  (re-exported)
 
 
-def bfloat16_step(magnitude: float) -> float:
-    """The gap between neighbouring bfloat16 numbers at ``magnitude``: 2^(floor(log2 |magnitude|) - 7), 0.25 for a
-    logit of 32 to 64; at 0, the step at 1."""
-    exponent = math.frexp(abs(magnitude))[1] if magnitude else 1  # |m| = f x 2^e, 0.5 <= f < 1
-    return math.ldexp(1.0, exponent - BFLOAT16_BITS)
-
-
-def row_scaled(tolerance: Mapping[str, float]) -> bool:
-    """Whether ``tolerance`` bounds each row by bfloat16 steps at its own scale, or each element by (atol, rtol)."""
-    return "row_steps" in tolerance
-
-
-def difference_bound(tolerance: Mapping[str, float], max_abs_reference: float) -> float:
-    """The largest |difference| ``tolerance`` allows in a row (or a run) whose largest |logit| is max_abs_reference."""
-    if row_scaled(tolerance):
-        return tolerance["row_steps"] * bfloat16_step(max_abs_reference)
-    return tolerance_bound(tolerance["atol"], tolerance["rtol"], max_abs_reference)
-
-
-def tie_bound(tolerance: Mapping[str, float], max_abs_reference: float) -> float:
-    """The largest margin by which two runs whose logits agree within ``tolerance`` can pick different argmax
-    tokens: each of the two logits may be off by the bound at that scale, in opposite directions."""
-    return 2 * difference_bound(tolerance, max_abs_reference)
-
-
-def tolerance_text(tolerance: Mapping[str, float]) -> str:
-    """'atol = 1e-05, rtol = 1e-05', or '16 bfloat16 steps at each row's largest |logit|'."""
-    if row_scaled(tolerance):
-        return f"{tolerance['row_steps']:g} bfloat16 steps at each row's largest |logit|"
-    return f"atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}"
-
-
-def probe_medians(probes: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """The median of each dtype probe's durations (one step's weight multiplies in that dtype)."""
-    return {name: median(probe["durations_ns"]) for name, probe in probes.items()}
-
-
-def faster_dtype(probes: Mapping[str, Mapping[str, Any]]) -> str:
-    """The dtype whose probe has the lower median (the first probed on a tie): the one an automatic choice serves in."""
-    medians = probe_medians(probes)
-    return min(medians, key=lambda name: medians[name])
-
-
-# ---- the pool's sizes ----------------------------------------------------------------------------------------
-def blocks_for(positions: int, block_size: int) -> int:
-    """Blocks that hold ``positions`` cached positions: ceil(positions / block_size)."""
-    if positions < 0 or block_size < 1:
-        raise ValueError(f"need positions >= 0 and block_size >= 1, got {positions} and {block_size}")
-    return -(-positions // block_size)
-
-
-def block_bytes(layers: int, block_size: int, kv_heads: int, head_dim: int, bytes_per_element: int) -> int:
-    """Keys and values of one block in every layer, from the first lab's formula (batch 1)."""
-    return layers * kv_cache_bytes(1, kv_heads, block_size, head_dim, bytes_per_element)
-
-
+# ---- the pool's sizes in a record's units (kv_serving.sizes has the formulas) ----------------------------------
 def record_block_bytes(record: dict[str, Any], block_size: int) -> int:
     """``block_bytes`` for the record's model and layer count: block_size 1 is one token's keys and values."""
     model, layers = record["config"]["model"], record["config"]["benchmark"]["layers"]
     return block_bytes(layers, block_size, model["kv_heads"], model["head_dim"], model["bytes_per_element"])
 
 
-def reservation_blocks(prompt: int, max_tokens: int, block_size: int) -> int:
-    """Blocks a request reserves when admitted: its prompt and every token but the last, which is never fed back."""
-    return blocks_for(prompt + max_tokens - 1, block_size)
-
-
-def budget_blocks(num_blocks: int, share: float) -> int:
-    """The byte-admission server's budget in blocks: ``share`` of its pool, rounded down."""
-    return int(num_blocks * share)
-
-
-# ---- one run, as its client saw it --------------------------------------------------------------------------
-def latency_summary(values: Sequence[float]) -> dict[str, float] | None:
-    """p50, p90, p99 (labkit.summary.percentile), mean and count of latencies in seconds; None for none."""
-    if not values:
-        return None
-    return {**{name: percentile(values, share) for name, share in QUANTILES},
-            "mean": statistics.fmean(values), "count": len(values)}
-
-
-def duration_s(requests: Sequence[dict[str, Any]]) -> float:
-    """From the first request sent to the last response's end."""
-    first = min(r["sent_s"] for r in requests)
-    ends = [r["sent_s"] + r["e2e_s"] for r in requests if r["e2e_s"] is not None]
-    return max(ends, default=first) - first
-
-
-def client_summary(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Counts, tokens, duration, throughput and the time-to-first-token and end-to-end percentiles of one
-    run, from its request rows (``RequestResult`` fields); the gaps between tokens are summarised apart."""
-    done = [r for r in requests if r["outcome"] == "completed"]
-    tokens = sum(r["tokens"] for r in requests)
-    duration = duration_s(requests)
-    return {
-        "requests": len(requests),
-        **{outcome: sum(r["outcome"] == outcome for r in requests) for outcome in OUTCOMES},
-        "output_tokens": tokens,
-        "duration_s": duration,
-        "throughput_tokens_per_s": tokens / duration if duration > 0 else 0.0,
-        **{name: latency_summary([r[name] for r in done if r[name] is not None]) for name in LATENCIES},
-    }
-
-
+# ---- one run, as its client saw it (kv_serving.client_stats summarises it) ---------------------------------------
 def arrival_span(run: dict[str, Any]) -> float:
     """Seconds from the first request sent to the last: how long arrivals lasted."""
     sent = [r["sent_s"] for r in run["requests"]]

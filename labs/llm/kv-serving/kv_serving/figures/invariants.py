@@ -12,12 +12,12 @@ from typing import Any
 
 from labkit.figures import JsonPath, refuse
 
+from ..sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
 from .formulas import (
     OUTCOMES,
     TOLERANCES,
     TRAINED_TOLERANCES,
     blocks_for,
-    budget_blocks,
     difference_bound,
     faster_dtype,
     probe_medians,

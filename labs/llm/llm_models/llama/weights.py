@@ -42,7 +42,7 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CACHE_ENV = "LAB_WEIGHTS_CACHE"  # a folder for the dequantized copies, instead of <repository>/.cache/weights
 CACHE_FORMAT = 1  # the cache folder's layout: a folder written by another format is rebuilt
 MANIFEST = "manifest.json"  # written last into the temporary folder: a folder without it was never finished
-REPOSITORY = Path(__file__).resolve().parents[4]  # this file is <repository>/labs/llm/models/llama/weights.py
+REPOSITORY = Path(__file__).resolve().parents[4]  # this file is <repository>/labs/llm/llm_models/llama/weights.py
 
 
 class WeightsError(RuntimeError):

@@ -1,0 +1,85 @@
+"""The trained Llama's modes in the decode benchmark: what each times, the weights and kernels it may take, the
+tolerance its step must meet, and how the int8 model's quality is scored.
+
+Torch-free, and the one home of each: the timed module (decode_bandwidth.llama), the fast twin and the benchmark
+take them from here, and the record's figures, views and tests read them through decode_bandwidth.figures.formulas,
+which re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# The trained model beside the grid: the project's Llama-family decoder (llm_models.llama) on SmolLM2-135M-Instruct,
+# against transformers' LlamaForCausalLM on the same tensors, at batch 1 in float32. ``tiny`` is a seeded random
+# Llama of llm_models.llama.tiny, for the quick run and the tests.
+LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
+                 "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
+# Our decoder's preallocated cache, transformers' DynamicCache, then the fast twin (decode_bandwidth.fast_llama) of
+# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled, and
+# eager over int8 weight-only codes.
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8"]
+# Each fast mode: the weights its kernels read (decode_bandwidth.matvec formats) and whether its layers are compiled.
+LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True), "ours-int8": ("int8", False)}
+LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal (it equals transformers')
+# The int8 mode must equal ours-prealloc's step on the int8 round trip of the weights (each matrix dequantized):
+# the float model its codes stand for. How far that model is from the float32 one is its quality, measured apart.
+LLAMA_INT8 = "ours-int8"
+LLAMA_WEIGHTS = {mode: LLAMA_FAST.get(mode, ("float32", False))[0] for mode in LLAMA_MODES}  # what each mode reads
+LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic" and LLAMA_WEIGHTS[mode] == "float32")
+LLAMA_BASELINE = "hf-dynamic"
+LLAMA_DTYPE = "float32"
+LLAMA_BATCH = 1
+# float32 through 30 layers: the two step logits differ only in summation order; the KV-cache lab's parity tests
+# on the same weights use the same bounds (logits reach about 40).
+LLAMA_ATOL = 1e-3
+LLAMA_RTOL = 1e-4
+# The fast modes reduce each dot product in another order (fused matrices, other kernels, inductor's loops), so
+# their logits move further from ours-prealloc's than transformers' do: up to a few thousandths on SmolLM2's
+# logits (which reach about 40) in a float32 step of 30 layers. They are held to 1e-2 absolute (a quarter of a
+# thousandth of the largest logit) and the same relative bound; the record keeps each difference and whether the
+# most likely token agreed.
+LLAMA_FAST_ATOL = 1e-2
+LLAMA_FAST_RTOL = 1e-4
+# The kinds of weight matrix the fast twin's step multiplies by (decode_bandwidth.fast_llama): q, k and v as one
+# matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
+LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
+# The candidate kernels per weight format (decode_bandwidth.matvec.KERNELS, where each is described).
+# int8-compiled (inductor's loop) is tested but not a candidate: its cold compile per matrix shape costs more of the
+# benchmark's five minutes than a kernel that loses could repay.
+KERNEL_CANDIDATES = {"float32": ("out_in", "in_out", "onednn", "compiled"), "int8": ("int8-c", "int8pack")}
+# The int8 model's quality against float32, measured as the quantized-cache lab measures a cache format
+# (kv_quant.trained): KL divergence and top-1 agreement at every position of the first QUALITY_POSITIONS tokens of
+# llm_models.texts' long text, and where greedy decoding of one prompt first departs.
+QUALITY_POSITIONS = 512
+QUALITY_PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."
+QUALITY_NEW_TOKENS = 48
+KERNEL_PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept
+
+
+def kernel_set(weights: str, compiled: bool) -> str:
+    """Which of the kernel table's choices a fast mode takes: the fastest per kind among its weight format's
+    candidates, and for compiled layers among those a torch.compile region can trace."""
+    return f"{weights}-compiled" if compiled else weights
+
+
+KERNEL_SETS = tuple(sorted({kernel_set(weights, compiled) for weights, compiled in LLAMA_FAST.values()}))
+
+
+def set_candidates(weights: str, compiled: bool, measured: Sequence[str], traceable: Mapping[str, bool]) -> list[str]:
+    """The measured kernels a fast mode may take: its weight format's candidates, and for compiled layers only
+    those a region can trace (the benchmark chooses among them, the record check repeats the choice)."""
+    return [name for name in KERNEL_CANDIDATES[weights] if name in measured and (traceable[name] or not compiled)]
+
+
+def quality_positions(max_positions: int) -> int:
+    """The positions the int8 quality is scored over: QUALITY_POSITIONS, fewer only where the model holds fewer
+    (each scored position needs its next token)."""
+    return min(QUALITY_POSITIONS, max_positions - 1)
+
+def fastest_kernel(row: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
+    """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie),
+    among ``names`` where given (one weight format's candidates)."""
+    kernels = row["kernels"]
+    return min((name for name in kernels if names is None or name in names), key=lambda name: kernels[name]["ns"])
