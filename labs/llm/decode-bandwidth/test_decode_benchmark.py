@@ -114,6 +114,16 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assert_refused("groups[0].best_ours", lambda r: r["groups"][0].update(
             best_ours="ours-concat" if r["groups"][0]["best_ours"] != "ours-concat" else "ours-prealloc"))
 
+    def test_only_a_quick_record_may_read_its_floor_from_a_buffer_the_cache_holds(self) -> None:
+        """The quick run's floor reads a small buffer and says so; the same buffer in a full record is refused."""
+        self.assertIs(self.record["config"]["benchmark"]["quick"], True)
+        self.check(copy.deepcopy(self.record))  # accepted, whatever this machine's cache
+
+        def as_full_run_on_a_large_cache(record: dict[str, Any]) -> None:
+            record["config"]["benchmark"]["quick"] = False
+            record["hardware"]["last_level_cache_bytes"] = record["hardware"]["buffer_bytes"]
+        self.assert_refused("hardware.buffer_bytes", as_full_run_on_a_large_cache, "under 4 x the last-level cache")
+
     def test_check_record_refuses_a_floor_the_bandwidth_does_not_give(self) -> None:
         def tamper(record: dict[str, Any]) -> None:
             for entry in record["hardware"]["bandwidth"].values():

@@ -12,6 +12,7 @@ import torch
 from decode_bandwidth import benchmark, equivalence, profile
 from decode_bandwidth.bandwidth import (
     MIN_STREAM_BYTES,
+    QUICK_STREAM_BYTES,
     kv_crossover,
     last_level_cache_bytes,
     read_bandwidth,
@@ -98,6 +99,10 @@ class Bandwidth(unittest.TestCase):
         self.assertEqual(stream_buffer_bytes(None), MIN_STREAM_BYTES)
         self.assertEqual(stream_buffer_bytes(32 * 2**20), 256 * 2**20)
         self.assertEqual(stream_buffer_bytes(128 * 2**20), 512 * 2**20)
+
+    def test_a_quick_runs_buffer_is_small_whatever_the_cache(self) -> None:
+        for llc in (None, 32 * 2**20, 480 * 2**20):
+            self.assertEqual(stream_buffer_bytes(llc, quick=True), QUICK_STREAM_BYTES)
 
     def test_the_last_level_cache_is_the_highest_level_sysfs_lists(self) -> None:
         with tempfile.TemporaryDirectory() as folder:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from kv_serving import server
-from kv_serving.admission import KVBudget
+from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
@@ -28,7 +28,10 @@ from kv_serving.testing import (
     QuietLoopTestCase,
     StepGate,
     despite_stalls,
+    never_reading_stream,
+    read_slowly,
     serve_in_loop,
+    stepping_until_stalled,
     tiny_engine,
     unread_stream,
 )
@@ -99,6 +102,8 @@ class ServerTest(QuietLoopTestCase):
              "temperature"),
             (b'{"prompt": [1], "n": 2}', "n must be 1", "n"),
             (b'{"prompt": [1], "stream": "yes"}', "stream must be true or false", "stream"),
+            (b'{"prompt": [1], "model": null}', "model must be a string, got null", "model"),  # absent is not null
+            (b'{"prompt": [1], "model": 7}', "model must be a string, got 7", "model"),
             (b'{"prompt": [1], "stream_options": {"include_usage": true}}', "only allowed with stream: true",
              "stream_options"),
             (b'{"prompt": [' + b"9" * 5000 + b']}', "an integer of 5000 digits", None),
@@ -286,15 +291,83 @@ class ServerTest(QuietLoopTestCase):
         self.assertIn(b"no request arrived within 0.5 s of the connection opening", reply)
         self.assertEqual(after.status_code, 200)  # a client that sends at once is served as before
 
-    async def test_a_stream_whose_client_takes_nothing_is_cancelled_past_the_unread_bound_and_frees_its_blocks(
+    async def test_a_stream_whose_writes_never_complete_is_cancelled_after_the_stall_timeout_and_frees_its_blocks(
             self) -> None:
-        async with serve_in_loop(tiny_engine(), max_unread_tokens=5) as (url, app):
+        async with serve_in_loop(tiny_engine(), stall_timeout_s=0.2) as (url, app):
             scheduler: Scheduler = app.state.scheduler
-            async with unread_stream(app, "/v1/completions", {"prompt": [1] * 4, "max_tokens": 80, "stream": True}):
-                await eventually(lambda: scheduler.counters.cancelled, "the unread stream to be cancelled")
-                await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks to return to the pool")
+            with StepGate(scheduler.model):  # no step runs until the stall is seen: it cannot finish first
+                async with unread_stream(app, "/v1/completions", {"prompt": [1] * 4, "max_tokens": 80, "stream": True}):
+                    await eventually(lambda: scheduler.running and scheduler.running[0].client_gone,
+                                     "the stalled stream to be cancelled")
+                    self.assertIn("took nothing of its stream for 0.2 s", scheduler.running[0].gone_reason)
+            await eventually(lambda: scheduler.counters.cancelled == 1, "the request to be retired as cancelled")
+            await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks to return to the pool")
             self.assertLess(scheduler.counters.tokens_generated, 80)  # stopped long before its last token
             self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
+
+    async def test_a_socket_that_is_never_read_gets_its_request_cancelled_and_another_client_is_served_meanwhile(
+            self) -> None:
+        """A real socket with the smallest receive buffer, which never reads: its reply backs up through the kernel's
+        buffers into the server's writes, the stall cancels it, and its blocks serve a well-behaved client."""
+        body = {"prompt": [1] * 4, "max_tokens": 91, "stream": True}  # 95 of the tiny model's 96 positions
+        async with serve_in_loop(tiny_engine(num_blocks=24), stall_timeout_s=0.5, send_buffer_bytes=1024) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            with StepGate(scheduler.model) as gate:
+                async with never_reading_stream(url, "/v1/completions", body):
+                    await eventually(lambda: scheduler.running, "the unread stream to start")
+                    request = scheduler.running[0]
+                    await eventually(stepping_until_stalled(scheduler, gate, cancelled=1),
+                                     "the unread stream to back up, stall and be cancelled")
+                    gate.open()
+                    await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks back in the pool")
+                    async with httpx.AsyncClient(timeout=HANG_S) as client:  # the unread socket is still open
+                        reply = await client.post(f"{url}/v1/completions", json={"prompt": [1], "max_tokens": 4})
+                    self.assertEqual(reply.status_code, 200, reply.text)
+                    self.assertEqual(len(reply.json()["choices"][0]["token_ids"]), 4)
+        self.assertIn("took nothing of its stream for 0.5 s", request.gone_reason)
+        self.assertLess(len(request.output), body["max_tokens"])
+
+    async def test_a_burst_past_the_prefill_bound_gets_503_at_once_with_retry_after_and_the_rest_are_served(
+            self) -> None:
+        """10 prompt tokens/s for 3 s: 30 tokens may wait. While the first request's step is held, nine prompts of
+        8 tokens arrive: three wait (24 tokens), the other six are refused at once, naming the bound."""
+        engine = tiny_engine(num_blocks=40, policy=MaxRunning(1), ttft_target_s=3.0, prefill_rate=10.0)
+        async with serve_in_loop(engine) as (url, app), httpx.AsyncClient(timeout=HANG_S) as client:
+            scheduler: Scheduler = app.state.scheduler
+            with StepGate(scheduler.model) as gate:
+                first = asyncio.ensure_future(client.post(f"{url}/v1/completions", json={"prompt": [1] * 8,
+                                                                                          "max_tokens": 2}))
+                await eventually(lambda: gate.holding, "the first request's decode step to be held")
+                burst = [asyncio.ensure_future(client.post(f"{url}/v1/completions",
+                                                           json={"prompt": [2] * 8, "max_tokens": 2}))
+                         for _ in range(9)]
+                await eventually(lambda: scheduler.counters.refused_prefill_bound + len(scheduler.waiting) == 9,
+                                 "every request of the burst to be queued or refused")
+                await eventually(lambda: sum(task.done() for task in burst) == 6,
+                                 "the six refusals to be answered while the step is still held")
+                refused = [task for task in burst if task.done()]
+                self.assertEqual(len(scheduler.waiting), 3)
+                for reply in [task.result() for task in refused]:
+                    error = reply.json()["error"]
+                    self.assertEqual((reply.status_code, error["code"], error["type"]),
+                                     (503, "prefill_queue_full", "server_overloaded"))
+                    self.assertEqual(reply.headers["retry-after"], "3")  # 24 waiting tokens at 10 tokens/s: 2.4 s
+                    self.assertIn("3 s time-to-first-token target at the 10 tokens/s", error["message"])
+                gate.open()
+                served = [await first, *[await task for task in burst if task not in refused]]
+            self.assertEqual([reply.status_code for reply in served], [200] * 4)
+
+    async def test_a_client_that_reads_slowly_gets_its_whole_stream_and_is_never_cancelled(self) -> None:
+        """The same small buffers, a reader taking 256 bytes every 20 ms: every write waits for it, none for long."""
+        body = {"prompt": [1] * 4, "max_tokens": 91, "stream": True}
+        async with serve_in_loop(tiny_engine(), stall_timeout_s=5.0, send_buffer_bytes=1024) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            received = await read_slowly(url, "/v1/completions", body, chunk_bytes=256, pause_s=0.02)
+        self.assertIn(b"data: [DONE]", received)
+        events = [json.loads(line[6:]) for line in received.split(b"\n") if line.startswith(b"data: {")]
+        self.assertEqual(sum(len(c["token_ids"]) for e in events for c in e["choices"]), body["max_tokens"])
+        self.assertEqual((scheduler.counters.cancelled, scheduler.counters.completed), (0, 1))
+        self.assertGreater(len(received), 8 * 1024)  # more than the buffers hold: the reader set the pace
 
     async def test_greedy_n_and_temperature_are_accepted_and_include_usage_adds_a_last_usage_chunk(self) -> None:
         async with serve_in_loop(tiny_engine()) as (url, _), httpx.AsyncClient(timeout=HANG_S) as client:

@@ -7,6 +7,7 @@ import random
 import unittest
 
 from kv_serving.admission import KVBudget, MaxRunning
+from kv_serving.prefill_bound import DECAY, PrefillRate
 from kv_serving.request import Failed, Finished, Request, Status, Token
 from kv_serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
@@ -44,6 +45,21 @@ class PrefillGroupsTest(unittest.TestCase):
         self.assertEqual([[len(r.prompt) for r in group] for group in groups], [[5, 3], [4], [12], [2, 2]])
         self.assertEqual([r for group in groups for r in group], admitted)  # nobody lost, nobody reordered
         self.assertEqual(prefill_groups([], 8), [])
+
+
+class PrefillRateTest(unittest.TestCase):
+    def test_the_rate_is_decayed_tokens_over_decayed_seconds_and_a_given_rate_never_moves(self) -> None:
+        rate = PrefillRate(64, 1.0)  # the probe: 64 tokens in 1 s
+        rate.observe(100, 1.0)
+        self.assertAlmostEqual(rate.tokens_per_s, (DECAY * 64 + 100) / (DECAY * 1.0 + 1.0), places=12)
+        rate.observe(0, 0.5)  # a call that prefilled nothing says nothing of the rate
+        self.assertEqual(rate.observed_calls, 1)
+        given = PrefillRate.given(10.0)
+        given.observe(1000, 1.0)
+        self.assertEqual((given.tokens_per_s, given.observed_calls), (10.0, 0))
+        for bad in (0.0, -1.0, float("inf"), float("nan")):
+            with self.subTest(rate=bad), self.assertRaisesRegex(ValueError, "tokens per second above 0"):
+                PrefillRate.given(bad)
 
 
 class SchedulerTest(QuietLoopTestCase):
@@ -152,6 +168,42 @@ class SchedulerTest(QuietLoopTestCase):
             scheduler.submit([3], 1)
         self.assertEqual(refused.exception.status, 503)
         self.assertIn("2 of 2", str(refused.exception))
+
+    async def test_prompt_tokens_past_the_target_times_the_rate_are_refused_with_the_drain_time(self) -> None:
+        # 10 tokens/s for 5 s: 50 prompt tokens may wait; the bound's arithmetic, never the host's speed
+        scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
+        self.schedulers.append(scheduler)
+        first = scheduler.submit([1] * 30, 1)  # an empty queue takes any prompt, even one past the bound alone
+        scheduler.submit([2] * 20, 1)  # 50 waiting: exactly the bound
+        with self.assertRaises(RequestRefused) as refused:
+            scheduler.submit([3], 1)  # 51 would pass it
+        error = refused.exception
+        self.assertEqual((error.status, error.code, error.retry_after_s), (503, "prefill_queue_full", 5))
+        self.assertIn("50 prompt tokens wait for prefill; with this request's 1 they would pass 50", str(error))
+        self.assertIn("5 s time-to-first-token target at the 10 tokens/s", str(error))
+        self.assertEqual((scheduler.counters.refused_prefill_bound, scheduler.waiting_prompt_tokens), (1, 50))
+        scheduler.waiting.remove(first)  # once 30 of them are prefilled, the same request fits
+        scheduler.submit([3], 1)
+        self.assertEqual(scheduler.metrics()["waiting_prompt_tokens"], 21)
+
+    async def test_without_a_target_only_the_count_bounds_the_queue(self) -> None:
+        scheduler = tiny_engine(num_blocks=40, prefill_rate=10.0).build()  # ttft_target_s None: no time bound
+        self.schedulers.append(scheduler)
+        for _ in range(5):
+            scheduler.submit([1] * 30, 1)  # 150 tokens, 15 s at 10 tokens/s: accepted all the same
+        self.assertEqual(scheduler.counters.refused_prefill_bound, 0)
+
+    async def test_a_started_scheduler_measures_its_prefill_rate_and_every_prefill_updates_it(self) -> None:
+        scheduler = self.start(num_blocks=40, ttft_target_s=5.0)
+        await eventually(lambda: scheduler.prefill_rate is not None, "the start-up probe to seed the rate")
+        rate = scheduler.prefill_rate
+        assert rate is not None
+        self.assertGreater(rate.tokens_per_s, 0)
+        self.assertEqual((rate.observed_calls, scheduler.pool.num_used_blocks), (0, 0))  # the probe's blocks are back
+        _, end = await drain(scheduler.submit([5] * 10, 2))
+        self.assertIsInstance(end, Finished)
+        self.assertEqual(rate.observed_calls, 1)
+        self.assertIsNotNone(scheduler.metrics()["prefill_tokens_per_s"])
 
     async def test_a_cancelled_request_stops_within_one_iteration_and_returns_its_blocks(self) -> None:
         scheduler = self.start(num_blocks=40)

@@ -9,6 +9,7 @@ in milliseconds per token); the command's own tests start ``python -m kv_serving
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -25,11 +26,15 @@ from kv_serving import server
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
+from kv_serving.sizes import reservation_blocks
 from kv_serving.testing import (
+    TINY_BLOCK,
     QuietLoopTestCase,
     StepGate,
     despite_stalls,
+    never_reading_stream,
     serve_in_loop,
+    stepping_until_stalled,
     tiny_chat,
     tiny_chat_engine,
     unread_stream,
@@ -257,15 +262,40 @@ class TrainedEngineHTTP(QuietLoopTestCase):
                     await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks back in the pool")
         self.assertLessEqual(scheduler.counters.tokens_generated, 2)  # its first token, at most one step more
 
-    async def test_a_stream_whose_client_reads_nothing_is_cancelled_past_the_unread_bound(self) -> None:
+    async def test_a_stream_whose_writes_never_complete_is_cancelled_after_the_stall_timeout(self) -> None:
         """Finding 3: an unread stream held the model for its whole max_tokens."""
-        async with serve_in_loop(tiny_chat_engine(self.chat), max_unread_tokens=4) as (_, app):
+        async with serve_in_loop(tiny_chat_engine(self.chat), stall_timeout_s=0.2) as (_, app):
             scheduler: Scheduler = app.state.scheduler
             body = CHAT | {"max_tokens": 200, "stream": True, "stop": ["\x00never"]}
-            async with unread_stream(app, "/v1/chat/completions", body):
-                await eventually(lambda: scheduler.counters.cancelled, "the unread stream to be cancelled")
-                await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks back in the pool")
+            with StepGate(scheduler.model):  # no step runs until the stall is seen: it cannot finish first
+                async with unread_stream(app, "/v1/chat/completions", body):
+                    await eventually(lambda: scheduler.running and scheduler.running[0].client_gone,
+                                     "the stalled stream to be cancelled")
+            await eventually(lambda: scheduler.counters.cancelled == 1, "the request to be retired as cancelled")
+            await eventually(lambda: not scheduler.pool.num_used_blocks, "its blocks back in the pool")
         self.assertLess(scheduler.counters.tokens_generated, 200)
+
+    async def test_three_sockets_that_never_read_give_back_every_block_and_a_four_token_chat_is_served(self) -> None:
+        """The reproduction: three chats streamed to sockets that never read, sized so that two fill the pool and
+        the third waits. Each is cancelled once its writes stall; then a well-behaved 4-token chat is answered."""
+        body = CHAT | {"max_tokens": 120, "stream": True, "stop": ["\x00never"]}
+        prompt = len(self.chat.chat_ids(QUESTION))
+        engine = tiny_chat_engine(self.chat, num_blocks=2 * reservation_blocks(prompt, body["max_tokens"], TINY_BLOCK))
+        async with serve_in_loop(engine, stall_timeout_s=0.5, send_buffer_bytes=1024) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            async with contextlib.AsyncExitStack() as readers:
+                with StepGate(scheduler.model) as gate:
+                    for _ in range(3):
+                        await readers.enter_async_context(never_reading_stream(url, "/v1/chat/completions", body))
+                    await eventually(stepping_until_stalled(scheduler, gate, cancelled=3),
+                                     "all three unread streams to back up, stall and be cancelled")
+                await eventually(lambda: not scheduler.pool.num_used_blocks, "every block back in the pool")
+                async with httpx.AsyncClient(timeout=HANG_S) as client:  # the three sockets are still open
+                    reply = await client.post(f"{url}/v1/chat/completions", json=CHAT | {"max_tokens": 4})
+                self.assertEqual(reply.status_code, 200, reply.text)
+                self.assertEqual(reply.json()["usage"]["completion_tokens"], 4)
+        self.assertEqual(scheduler.counters.peak_running, 2)  # the pool held two of them: the third had waited
+        self.assertEqual(scheduler.counters.completed, 1)
 
     async def test_headers_that_never_come_get_408_and_unknown_routes_and_methods_openai_errors(self) -> None:
         """Findings 8 and 10: no header deadline; 404 and 405 replies were {"detail": ...}; a prompt too long by

@@ -34,6 +34,9 @@ from .config import DecoderConfig
 from .floors import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 
 MIN_STREAM_BYTES = 256 * 2**20  # the buffer size when the last-level cache cannot be read
+# --quick's buffer: a smoke run proves the floor's code runs, not what memory reads. Four times the last-level cache
+# is 1,920 MiB on a large server CPU, and its passes were most of a quick run; a quick record says it is one.
+QUICK_STREAM_BYTES = 16 * 2**20
 CACHE_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -93,11 +96,12 @@ def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]
     return None, "unavailable (no sysfs cache entries, no sysconf value)"
 
 
-def stream_buffer_bytes(llc: int | None) -> int:
-    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES; a whole number of float32 matrix
-    rows for every read kernel's view of it."""
+def stream_buffer_bytes(llc: int | None, quick: bool = False) -> int:
+    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES (QUICK_STREAM_BYTES for a smoke run); a
+    whole number of float32 matrix rows for every read kernel's view of it."""
     unit = 4 * STREAMS * MATVEC_COLUMNS
-    return -(-max(4 * (llc or 0), MIN_STREAM_BYTES) // unit) * unit
+    least = QUICK_STREAM_BYTES if quick else max(4 * (llc or 0), MIN_STREAM_BYTES)
+    return -(-least // unit) * unit
 
 
 def read_kernels(buffer: torch.Tensor, row_dot: Callable[[torch.Tensor, torch.Tensor, None], torch.Tensor]

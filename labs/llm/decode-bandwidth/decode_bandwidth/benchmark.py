@@ -145,7 +145,7 @@ def grid(args: argparse.Namespace) -> list[Group]:
 def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
                      passes: int) -> dict[str, Any]:
     llc, source = last_level_cache_bytes()
-    buffer = stream_buffer_bytes(llc)
+    buffer = stream_buffer_bytes(llc, args.quick)
     bandwidth, arithmetic = {}, {}
     for threads in thread_counts:
         torch.set_num_threads(threads)
@@ -340,7 +340,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
                 "batches": args.batches, "contexts": args.contexts, "variant_threads": args.variant_threads,
                 "variant_dtype": args.variant_dtype, "variant_batches": args.variant_batches,
                 "repeats": args.repeats, "warmup": args.warmup, "modes": MODES, "baseline": BASELINE,
-                "order_policy": bench.ORDER_POLICY, "targets": TARGETS,
+                "order_policy": bench.ORDER_POLICY, "targets": TARGETS, "quick": bool(args.quick),
                 "cache_contents": "random keys and values of the exact shape, T - 1 positions per layer; "
                                   "the step adds the T-th; equivalence is proven on real prefixes before timing",
                 "timer": TIMER,

@@ -328,8 +328,9 @@ def rates(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
 
 def server_arguments(args: argparse.Namespace) -> dict[str, list[str]]:
     """Every server the runs use, one fresh server per run, so its counters and peaks describe that run alone."""
-    common = ["--block-size", str(args.block_size), "--max-waiting", "1024", "--threads", str(args.threads),
-              "--dtype", args.dtype]
+    # the bursts are the experiment: no queue bound may refuse them (a count far above any run's, no time bound)
+    common = ["--block-size", str(args.block_size), "--max-waiting", "1024", "--ttft-target-s", "0",
+              "--threads", str(args.threads), "--dtype", args.dtype]
     pool = ["--num-blocks", str(args.num_blocks), *common]
     # The sweep's pool is larger than the admission experiment's; whether it still fills at a given rate is
     # measured (each run's peak), not assumed.

@@ -1,10 +1,13 @@
-"""Bounds on a slow client: the request's headers and its body must arrive in time, and the body within a size.
+"""Bounds on a slow client: the request's headers and its body must arrive in time, the body within a size, and a
+streamed reply must be taken.
 
 A connection that sends nothing, or its headers a byte at a time, gets a 408 and is closed (``BoundedHeaders``, the
 protocol class uvicorn runs): the first request's headers must be in within the timeout of the connection's accept,
 a later request's within the timeout of its first byte (uvicorn's keep-alive timeout closes a connection idle
 between requests). A body larger than the server reads is refused with a 413 before or while it arrives, and one
-that does not arrive within the timeout with a 408 (``read_body``). The lab's server (kv_serving.server, for
+that does not arrive within the timeout with a 408 (``read_body``). A stream whose client takes nothing for
+``STALL_TIMEOUT_S`` is cancelled and its connection aborted (``SEND_BUFFER_BYTES`` says why the buffers are small;
+kv_serving.server.EventStream does it). The lab's server (kv_serving.server, for
 either model) runs uvicorn with ``bounded_config``.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import h11
 import uvicorn
@@ -23,6 +27,17 @@ from .protocol import BODY_SLACK_BYTES, BYTES_PER_TOKEN_ID, error_body
 
 HOST = "127.0.0.1"  # never another interface: the lab servers have no authentication
 REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from the accept, or a later request's first byte), then its body
+# A stream is bounded by what its client takes, not by what the server has queued. NOTE: left to itself, the kernel
+# grows a loopback connection's send buffer to megabytes, which holds a whole long reply (2,000 tokens are about
+# 500 KB of events), so a client that never reads would keep its request running, and its blocks held, to the end.
+# Each connection's buffers are therefore kept to SEND_BUFFER_BYTES (the socket's, which Linux doubles, and the
+# transport's high-water mark): an unread stream then backs up into the server's send within a few hundred events,
+# and a send that has not completed after STALL_TIMEOUT_S means the client took no byte for that long. The request
+# is then cancelled (its blocks go back at once) and the connection aborted. A client that reads, however slowly,
+# frees room with every read and is never cancelled.
+SEND_BUFFER_BYTES = 32 * 1024
+STALL_TIMEOUT_S = 10.0
+TRANSPORT = "kv_serving.transport"  # the connection's transport in each request's scope["state"] (BoundedHeaders)
 
 
 class BoundedHeaders(H11Protocol):
@@ -31,12 +46,19 @@ class BoundedHeaders(H11Protocol):
     (uvicorn itself times nothing before a connection's first request)."""
 
     header_timeout_s = REQUEST_TIMEOUT_S
+    send_buffer_bytes = SEND_BUFFER_BYTES
     _header_deadline: asyncio.TimerHandle | None = None
     _silent = True  # nothing has arrived on this connection yet
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+        connection = transport.get_extra_info("socket")
+        if connection is not None:  # small buffers, so an unread stream stalls the send (STALL_TIMEOUT_S)
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+        transport.set_write_buffer_limits(high=self.send_buffer_bytes)
+        # each request's scope["state"] is a copy of this: a stalled stream aborts its own connection (EventStream)
+        self.app_state = {**self.app_state, TRANSPORT: transport}
 
     def data_received(self, data: bytes) -> None:
         self._silent = self._silent and not data
@@ -69,17 +91,20 @@ class BoundedHeaders(H11Protocol):
         self.transport.close()
 
 
-def bounded_headers(timeout_s: float) -> type[BoundedHeaders]:
-    """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s``."""
-    return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s})
+def bounded_headers(timeout_s: float, send_buffer_bytes: int = SEND_BUFFER_BYTES) -> type[BoundedHeaders]:
+    """The protocol class for uvicorn.Config(http=...), with headers bounded to ``timeout_s`` and each connection's
+    send buffers to ``send_buffer_bytes``."""
+    return type("BoundedHeaders", (BoundedHeaders,), {"header_timeout_s": timeout_s,
+                                                       "send_buffer_bytes": send_buffer_bytes})
 
 
 def bounded_config(app: ASGIApp, port: int, request_timeout_s: float = REQUEST_TIMEOUT_S,
-                   **options: object) -> uvicorn.Config:
+                   send_buffer_bytes: int = SEND_BUFFER_BYTES, **options: object) -> uvicorn.Config:
     """uvicorn's settings for a lab server: 127.0.0.1 only, no access log, every connection's headers bounded to
-    ``request_timeout_s`` (``BoundedHeaders``); ``options`` are uvicorn.Config's own (log_level, lifespan, ...)."""
-    return uvicorn.Config(app, host=HOST, port=port, access_log=False, http=bounded_headers(request_timeout_s),
-                          **options)  # type: ignore[arg-type]
+    ``request_timeout_s`` and its send buffers to ``send_buffer_bytes`` (``BoundedHeaders``); ``options`` are
+    uvicorn.Config's own (log_level, lifespan, ...)."""
+    return uvicorn.Config(app, host=HOST, port=port, access_log=False,
+                          http=bounded_headers(request_timeout_s, send_buffer_bytes), **options)  # type: ignore[arg-type]
 
 
 class BodyTooLarge(ValueError):

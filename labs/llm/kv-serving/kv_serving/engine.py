@@ -18,6 +18,7 @@ from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .dtypes import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
+from .prefill_bound import TTFT_TARGET_S, PrefillRate
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:  # the trained model's types; its modules import transformers, which a random-model server never needs
@@ -51,6 +52,10 @@ class EngineConfig:
     policy: AdmissionPolicy = field(default_factory=lambda: KVBudget(256 * block_bytes(SERVING_MODEL,
                                                                                       SERVING_LAYERS, 16)))
     max_waiting: int = 256
+    # The waiting queue's bound by time (kv_serving.prefill_bound): None leaves only the count bound above, as the load
+    # experiments need (their bursts are the point); prefill_rate fixes the rate instead of measuring it (tests).
+    ttft_target_s: float | None = TTFT_TARGET_S
+    prefill_rate: float | None = None
     honor_disconnect: bool = True
     model_name: str = "kv-serving-random"
     threads: int = 1  # torch intra-op threads of the decode worker
@@ -88,10 +93,11 @@ class EngineConfig:
             assert isinstance(self.model, ModelConfig)
             model: ServingModel | LlamaServingModel = ServingModel(self.model, self.layers)
         else:
-            from .llama import LlamaServingModel
+            from .llama import served
 
-            model = LlamaServingModel(self.chat.model)
-        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect)
+            model = served(self.chat.model)
+        rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
+        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect, self.ttft_target_s, rate)
 
     def as_record(self) -> dict[str, object]:
         return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,

@@ -159,3 +159,12 @@ class LlamaServingModel:
             x = layer.finish(x, rows.attend(index, q, k, v), self.config)
         return self._head(x)[:, -1]
     # --8<-- [end:decode]
+
+
+@functools.cache
+def served(decoder: LlamaDecoder) -> LlamaServingModel:
+    """``decoder`` arranged for serving, once per process and decoder (a deliberate cache): the fused and packed
+    copies take seconds to build and only ever read, so servers sharing a process (the quick run's threads, the
+    tests) share them. Each server process of a timed run builds its own."""
+    return LlamaServingModel(decoder)
+

@@ -152,7 +152,7 @@ def common_fields(body: dict[str, Any], max_tokens_default: int, max_tokens_name
     if not isinstance(stream, bool):
         raise BadRequest(f"stream must be true or false, got {_shown(stream)}", param="stream")
     model = body.get("model")
-    if model is not None and not isinstance(model, str):
+    if "model" in body and not isinstance(model, str):  # null too: absent means "the served model", null is no name
         raise BadRequest(f"model must be a string, got {_shown(model)}", param="model")
     n = body.get("n", 1)
     if not _is_int(n) or n != 1:

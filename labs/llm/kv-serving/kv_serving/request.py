@@ -56,7 +56,6 @@ class Request:
     cancel_iteration: int | None = None  # scheduler iteration during which the client left
     decode_steps: int = 0
     decode_steps_after_gone: int = 0
-    max_unread: int | None = None  # tokens its stream may leave untaken before it counts as departed (None: no bound)
     gone_reason: str = "the client disconnected"
     text: TextStream | None = None  # the output as text, with its stops (None: token ids only)
 

@@ -46,6 +46,7 @@ from kv_storage.paged import PoolExhausted
 from .admission import AdmissionPolicy, kv_positions
 from .model import ServingModel
 from .pool import LayeredPool
+from .prefill_bound import PROBE_TOKENS, PrefillRate, over_bound
 from .request import Failed, Finished, Request, Status, Token
 from .sizes import blocks_for
 from .text import TextStream
@@ -78,9 +79,10 @@ def prefill_groups(admitted: list[Request], budget: int) -> list[list[Request]]:
 class RequestRefused(ValueError):
     """Refused before it was queued; ``status`` is the HTTP status a server should answer with."""
 
-    def __init__(self, message: str, status: int, code: str, param: str | None = None) -> None:
+    def __init__(self, message: str, status: int, code: str, param: str | None = None,
+                 retry_after_s: int = 1) -> None:
         super().__init__(message)
-        self.status, self.code, self.param = status, code, param
+        self.status, self.code, self.param, self.retry_after_s = status, code, param, retry_after_s
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Counters:
     failed_for_error: int = 0  # a model call raised while computing for them
     refused_too_large: int = 0
     refused_queue_full: int = 0
+    refused_prefill_bound: int = 0  # refused because the prompt tokens waiting would pass the prefill-time bound
     peak_used_blocks: int = 0
     peak_running: int = 0
     # Work for departed clients. A row (a prefill's or a decode step's token for one request) counts as "after
@@ -117,12 +120,20 @@ class Counters:
 
 class Scheduler:
     def __init__(self, model: ServingModel | LlamaServingModel, pool: LayeredPool, policy: AdmissionPolicy,
-                 max_waiting: int = 256, honor_disconnect: bool = True) -> None:
+                 max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
+                 prefill_rate: PrefillRate | None = None) -> None:
+        """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
+        time (kv_serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
+        measures from a probe when it starts and from every prefill after; None: no such bound."""
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         self.model, self.pool, self.policy = model, pool, policy
         self.budget_blocks = policy.budget_blocks(pool)  # validates a byte budget against the pool
         self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
+        if ttft_target_s is not None and not 0 < ttft_target_s < float("inf"):
+            raise ValueError(f"ttft_target_s must be a finite number of seconds above 0, got {ttft_target_s}")
+        self.ttft_target_s, self.prefill_rate = ttft_target_s, prefill_rate
+        self._seeded = asyncio.Event()  # set once the bound has a rate (or needs none): a server opens after it
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = Counters()
@@ -134,10 +145,9 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
 
     # ---- requests in -------------------------------------------------------------------------------
-    def submit(self, prompt: list[int], max_tokens: int, max_unread: int | None = None,
-               text: TextStream | None = None, prompt_field: str = "prompt") -> Request:
+    def submit(self, prompt: list[int], max_tokens: int, text: TextStream | None = None,
+               prompt_field: str = "prompt") -> Request:
         """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full). With
-        ``max_unread``, a request whose client leaves more than that many tokens untaken counts as departed; with
         ``text``, its tokens stream as text and its stops end it. ``prompt_field`` is the request field a refusal
         of the prompt names (``messages`` for a chat)."""
         config, size = self.model.config, self.pool.block_size
@@ -172,13 +182,25 @@ class Scheduler:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
+        if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
+            refusal = over_bound(self.waiting_prompt_tokens, len(prompt), self.ttft_target_s, self.prefill_rate)
+            if refusal is not None:
+                self.counters.refused_prefill_bound += 1
+                raise RequestRefused(refusal.message, 503, "prefill_queue_full", retry_after_s=refusal.retry_after_s)
         request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
-                          max_unread=max_unread, text=text)
+                          text=text)
         self.counters.submitted += 1
         self.waiting.append(request)
         self._idle.clear()
         self._wake.set()
         return request
+
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        """Prompt tokens not yet prefilled: the queue's, and those of requests admitted this iteration whose prefill
+        has not returned (no first token yet). A new request waits behind all of them for its own first token."""
+        admitted = sum(len(request.prompt) for request in self.running if not request.output)
+        return admitted + sum(len(request.prompt) for request in self.waiting)
 
     def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
         """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
@@ -243,7 +265,15 @@ class Scheduler:
         self._task = self._executor = None
 
     # --8<-- [start:loop]
+    async def seeded(self) -> None:
+        """Return once the start-up probe has seeded the prefill rate (at once if the bound needs no probe): the
+        server's lifespan waits for it, so no request arrives while the bound knows no rate."""
+        await self._seeded.wait()
+
     async def run(self) -> None:
+        if self.ttft_target_s is not None and self.prefill_rate is None:
+            await self._probe_prefill()
+        self._seeded.set()
         while True:
             if not self.waiting and not self.running:
                 self._wake.clear()
@@ -310,13 +340,31 @@ class Scheduler:
                 for request in group:
                     await self._prefill([request])
                 return
-        self.counters.prefill_seconds += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        self.counters.prefill_seconds += seconds
         self.counters.prefill_calls += 1
+        if self.prefill_rate is not None:
+            self.prefill_rate.observe(sum(len(r.prompt) for r in group), seconds)
         for request, token in zip(group, logits.argmax(-1).tolist()):
             self.counters.prefills += 1
             if request.client_gone:
                 self.counters.prefills_after_disconnect += 1
             self._emit(request, token)
+
+    async def _probe_prefill(self) -> None:
+        """Seed the prefill rate: one prefill of PROBE_TOKENS tokens (fewer if the pool is smaller) into blocks taken
+        and given back at once, before any request is admitted (kv_serving.prefill_bound)."""
+        size = self.pool.block_size
+        tokens = min(PROBE_TOKENS, self.pool.num_blocks * size, self.model.config.max_positions - 1)
+        ids = [index % self.model.config.vocab_size for index in range(1, tokens + 1)]
+        table = self.pool.allocate(blocks_for(tokens, size))
+        try:
+            started = time.perf_counter()
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.model.prefill, self.pool, [ids],
+                                                             [table])
+            self.prefill_rate = PrefillRate(tokens, max(time.perf_counter() - started, 1e-9))
+        finally:
+            self.pool.release(table)
 
     async def _decode_step(self) -> None:
         batch = list(self.running)
@@ -376,10 +424,6 @@ class Scheduler:
         if stopped or last:
             self.counters.completed += 1
             self._retire(request, Status.FINISHED, Finished("stop" if stopped else "length"))
-        elif request.max_unread is not None and request.events.qsize() > request.max_unread:
-            # its client takes nothing (beyond what the socket buffers held): holding its blocks to the
-            # last token would let one idle reader keep memory others could use
-            self.disconnect(request, f"the client left more than {request.max_unread} tokens unread")
 
     def _retire_cancelled(self) -> None:
         for request in [r for r in (*self.waiting, *self.running) if self._cancelled(r)]:
@@ -433,5 +477,8 @@ class Scheduler:
             "num_waiting": len(self.waiting),
             "admission": self.policy.describe(),
             "honor_disconnect": self.honor_disconnect,
+            "waiting_prompt_tokens": self.waiting_prompt_tokens,
+            "ttft_target_s": self.ttft_target_s,  # None: the queue is bounded by count alone
+            "prefill_tokens_per_s": None if self.prefill_rate is None else self.prefill_rate.tokens_per_s,
             **vars(self.counters),
         }

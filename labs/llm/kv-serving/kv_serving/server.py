@@ -50,7 +50,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from kv_cache.config import ModelConfig
 from labkit.exit import exit_now
@@ -58,10 +58,19 @@ from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
 from llm_models.cache_formats import block_bytes as format_block_bytes
 
 from .admission import AdmissionPolicy, KVBudget
-from .bounds import REQUEST_TIMEOUT_S, BodyTooLarge, BodyTooSlow, bounded_config, read_body
+from .bounds import (
+    REQUEST_TIMEOUT_S,
+    STALL_TIMEOUT_S,
+    TRANSPORT,
+    BodyTooLarge,
+    BodyTooSlow,
+    bounded_config,
+    read_body,
+)
 from .dtypes import DTYPES
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from .pool import block_bytes
+from .prefill_bound import TTFT_TARGET_S
 from .protocol import (
     BadRequest,
     CompletionRequest,
@@ -85,7 +94,6 @@ GRACE_S = 3  # after every request has failed, how long uvicorn waits for replie
 STEP_GRACE_S = 60  # on a signal, how long the model call under way may take to return before the replies go out
 SHUTTING_DOWN = "the server is shutting down"
 MODELS = ("random", "smollm2")
-MAX_UNREAD_TOKENS = 256  # tokens a stream may leave untaken (beyond the socket buffers) before it counts as departed
 
 
 class Server(uvicorn.Server):
@@ -121,23 +129,46 @@ class Server(uvicorn.Server):
             await self.lifespan.shutdown()
 
 
+class ClientStalled(Exception):
+    """A stream's write did not complete within the stall timeout: its client took no byte for that long."""
+
+
 class EventStream(StreamingResponse):
-    """A text/event-stream reply that ends quietly if uvicorn cancels it at shutdown."""
+    """A text/event-stream reply that ends quietly if uvicorn cancels it at shutdown, and that gives up on a client
+    taking nothing: when one write has waited ``stall_timeout_s`` (kv_serving.bounds says why that measures the
+    client), ``on_stall`` cancels the request and the connection is aborted, its unsent events dropped with it."""
+
+    def __init__(self, content: AsyncIterator[str], stall_timeout_s: float, on_stall: Callable[[str], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.stall_timeout_s, self.on_stall = stall_timeout_s, on_stall
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self.stall_timeout_s):
+                    await send(message)
+            except TimeoutError:
+                raise ClientStalled from None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, bounded)
         except asyncio.CancelledError:  # uvicorn gave up on a reply at shutdown (a client not reading): just close
             pass
+        except ClientStalled:
+            self.on_stall(f"the client took nothing of its stream for {self.stall_timeout_s:g} s")
+            transport = scope.get("state", {}).get(TRANSPORT)
+            if transport is not None:  # an in-process ASGI call (a test's) has no connection to abort
+                transport.abort()
 
 
 def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
-               max_unread_tokens: int = MAX_UNREAD_TOKENS) -> FastAPI:
+               stall_timeout_s: float = STALL_TIMEOUT_S) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = config.build()
         app.state.scheduler = scheduler
         scheduler.start()
+        await scheduler.seeded()  # uvicorn listens only once this returns
         try:
             yield
         finally:
@@ -214,26 +245,25 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
         except RequestRefused as error:
-            headers = {"Retry-After": "1"} if error.status == 503 else None
+            headers = {"Retry-After": str(error.retry_after_s)} if error.status == 503 else None
             kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
             return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
                                 headers=headers)
         replies = replies_for(body, request)
         if body.stream:
-            return EventStream(stream_events(scheduler, request, replies),
-                               media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return EventStream(stream_events(scheduler, request, replies), stall_timeout_s,
+                               lambda why: scheduler.disconnect(request, why))
         try:
             return await complete(http, scheduler, request, replies)
         except asyncio.CancelledError:  # uvicorn gave up waiting at shutdown; the request is already disconnected
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
 
-    def submission(body: Parsed) -> tuple[list[int], int, int | None, TextStream | None, str]:
-        unread = max_unread_tokens if body.stream else None
+    def submission(body: Parsed) -> tuple[list[int], int, TextStream | None, str]:
         if isinstance(body, CompletionRequest):
-            return body.prompt, body.max_tokens, unread, None, "prompt"
+            return body.prompt, body.max_tokens, None, "prompt"
         assert config.chat is not None
         text = TextStream(config.chat.tokenizer, config.chat.stop_ids, body.stop)
-        return body.prompt_ids, body.max_tokens, unread, text, body.prompt_field
+        return body.prompt_ids, body.max_tokens, text, body.prompt_field
 
     def replies_for(body: Parsed, request: Request) -> TokenReplies | TextReplies:
         if isinstance(body, CompletionRequest):
@@ -334,6 +364,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "kivi, q8_0, q4_0, fp8) instead of the pool's own; with no --kv-budget-bytes, the budget is the whole "
              "pool priced so")
     add("--max-waiting", type=int, default=256, help="waiting-queue length beyond which requests get 503")
+    add("--ttft-target-s", type=float, default=TTFT_TARGET_S,
+        help="refuse (503) a request whose prompt would take the tokens waiting for prefill beyond what the server "
+             "prefills in this many seconds, at the rate it measures; 0: no such bound (default: %(default)s)")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
     add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
@@ -341,13 +374,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
              "body, may take to arrive before a 408 "
              "(default: %(default)s)")
-    add("--max-unread-tokens", type=int, default=MAX_UNREAD_TOKENS,
-        help="tokens a stream's client may leave untaken before it is treated as departed and its blocks freed "
+    add("--stall-timeout-s", type=float, default=STALL_TIMEOUT_S,
+        help="seconds a stream's client may take no byte of it before its request is cancelled, its blocks freed "
+             "and its connection closed; a client that reads, however slowly, is never cancelled "
              "(default: %(default)s)")
     args = parser.parse_args(argv)
-    if not 0 < args.request_timeout_s < float("inf"):
-        parser.error(f"--request-timeout-s must be a finite number of seconds above 0, got {args.request_timeout_s}")
-    for name in ("num_blocks", "block_size", "max_waiting", "threads", "max_unread_tokens"):
+    if not 0 <= args.ttft_target_s < float("inf"):
+        parser.error(f"--ttft-target-s must be 0 (no bound) or a finite number of seconds, got {args.ttft_target_s}")
+    for name in ("request_timeout_s", "stall_timeout_s"):
+        if not 0 < getattr(args, name) < float("inf"):
+            parser.error(f"--{name.replace('_', '-')} must be a finite number of seconds above 0, "
+                         f"got {getattr(args, name)}")
+    for name in ("num_blocks", "block_size", "max_waiting", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
@@ -406,7 +444,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             budget = args.num_blocks * block
         policy = KVBudget(budget, cache_format)
     options = dict(block_size=args.block_size, num_blocks=args.num_blocks, policy=policy,
-                   max_waiting=args.max_waiting, honor_disconnect=not args.ignore_disconnects, threads=args.threads)
+                   max_waiting=args.max_waiting, ttft_target_s=args.ttft_target_s or None,
+                   honor_disconnect=not args.ignore_disconnects, threads=args.threads)
     if args.model == "smollm2":
         from llm_models.llama.generate import smollm2
 
@@ -426,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
-    app = create_app(config, args.request_timeout_s, args.max_unread_tokens)
+    app = create_app(config, args.request_timeout_s, args.stall_timeout_s)
     Server(bounded_config(app, args.port, args.request_timeout_s, log_level="info",
                           timeout_graceful_shutdown=GRACE_S)).run()
     return 0

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 import unittest
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any
@@ -23,11 +24,12 @@ from labkit.waiting import HANG_S, Hung, eventually, until, within
 from llm_models.llama.generate import ChatModel
 
 from .admission import AdmissionPolicy, KVBudget
-from .bounds import HOST, REQUEST_TIMEOUT_S, bounded_config
+from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
-from .server import GRACE_S, MAX_UNREAD_TOKENS, Server, create_app
+from .scheduler import Scheduler
+from .server import GRACE_S, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
 TINY_LAYERS = 2
@@ -66,8 +68,8 @@ def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **c
     """A two-layer, width-32 engine: every test runs in milliseconds per step."""
     budget = KVBudget(num_blocks * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
     config = EngineConfig(model=TINY_MODEL, layers=TINY_LAYERS, block_size=TINY_BLOCK, num_blocks=num_blocks,
-                          policy=policy or budget, model_name="tiny")
-    return replace(config, **changes)
+                          policy=policy or budget, model_name="tiny", ttft_target_s=None)
+    return replace(config, **changes)  # the queue bound by time is off unless a test asks for it, at a fixed rate
 
 
 def tiny_chat(name: str = "tiny") -> ChatModel:
@@ -91,20 +93,21 @@ def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPol
     """The engine serving ``chat`` (tiny_chat) with a pool of ``num_blocks`` blocks of TINY_BLOCK positions."""
     config = chat.model.config
     budget = KVBudget(num_blocks * block_bytes(config, config.layers, TINY_BLOCK))
-    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget), **changes)
+    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget, ttft_target_s=None), **changes)
 
 
 @asynccontextmanager
 async def serve_in_loop(config: EngineConfig, timeout_s: float = HANG_S,
                         request_timeout_s: float = REQUEST_TIMEOUT_S,
-                        max_unread_tokens: int = MAX_UNREAD_TOKENS) -> AsyncIterator[tuple[str, object]]:
+                        stall_timeout_s: float = STALL_TIMEOUT_S, send_buffer_bytes: int = SEND_BUFFER_BYTES
+                        ) -> AsyncIterator[tuple[str, object]]:
     """Start uvicorn on 127.0.0.1 with an ephemeral port inside the running loop; yield (base URL, app).
 
     The server is ready once uvicorn has started it, and stops when the block exits, giving replies still going
     out the servers' own grace (GRACE_S); ``timeout_s`` bounds the start and the stop, for a hang only.
     """
-    app = create_app(config, request_timeout_s, max_unread_tokens)
-    server = Server(bounded_config(app, 0, request_timeout_s, log_level="warning", lifespan="on",
+    app = create_app(config, request_timeout_s, stall_timeout_s)
+    server = Server(bounded_config(app, 0, request_timeout_s, send_buffer_bytes, log_level="warning", lifespan="on",
                                    timeout_graceful_shutdown=GRACE_S))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
     task = asyncio.get_running_loop().create_task(server.serve(), name="uvicorn-under-test")
@@ -179,6 +182,78 @@ async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any]) -> AsyncI
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+SMALLEST_RECEIVE_BUFFER = 2048  # a client socket's SO_RCVBUF: the kernel raises it to its own minimum (about 2 KiB)
+
+
+async def open_stream_socket(url: str, path: str, body: dict[str, Any]) -> socket.socket:
+    """A real client socket on 127.0.0.1 whose receive buffer is as small as the kernel allows, that has sent
+    ``body`` as a POST to ``path`` and read nothing yet (the caller reads, slowly, or never)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALLEST_RECEIVE_BUFFER)  # before connecting: the window
+    client.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_connect(client, (host, int(port)))
+        payload = json.dumps(body).encode()
+        await loop.sock_sendall(client, f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: "
+                                        f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+@asynccontextmanager
+async def never_reading_stream(url: str, path: str, body: dict[str, Any]) -> AsyncIterator[socket.socket]:
+    """A client that sends ``body`` (a streamed request) and then takes not one byte of the reply, its socket kept
+    open until the block exits: the reply backs up through the kernel's buffers into the server's writes."""
+    client = await open_stream_socket(url, path, body)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+async def read_slowly(url: str, path: str, body: dict[str, Any], chunk_bytes: int, pause_s: float) -> bytes:
+    """A client that reads the streamed reply to ``body`` ``chunk_bytes`` at a time with ``pause_s`` between reads,
+    to its end (the server closing, or the stream's ``data: [DONE]``); the bytes it read."""
+    client = await open_stream_socket(url, path, body)
+    loop, received = asyncio.get_running_loop(), bytearray()
+    try:
+        while b"data: [DONE]" not in received:
+            part = await loop.sock_recv(client, chunk_bytes)
+            if not part:
+                break
+            received += part
+            await asyncio.sleep(pause_s)
+    finally:
+        client.close()
+    return bytes(received)
+
+
+# Events waiting in a request's queue that show its stream's writes are held up: each write takes one, and the loop
+# runs them between steps, so a connection that takes what it is sent leaves at most a step's event or two queued.
+BACKED_UP_EVENTS = 4
+
+
+def stepping_until_stalled(scheduler: Scheduler, gate: StepGate, cancelled: int) -> Callable[[], bool]:
+    """A condition for labkit.waiting.eventually that drives ``gate`` too: it lets decode steps through one at a
+    time while some running stream still takes its events, holds them once every live stream has backed up (so no
+    request can reach its last token before its stall is seen, however fast the host), and is true once
+    ``cancelled`` requests have been cancelled. A stream backs up only if its reply outgrows the buffers."""
+
+    def condition() -> bool:
+        if scheduler.counters.cancelled >= cancelled:
+            return True
+        live = [request for request in scheduler.running if not request.client_gone]
+        if not live or any(request.events.qsize() < BACKED_UP_EVENTS for request in live):
+            gate.step_if_held()  # with none live, a step lets the loop retire the departed and admit the next
+        return False
+
+    return condition
 
 
 class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):

@@ -21,7 +21,7 @@ from labkit import bench
 from llm_models.llama.generate import smollm2
 
 from .dtypes import TRAINED_TOLERANCES
-from .llama import LlamaServingModel
+from .llama import served
 from .pool import block_bytes
 from .sizes import blocks_for
 from .workload import PROMPTS, real_prompts, real_workload
@@ -71,8 +71,9 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
                          f"{args.trained_blocks} must hold the longest request, {longest} blocks of {size}")
     config = smollm2(getattr(torch, args.dtype)).model.config
     block = block_bytes(config, config.layers, size)
-    common = ["--model", MODEL, "--block-size", str(size), "--max-waiting", "1024", "--threads", str(args.threads),
-              "--dtype", args.dtype]
+    # the bursts are the experiment: no queue bound may refuse them (a count far above any run's, no time bound)
+    common = ["--model", MODEL, "--block-size", str(size), "--max-waiting", "1024", "--ttft-target-s", "0",
+              "--threads", str(args.threads), "--dtype", args.dtype]
     sweep = ["--num-blocks", str(args.trained_blocks), *common]
     small = ["--num-blocks", str(pool), *common]
     safe, average = max(1, pool // longest), max(1, round(pool / mean))
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
 def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any) -> dict[str, Any]:
     """The in-process gate on the trained model in the served dtype: the first prompts batched against alone."""
     chat = smollm2(getattr(torch, args.dtype))
-    model = LlamaServingModel(chat.model)
+    model = served(chat.model)
     bench.progress(f"trained model: equivalence in {args.dtype}, batched paged decode vs each request alone")
     result = gate_fn(model, model.layers, planned["ids"][:GATE_PROMPTS], GATE_STEPS, args.block_size, TRAINED_TOLERANCES)
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
