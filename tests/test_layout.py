@@ -89,8 +89,9 @@ def lab_folder(path: Path) -> Path | None:
     return next((folder for folder in path.parents if (folder / "lab.toml").is_file()), None)
 
 
-def imported_files(path: Path, context: Path | None) -> set[Path]:
-    return closure.imported_files(path, context, ROOT)
+@functools.cache  # a deliberate cache: the closure check asks it of every pair of loaded files
+def imported_files(path: Path, context: Path | None) -> frozenset[Path]:
+    return frozenset(closure.imported_files(path, context, ROOT))
 
 
 def import_closure(start: Iterable[Path], context: Path | None) -> set[Path]:

@@ -244,9 +244,13 @@ if __name__ == "__main__":
         # `make bench` says 130 or 143 and not the 2 make gives any failed recipe. Exit only once make is
         # in its handler: a make that reaps this process first finds no child in its handler and ends
         # with 2 ("wait: No child processes"). Its SIGTERM to its recipe (this process) is held meanwhile.
+        # NOTE: a make killed outright (SIGKILL) never enters a handler: once this process has been reparented, make
+        # is gone and nothing is waited for (before, such a run waited out MAKE_HANDLER_S for a make that was dead).
         signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
-        os.kill(UNDER_MAKE, status - 128)
+        if os.getppid() == UNDER_MAKE:
+            os.kill(UNDER_MAKE, status - 128)
         handling_by = time.monotonic() + MAKE_HANDLER_S
-        while make_is_stopping(UNDER_MAKE) != status - 128 and time.monotonic() < handling_by:
+        while (os.getppid() == UNDER_MAKE and make_is_stopping(UNDER_MAKE) != status - 128
+               and time.monotonic() < handling_by):
             time.sleep(0.001)
     exit_now(status)  # no interpreter shutdown after the last line, for a signal to land in (labkit.exit)
