@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .figures import Derive, Figures, fill
+from .figures import Derive, Figures, check, fill, stored_value
 from .regimes import regime
 
 STATISTICS = ("min_ns", "median_ns", "max_ns")
@@ -128,6 +128,36 @@ def percentile(values: Sequence[float], share: float) -> float:
     if not 0 <= share <= 1:
         raise ValueError(f"a percentile's share is between 0 and 1, not {share}")
     return float(np.quantile(np.asarray(values, dtype=float), share))
+
+
+def raw_only(record: dict[str, Any], derive: Derive | None, source: str = "new record") -> dict[str, Any]:
+    """A copy of a record without any figure that follows from its raw data (the ones with_figures fills in): what
+    a benchmark writes. A figure the benchmark did compute must first equal its derivation (a count the code
+    measured that its formula contradicts is refused here, before anything is written); an object left empty by
+    the removal goes too."""
+    figures = [*(sweep_figures(record) if "lengths" in record else []),
+               *(derive(with_figures(record, None)) if derive is not None else [])]
+    check(record, figures, source)
+    raw = copy.deepcopy(record)
+    for figure in figures:
+        parents: list[tuple[Any, Any]] = []
+        node: Any = raw
+        for key in figure.path[:-1]:
+            stored, child = stored_value(node, (key,))
+            if not stored:
+                break
+            parents.append((node, key))
+            node = child
+        else:
+            if isinstance(node, dict) and figure.path[-1] in node:
+                del node[figure.path[-1]]
+                while parents and node == {}:  # an object that held only derived figures
+                    parent, key = parents.pop()
+                    if not isinstance(parent, dict):
+                        break
+                    del parent[key]
+                    node = parent
+    return raw
 
 
 def with_figures(record: dict[str, Any], derive: Derive | None) -> dict[str, Any]:

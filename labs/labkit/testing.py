@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .figures import Derive
+from .figures import Derive, stored_value
 from .manifest import Lab, lab_for
 from .records import load_record
-from .summary import with_figures
+from .summary import sweep_figures, with_figures
 
 
 def lab_derive(lab: Lab) -> Derive | None:
@@ -94,6 +94,23 @@ class QuickBenchmarkRun(unittest.TestCase):
         self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
         lab, _ = lab_for(inspect.getsourcefile(self.main) or "")
         return with_figures(load_record(self.path, self.schema), lab_derive(lab))
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        # NOTE: given to each subclass, not defined on this class: a test module that imports QuickBenchmarkRun
+        # would otherwise have unittest collect it, and run its test with no benchmark to run
+        super().__init_subclass__(**options)
+        cls.test_the_written_record_stores_what_was_measured_and_no_figure_that_follows_from_it = (  # type: ignore[attr-defined]
+            QuickBenchmarkRun.stores_only_what_was_measured)
+
+    def stores_only_what_was_measured(self) -> None:
+        """The benchmark writes raw data only (labkit.writing): a figure it stored would be checked, never derived."""
+        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
+        lab, _ = lab_for(inspect.getsourcefile(self.main) or "")
+        raw, derive = load_record(self.path, self.schema), lab_derive(lab)
+        derived = [*(sweep_figures(raw) if "lengths" in raw else []),
+                   *(derive(with_figures(raw, None)) if derive is not None else [])]
+        self.assertTrue(derived, "this benchmark's record has no derived figure to look for")
+        self.assertEqual([figure.path for figure in derived if stored_value(raw, figure.path)[0]], [])
 
 
 class ExistingRecordTest(unittest.TestCase):

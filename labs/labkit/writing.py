@@ -16,7 +16,7 @@ from . import bench
 from .figures import Derive
 from .manifest import Lab
 from .records import load_json
-from .summary import with_figures
+from .summary import raw_only, with_figures
 
 
 def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | None,
@@ -31,7 +31,7 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
         sections = body()  # first: the header records the environment the measurement left (its torch threads)
         record = {**bench.record_header(lab, root, str(script), argv, args.output, args.machine), **sections}
         with_figures(record, derive)  # a record the derivations cannot read is refused before it is written
-        return record
+        return raw_only(record, derive)  # what was measured: a figure the code also computed is checked, then left out
 
     code = bench.write_record(args.output, build, root / lab.schema)
     if code == 0:
