@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html as html_lib
 import json
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from labkit.testing import committed_record
 from site_hooks.formatting import format_ms
+from site_hooks.orchestrate import longest_first
 
 from conftest import LAB, ROOT, ToySite
 
@@ -147,3 +149,12 @@ def test_a_placeholder_inside_a_collapsed_appendix_is_rendered_there(toy_site: T
     details = html[html.index("<details"):html.index("</details>")]
     assert 'class="lab-view lab-config' in details and 'class="lab-view lab-commands' in details
     assert "LABVIEW" not in html and "<p><div" not in html
+
+
+def test_lab_suites_start_longest_first_so_the_longest_never_runs_on_alone_at_the_end(tmp_path: Path) -> None:
+    labs = []
+    for name, size in (("short", 10), ("long", 1000), ("middle", 100)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "test_x.py").write_text("#" * size)
+        labs.append(dataclasses.replace(LAB, name=name, tests=(name, "test_*.py")))
+    assert [lab.name for lab in longest_first(labs, tmp_path)] == ["long", "middle", "short"]

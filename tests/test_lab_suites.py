@@ -19,7 +19,7 @@ import pytest
 
 from labkit.manifest import discover_labs
 from site_hooks.errors import SiteBuildError
-from site_hooks.orchestrate import TEST_WORKERS, run_lab_tests
+from site_hooks.orchestrate import TEST_WORKERS, longest_first, run_lab_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = discover_labs(ROOT)
@@ -38,7 +38,8 @@ def lab_reports() -> dict[str, dict[str, Any] | str]:
             return str(failed)
 
     with ThreadPoolExecutor(max_workers=TEST_WORKERS, thread_name_prefix="lab-suite") as pool:
-        return dict(zip([lab.name for lab in LABS], pool.map(one, LABS)))
+        ordered = longest_first(LABS, ROOT)  # as the build starts them
+        return dict(zip([lab.name for lab in ordered], pool.map(one, ordered)))
 
 
 def test_every_lab_is_found() -> None:
