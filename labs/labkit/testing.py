@@ -52,16 +52,17 @@ _QUICK_RUNS: dict[tuple[Callable[..., int], str], QuickRunResult] = {}
 _QUICK_FOLDER: list[tempfile.TemporaryDirectory[str]] = []
 
 
-def quick_run(main: Callable[..., int], **kwargs: Any) -> QuickRunResult:
-    """The result of ``main(["--quick", "--output", <file>], **kwargs)``, run once per process and kwargs (a test
-    that fixes what a timing would choose passes it here: the probe timings a benchmark takes instead)."""
-    key = (main, repr(sorted(kwargs.items())))
+def quick_run(main: Callable[..., int], *arguments: str, **kwargs: Any) -> QuickRunResult:
+    """The result of ``main(["--quick", "--output", <file>, *arguments], **kwargs)``, run once per process, arguments
+    and kwargs (a test that fixes what a timing would choose passes it here: the probe timings a benchmark takes
+    instead; ``arguments`` narrow a run whose record a test reads for one thing only)."""
+    key = (main, repr((arguments, sorted(kwargs.items()))))
     if key not in _QUICK_RUNS:
         if not _QUICK_FOLDER:
             _QUICK_FOLDER.append(tempfile.TemporaryDirectory(prefix="quick-runs-"))
         path = Path(_QUICK_FOLDER[0].name) / f"run-{len(_QUICK_RUNS)}" / "record.json"
         path.parent.mkdir()
-        code, log = run_quietly(main, ["--quick", "--output", str(path)], **kwargs)
+        code, log = run_quietly(main, ["--quick", "--output", str(path), *arguments], **kwargs)
         _QUICK_RUNS[key] = QuickRunResult(code, log, path if path.exists() else None)
     return _QUICK_RUNS[key]
 
@@ -73,13 +74,14 @@ class QuickBenchmarkRun(unittest.TestCase):
 
     main: Callable[..., int]
     schema: Path
+    main_arguments: tuple[str, ...] = ()
     main_kwargs: dict[str, Any] = {}
 
     @classmethod
     def setUpClass(cls) -> None:
         cls.folder = tempfile.TemporaryDirectory()
         cls.path = Path(cls.folder.name) / "record.json"
-        result = quick_run(cls.main, **cls.main_kwargs)
+        result = quick_run(cls.main, *cls.main_arguments, **cls.main_kwargs)
         cls.code, cls.log = result.code, result.log
         if result.record is not None:
             shutil.copyfile(result.record, cls.path)

@@ -378,6 +378,10 @@ class QuickRunInBfloat16(QuickBenchmarkRun):
 
     main = staticmethod(benchmark.main)
     schema = SCHEMA
+    # the quick run's workloads narrowed further: this class reads the dtype choice and the trained gate, which
+    # every run has, and checks the whole record the same way whatever its size
+    main_arguments = ("--requests", "6", "--cancel-requests", "4", "--rate-requests", "4", "--trained-requests", "2",
+                      "--trained-max-tokens", "3", "--step-batches", "1", "2")
     main_kwargs: ClassVar[dict[str, Any]] = {"dtype_probes": BFLOAT16_WINS}
 
     def test_each_dtype_as_the_probes_winner_gives_a_record_the_builds_check_accepts(self) -> None:
