@@ -236,13 +236,27 @@ def test_the_calculator_agrees_with_the_python_function_for_every_model_and_form
                 assert value["per_token"] == expected, (model["name"], fmt)
                 assert value["total"] == expected * batch * context, (model["name"], fmt, batch)
                 assert value["fit"] == capacity.fit(model, fmt), (model["name"], fmt)
-    for name, value, refusal in (("batch", "0.5", "batch (sequences) must be a whole number of at least 1, got 0.5"),
-                                 ("context", "0", "context (tokens per sequence) must be a whole number of at least 1, got 0")):
-        calculator.locator(f"input[name={name}]").fill(value)  # a fraction of a sequence is refused, in one line
+    refusals = (("batch", "0.5", "batch (sequences) must be a whole number from 1 to 1,000,000, got 0.5"),
+                ("context", "0", "context (tokens per sequence) must be a whole number from 1 to 1,000,000,000, got 0"),
+                ("batch", "1e308", "batch (sequences) must be a whole number from 1 to 1,000,000, got 1e308"),
+                ("memory", "-1", "memory must be a number of GiB from 0 to 1,000,000, got -1"))
+    for name, value, refusal in refusals:  # a fraction of a sequence, or a number beyond any machine: one line
+        before = calculator.locator(f"input[name={name}]").input_value()
+        calculator.locator(f"input[name={name}]").fill(value)
         assert calculator.locator('[data-out="total"]').text_content() == refusal
         assert calculator.locator('[data-out="total"]').get_attribute("data-value") == ""
-        calculator.locator(f"input[name={name}]").fill("8")
-    calculator.locator("input[name=layers]").fill("4")  # typed numbers leave the model list
+        calculator.locator(f"input[name={name}]").fill(before)
+    # "none fits" says what does not: the weights alone, or the one token's KV that what they leave cannot hold
+    calculator.locator("input[name=memory]").fill("0.001")
+    assert (calculator.locator('[data-out="fit"]').text_content() or "").startswith("none: the weights alone take ")
+    calculator.locator("input[name=parameters]").fill("0")
+    calculator.locator("input[name=memory]").fill("0.0000001")  # about 107 bytes, less than any model's token
+    assert (calculator.locator('[data-out="fit"]').text_content() or "").startswith("none: the weights leave 107.4 bytes, "
+                                                                                     "less than one token's ")
+    calculator.locator("input[name=layers]").fill("1e300")
+    assert calculator.locator('[data-out="per_token"]').text_content() == (
+        "layers must be a whole number from 1 to 12,800, got 1e300")
+    calculator.locator("input[name=layers]").fill("4")  # typed numbers leave the model list, as any edit of them does
     assert calculator.locator("select[name=model]").input_value() == ""
     page.screenshot(path=str(OUTPUT / "kv-cache-calculator.png"), full_page=False)
     page.close()
