@@ -39,6 +39,17 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         """The HTML one of the lab's views puts into the page."""
         return render_block(decode_bandwidth_views.VIEWS[view](record))
 
+    def test_each_dtypes_matmul_is_named_at_the_width_it_ran(self) -> None:
+        """A page once called every square matmul 1,024-wide while the bfloat16 one was 512."""
+        record = copy.deepcopy(self.record)
+        for key, entry in record["hardware"]["matmul"].items():
+            entry["size"] = {"float32": 1024, "bfloat16": 512}.get(key.split("/")[0], 256)
+        html = self.page("floor", record)
+        for key in record["hardware"]["matmul"]:
+            dtype, threads = key.split("/")
+            width = {"float32": "1,024", "bfloat16": "512"}.get(dtype, "256")
+            self.assertIn(f"{dtype} ({width}-wide) at {threads} thread", html)
+
     def test_the_key_results_follow_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         bench = record["config"]["benchmark"]

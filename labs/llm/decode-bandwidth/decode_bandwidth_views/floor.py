@@ -31,8 +31,8 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
          if llc else f"The last-level cache size was {machine['last_level_cache_source']}, so the ")
         + f"bandwidth buffer was {machine['buffer_bytes'] / MIB:g} MiB, read by {len(READ_KERNELS)} kernels "
         f"(table below), each the best of its passes; the floor takes the fastest, {best}.",
-        f"Matrix arithmetic, best of a few square {next(iter(machine['matmul'].values()))['size']}-wide matmuls: "
-        + "; ".join(f"{key.split('/')[0]} at {threads_text(int(key.split('/')[1]))}, "
+        "Matrix arithmetic, best of a few square matmuls at each dtype's own width: "
+        + "; ".join(f"{key.split('/')[0]} ({e['size']:,}-wide) at {threads_text(int(key.split('/')[1]))}, "
                     f"{e['flops_per_s'] / 1e9:.0f} GFLOP/s" for key, e in machine["matmul"].items()) + ".",
     ]
 

@@ -62,9 +62,12 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     base_rate = machine["matmul"][f"{dtype}/{threads}"]
     rate = variant["matmul_ratio"]
     steps = [r["ratio"] for r in rows]
-    sentence = (f"A square {base_rate['size']}-wide matmul ran {format_ratio(rate)} as fast in {other} as in {dtype} "
-                f"at {threads_text(threads)}, while the steps in the table took {ratio_range(steps)} their {dtype} "
-                f"time.")
+    other_rate = machine["matmul"].get(f"{other}/{threads}", base_rate)
+    sizes = (f"{base_rate['size']:,}-wide in {dtype}" if other_rate["size"] == base_rate["size"] else
+             f"{base_rate['size']:,}-wide in {dtype}, {other_rate['size']:,}-wide in {other}")
+    sentence = (f"A square matmul ({sizes}) ran {format_ratio(rate)} as many flops per second in {other} as in "
+                f"{dtype} at {threads_text(threads)}, while the steps in the table took {ratio_range(steps)} their "
+                f"{dtype} time.")
     if rate > 1 and min(steps) > 1:
         sentence += f" The {other} speed of a large matrix multiply does not carry over to these decode steps."
     sentences.append(sentence)
