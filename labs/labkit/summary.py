@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .figures import Derive, Figures, check, fill, stored_value
+from .figures import Derive, Figure, Figures, check, fill, stored_value
 from .regimes import regime
 
 STATISTICS = ("min_ns", "median_ns", "max_ns")
@@ -130,13 +130,19 @@ def percentile(values: Sequence[float], share: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), share))
 
 
+def derived_figures(record: dict[str, Any], derive: Derive | None) -> list[Figure]:
+    """Every figure that follows from a record's raw data, in with_figures' order: a sweep's statistics, then the
+    lab's own ``derive`` over the record with them."""
+    return [*(sweep_figures(record) if "lengths" in record else []),
+            *(derive(with_figures(record, None)) if derive is not None else [])]
+
+
 def raw_only(record: dict[str, Any], derive: Derive | None, source: str = "new record") -> dict[str, Any]:
     """A copy of a record without any figure that follows from its raw data (the ones with_figures fills in): what
     a benchmark writes. A figure the benchmark did compute must first equal its derivation (a count the code
     measured that its formula contradicts is refused here, before anything is written); an object left empty by
     the removal goes too."""
-    figures = [*(sweep_figures(record) if "lengths" in record else []),
-               *(derive(with_figures(record, None)) if derive is not None else [])]
+    figures = derived_figures(record, derive)
     check(record, figures, source)
     raw = copy.deepcopy(record)
     for figure in figures:

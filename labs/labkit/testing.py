@@ -17,7 +17,7 @@ from typing import Any
 from .figures import Derive, stored_value
 from .manifest import Lab, lab_for
 from .records import load_record
-from .summary import sweep_figures, with_figures
+from .summary import derived_figures, with_figures
 
 
 def lab_derive(lab: Lab) -> Derive | None:
@@ -108,9 +108,8 @@ class QuickBenchmarkRun(unittest.TestCase):
         """The benchmark writes raw data only (labkit.writing): a figure it stored would be checked, never derived."""
         self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
         lab, _ = lab_for(inspect.getsourcefile(self.main) or "")
-        raw, derive = load_record(self.path, self.schema), lab_derive(lab)
-        derived = [*(sweep_figures(raw) if "lengths" in raw else []),
-                   *(derive(with_figures(raw, None)) if derive is not None else [])]
+        raw = load_record(self.path, self.schema)
+        derived = derived_figures(raw, lab_derive(lab))
         self.assertTrue(derived, "this benchmark's record has no derived figure to look for")
         self.assertEqual([figure.path for figure in derived if stored_value(raw, figure.path)[0]], [])
 
