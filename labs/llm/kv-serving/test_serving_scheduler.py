@@ -205,6 +205,21 @@ class SchedulerTest(QuietLoopTestCase):
         self.assertEqual(rate.observed_calls, 1)
         self.assertIsNotNone(scheduler.metrics()["prefill_tokens_per_s"])
 
+    async def test_a_start_up_probe_that_fails_is_raised_to_whoever_waits_for_the_rate_not_waited_on_forever(
+            self) -> None:
+        scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0).build()
+
+        def failing_prefill(*args: object) -> None:
+            raise RuntimeError("the model cannot prefill")
+
+        scheduler.model.prefill = failing_prefill  # type: ignore[method-assign]
+        scheduler.start()
+        self.schedulers.append(scheduler)
+        with self.assertRaisesRegex(RuntimeError, "the model cannot prefill"):
+            await within(scheduler.seeded(), "the failed probe to be reported")
+        self.assertIsNone(scheduler.prefill_rate)
+        self.assertEqual(scheduler.pool.num_used_blocks, 0)  # the probe's blocks went back
+
     async def test_a_cancelled_request_stops_within_one_iteration_and_returns_its_blocks(self) -> None:
         scheduler = self.start(num_blocks=40)
         long = scheduler.submit([5] * 10, 60)

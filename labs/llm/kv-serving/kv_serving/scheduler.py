@@ -257,6 +257,8 @@ class Scheduler:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            except Exception:  # NOTE: only a failed start-up probe ends the loop so; seeded() has raised it already
+                pass
         if self._executor is not None:  # a step still on the worker thread finishes before blocks go back
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
         for request in [*self.waiting, *self.running]:
@@ -267,13 +269,18 @@ class Scheduler:
     # --8<-- [start:loop]
     async def seeded(self) -> None:
         """Return once the start-up probe has seeded the prefill rate (at once if the bound needs no probe): the
-        server's lifespan waits for it, so no request arrives while the bound knows no rate."""
+        server's lifespan waits for it, so no request arrives while the bound knows no rate. A probe that failed
+        raises its error here, so the server stops at start-up naming it instead of waiting forever."""
         await self._seeded.wait()
+        if self._task is not None and self._task.done():
+            self._task.result()
 
     async def run(self) -> None:
-        if self.ttft_target_s is not None and self.prefill_rate is None:
-            await self._probe_prefill()
-        self._seeded.set()
+        try:
+            if self.ttft_target_s is not None and self.prefill_rate is None:
+                await self._probe_prefill()
+        finally:
+            self._seeded.set()
         while True:
             if not self.waiting and not self.running:
                 self._wake.clear()
