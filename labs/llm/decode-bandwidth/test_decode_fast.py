@@ -74,16 +74,22 @@ class SameLogits(unittest.TestCase):
 
     def test_the_c_loop_splits_rows_over_two_threads_and_gives_the_same_product(self) -> None:
         generator = torch.Generator().manual_seed(2)
-        codes, scale = quantize_rows(torch.randn(37, 53, generator=generator))  # odd sizes: no lane or row to spare
-        x = torch.randn(1, 53, generator=generator)
-        expected = x @ dequantize(codes, scale).t()
         before = torch.get_num_threads()
-        try:
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                torch.testing.assert_close(native.int8_rows(x, codes, scale, None), expected, atol=1e-5, rtol=1e-5)
-        finally:
-            torch.set_num_threads(before)
+        # odd sizes leave rows outside a four-row block and columns outside a 16-lane step; fewer rows than a
+        # block; a real layer's width
+        for rows, cols in ((37, 53), (3, 16), (2, 7), (64, 576)):
+            codes, scale = quantize_rows(torch.randn(rows, cols, generator=generator))
+            x = torch.randn(1, cols, generator=generator)
+            expected = x @ dequantize(codes, scale).t()
+            try:
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    with self.subTest(rows=rows, cols=cols, threads=threads):
+                        torch.testing.assert_close(native.int8_rows(x, codes, scale, None), expected, atol=1e-5,
+                                                   rtol=1e-5)
+            finally:
+                torch.set_num_threads(before)
+        codes, scale = quantize_rows(torch.randn(37, 53, generator=generator))
         with self.assertRaises(ValueError) as refused:
             native.int8_rows(torch.randn(1, 52), codes, scale, None)
         self.assertIn("(37, 53)", str(refused.exception))

@@ -13,14 +13,14 @@ per-layer ``LayerCache`` stores (so the shared decoder can prefill a cache the t
   step's graph keeps the compile to seconds (PyTorch's regional compilation); the cache's length is a dynamic
   dimension, so every context runs the same compiled code.
 
-Attention reads the whole cache buffer and masks the positions past the new token's: a cache sized to the
-context, as the benchmark's are, holds no position to mask. Every step is checked against the shared decoder's
+Attention (``decode_bandwidth.attention``) either goes through two batched products over the whole cache buffer, the positions past
+the new token's masked (a cache sized to the context, as the benchmark's are, holds none), or through this lab's
+C loop, which reads only the positions stored, each row once. Every step is checked against the shared decoder's
 logits (``LlamaDecoder`` on the same weights, or on their int8 round trip) before it is timed.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from torch import Tensor
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder, rms_norm
 
+from .attention import ATTENTION, attend
 from .compiled import compile_static
 from .llama_modes import LLAMA_KINDS
 from .matvec import KERNELS, Kernel, Prepared
@@ -45,13 +46,14 @@ class Shape:
     kv_heads: int
     head_dim: int
     eps: float
+    attention: str  # one of decode_bandwidth.attention.ATTENTION
 
 
 def layer_step(x: Tensor, cos: Tensor, sin: Tensor, position: Tensor, keys: Tensor, values: Tensor,
                norms: tuple[Tensor, Tensor], matrices: tuple[Prepared, ...], apply: tuple[Callable[..., Tensor], ...],
                shape: Shape) -> Tensor:
     """One layer of one token: x (1, C) -> (1, C); writes the token's key and value at ``position`` of the
-    (1, Hkv, P, D) buffers and attends over all P positions, those after ``position`` masked."""
+    (1, Hkv, P, D) buffers and attends over positions 0 .. ``position``."""
     heads, kv_heads, dim = shape.heads, shape.kv_heads, shape.head_dim
     group, half = heads // kv_heads, dim // 2
     qkv, o, gate_up, down = matrices
@@ -62,10 +64,8 @@ def layer_step(x: Tensor, cos: Tensor, sin: Tensor, position: Tensor, keys: Tens
     k = k * cos + torch.cat((-k[:, half:], k[:, :half]), dim=-1) * sin
     keys.index_copy_(2, position, k.view(1, kv_heads, 1, dim))  # in place: the cache is allocated once
     values.index_copy_(2, position, v.view(1, kv_heads, 1, dim))
-    visible = torch.arange(keys.shape[2], device=x.device) <= position  # (P,)
-    scores = q.view(kv_heads, group, dim) @ keys[0].transpose(-1, -2) / math.sqrt(dim)  # (Hkv, G, P)
-    weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
-    attended = (weights @ values[0]).reshape(1, heads * dim)  # (Hkv, G, D) -> (1, H*D)
+    attended = attend(shape.attention, q.view(kv_heads, group, dim), keys, values, position)  # (Hkv, G, D)
+    attended = attended.reshape(1, heads * dim)  # -> (1, H*D)
     x = x + apply[1](attended, *o)
     h = rms_norm(x, norms[1], shape.eps)
     gate, up = apply[2](h, *gate_up).chunk(2, dim=-1)
@@ -91,7 +91,10 @@ def fused_matrices(model: LlamaDecoder) -> dict[str, list[tuple[Tensor, None]]]:
 class FastLlama:
     """One-token steps of ``model`` at batch 1 with the kernel ``kernels[kind]`` for each matrix kind."""
 
-    def __init__(self, model: LlamaDecoder, kernels: Mapping[str, str], compiled: bool) -> None:
+    def __init__(self, model: LlamaDecoder, kernels: Mapping[str, str], compiled: bool,
+                 attention: str = "products") -> None:
+        if attention not in ATTENTION:
+            raise ValueError(f"FastLlama attends by one of {list(ATTENTION)}, got {attention!r}")
         if sorted(kernels) != sorted(LLAMA_KINDS):
             raise ValueError(f"FastLlama needs a kernel for each of {list(LLAMA_KINDS)}, got {sorted(kernels)}")
         formats = {KERNELS[name].weights for name in kernels.values()}
@@ -105,7 +108,7 @@ class FastLlama:
             raise ValueError(f"FastLlama cannot compile its layers around {eager_only}: they run in eager steps only")
         self.model, self.kernels, self.compiled = model, dict(kernels), compiled
         self.weights = formats.pop()
-        self.shape = Shape(config.heads, config.kv_heads, config.head_dim, config.rms_norm_eps)
+        self.shape = Shape(config.heads, config.kv_heads, config.head_dim, config.rms_norm_eps, attention)
         chosen: dict[str, Kernel] = {kind: KERNELS[name] for kind, name in kernels.items()}
         fused = fused_matrices(model)
         self.layers = [tuple(chosen[kind].prepare(*fused[kind][index]) for kind in LLAMA_KINDS[:4])

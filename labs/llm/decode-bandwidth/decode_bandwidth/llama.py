@@ -36,7 +36,7 @@ from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
 from llm_models.texts import PYTHON_REFERENCE
 
-from . import llama_modes, matvec, native
+from . import attention, llama_modes, matvec, native
 from .fast_llama import FastLlama, fused_matrices
 from .hf import rewind
 from .int8_quality import int8_quality
@@ -193,9 +193,11 @@ def prepare(args: argparse.Namespace, threads: list[int],
     runners, checks = {}, []
     torch.set_num_threads(threads[0])
     kernels = kernel_table(model, threads[0], kernel_ns)
+    attention = attention_table(model, args.contexts, args.seed, kernel_ns)
     fast = {}
     for mode, (weight_format, compiled) in llama_modes.LLAMA_FAST.items():
-        fast[mode] = FastLlama(model, kernels["chosen"][llama_modes.kernel_set(weight_format, compiled)], compiled)
+        fast[mode] = FastLlama(model, kernels["chosen"][llama_modes.kernel_set(weight_format, compiled)], compiled,
+                               attention["chosen"])
         bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
         kernels["warm_s"][mode] = fast[mode].warm()
     with torch.inference_mode():
@@ -206,7 +208,8 @@ def prepare(args: argparse.Namespace, threads: list[int],
             runners[context] = step_runners(model, reference, context, generator, fast, round_trip)
             checks.append(check_step(*runners[context], context))
     return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners,
-            "equivalence": checks, "kernels": kernels, "prepare_ns": time.perf_counter_ns() - started}
+            "equivalence": checks, "kernels": kernels, "attention": attention,
+            "prepare_ns": time.perf_counter_ns() - started}
 
 
 def kernel_table(model: LlamaDecoder, threads: int,
@@ -234,6 +237,25 @@ def kernel_table(model: LlamaDecoder, threads: int,
             "descriptions": {name: matvec.KERNELS[name].description for name in runs},
             "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
             "chosen": chosen, "native_build_s": native.build().seconds, "warm_s": {}}
+
+
+def attention_table(model: LlamaDecoder, contexts: list[int], seed: int,
+                    kernel_ns: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """Both ways of attending (decode_bandwidth.attention) over one random cache per layer of ``model`` at every
+    context, at the thread count in force; the fast modes take the faster. With ``kernel_ns`` (a test's fixed
+    outcome) its "attention" entry (way -> ns per layer) stands in for the timings."""
+    supplied = None
+    if kernel_ns is not None:
+        if "attention" not in kernel_ns:
+            raise ValueError("kernel_ns fixes the kernel table's outcome, so it must fix attention's too: give it an "
+                             "'attention' entry (way -> ns per layer), as decode_bandwidth.testing.kernel_ranking does")
+        supplied = kernel_ns["attention"]
+    config = model.config
+    bench.progress(f"Llama attention: {' and '.join(attention.available()[0])} over {config.layers} layer caches at "
+                   f"contexts {', '.join(map(str, contexts))}"
+                   + ("" if supplied is None else "; timings supplied by the caller, not measured"))
+    return attention.measure(config.layers, config.kv_heads, config.heads // config.kv_heads, config.head_dim,
+                             contexts, seed, supplied)
 
 
 def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +295,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": llama_modes.LLAMA_ATOL, "rtol": llama_modes.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "fast_tolerance": {"atol": llama_modes.LLAMA_FAST_ATOL, "rtol": llama_modes.LLAMA_FAST_RTOL},
-            "kernels": prepared["kernels"], "int8_reference": ROUND_TRIP, "quality": quality,
+            "kernels": prepared["kernels"], "attention": prepared["attention"], "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labkit.summary import median
+
 # The trained model beside the grid: the project's Llama-family decoder (llm_models.llama) on SmolLM2-135M-Instruct,
 # against transformers' LlamaForCausalLM on the same tensors, at batch 1 in float32. ``tiny`` is a seeded random
 # Llama of llm_models.llama.tiny, for the quick run and the tests.
@@ -56,6 +58,14 @@ QUALITY_POSITIONS = 512
 QUALITY_PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."
 QUALITY_NEW_TOKENS = 48
 KERNEL_PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept
+# How the fast modes attend over the cache (decode_bandwidth.attention): "products", two batched matrix products
+# around a masked softmax (torch's BLAS), or "c", this lab's loop that reads each stored key and value row once.
+ATTENTION = ("products", "c")
+# The two ways differ only in summation order: on seeded random queries, keys and values (entries ~ N(0, 1)) their
+# outputs, averages of value rows, agree to a few units in the seventh digit; 1e-5 leaves room for long contexts
+# and still fails a loop that reads one position too many or too few (tested).
+ATTENTION_ATOL = 1e-5
+ATTENTION_PASSES = 7  # passes per way and context over every layer's cache, the ways alternating; each is kept
 
 
 def kernel_set(weights: str, compiled: bool) -> str:
@@ -83,3 +93,10 @@ def fastest_kernel(row: Mapping[str, Any], names: Sequence[str] | None = None) -
     among ``names`` where given (one weight format's candidates)."""
     kernels = row["kernels"]
     return min((name for name in kernels if names is None or name in names), key=lambda name: kernels[name]["ns"])
+
+
+def fastest_attention(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The way of attending with the least summed median pass over the measured contexts (products on a tie)."""
+    def total(way: str) -> float:
+        return sum(median(row["durations_ns"][way]) for row in rows)
+    return min(rows[0]["durations_ns"], key=lambda way: (total(way), way != "products"))

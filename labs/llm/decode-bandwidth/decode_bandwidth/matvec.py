@@ -155,7 +155,8 @@ KERNELS: dict[str, Kernel] = {kernel.name: kernel for kernel in (
     Kernel("int8pack", "int8", "torch._weight_int8pack_mm, torch's own int8 weight-only product", int8_prepare,
            int8pack, int8pack, int8pack_available),
     Kernel("int8-c", "int8", "a C loop written for this lab (int8_rows.c): each code widened to float32 inside the "
-           "loop that streams it, the rows split across the threads", int8_prepare, native.int8_rows, None,
+           "loop that streams it, four rows at a time where the CPU has AVX-512, the rows split across the threads",
+           int8_prepare, native.int8_rows, None,
            native.unavailable),
 )}
 FLOAT32 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "float32")

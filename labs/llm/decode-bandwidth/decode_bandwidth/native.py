@@ -1,14 +1,23 @@
-"""The int8 weight-only product in C (``int8_rows.c``), built at run time and called through ctypes.
+"""This lab's two loops in C, built at run time and called through ctypes: the int8 weight-only product
+(``int8_rows.c``) and one token's attention over its cache (``attend_rows.c``).
 
-Why a hand-written loop: at batch 1 an int8 weight-only step is as fast as the loop that widens each code to
+Why a hand-written product: at batch 1 an int8 weight-only step is as fast as the loop that widens each code to
 float32 while it streams. The pinned PyTorch has two such products on a CPU, ``torch._weight_int8pack_mm`` and
 the loop inductor generates for ``(x * codes.float()).sum(-1) * scale``; on an AVX2 CPU both stream well under a
 gigabyte per second (the kernel table measures them beside this one), slower than the float32 matrix they stand
-in for. Twenty lines of C that the compiler vectorises read several times faster.
+in for. A loop written for the one-row case, four rows at a time where the CPU has AVX-512, reads several times
+faster.
 
-The build uses ``CC``, else the first of gcc, cc and g++ (inductor's own builds need g++), ``-march=native`` (the machine
-running it is the one it is for), and takes well under a second; it happens once per process, into a temporary
-folder, and its seconds are recorded.
+Why a hand-written attention: one token's scores are G = H / Hkv rows times a transposed (D, P) matrix per
+key/value head, then G rows of weights times a (P, D) matrix: shapes a CPU BLAS is not tuned for, and torch's fused
+attention does no better (both read SmolLM2's cache at about 6 GB/s on a 2-core Xeon whose plain sum reads 16).
+The loop reads each stored key row and value row once, only the positions the cache holds (no mask), serving a
+key/value head's G queries from the same row. The benchmark times it beside the two products it replaces.
+
+The build uses ``CC``, else the first of gcc, cc and g++ (inductor's own builds need g++), ``-march=native`` (the
+machine running it is the one it is for), and takes well under a second; it happens once per process, into a
+temporary folder, and its seconds are recorded. The attention is also a custom operator, so a compiled region
+calls it as one opaque step, at the thread count in force.
 """
 
 from __future__ import annotations
@@ -26,45 +35,53 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("int8_rows.c")
+SOURCES = (Path(__file__).with_name("int8_rows.c"), Path(__file__).with_name("attend_rows.c"))
+NAMES = " and ".join(source.name for source in SOURCES)
 # -O3 vectorises the inner loop; -fassociative-math (with the two flags it needs) lets that loop keep partial sums
 # in vector lanes. Not -ffast-math: linking with it would switch the whole process's float mode to flush
 # subnormals to zero.
 FLAGS = ("-O3", "-march=native", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
-         "-shared", "-fPIC")
+         "-shared", "-fPIC", "-lm")
 
 
 @dataclass(frozen=True)
 class Build:
-    function: ctypes._CFuncPtr | None  # int8_rows, or None when it could not be built
+    library: ctypes.CDLL | None  # int8_rows and attend_rows, or None when they could not be built
     seconds: float
     reason: str | None  # why it could not be built, in one line
 
 
 @functools.cache
 def build() -> Build:
-    """Compile and load ``int8_rows.c`` once per process (a deliberate cache: the library stays loaded)."""
+    """Compile and load the two loops once per process (a deliberate cache: the library stays loaded)."""
     started = time.perf_counter()
     compiler = os.environ.get("CC") or next(filter(None, map(shutil.which, ("gcc", "cc", "g++"))), None)
     if compiler is None:
         return Build(None, 0.0, "no C compiler: set CC, or install gcc")
-    with tempfile.TemporaryDirectory(prefix="int8-rows-") as folder:
-        library = Path(folder) / "int8_rows.so"
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(library)], capture_output=True, text=True,
-                              check=False)
+    with tempfile.TemporaryDirectory(prefix="decode-loops-") as folder:
+        library = Path(folder) / "decode_loops.so"
+        done = subprocess.run([compiler, *map(str, SOURCES), *FLAGS, "-o", str(library)], capture_output=True,
+                              text=True, check=False)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            return Build(None, time.perf_counter() - started, f"{compiler} could not build {SOURCE.name}: {first}")
+            return Build(None, time.perf_counter() - started, f"{compiler} could not build {NAMES}: {first}")
         loaded = ctypes.CDLL(str(library))  # stays mapped once the folder is gone
-    function = loaded.int8_rows
-    function.restype = None
-    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
-    return Build(function, time.perf_counter() - started, None)
+    loaded.int8_rows.restype = loaded.attend_rows.restype = None
+    loaded.int8_rows.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
+    loaded.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 5 + [ctypes.c_int]
+    return Build(loaded, time.perf_counter() - started, None)
 
 
 def unavailable() -> str | None:
-    """None, or why the C loop cannot run here."""
+    """None, or why the C loops cannot run here."""
     return build().reason
+
+
+def loaded() -> ctypes.CDLL:
+    library = build().library
+    if library is None:
+        raise RuntimeError(f"the C loops cannot run: {build().reason}")
+    return library
 
 
 def int8_rows(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
@@ -74,10 +91,39 @@ def int8_rows(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> T
         raise ValueError(f"int8_rows multiplies one float32 row of {cols} by int8 codes ({rows}, {cols}) with "
                          f"{rows} scales, got x {tuple(x.shape)} {x.dtype}, codes {codes.dtype}, "
                          f"scale {tuple(scale.shape)}")
-    function = build().function
-    if function is None:
-        raise RuntimeError(f"int8_rows cannot run: {build().reason}")
     x = x.contiguous()
     out = torch.empty(1, rows)
-    function(x.data_ptr(), codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads())
+    loaded().int8_rows(x.data_ptr(), codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads())
     return out if bias is None else out + bias
+
+
+def attend(q: Tensor, keys: Tensor, values: Tensor, position: Tensor) -> Tensor:
+    """One token's attention: q (Hkv, G, D) over positions 0 .. ``position`` (a one-element tensor) of float32 keys
+    and values (1, Hkv, P, D), read where they lie -> (Hkv, G, D)."""
+    return torch.ops.decode_bandwidth.attend_rows(q, keys, values, position)
+
+
+# NOTE: a compiled region cannot trace into ctypes; as a custom operator with a fake (shape-only) twin the loop is
+# one opaque call in its graph, run at the thread count in force when the step runs.
+@torch.library.custom_op("decode_bandwidth::attend_rows", mutates_args=())
+def attend_rows_op(q: Tensor, keys: Tensor, values: Tensor, position: Tensor) -> Tensor:
+    kv_heads, group, dim = q.shape
+    if (q.dtype != torch.float32 or keys.dtype != torch.float32 or values.dtype != torch.float32
+            or keys.shape != values.shape or tuple(keys.shape[:2]) != (1, kv_heads) or keys.shape[3] != dim
+            or position.numel() != 1):
+        raise ValueError(f"attend_rows takes float32 q (Hkv, G, D) over float32 keys and values (1, Hkv, P, D) and "
+                         f"one position, got q {tuple(q.shape)} {q.dtype}, keys {tuple(keys.shape)} {keys.dtype}, "
+                         f"values {tuple(values.shape)} {values.dtype}, {position.numel()} positions")
+    capacity, length = keys.shape[2], int(position.reshape(-1)[0]) + 1
+    if not 1 <= length <= capacity:
+        raise ValueError(f"attend_rows: position {length - 1} is outside a cache of {capacity} positions")
+    q, keys, values = q.contiguous(), keys.contiguous(), values.contiguous()  # the cache's buffers already are
+    out, scores = torch.empty(kv_heads, group, dim), torch.empty(kv_heads, group, length)
+    loaded().attend_rows(q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), scores.data_ptr(),
+                         kv_heads, group, dim, capacity, length, torch.get_num_threads())
+    return out
+
+
+@attend_rows_op.register_fake
+def _attend_rows_shape(q: Tensor, keys: Tensor, values: Tensor, position: Tensor) -> Tensor:
+    return torch.empty_like(q)

@@ -12,16 +12,22 @@ from .model import Decoder
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}  # float32, two layers of width 32: cached vs full, ours vs transformers
 
 
-def kernel_ranking(*names: str) -> dict[str, dict[str, float]]:
-    """Kernel-table timings (kind -> kernel -> ns) in which ``names`` win in that order for every kind: handed to
-    llama.kernel_table (benchmark.main(kernel_ns=...)) in place of the timing, so a test fixes the outcome."""
-    return {kind: {name: float(rank + 1) for rank, name in enumerate(names)} for kind in LLAMA_KINDS}
+def kernel_ranking(*names: str, attention: tuple[str, str]) -> dict[str, dict[str, float]]:
+    """Kernel-table timings (kind -> kernel -> ns) in which ``names`` win in that order for every kind, and
+    attention's (its "attention" entry: way -> ns per layer) in which the ways of ``attention`` win in that order:
+    handed to llama.kernel_table and llama.attention_table (benchmark.main(kernel_ns=...)) in place of the timing,
+    so a test fixes the outcome."""
+    ranking = {kind: {name: float(rank + 1) for rank, name in enumerate(names)} for kind in LLAMA_KINDS}
+    return {**ranking, "attention": {way: float(rank + 1) for rank, way in enumerate(attention)}}
 
 
-# oneDNN fastest: the compiled layers, which cannot trace it, fall back to the next (in_out); int8pack over int8-c.
-ONEDNN_WINS = kernel_ranking("onednn", "in_out", "compiled", "out_in", "int8pack", "int8-c", "int8-compiled")
-# F.linear fastest, eager and compiled alike; the C loop over int8pack.
-OUT_IN_WINS = kernel_ranking("out_in", "compiled", "onednn", "in_out", "int8-c", "int8pack", "int8-compiled")
+# oneDNN fastest: the compiled layers, which cannot trace it, fall back to the next (in_out); int8pack over int8-c;
+# attention by the two products.
+ONEDNN_WINS = kernel_ranking("onednn", "in_out", "compiled", "out_in", "int8pack", "int8-c", "int8-compiled",
+                             attention=("products", "c"))
+# F.linear fastest, eager and compiled alike; the C loop over int8pack; attention by the C loop.
+OUT_IN_WINS = kernel_ranking("out_in", "compiled", "onednn", "in_out", "int8-c", "int8pack", "int8-compiled",
+                             attention=("c", "products"))
 
 
 def tiny_model(seed: int = 0, **overrides: object) -> Decoder:

@@ -26,6 +26,7 @@ from .roofline import roofline_view
 from .targets import targets_view
 from .trained import (
     trained_answers_view,
+    trained_attention_view,
     trained_bytes_view,
     trained_contrast_view,
     trained_kernels_view,
@@ -46,7 +47,7 @@ VIEWS: dict[str, View] = {
     "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
     "trained-ladder": trained_ladder_view, "trained-quality": trained_quality_view,
     "trained-answers": trained_answers_view, "trained-contrast": trained_contrast_view,
-    "trained-kernels": trained_kernels_view, "accelerator": accelerator_view,
+    "trained-kernels": trained_kernels_view, "trained-attention": trained_attention_view, "accelerator": accelerator_view,
     "accelerator-lessons": accelerator_lessons_view, "accelerator-takeaway": accelerator_takeaway_view,
 }
 

@@ -207,6 +207,53 @@ def trained_kernels_view(record: dict[str, Any]) -> Block:
     return Block(tables=[table], notes=notes)
 
 
+def attention_sentence(record: dict[str, Any]) -> str:
+    """What this run's attention table says, worded by whether the two ways' passes parted at every context."""
+    table = record["llama"]["attention"]
+    rows = table["rows"]
+    if table["chosen"] == "products" and "c" not in rows[0]["durations_ns"]:
+        return ("Only the two products ran here (" + join([f"{way}: {why}" for way, why in table["unavailable"].items()])
+                + "), so every fast mode attends through them.")
+    ratios = ratio_range([row["c_over_products"] for row in rows])
+    parted = [row["context"] for row in rows if row["parted"]]
+    if len(parted) == len(rows):
+        faster = "c" if rows[0]["c_over_products"] < 1 else "products"
+        verdict = (f"{'the C loop was' if faster == 'c' else 'the two products were'} faster at every context, "
+                   "every pass beating every pass of the other way")
+    elif parted:
+        verdict = (f"the two ways' passes parted only at {contexts_text(parted)}; elsewhere they overlapped, a "
+                   "difference within this run's noise")
+    else:
+        verdict = "at no context did the two ways' passes part: the difference is within this run's noise"
+    return (f"The C loop took {ratios} the products' time per layer: {verdict}. The fast modes attend through "
+            f"{'the C loop' if table['chosen'] == 'c' else 'the two products'}, the faster in sum.")
+
+
+def trained_attention_view(record: dict[str, Any]) -> Block:
+    """Both ways of attending over the cache, per context: time per layer and the read rate it implies."""
+    section = record["llama"]
+    table = section["attention"]
+    ways = list(table["rows"][0]["durations_ns"])
+    rows = []
+    for row in table["rows"]:
+        cells = [f"{row['median_ns_per_layer'][way] / 1e3:.1f} µs ({row['bytes_per_ns'][way]:.1f} GB/s)"
+                 for way in ways]
+        rows.append((f"{row['context']:,}", format_bytes(row["bytes_per_layer"]), *cells,
+                     format_ratio(row["c_over_products"]) if "c_over_products" in row else "–"))
+    supplied = "" if table["timings"] == "timed" else "; timings supplied by the caller, not measured"
+    return Block(
+        paragraphs=[attention_sentence(record)],
+        tables=[Table(headings=["Context", "Keys and values per layer", *[f"{way} (per layer)" for way in ways],
+                                "c ÷ products"], rows=rows,
+                      caption=f"One token's attention over one random cache per layer ({table['layers']} layers), "
+                              f"median of {table['passes']} passes, the ways alternating{supplied}")],
+        notes=[f"Before timing, the two outputs agreed at every context within atol {table['atol']:g} (largest "
+               f"difference {max(row['max_abs_diff'] for row in table['rows']):.1e}).",
+               "products: q (Hkv, G, D) times the transposed keys, a masked softmax, the weights times the values, "
+               "through torch's BLAS; c: attend_rows.c, one pass over the stored key rows, a softmax, one pass over "
+               "the value rows, each row read once for the G query heads it serves."])
+
+
 def contexts_text(contexts: list[int]) -> str:
     return ("context " if len(contexts) == 1 else "contexts ") + join([f"{c:,}" for c in contexts])
 

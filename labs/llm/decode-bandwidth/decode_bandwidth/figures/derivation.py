@@ -339,7 +339,28 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
     for name, values in contrast(record["config"]["model"], model, size, section["contexts"][-1]).items():
         for field, value in values.items():
             figures.add(("llama", "contrast", name, field), value, "the two models' configs")
+    attention_figures(section["attention"], figures)
     quality_figures(section["quality"], figures)
+
+
+def attention_figures(table: Mapping[str, Any], figures: Figures) -> None:
+    """Per context and way of attending: the median ns per layer, the read rate it implies, its range; and the C
+    loop over the products, with whether the two ranges part (the only case a page may call one faster)."""
+    for index, row in enumerate(table["rows"]):
+        where, per_layer = ("llama", "attention", "rows", index), {}
+        for way, durations in row["durations_ns"].items():
+            per_layer[way] = as_number(median(durations)) / table["layers"]
+            figures.add((*where, "median_ns_per_layer", way), per_layer[way], "its passes' median / the layers")
+            figures.add((*where, "bytes_per_ns", way), row["bytes_per_layer"] / per_layer[way],
+                        "the bytes one layer reads / its median ns per layer")
+            figures.add((*where, "range_ns_per_layer", way), [min(durations) / table["layers"],
+                                                               max(durations) / table["layers"]],
+                        "its fastest and slowest pass / the layers")
+        if "c" in per_layer:
+            figures.add((*where, "c_over_products"), per_layer["c"] / per_layer["products"], "the two medians")
+            low, high = sorted(row["durations_ns"].values(), key=median)
+            figures.add((*where, "parted"), max(low) < min(high), "whether every pass of the faster way beat every "
+                        "pass of the slower")
 
 
 def quality_figures(quality: Mapping[str, Any], figures: Figures) -> None:

@@ -45,6 +45,8 @@ from ..grid import (  # noqa: F401  (re-exported)
     headline_key,
 )
 from ..llama_modes import (  # noqa: F401  (re-exported)
+    ATTENTION,
+    ATTENTION_ATOL,
     KERNEL_CANDIDATES,
     KERNEL_PASSES,
     KERNEL_SETS,
@@ -66,6 +68,7 @@ from ..llama_modes import (  # noqa: F401  (re-exported)
     QUALITY_NEW_TOKENS,
     QUALITY_POSITIONS,
     QUALITY_PROMPT,
+    fastest_attention,
     fastest_kernel,
     kernel_set,
     quality_positions,

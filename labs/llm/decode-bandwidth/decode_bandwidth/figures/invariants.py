@@ -12,6 +12,7 @@ from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from .derivation import hardware_figures, memory_floor_ns
 from .formulas import (
     ATOL,
+    ATTENTION,
     BASELINE,
     BYTES_PER_ELEMENT,
     COMPILED,
@@ -39,6 +40,7 @@ from .formulas import (
     RTOL,
     TARGETS,
     Cell,
+    fastest_attention,
     fastest_kernel,
     grid,
     kernel_bytes,
@@ -307,6 +309,20 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             if not present or found != fastest_kernel(row, present):
                 refuse(source, (*where, "kernels", "chosen", chosen, row["kind"]), f"is {found!r}, but the table's "
                        f"fastest of {present} for it is {fastest_kernel(row, present) if present else None!r}")
+    attention = section["attention"]
+    if [row["context"] for row in attention["rows"]] != section["contexts"]:
+        refuse(source, (*where, "attention", "rows"), f"cover contexts {[row['context'] for row in attention['rows']]}"
+               f", the section's are {section['contexts']}")
+    for index, row in enumerate(attention["rows"]):
+        if "products" not in row["durations_ns"] or not set(row["durations_ns"]) <= set(ATTENTION):
+            refuse(source, (*where, "attention", "rows", index, "durations_ns"), f"times {sorted(row['durations_ns'])}"
+                   f": the products and at most the other ways of {list(ATTENTION)}")
+        if row["max_abs_diff"] > attention["atol"]:
+            refuse(source, (*where, "attention", "rows", index, "max_abs_diff"), f"is {row['max_abs_diff']:g}, beyond "
+                   f"atol {attention['atol']:g}: ways that disagree are never timed")
+    if attention["chosen"] != fastest_attention(attention["rows"]):
+        refuse(source, (*where, "attention", "chosen"), f"is {attention['chosen']!r}, but the table's fastest is "
+               f"{fastest_attention(attention['rows'])!r}")
     repeats, measured = section["repeats"], record["hardware"]
     keys = [(group["threads"], group["context"]) for group in section["groups"]]
     if keys != llama_grid(section):

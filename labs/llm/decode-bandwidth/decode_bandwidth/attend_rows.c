@@ -1,0 +1,109 @@
+/* One new token's attention over a cache, reading each stored key and value row once, where it lies.
+ *
+ * q (Hkv, G, D): the token's G query heads per key/value head; keys and values (Hkv, capacity, D), of which the
+ * first `length` positions are valid (the rest are never read, so no mask is needed); out (Hkv, G, D); scores
+ * (Hkv, G, length) scratch. For each key/value head: one pass over its key rows scores all G queries against each
+ * row while it is in the first-level cache, a softmax per query, then one pass over its value rows adds each row
+ * into all G outputs. Grouped heads share the rows: nothing is copied G times.
+ *
+ * Where the compiler targets AVX-512 and a head is 64 wide with at most 4 queries per key/value head (SmolLM2 and
+ * GPT-2 both), the rows go through 16-lane registers: the G queries and the G outputs stay in registers for the
+ * whole pass, and the loop asks for rows PREFETCH_ROWS ahead (without the hint one pass read about 7 GB/s on a
+ * 2-core Xeon, half what a plain sum reads). Elsewhere plain loops that the compiler vectorises as it can.
+ */
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define PREFETCH_ROWS 16
+
+static void softmax_rows(float *__restrict__ s, long count, long length) {
+    for (long g = 0; g < count; g++, s += length) {  /* the largest score subtracted first, as torch's softmax does */
+        float largest = s[0], total = 0.0f;
+        for (long p = 1; p < length; p++) largest = s[p] > largest ? s[p] : largest;
+        for (long p = 0; p < length; p++) { s[p] = expf(s[p] - largest); total += s[p]; }
+        const float inverse = 1.0f / total;
+        for (long p = 0; p < length; p++) s[p] *= inverse;
+    }
+}
+
+static void head_plain(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+                       float *__restrict__ ho, float *__restrict__ hs, long group, long dim, long length, float scale) {
+    for (long p = 0; p < length; p++) {
+        const float *__restrict__ row = hk + p * dim;
+        for (long g = 0; g < group; g++) {
+            float dot = 0.0f;
+            for (long d = 0; d < dim; d++) dot += hq[g * dim + d] * row[d];
+            hs[g * length + p] = dot * scale;
+        }
+    }
+    softmax_rows(hs, group, length);
+    for (long i = 0; i < group * dim; i++) ho[i] = 0.0f;
+    for (long p = 0; p < length; p++) {
+        const float *__restrict__ row = hv + p * dim;
+        for (long g = 0; g < group; g++) {
+            const float w = hs[g * length + p];
+            for (long d = 0; d < dim; d++) ho[g * dim + d] += w * row[d];
+        }
+    }
+}
+
+#if defined(__AVX512F__)
+static void head_avx512_64(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+                           float *__restrict__ ho, float *__restrict__ hs, long group, long length, float scale) {
+    __m512 q[4][4], acc[4][4];
+    for (long g = 0; g < group; g++)
+        for (int c = 0; c < 4; c++) { q[g][c] = _mm512_mul_ps(_mm512_loadu_ps(hq + g * 64 + 16 * c), _mm512_set1_ps(scale)); acc[g][c] = _mm512_setzero_ps(); }
+    for (long p = 0; p < length; p++) {
+        const float *row = hk + p * 64;
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16 * c), _MM_HINT_T0);
+        const __m512 k0 = _mm512_loadu_ps(row), k1 = _mm512_loadu_ps(row + 16);
+        const __m512 k2 = _mm512_loadu_ps(row + 32), k3 = _mm512_loadu_ps(row + 48);
+        for (long g = 0; g < group; g++) {
+            __m512 t = _mm512_mul_ps(q[g][0], k0);
+            t = _mm512_fmadd_ps(q[g][1], k1, t);
+            t = _mm512_fmadd_ps(q[g][2], k2, t);
+            t = _mm512_fmadd_ps(q[g][3], k3, t);
+            hs[g * length + p] = _mm512_reduce_add_ps(t);
+        }
+    }
+    softmax_rows(hs, group, length);
+    for (long p = 0; p < length; p++) {
+        const float *row = hv + p * 64;
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16 * c), _MM_HINT_T0);
+        const __m512 v0 = _mm512_loadu_ps(row), v1 = _mm512_loadu_ps(row + 16);
+        const __m512 v2 = _mm512_loadu_ps(row + 32), v3 = _mm512_loadu_ps(row + 48);
+        for (long g = 0; g < group; g++) {
+            const __m512 w = _mm512_set1_ps(hs[g * length + p]);
+            acc[g][0] = _mm512_fmadd_ps(w, v0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(w, v1, acc[g][1]);
+            acc[g][2] = _mm512_fmadd_ps(w, v2, acc[g][2]);
+            acc[g][3] = _mm512_fmadd_ps(w, v3, acc[g][3]);
+        }
+    }
+    for (long g = 0; g < group; g++)
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(ho + g * 64 + 16 * c, acc[g][c]);
+}
+#endif
+
+#ifdef __cplusplus
+extern "C"
+#endif
+void attend_rows(const float *__restrict__ q, const float *__restrict__ keys, const float *__restrict__ values,
+                 float *__restrict__ out, float *__restrict__ scores, long kv_heads, long group, long dim,
+                 long capacity, long length, int threads) {
+    const float scale = 1.0f / sqrtf((float)dim);
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (long h = 0; h < kv_heads; h++) {
+        const float *hq = q + h * group * dim, *hk = keys + h * capacity * dim, *hv = values + h * capacity * dim;
+        float *hs = scores + h * group * length, *ho = out + h * group * dim;
+#if defined(__AVX512F__)
+        if (dim == 64 && group <= 4) { head_avx512_64(hq, hk, hv, ho, hs, group, length, scale); continue; }
+#endif
+        head_plain(hq, hk, hv, ho, hs, group, dim, length, scale);
+    }
+}
