@@ -262,7 +262,7 @@ class QuickRun(QuickBenchmarkRun):
                             lambda r: r["targets"].update(wall_time_met=not r["targets"]["wall_time_met"]))
         self.assert_refused("$.targets.wall_time_s", lambda r: r["targets"].update(wall_time_s=1.0))
 
-    def test_pool_and_targets_views_word_their_verdicts_from_the_record(self) -> None:
+    def test_pool_and_checks_views_word_their_verdicts_from_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         record["equivalence"].update(tokens_identical=False, within_tolerance=False,
                                      ties=[{"request": 1, "step": 4, "margin": 0.0078}])
@@ -272,7 +272,12 @@ class QuickRun(QuickBenchmarkRun):
         record["equivalence"].update(tokens_identical=True, ties=[])
         self.assertIn("every greedy choice was the same", rendered("pool", record))
         self.assertIn("beyond atol", pool)
-        self.assertIn("not met (301 s)", rendered("targets", record))
+        checks = rendered("checks", record)
+        self.assertIn("<td>301 s</td>", checks)
+        for planned in ("target", "aims for", "not met"):
+            self.assertNotIn(planned, checks)
+        record["targets"]["bytes_peak_within_budget"] = False
+        self.assertIn("did not hold: peak", rendered("checks", record))
 
     def test_admission_latencies_are_labelled_completed_only_and_a_count_limit_that_failed_requests_is_named(
             self) -> None:
@@ -319,15 +324,16 @@ class QuickRun(QuickBenchmarkRun):
         self.assertIn("So 2 tokens went out between a client",
                       rendered("cancellation", rederived(record)))
 
-    def test_targets_view_gives_the_evidence_beside_each_verdict(self) -> None:
+    def test_checks_view_gives_the_evidence_beside_each_verdict(self) -> None:
         record = self.record
-        html = rendered("targets", copy.deepcopy(record))
+        html = rendered("checks", copy.deepcopy(record))
         server = policy(record, "kv_budget_bytes")["server"]
         self.assertIn(f"peak {server['peak_used_blocks']} of {server['budget_blocks']} blocks", html)
         self.assertIn(f"{record['targets']['bytes_failed_for_memory']} of {record['admission']['workload']['requests']} "
                       f"failed", html)
         self.assertIn("blocks in use once idle", html)
-        self.assertIn(f"at {record['rates']['best_rate']:g}/s (other rates:", html)
+        self.assertIn(f"at {record['rates']['best_rate']:g}/s, the most (other rates:", html)
+        self.assertIn("held: peak", html)
 
     def test_every_table_is_narrow_enough_for_the_article_column(self) -> None:
         record = copy.deepcopy(self.record)

@@ -11,6 +11,7 @@ from decode_bandwidth.figures.formulas import cell_table, group_key, headline_ke
 from site_hooks.blocks import View
 
 from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
+from .batch_one import batch_one_view
 from .batches import batches_view
 from .client import client_view
 from .comparison import comparison_view
@@ -23,7 +24,6 @@ from .pictures import regime_grid_view, step_bytes_view
 from .profile import profile_view
 from .results import answer_bound_view, answer_crossover_view, answer_gap_view, key_results_view
 from .roofline import roofline_view
-from .targets import targets_view
 from .trained import (
     trained_answers_view,
     trained_attention_view,
@@ -39,7 +39,7 @@ from .variants import variants_view
 
 VIEWS: dict[str, View] = {
     "model": model_view, "floor": floor_view, "layout": layout_view, "decode-equivalence": equivalence_view,
-    "roofline": roofline_view, "comparison": comparison_view, "batches": batches_view, "targets": targets_view,
+    "roofline": roofline_view, "comparison": comparison_view, "batches": batches_view, "batch-one": batch_one_view,
     "variants": variants_view, "profile": profile_view, "client": client_view, "key-results": key_results_view,
     "step-bytes": step_bytes_view, "regimes": regime_grid_view, "answer-gap": answer_gap_view,
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,

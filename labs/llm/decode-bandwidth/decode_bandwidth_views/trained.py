@@ -11,7 +11,6 @@ from decode_bandwidth.figures.formulas import (
     LLAMA_BASELINE,
     LLAMA_INT8,
     LLAMA_LADDER,
-    LLAMA_TARGETS,
     REGIMES,
     headline_key,
 )
@@ -258,27 +257,19 @@ def contexts_text(contexts: list[int]) -> str:
     return ("context " if len(contexts) == 1 else "contexts ") + join([f"{c:,}" for c in contexts])
 
 
-def against_target(groups: list[dict[str, Any]], field: str, met: str) -> tuple[str, str]:
-    """One LLAMA_TARGETS field over the groups: its range, and whether every context met the target."""
-    target = LLAMA_TARGETS[field]
-    missed = [g["context"] for g in groups if g[field] > target]
-    verdict = (f"{met} {format_ratio(target)} at every context." if not missed else
-               f"above the {format_ratio(target)} it aims for at {contexts_text(missed)}.")
-    return ratio_range([g[field] for g in groups]), verdict
-
-
-def target_sentences(record: dict[str, Any]) -> list[str]:
-    """Whether the best float32 step meets each target at every context of the first thread count, and the int8
-    step its own, said plainly."""
+def ladder_sentences(record: dict[str, Any]) -> list[str]:
+    """The fastest float32 step against its floor and against transformers at every context of the first thread
+    count, and the int8 step against that step, said as measured."""
     section = record["llama"]
     threads = section["threads"][0]
     groups = [llama_groups(record)[(threads, c)] for c in section["contexts"]]
     best = join(sorted({g["best_float32_mode"] for g in groups}))
-    floor, theirs, int8 = (against_target(groups, field, met) for field, met in (
-        ("best_over_floor", "within"), ("best_over_transformers", "at most"), ("int8_over_best_float32", "at most")))
-    return [f"The fastest of this project's modes ({best}) took {floor[0]} its floor: {floor[1]}",
-            f"Against transformers it took {theirs[0]} the step time: {theirs[1]}",
-            f"{LLAMA_INT8} took {int8[0]} the time of that best float32 step: {int8[1]}"]
+    floor, theirs, int8 = (ratio_range([g[field] for g in groups]) for field in (
+        "best_over_floor", "best_over_transformers", "int8_over_best_float32"))
+    int8_floor = ratio_range([g["int8_floor_ns_per_step"] / g["floor_ns_per_step"] for g in groups])
+    return [f"The fastest of this project's float32 modes ({best}) took {floor} its floor and {theirs} "
+            "transformers' step time.",
+            f"{LLAMA_INT8} took {int8} the time of that float32 step, where its floor is {int8_floor} the float32 one."]
 
 
 def threads_sentence(record: dict[str, Any]) -> str | None:
@@ -321,7 +312,7 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
             f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
             f"{ratio_range(ratios)} its step time.")
     second = threads_sentence(record)
-    return answer(text, *target_sentences(record), *([second] if second else []))
+    return answer(text, *ladder_sentences(record), *([second] if second else []))
 
 
 def departure_sentence(quality: dict[str, Any]) -> str:

@@ -14,12 +14,12 @@ from site_hooks.blocks import View
 from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
 from .admission import admission_detail_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
+from .checks import checks_view
 from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
 from .results import answer_fit_view, answer_stall_view, key_results_view
 from .steps import step_view, steps_detail_view
-from .targets import targets_view
 from .trained import answer_concurrent_view, trained_view
 
 
@@ -55,7 +55,7 @@ VIEWS: dict[str, View] = {
     "admission": admission_view,
     "cancellation": cancellation_view,
     "rates": rates_view,
-    "targets": targets_view,
+    "checks": checks_view,
     "steps-detail": steps_detail_view,
     "admission-detail": admission_detail_view,
     "cancellation-detail": cancellation_detail_view,

@@ -108,9 +108,6 @@ LLAMA_LADDER = {
     "ours-int8": "ours-fused over int8 weight-only codes, one byte per weight and a float32 scale per row, each kind "
                  "through the int8 kernel measured fastest for it: a quarter of the weight bytes, so a floor of its own",
 }
-# What this lab's best float32 step aims for at batch 1 on the first thread count, at every context; and the int8
-# step against that best float32 step.
-LLAMA_TARGETS = {"best_over_floor": 1.5, "best_over_transformers": 0.5, "int8_over_best_float32": 0.6}
 
 
 CONTRASTED = ("weight_bytes", "head_bytes", "head_share", "kv_heads_x_layers", "kv_bytes_per_position",

@@ -1,4 +1,5 @@
-""""Targets": each of the lab's targets with the evidence beside its verdict."""
+"""What this run checked: each property the engine must hold, with the evidence beside its verdict, then what it
+measured (batching against one at a time, the benchmark's wall time) as measured."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from site_hooks.blocks import Block, Table
 from site_hooks.formatting import join
 
 
-def targets_view(record: dict[str, Any]) -> Block:
-    """Each target, its verdict and the measurement behind it."""
+def checks_view(record: dict[str, Any]) -> Block:
+    """Each property, its verdict and the measurement behind it; the run's throughput ratios and wall time."""
     t = record["targets"]
     by_bytes = policy(record, "kv_budget_bytes")
     b = by_bytes["server"]
@@ -19,7 +20,7 @@ def targets_view(record: dict[str, Any]) -> Block:
     points = record["rates"]["points"]
     best = best_point(record)
     others = [f"{p['over_serial']:.2f}× at {p['rate']:g}/s" for p in points if p is not best]
-    verdict = lambda ok: "met" if ok else "not met"  # noqa: E731
+    verdict = lambda ok: "held" if ok else "did not hold"  # noqa: E731
     rows = [
         (f"Byte admission: reserved blocks never exceed the budget ({b['budget_blocks']} blocks, "
          f"{config['byte_budget_share']:g} of the {b['num_blocks']}-block pool)",
@@ -30,11 +31,10 @@ def targets_view(record: dict[str, Any]) -> Block:
         ("Zero blocks leaked after the cancellation experiment",
          f"{verdict(t['blocks_leaked_after_cancellation'] == 0)}: {honoured['num_used_blocks']} blocks in use once "
          f"idle with disconnects honoured, {ignored['num_used_blocks']} with them ignored"),
-        (f"Batched throughput at least {t['speedup_target']:g}× serial, at the best of the {len(points)} arrival rates",
-         f"{verdict(t['speedup_met'])}: {t['speedup_over_serial']:.2f}× at {best['rate']:g}/s"
+        (f"Batched throughput over the same requests served one at a time, at each of the {len(points)} arrival rates",
+         f"{t['speedup_over_serial']:.2f}× at {best['rate']:g}/s, the most"
          + (f" (other rates: {join(others)})" if others else "")),
-        (f"The benchmark finishes within {t['wall_time_limit_s']:.0f} s (timed inside it, from building the model "
-         f"to the last server's stop; starting Python and writing the record are not included)",
-         f"{verdict(t['wall_time_met'])} ({t['wall_time_s']:.0f} s)"),
+        ("The benchmark's wall time (timed inside it, from building the model to the last server's stop; starting "
+         "Python and writing the record are not included)", f"{t['wall_time_s']:.0f} s"),
     ]
-    return Block(css="lab-findings", tables=[Table(["Target", "Result"], rows)])
+    return Block(css="lab-findings", tables=[Table(["Checked", "Result"], rows)])
