@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import harness, run_benchmarks
+from labkit import harness, quiet, run_benchmarks
 from labkit.environment import git_state
 from labkit.machines import LabelError, check_label
 from labkit.records import atomic_write_json
@@ -106,9 +106,14 @@ def fake_root(root: Path, *labs: tuple[str, list[str]], reference_machine: str =
     return root
 
 
-def in_process(monkeypatch: pytest.MonkeyPatch, root: Path, argv: list[str]) -> int:
-    """run_benchmarks.main on ``root``; the signal handlers it installs must be gone afterwards."""
+QUIET = quiet.Sample(seconds=3.0, cores=2, busy_cores=0.02, steal_share=0.0, load_average=0.1)
+
+
+def in_process(monkeypatch: pytest.MonkeyPatch, root: Path, argv: list[str], machine: quiet.Sample = QUIET) -> int:
+    """run_benchmarks.main on ``root``, on a machine that looks like ``machine`` (quiet unless a test says); the
+    signal handlers it installs must be gone afterwards."""
     monkeypatch.setattr(run_benchmarks, "ROOT", root)
+    monkeypatch.setattr(run_benchmarks, "machine_sample", lambda: machine)
     before = [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)]
     code = run_benchmarks.main(argv)
     assert [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)] == before
@@ -208,6 +213,40 @@ def test_make_bench_refuses_the_reference_records_label_when_given_it_before_mea
     assert "MACHINE=<label>" in err and "REFERENCE=1" in err
     assert not (root / "results" / "machines").exists()
     assert in_process(monkeypatch, root, ["--reference"]) == 0  # replacing the reference is what REFERENCE=1 is for
+
+
+def test_a_reference_run_on_a_busy_machine_is_refused_in_one_line_naming_the_load_and_keeps_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fake_root(tmp_path, ("first-lab", []), ("second-lab", []), reference_machine="ref-box-1t")
+    records = {name: (root / "results" / f"{name}.json").read_bytes() for name in ("first-lab", "second-lab")}
+    two_busy = quiet.Sample(seconds=3.0, cores=2, busy_cores=1.97, steal_share=0.0, load_average=2.13)
+    assert in_process(monkeypatch, root, ["--reference"], two_busy) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("run_benchmarks: first-lab: not measured, its reference record kept: this machine is busy: "
+                       "other work kept 1.97 of its 2 cores busy over 3 s (at most 0.25 for a reference record); load "
+                       "average 2.13. A reference record is made on a quiet machine: stop the other work, or run plain "
+                       "make bench for this machine's record; the labs after it were not measured")
+    stolen = quiet.Sample(seconds=3.0, cores=2, busy_cores=0.1, steal_share=0.2, load_average=0.5)
+    assert in_process(monkeypatch, root, ["--reference", "second-lab"], stolen) == 2
+    assert "the hypervisor took 20% of the CPU time for other guests" in capsys.readouterr().err
+    assert {name: (root / "results" / f"{name}.json").read_bytes() for name in records} == records
+    assert in_process(monkeypatch, root, ["--machine", "mybox", "first-lab"], two_busy) == 0  # only references wait
+    assert in_process(monkeypatch, root, ["--reference"], QUIET) == 0
+
+
+def test_the_quiet_check_reads_other_work_from_the_kernels_counters() -> None:
+    # user nice system idle iowait irq softirq steal, in ticks; 2 cores over 3 s = 600 ticks
+    before = "cpu  1000 0 500 9000 0 0 0 0 0 0\ncpu0 ...\n"
+    idle = quiet.between(before, "cpu  1002 0 503 9595 0 0 0 0 0 0\n", 3.0, 2, 0.1)
+    assert idle.busy_cores == pytest.approx(2 * 5 / 600) and quiet.refusal(idle) is None
+    loaded = quiet.between(before, "cpu  1590 0 505 9005 0 0 0 0 0 0\n", 3.0, 2, 2.0)
+    assert loaded.busy_cores == pytest.approx(2 * 595 / 600)
+    assert "other work kept 1.98 of its 2 cores busy" in quiet.refusal(loaded)
+    stolen = quiet.between(before, "cpu  1010 0 510 9400 0 0 0 180 0 0\n", 3.0, 2, 0.5)
+    assert stolen.steal_share == pytest.approx(0.3) and "hypervisor took 30%" in quiet.refusal(stolen)
+    with pytest.raises(ValueError, match="aggregate 'cpu' line"):
+        quiet.between("intr 1 2 3\n", before, 3.0, 2, 0.1)
 
 
 def test_plain_make_bench_on_a_machine_like_the_references_writes_its_own_record_beside_it(

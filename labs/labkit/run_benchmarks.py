@@ -8,7 +8,9 @@ reference instead. The label is --machine (make bench MACHINE=...) or derived fr
 thread count; a label equal to the reference record's is refused before anything is measured. --quick
 (make bench QUICK=1) passes --quick to each benchmark: a smoke test, marked as such in its record.
 Each benchmark writes its record atomically; one failing does not stop the others, and the exit status
-is non-zero if any failed. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
+is non-zero if any failed. With --reference, each benchmark starts only on a quiet machine (labkit.quiet: what
+other work used the CPUs over a few seconds just before); on a busy one it is refused in one line naming what was
+busy, its reference record kept, and the labs after it are not measured. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
 the running benchmark (which keeps its previous record) and stops the rest, in one line. Under make
 (the Makefile's recipe execs this), a SIGINT or SIGTERM to make alone does the same, and a run ended by
 an interrupt ends make by that signal (130 or 143 in the shell; make itself passes a SIGINT on to nobody, so
@@ -17,8 +19,8 @@ run the same way, by that signal, not with make's status 2 for a failed recipe. 
 process group of its own; on Linux, a benchmark whose caller dies (even by SIGKILL) gets SIGTERM from the
 kernel (the parent-death signal) and stops without writing, in its one line; so does this process when make
 dies. Any other failure makes `make bench` exit 2, as make does for every failed recipe; run this module
-directly for the statuses themselves: 0 every record written, 1 a benchmark failed, 2 a bad label or option,
-130 or 143 interrupted.
+directly for the statuses themselves: 0 every record written, 1 a benchmark failed, 2 a bad label or option or a
+busy machine, 130 or 143 interrupted.
 """
 
 # ruff: noqa: E402  (the imports after the first handlers are installed come late on purpose)
@@ -49,10 +51,11 @@ import argparse
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from labkit import quiet
 from labkit.exit import exit_now
 from labkit.machines import LabelError, check_label, derived_label, machine_record_path, reference_label
 from labkit.manifest import Lab, ManifestError, discover_labs
@@ -66,6 +69,8 @@ MAKE_HANDLER_S = 60  # a bound for make to enter its signal handler once signall
 STOPPED = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
 STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 UNDER_MAKE: int | None = None  # the pid of the GNU make this runs under, when run as a script by it
+# What other work the machine has before a reference benchmark starts (tests set what it looks like).
+machine_sample: Callable[[], quiet.Sample | None] = quiet.sample
 
 
 def parent_make() -> int | None:
@@ -214,6 +219,13 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
         if stop.signum is not None:
             say(f"{STOP_WORDS[stop.signum]} before {lab.name}; it and the labs after it were not measured")
             return 128 + stop.signum
+        if reference:
+            found = machine_sample()
+            busy = None if found is None else quiet.refusal(found)
+            if busy:
+                say(f"{lab.name}: not measured, its reference record kept: {busy}"
+                    + ("; the labs after it were not measured" if lab is not labs[-1] else ""))
+                return 2
         arguments = arguments_for(lab, reference, label, quick)
         # The machines folders are this run's to create (a benchmark creates none), and to remove again
         # when no record came of it: results/machines/<lab>, then results/machines.
