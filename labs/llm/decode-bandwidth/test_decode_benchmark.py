@@ -110,7 +110,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                 self.assert_refused(f"field {path_text(path)} is ", tamper)
         flipped = {"memory": "overhead", "compute": "memory", "overhead": "memory"}
         self.assert_refused("cells[0].regime", lambda r: r["cells"][0].update(regime=flipped[r["cells"][0]["regime"]]),
-                            "its median against its group's two floors")
+                            "its quartiles against its group's two floors")
         self.assert_refused("groups[0].best_ours", lambda r: r["groups"][0].update(
             best_ours="ours-concat" if r["groups"][0]["best_ours"] != "ours-concat" else "ours-prealloc"))
 

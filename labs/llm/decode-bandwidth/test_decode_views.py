@@ -101,14 +101,17 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
 
     def test_the_regime_grid_names_each_cell_by_the_labs_rule(self) -> None:
         from decode_bandwidth_views import pictures
-        self.assertEqual(formulas.regime(100, 60, 10), "memory")
-        self.assertEqual(formulas.regime(100, 10, 60), "compute")
-        self.assertEqual(formulas.regime(100, 40, 30), "overhead")
+        self.assertEqual(formulas.regime([100] * 5, 60, 10), "memory")
+        self.assertEqual(formulas.regime([100] * 5, 10, 60), "compute")
+        self.assertEqual(formulas.regime([100] * 5, 40, 30), "overhead")
         record = copy.deepcopy(self.record)
+        cells = {(c["batch"], c["context"], c["mode"]): c for c in formulas.cell_table(record).values()
+                 if (c["dtype"], c["threads"]) == formulas.headline_key(record)}
         for who in pictures.COMPARED:
             for (batch, context), cell in pictures.cell_regimes(record, who).items():
                 group = pictures.headline_groups(record)[(batch, context)]
-                self.assertEqual(cell["regime"], formulas.regime(cell["median_ns_per_step"], group["floor_ns_per_step"],
+                raw = cells[(batch, context, cell["mode"])]["durations_ns"]
+                self.assertEqual(cell["regime"], formulas.regime(raw, group["floor_ns_per_step"],
                                                                  group["compute_floor_ns_per_step"]))
         for entry in record["hardware"]["matmul"].values():  # matrix arithmetic so slow its floor bounds every step
             entry["durations_ns"] = [duration * 10**6 for duration in entry["durations_ns"]]
@@ -116,6 +119,30 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn(">compute<", html)
         self.assertNotIn(">overhead<", html)
         self.assertIn("compute floor", html)
+
+    def test_a_cell_whose_repetitions_straddle_the_overhead_line_is_named_no_regime(self) -> None:
+        from decode_bandwidth_views import pictures
+        from decode_bandwidth_views.results import regimes_by_context
+        # floor 60: a step under 120 is bandwidth-bound, over 120 overhead-bound (OVERHEAD_SHARE 0.5)
+        self.assertEqual(formulas.regime([100, 104, 110, 112, 118], 60, 10), "memory")  # clear of the line
+        self.assertEqual(formulas.regime([130, 135, 140, 150, 160], 60, 10), "overhead")  # clear the other way
+        self.assertEqual(formulas.regime([74, 100, 119, 125, 159], 60, 10), "unresolved")  # quartiles 100 and 125
+        self.assertEqual(formulas.regime([100, 104, 110, 112, 300], 60, 10), "memory")  # one outlier moves nothing
+        noisy = [{"regime": "memory", "context": 128}, {"regime": "unresolved", "context": 512}]
+        self.assertIn("unresolved (its repetitions fall on both sides of the overhead line) at context 512",
+                      regimes_by_context(noisy))
+        record = copy.deepcopy(self.record)
+        headline = formulas.headline_key(record)
+        for cell in record["cells"]:  # every headline cell straddles its own overhead line
+            if (cell["dtype"], cell["threads"]) == headline:
+                higher = cell["median_ns_per_step"] / cell["step_over_higher_floor"]  # the floor that names it
+                cell["durations_ns"] = [int(higher * share) for share in (1.0, 1.9, 2.0, 2.1, 3.0)]
+        html = self.page("regimes", rederived(record))
+        self.assertIn(">unclear<", html)
+        self.assertNotIn(">overhead<", html)
+        self.assertIn("reads unclear", html)
+        self.assertGreater(rederived(record)["headline_regimes"]["unresolved"], 0)
+        self.assertIn("unclear", pictures.REGIME_SHORT["unresolved"])
 
     def test_the_answers_quote_the_record(self) -> None:
         record = self.record

@@ -17,7 +17,8 @@ from .common import threads_text
 # Each bar's segments: the step's byte counts (groups[].bytes) each draws, its fill and its legend.
 SEGMENTS = ((("weights",), "old", "weights, read once"), (("kv_read",), "new", "KV cache, read"),
             (("kv_written", "embedding_rows"), "shared", "KV written and embedding rows"))
-REGIME_FILLS = {"memory": "old", "compute": "new", "overhead": "shared"}
+REGIME_FILLS = {"memory": "old", "compute": "new", "overhead": "shared", "unresolved": "empty"}
+REGIME_SHORT = {"memory": "bandwidth", "compute": "compute", "overhead": "overhead", "unresolved": "unclear"}
 COMPARED = ("ours", "hf-dynamic")  # the regime grids: the fastest of this lab's modes, and transformers' dynamic cache
 
 
@@ -107,7 +108,7 @@ def regime_canvas(record: dict[str, Any], regimes: dict[tuple[int, int], dict[st
             higher = "compute" if group["compute_floor_ns_per_step"] > group["floor_ns_per_step"] else "memory"
             x = left + col * cell_w
             canvas.rect(x, y, cell_w - 3, cell_h - 3, REGIME_FILLS[cell["regime"]], rx=3)
-            canvas.text(x + cell_w / 2 - 1, y + 17, REGIMES[cell["regime"]].split("-")[0], size=12, weight="bold")
+            canvas.text(x + cell_w / 2 - 1, y + 17, REGIME_SHORT[cell["regime"]], size=12, weight="bold")
             canvas.text(x + cell_w / 2 - 1, y + 32, format_ratio(cell["step_over_higher_floor"]), size=11)
             canvas.text(x + cell_w / 2 - 1, y + 46, f"{higher} floor", size=11)
     return canvas
@@ -127,7 +128,9 @@ def regime_grid_view(record: dict[str, Any]) -> Block:
     counts = join([f"{n} {label}" for key, label in REGIMES.items() if (n := record["headline_regimes"][key])])
     caption = ("Each cell sets the median step against the higher of its two floors (bytes ÷ measured bandwidth, "
                "flops ÷ measured matmul rate), which names the bound: bandwidth or compute. Where that floor explains "
-               "under half of the step, most of the time goes to neither, and the cell is overhead-bound. The faster of "
+               "under half of the step, most of the time goes to neither, and the cell is overhead-bound; where the middle "
+               "half of a cell's repetitions falls on both sides of that line, the run cannot say, and it reads "
+               "unclear. The faster of "
                f"this lab's caches: {counts} of {len(headline_groups(record))} cells. "
                "Under each regime: the step ÷ the higher floor, and which floor that is.")
     return Block(diagrams=diagrams, notes=[caption])

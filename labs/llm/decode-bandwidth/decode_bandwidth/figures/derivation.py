@@ -115,7 +115,8 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
         figures.add((*where, "step_over_higher_floor"), ns / max(memory, compute), "its median / its group's higher floor")
-        figures.add((*where, "regime"), regime(ns, memory, compute), "its median against its group's two floors")
+        figures.add((*where, "regime"), regime(durations, memory, compute), "its quartiles against its group's two "
+                    "floors")
         figures.add((*where, "spread"), (max(durations) - min(durations)) / ns, "its raw durations")
         figures.add((*where, "minor_faults_median"), as_number(median(cell["minor_faults"])), "its fault counts")
         base = None if (cell["dtype"], cell["threads"]) == headline else \
@@ -134,10 +135,11 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
     figures.add(("noise", "first_slowest_cells"), first_slowest, "the cells' raw durations")
     figures.add(("noise", "first_slowest_expected"), len(cells) / bench["repeats"], "cells / repeats")
     counts = dict.fromkeys(REGIMES, 0)
+    repetitions = {(*group_key(cell), cell["mode"]): cell["durations_ns"] for cell in cells}
     for group in record["groups"]:
         key = group_key(group)
         if key[:2] == headline:
-            counts[regime(medians[(*key, fastest(medians, key))], *floors[key])] += 1
+            counts[regime(repetitions[(*key, fastest(medians, key))], *floors[key])] += 1
     for name, count in counts.items():
         figures.add(("headline_regimes", name), count, "the headline cells' medians against their floors")
     return medians, floors
@@ -329,7 +331,8 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
         figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
-        figures.add((*where, "regime"), regime(ns, memory, compute), "its median against its group's two floors")
+        figures.add((*where, "regime"), regime(cell["durations_ns"], memory, compute), "its quartiles against its "
+                    "group's two floors")
         first = (section["threads"][0], cell["context"], cell["mode"])
         if cell["threads"] != first[0]:  # a second thread count: did it help this mode at this context?
             figures.add((*where, "over_first_threads"), ns / medians[first], "its median / the same mode's at the "

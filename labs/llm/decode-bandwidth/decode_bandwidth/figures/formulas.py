@@ -189,14 +189,26 @@ def other_layout(stored: str) -> str:
 
 # Horace He's three regimes, named per cell from the two floors measured in the same run and the step's
 # median: the higher floor says whether bytes or flops bound the step; a step more than 1 / OVERHEAD_SHARE
-# times that floor spends most of its time on neither (dispatch, Python, kernels far below their peak).
-REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound"}
+# times that floor spends most of its time on neither (dispatch, Python, kernels far below their peak). A cell
+# whose own repetitions fall on both sides of that line (its lower and upper quartiles name different regimes) is
+# "unresolved": the run cannot tell which regime it is in, and a page must not name one.
+REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound",
+           "unresolved": "unresolved (its repetitions fall on both sides of the overhead line)"}
 OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhead-bound
+SPREAD_QUANTILES = (0.25, 0.75)  # the middle half of a cell's repetitions: one outlier does not move it
 
 
-def regime(median_ns: float, memory_floor_ns: float, compute_floor_ns: float) -> str:
-    """'memory', 'compute' or 'overhead' (keys of REGIMES) for one step against its two floors."""
+def one_regime(step_ns: float, memory_floor_ns: float, compute_floor_ns: float) -> str:
+    """'memory', 'compute' or 'overhead' for one step time against its two floors."""
     higher = max(memory_floor_ns, compute_floor_ns)
-    if higher < OVERHEAD_SHARE * median_ns:
+    if higher < OVERHEAD_SHARE * step_ns:
         return "overhead"
     return "memory" if memory_floor_ns >= compute_floor_ns else "compute"
+
+
+def regime(durations_ns: Sequence[float], memory_floor_ns: float, compute_floor_ns: float) -> str:
+    """The regime (a key of REGIMES) of a cell from its repetitions against its two floors: the one its lower and
+    upper quartiles agree on, else 'unresolved'."""
+    low, high = (percentile(durations_ns, share) for share in SPREAD_QUANTILES)
+    found = {one_regime(step, memory_floor_ns, compute_floor_ns) for step in (low, high)}
+    return found.pop() if len(found) == 1 else "unresolved"
