@@ -109,7 +109,7 @@ class QuickRun(QuickBenchmarkRun):
                 parent[path[-1]] = parent[path[-1]] * 1.5 + 1
             with self.subTest(path=path):
                 self.assert_refused(f"field {path_text(path)} is ", change)
-        regimes = {"flat": "shared", "shared": "per-row", "per-row": "flat"}
+        regimes = {"flat": "shared", "shared": "per-row", "per-row": "flat", "unresolved": "flat"}
         self.assert_refused("$.step_scaling.regime", lambda r: r["step_scaling"].update(
             regime=regimes[r["step_scaling"]["regime"]]))
 

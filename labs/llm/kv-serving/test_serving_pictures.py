@@ -155,6 +155,30 @@ class ViewsFromTheRecord(unittest.TestCase):
     def render(self, name: str, record: dict[str, Any]) -> str:
         return render_block(kv_serving_views.VIEWS[name](record))
 
+    def test_how_much_of_a_step_the_batch_shares_is_said_only_beyond_the_steps_spread(self) -> None:
+        from kv_serving_views.steps import regime_sentence
+        record = copy.deepcopy(self.record)
+        rows = sorted(record["step_times"], key=lambda r: r["batch"])
+        first, last = rows[0], rows[-1]
+        widening = last["batch"] / first["batch"]
+
+        def steps(small: list[int], large: list[int]) -> str:
+            first["durations_ns"], last["durations_ns"] = small, large
+            return regime_sentence(rederived(record))
+
+        small = [10_000_000, 10_100_000, 10_200_000, 10_300_000, 10_400_000]
+        self.assertIn("most of a step is a cost the batch shares", steps(small, [2 * t for t in small]))
+        per_row = steps(small, [int(widening * t) for t in small])
+        self.assertIn("little of a step is shared", per_row)
+        self.assertIn("flat within", steps(small, [t + 100_000 for t in small]))
+        # the largest batch's middle half spans from 1.05x to 20x the smallest: readable as flat and as per-row
+        noisy = steps(small, [10_500_000, 10_800_000, 60_000_000, 200_000_000, 210_000_000])
+        self.assertIn("this run cannot say how much of a step the batch shares", noisy)
+        self.assertNotIn("most of a step", noisy)
+        # one slow outlier among the largest batch's steps moves nothing
+        self.assertIn("most of a step is a cost the batch shares",
+                      steps(small, [2 * t for t in small[:4]] + [900_000_000]))
+
     def test_the_batch_chart_names_the_one_at_a_time_run_apart_from_the_batched_run_at_its_rate(self) -> None:
         html = self.render("trained", self.record)
         serial = self.record["trained"]["serial"]["rate"]
@@ -196,7 +220,7 @@ class ViewsFromTheRecord(unittest.TestCase):
         self.assertIn("flat within 10%", self.render("steps", rederived(record)))
         for row in record["step_times"]:
             row["durations_ns"] = [10_000_000 * row["batch"]] * len(row["durations_ns"])
-        self.assertIn("little of it is shared", self.render("steps", rederived(record)))
+        self.assertIn("little of a step is shared", self.render("steps", rederived(record)))
         point = best_point(record)
         point["server"].update(decode_seconds=0.1 * point["summary"]["duration_s"], prefill_seconds=0.0)
         self.assertIn("computed for only 10% of the run: overhead-bound", self.render("rates", rederived(record)))

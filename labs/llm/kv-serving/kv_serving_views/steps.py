@@ -55,11 +55,18 @@ def step_view(record: dict[str, Any]) -> Block:
 
 def regime_sentence(record: dict[str, Any]) -> str:
     """How much of a step the batch shares, by the regime the figures derived from the step's growth."""
-    said = {"flat": (f"The step stayed flat within {FLAT_BAND:.0%}: a fixed cost per step (reading the weights, "
-                     f"per-call overhead), which the whole batch shares."),
-            "shared": "Most of a step is a cost the batch shares (reading the weights, per-call overhead).",
-            "per-row": "The step's cost grew nearly with its rows: little of it is shared."}
-    return said[record["step_scaling"]["regime"]]
+    scaling = record["step_scaling"]
+    low, high = scaling["growth_range"]
+    grew = (f"From the smallest batch to the largest ({scaling['widening']:g}× the rows) the step grew "
+            f"{low:.2f}–{high:.2f}× (the middle halves of their timed steps)")
+    said = {"flat": (f"{grew}: flat within {FLAT_BAND:.0%}, a fixed cost per step (reading the weights, per-call "
+                     "overhead) that the whole batch shares."),
+            "shared": f"{grew}, under half as fast as the rows: most of a step is a cost the batch shares (reading "
+                      "the weights, per-call overhead).",
+            "per-row": f"{grew}, at least half as fast as the rows: little of a step is shared.",
+            "unresolved": f"{grew}: a span wide enough to read two ways, so this run cannot say how much of a step "
+                          "the batch shares."}
+    return said[scaling["regime"]]
 
 
 def weights_sentence(record: dict[str, Any]) -> str:

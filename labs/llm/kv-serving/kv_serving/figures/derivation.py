@@ -20,6 +20,7 @@ from .formulas import (
     blocks_for,
     client_summary,
     faster_dtype,
+    growth_range,
     matching_solo,
     mean_batch,
     mean_prefill_s,
@@ -82,7 +83,10 @@ def step_figures(record: dict[str, Any], figures: Figures) -> None:
     inversions = [(a, b) for i, a in enumerate(batches) for b in batches[i + 1:] if medians[b] < medians[a]]
     worst = max(inversions, key=lambda pair: medians[pair[0]] - medians[pair[1]]) if inversions else None
     how = "the steps' raw durations"
-    for name, value in (("growth", growth), ("widening", widening), ("regime", step_regime(growth, widening)),
+    durations = {row["batch"]: row["durations_ns"] for row in record["step_times"]}
+    for name, value in (("growth", growth), ("widening", widening),
+                        ("growth_range", list(growth_range(durations[first], durations[last]))),
+                        ("regime", step_regime(durations[first], durations[last], widening)),
                         ("tokens_per_s_ratio", tokens_ratio),
                         ("inversion", None if worst is None else {"smaller_batch": worst[0], "larger_batch": worst[1]})):
         figures.add(("step_scaling", name), value, how)

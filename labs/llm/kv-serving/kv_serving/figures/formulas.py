@@ -18,6 +18,7 @@ from typing import Any
 
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
+from labkit.summary import percentile
 
 from ..client_stats import (  # noqa: F401  (re-exported)
     LATENCIES,
@@ -88,11 +89,27 @@ def waiting_share(run: dict[str, Any]) -> float:
 
 
 # ---- the in-process steps against batch size -----------------------------------------------------------------
-def step_regime(growth: float, widening: float) -> str:
-    """How a batched step grew from the smallest batch to the largest, ``growth`` times for ``widening`` times the
-    rows: 'flat' (within labkit.regimes.FLAT_BAND: a fixed cost per step), 'shared' (less than half as fast as
-    the batch) or 'per-row'."""
+STEP_QUANTILES = (0.25, 0.75)  # the middle half of a batch's timed steps: one outlier does not move it
+
+
+def growth_range(smallest: Sequence[float], largest: Sequence[float]) -> tuple[float, float]:
+    """How much the largest batch's step grew over the smallest's, as low and high as the middle halves of their
+    timed steps allow: (its lower quartile / their upper, its upper quartile / their lower)."""
+    low_s, high_s = (percentile(smallest, share) for share in STEP_QUANTILES)
+    low_l, high_l = (percentile(largest, share) for share in STEP_QUANTILES)
+    return low_l / high_s, high_l / low_s
+
+
+def one_step_regime(growth: float, widening: float) -> str:
     return "flat" if growth <= 1 + FLAT_BAND else "shared" if growth < widening / 2 else "per-row"
+
+
+def step_regime(smallest: Sequence[float], largest: Sequence[float], widening: float) -> str:
+    """How a batched step grew from the smallest batch to the largest, for ``widening`` times the rows: 'flat'
+    (within labkit.regimes.FLAT_BAND: a fixed cost per step), 'shared' (less than half as fast as the batch) or
+    'per-row', where both ends of growth_range agree; else 'unresolved' (the run's own spread cannot say)."""
+    found = {one_step_regime(growth, widening) for growth in growth_range(smallest, largest)}
+    return found.pop() if len(found) == 1 else "unresolved"
 
 
 def nearest_step(steps: Sequence[dict[str, Any]], batch: float) -> dict[str, Any]:
