@@ -15,9 +15,18 @@ from kv_storage_views.decode_step import (
 )
 from kv_storage_views.grouped_query import gqa_sentences
 from kv_storage_views.memory import memory_sentences
-from kv_storage_views.results import fixed_part, speed_item, takeaway_memory_view, takeaway_step_view
+from kv_storage_views.results import (
+    fixed_part,
+    flat_sentence,
+    regime_item,
+    regime_view,
+    speed_item,
+    takeaway_memory_view,
+    takeaway_step_view,
+)
 from labkit.figures import fill
 from labkit.summary import sweep_figures
+from labkit.testing import committed_record
 
 MODES = ["full", "concat", "prealloc", "paged"]
 
@@ -188,6 +197,73 @@ class Wording(unittest.TestCase):
         record = {"memory": memory({"concat": (2, 4, 9), "prealloc": (2, 2, 9), "paged": (2, 3, 9)})}
         self.assertIn("peak was 2.00× what concat retains, 1.50× what paged retains and 1.00× what prealloc retains",
                       takeaway_memory_view(record).paragraphs[0])
+
+
+def cached(windows: dict[int, tuple[int, int, int]], paged: dict[int, tuple[int, int, int]] | None = None,
+           full: dict[int, tuple[int, int, int]] | None = None) -> dict[str, Any]:
+    """A one-step sweep whose concat and prealloc windows (and paged's, unless given) are ``windows`` per length,
+    with full recomputation ten times slower than the slowest cached step unless given."""
+    return sweep({n: {"full": (full or {}).get(n, exact(10 * window[2])), "concat": window, "prealloc": window,
+                      "paged": (paged or windows)[n]} for n, window in windows.items()}, steps=1)
+
+
+class Flatness(unittest.TestCase):
+    NARROW = {n: (980, 1000, 1020) for n in (16, 64, 256)}  # medians equal, each cell spread 4%
+    WIDE = {n: (850, 1000, 1150) for n in (16, 64, 256)}  # the same medians, each cell spread 30%
+
+    def test_cached_steps_within_10_percent_with_cells_spread_4_percent_are_called_flat(self) -> None:
+        record = cached(self.NARROW)
+        self.assertTrue(regime_item(record).startswith(
+            "Overhead-bound: from 16 to 256 tokens every cached step stayed within 10% of its 16-token time, each "
+            "cell's spread under that, while the prefix grew 16-fold"), regime_item(record))
+        self.assertIn("From 16 tokens up to 256 tokens, the step of every cached layout stayed within 10% of its "
+                      "16-token time, each cell's min–max spread under that", flat_sentence(record))
+
+    def test_the_same_medians_with_cells_spread_30_percent_are_not_called_flat(self) -> None:
+        record = cached(self.WIDE)
+        self.assertEqual(regime_item(record), "Flat or not, this run cannot tell: from 16 tokens up to 256 tokens the "
+                         "cells of every cached layout spread 30% of their medians (min–max), too wide to tell whether "
+                         "the step stayed within 10%.")
+        sentence = flat_sentence(record)
+        self.assertIn("too wide to tell a 10% change: this run cannot say whether they stayed flat", sentence)
+        self.assertNotIn("overhead-bound, a fixed cost", sentence)
+
+    def test_a_layout_whose_cells_spread_30_percent_is_named_apart_from_the_flat_ones(self) -> None:
+        text = regime_item(cached(self.NARROW, paged=self.WIDE))
+        self.assertIn("Overhead-bound: from 16 to 256 tokens concat and prealloc cached step stayed within 10%", text)
+        self.assertIn("From 16 tokens up to 256 tokens the cells of the paged layout spread 30% of their medians", text)
+        self.assertNotIn("the layouts differ by what each call does", text)
+
+    def test_steps_rising_beyond_their_cells_are_said_to_grow(self) -> None:
+        record = cached({n: (980 * n, 1000 * n, 1020 * n) for n in (16, 64, 256)})
+        self.assertTrue(regime_item(record).startswith("No flat span"))
+        self.assertIn("beyond both cells' min–max ranges, within a fourfold growth of the prefix: in this record it "
+                      "grows with the cache.", flat_sentence(record))
+
+    def test_a_median_leaving_the_band_inside_the_cells_ranges_is_not_called_growth(self) -> None:
+        record = cached({16: (600, 1000, 1400), 64: (800, 1200, 1600), 256: (1000, 1400, 1800)})  # +20%, ranges overlap
+        sentence = flat_sentence(record)
+        self.assertIn("but inside the cells' min–max ranges (they spread 67–80%): this run cannot say whether it "
+                      "stayed flat.", sentence)
+        self.assertNotIn("grows with the cache", sentence)
+        self.assertTrue(regime_item(record).startswith("Flat or not, this run cannot tell"))
+
+    def test_the_committed_record_gives_its_spread_instead_of_a_flat_claim(self) -> None:
+        record = committed_record(__file__)
+        self.assertEqual(regime_item(record), "Flat or not, this run cannot tell: from 16 tokens up to 128 tokens the "
+                         "cells of every cached layout spread 7–89% of their medians (min–max), too wide to tell "
+                         "whether the step stayed within 10%.")
+        self.assertNotIn("step stayed within 10% of its 16-token time", flat_sentence(record))
+
+    def test_recomputation_is_said_to_grow_only_beyond_its_cells_ranges(self) -> None:
+        growing = cached(self.NARROW, full={n: (9_800 * n, 10_000 * n, 10_200 * n) for n in (16, 64, 256)})
+        self.assertIn("Recomputing the prefix grew 16.0-fold from 16 to 256 tokens, beyond both cells' min–max ranges: "
+                      "work that scales.", regime_view(growing).paragraphs[-1])
+        noisy = cached(self.NARROW, full={16: (500, 1000, 1500), 64: (700, 1200, 1700), 256: (1000, 1500, 2000)})
+        sentence = regime_view(noisy).paragraphs[-1]
+        self.assertIn("but its cells spread 100% and 67% of their medians: this run cannot tell whether it grew.",
+                      sentence)
+        self.assertNotIn("work that scales", sentence)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """What the record establishes, in the reader's terms: the key results, the regime of each path, the takeaways
 whose wording depends on the data, and the answers to the page's check-yourself questions. Every figure is a
 stored one (the sweep's statistics and regimes, labkit.summary; the cache's bytes, the real models' capacity and
-the cached step's read, kv_cache.figures); every comparative word is chosen here from those figures."""
+the cached step's read, kv_cache.figures); every comparative word is chosen here from those figures, and a step is
+called flat, growing or risen only where the difference exceeds the cells' own min–max spreads (shape)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kv_cache.figures import (
@@ -18,9 +20,9 @@ from kv_cache.figures import (
     mask_row,
     model,
 )
-from labkit.regimes import FLAT_BAND
+from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from site_hooks.blocks import Block, Table, answer, takeaway
-from site_hooks.formatting import format_bytes, format_ratio
+from site_hooks.formatting import format_bytes, format_ratio, join
 
 from .capacity import gib
 
@@ -47,34 +49,179 @@ def grew(growth: float) -> str:
     return f"{growth - 1:+.0%}".replace("-", "−")
 
 
+READ_FACTOR = 2  # a rise is put down to reading the prefix only when the bytes it adds, at the bandwidth the record
+# measured, take between half and twice the rise: a step of the longer loop reads up to that many more bytes of cache
+# and concatenation copies them once more, so an exact match is not expected, an order of magnitude apart is no match
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One mode's decode step at one length, in µs: the stored median and min–max range, and the stored spread,
+    (max − min) / median of the raw repetitions (labkit.summary). The min–max range is this page's measure of a
+    cell's noise: the noise flag reads it too, and with seven repetitions a quartile rests on about two of them,
+    so an interquartile range would hide the very outliers that make a cell noisy."""
+
+    median: float
+    low: float
+    high: float
+    spread: float
+
+
+def cells(record: dict[str, Any], mode: str) -> dict[int, Cell]:
+    return {e["length"]: Cell(*(e["modes"][mode]["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
+                              e["modes"][mode]["spread"]) for e in record["lengths"]}
+
+
+def moved(a: Cell, b: Cell) -> int:
+    """+1 where ``b`` lies above ``a`` by more than FLAT_BAND and beyond both min–max ranges, −1 where it lies below
+    them the same way, 0 where this record cannot tell the two apart."""
+    if b.median > (1 + FLAT_BAND) * a.median and b.low > a.high:
+        return 1
+    if b.median < (1 - FLAT_BAND) * a.median and b.high < a.low:
+        return -1
+    return 0
+
+
+def spreads(found: list[Cell]) -> str:
+    """The cells' spreads as a range: '21–43%'."""
+    low, high = min(c.spread for c in found), max(c.spread for c in found)
+    return f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}–{high:.0%}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one mode's step did over the sweep, as far as its cells' own spreads let the record tell."""
+
+    cells: dict[int, Cell]
+    flat: tuple[int, int]  # the widest span whose medians stay within FLAT_BAND of its first, each cell's spread under it
+    runs: list[list[int]]  # consecutive lengths no two of which moved apart (moved); each new run starts at a move
+    grows: bool  # every two lengths OVERHEAD_GROWTH-fold apart moved up: no fourfold span can be flat
+
+    @property
+    def lengths(self) -> list[int]:
+        return list(self.cells)
+
+    @property
+    def overhead_bound(self) -> bool:
+        """Flat, with cells narrow enough to show a FLAT_BAND change, over OVERHEAD_GROWTH-fold growth of the prefix."""
+        return self.flat[1] / self.flat[0] >= OVERHEAD_GROWTH
+
+    @property
+    def flat_to_end(self) -> bool:
+        return self.flat == (self.lengths[0], self.lengths[-1])
+
+    @property
+    def verdict(self) -> str:
+        """'flat' (an overhead-bound span), 'grows' (no fourfold span can be flat) or 'unclear' (the spreads hide which)."""
+        return "flat" if self.overhead_bound else "grows" if self.grows else "unclear"
+
+
+def shape(record: dict[str, Any], mode: str) -> Shape:
+    """labkit.regimes' flat rule (medians within FLAT_BAND of the span's first), looked for from every length and
+    held to the cells' spreads: a span is flat only where each cell could show a FLAT_BAND change, and the step
+    grows only where it moved beyond the cells' ranges (moved)."""
+    found = cells(record, mode)
+    lengths = list(found)
+    flat = (lengths[0], lengths[0])
+    for index, start in enumerate(lengths):
+        until = start
+        for length in lengths[index:]:
+            if found[length].spread >= FLAT_BAND or abs(found[length].median / found[start].median - 1) > FLAT_BAND:
+                break
+            until = length
+        if until / start > flat[1] / flat[0]:
+            flat = (start, until)
+    runs = [[lengths[0]]]
+    for length in lengths[1:]:
+        if any(moved(found[earlier], found[length]) for earlier in runs[-1]):
+            runs.append([length])
+        else:
+            runs[-1].append(length)
+    pairs = [(a, b) for a in lengths for b in lengths if b >= OVERHEAD_GROWTH * a]
+    grows = bool(pairs) and all(moved(found[a], found[b]) == 1 for a, b in pairs)
+    return Shape(cells=found, flat=flat, runs=runs, grows=grows)
+
+
+def flat_span(s: Shape) -> str:
+    """'up to 128 tokens' for a flat span from the sweep's first length, else 'from 128 to 512 tokens'."""
+    start, until = s.flat
+    return f"up to {until} tokens" if start == s.lengths[0] else f"from {start} to {until} tokens"
+
+
 def flat_sentence(record: dict[str, Any]) -> str:
-    cached, steps = record["regimes"]["cached"], per_step_us(record, "cached")
-    lengths = list(steps)
+    s = shape(record, "cached")
+    c, lengths = s.cells, s.lengths
     first, last = lengths[0], lengths[-1]
-    if not cached["overhead_bound"]:
-        return (f"A cached step took {us(steps[first])} at {first} tokens and {us(steps[last])} at {last}: it grew "
-                f"with the prefix, so this record shows no overhead-bound span.")
-    return (f"From {first} to {cached['flat_until']} tokens a cached step stayed within {FLAT_BAND:.0%} of "
-            f"{us(steps[first])} while the prefix it attends to grew {cached['flat_growth']:g}-fold: that span is "
-            f"overhead-bound, a fixed cost per call rather than work that scales with the cache.")
+    if s.overhead_bound:
+        start, until = s.flat
+        return (f"From {start} to {until} tokens a cached step stayed within {FLAT_BAND:.0%} of {us(c[start].median)}, "
+                f"each cell's min–max spread under that, while the prefix it attends to grew {until / start:g}-fold: "
+                f"that span is overhead-bound, a fixed cost per call rather than work that scales with the cache.")
+    if s.grows:
+        return (f"A cached step took {us(c[first].median)} at {first} tokens and {us(c[last].median)} at {last}: it "
+                f"grew beyond its cells' min–max ranges across every fourfold span of the prefix, so this record "
+                f"shows no overhead-bound span.")
+    run = max(s.runs, key=lambda r: r[-1] / r[0])
+    if run[-1] / run[0] < OVERHEAD_GROWTH:
+        return (f"No fourfold span of the sweep either stayed within {FLAT_BAND:.0%} with narrow cells or grew beyond "
+                f"its cells' min–max ranges (they spread {spreads(list(c.values()))} of their medians): this run "
+                f"cannot say whether any span of the cached step is overhead-bound.")
+    return (f"From {run[0]} to {run[-1]} tokens ({run[-1] / run[0]:g}-fold) no two cached steps differ beyond "
+            f"{FLAT_BAND:.0%} and both their min–max ranges, whose {spreads([c[n] for n in run])} spreads are too wide to "
+            f"tell a {FLAT_BAND:.0%} change: this run cannot say whether that span is flat "
+            f"(overhead-bound) or still growing.")
 
 
-def read_sentence(record: dict[str, Any]) -> str:
-    """What the growing read of the prefix did to the cached step beyond its flat span, as the record shows it."""
-    read, steps = record["cached_read"], per_step_us(record, "cached")
-    lengths = list(steps)
+def attribution(record: dict[str, Any], before: int, after: int, rise_us: float,
+                bandwidth: float | None) -> str:
+    """Whether the record lets a rise from ``before`` to ``after`` tokens be put down to reading the prefix: only
+    when the bytes the cache grew by take about as long (READ_FACTOR) at a bandwidth the record measured."""
+    held = {e["length"]: e["cache_bytes"]["formula"] for e in record["lengths"]}
+    extra = held[after] - held[before]
+    if bandwidth is None:
+        return (f"; this run measured no memory bandwidth, so the page does not put that rise ({extra:,} more bytes "
+                f"of cache) down to reading the prefix")
+    read_us = extra / bandwidth * 1e6
+    rate = f"the {bandwidth / 1e9:,.1f} GB/s this run measured"
+    if 1 / READ_FACTOR <= read_us / rise_us <= READ_FACTOR:
+        return (f": reading the {extra:,} bytes the cache grew by takes about {read_us:,.1f} µs at {rate}, so that "
+                f"rise is the read of the prefix")
+    return (f"; reading the {extra:,} bytes the cache grew by takes {read_us:,.1f} µs at {rate}, not "
+            f"{rise_us:,.0f} µs, so the read of the prefix does not account for that rise")
+
+
+def read_sentence(record: dict[str, Any], bandwidth: float | None = None) -> str:
+    """What the cached step did beyond its flat span, moved by moved; a rise is put down to the read of the prefix
+    only as attribution allows. ``bandwidth`` (bytes/s): this lab's record measures none (its benchmark times no
+    memory floor, as the decode lab's does), so the page passes none and never makes that attribution."""
+    s = shape(record, "cached")
+    c, lengths = s.cells, s.lengths
     last = lengths[-1]
-    left = read["left_band_at"]
-    if left is None:
+    if s.flat_to_end:
         return (f"In this record the cached step never left its flat band: up to {last} tokens the read of the "
                 f"prefix is too small a part of a step to see.")
-    if read["longest_is_slowest"]:
-        return (f"Beyond {record['regimes']['cached']['flat_until']} tokens the step rose out of its band, "
-                f"{us(steps[left])} at {left} tokens and {us(steps[last])} at {last}, the slowest of the sweep: there "
-                f"the growing read of the prefix starts to lift it.")
-    return (f"The step left its band at {left} tokens ({us(steps[left])}) but was no slower at {last} "
-            f"({us(steps[last])}): the read of the prefix shows, but at this width it is a small share of a step "
-            f"that does not yet grow steadily.")
+    if len(s.runs) == 1:
+        return (f"No two cached steps differ beyond {FLAT_BAND:.0%} and both their min–max ranges: this run shows "
+                f"no rise to put down to the read of the prefix.")
+    after = s.runs[1][0]  # the first length that moved beyond a step before it; ``since``: the nearest such step
+    since = next(n for n in reversed(s.runs[0]) if moved(c[n], c[after]))
+    up = moved(c[since], c[after]) == 1
+    banded = s.flat == (lengths[0], s.runs[0][-1]) and s.flat[1] > lengths[0]
+    slowest = c[last].median == max(cell.median for cell in c.values())
+    if up and after != last and moved(c[after], c[last]) == 1 and slowest:
+        lead = "rose out of its band" if banded else "rose past its cells' min–max ranges"
+        return (f"Beyond {s.runs[0][-1]} tokens the step {lead}, {us(c[after].median)} at {after} tokens and "
+                f"{us(c[last].median)} at {last}, the slowest of the sweep: there work that grows with the prefix "
+                f"starts to lift it{attribution(record, since, last, c[last].median - c[since].median, bandwidth)}.")
+    lead = (f"The step left its band at {after} tokens ({us(c[after].median)})" if banded else
+            f"Between {since} and {after} tokens the step {'rose' if up else 'fell'} beyond {FLAT_BAND:.0%} and both "
+            f"cells' min–max ranges ({c[since].median:,.0f} → {us(c[after].median)})")
+    then = (f", and moved that way again at {join([str(r[0]) for r in s.runs[2:]])} tokens" if len(s.runs) > 2 else
+            "" if after == last else
+            f" but was no slower at {last} ({us(c[last].median)})" if c[last].median <= c[after].median else
+            f", and no further that way up to {last} ({us(c[last].median)})")
+    told = attribution(record, since, after, c[after].median - c[since].median, bandwidth) if up else ""
+    return f"{lead}{then}{told}."
 
 
 def speed_item(first: dict[str, Any], last: dict[str, Any]) -> str:
@@ -89,20 +236,23 @@ def speed_item(first: dict[str, Any], last: dict[str, Any]) -> str:
 
 
 def step_item(record: dict[str, Any]) -> str:
-    """How much a cached step grew over the sweep, set against how much the prefix it reads grew."""
-    cached, steps, read = record["regimes"]["cached"], per_step_us(record, "cached"), record["cached_read"]
+    """How much a cached step grew over the sweep, set against how much the prefix it reads grew, worded by shape."""
+    s, steps, read = shape(record, "cached"), per_step_us(record, "cached"), record["cached_read"]
     lengths = list(steps)
     first, last = lengths[0], lengths[-1]
-    growth = cached["step_growth"]
+    growth = record["regimes"]["cached"]["step_growth"]
     span = f"{us(steps[first])} at {first} tokens, {us(steps[last])} at {last} ({grew(growth)})"
-    if abs(growth - 1) <= FLAT_BAND:
+    if s.flat_to_end:
         return (f"Flat: a cached step took {span} while the prefix it reads grew {read['prefix_growth']:g}-fold; "
                 f"its cost is per call, not per cached token.")
-    if cached["overhead_bound"]:
+    if s.overhead_bound:
         return (f"Mostly a cost per call: a cached step took {span} while the prefix it reads grew "
-                f"{read['prefix_growth']:g}-fold, flat within {FLAT_BAND:.0%} up to {cached['flat_until']} tokens.")
-    return (f"Growing with the prefix: a cached step took {span}, flat within {FLAT_BAND:.0%} over no fourfold "
-            f"span, so a part of it is work per cached token.")
+                f"{read['prefix_growth']:g}-fold, flat within {FLAT_BAND:.0%} {flat_span(s)}.")
+    if s.grows:
+        return (f"Growing with the prefix: a cached step took {span}, flat within {FLAT_BAND:.0%} over no fourfold "
+                f"span, so a part of it is work per cached token.")
+    return (f"Flat or growing, this run cannot tell: a cached step took {span} while the prefix grew "
+            f"{read['prefix_growth']:g}-fold, but its cells spread {spreads(list(s.cells.values()))} of their medians.")
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -127,18 +277,19 @@ def key_results_view(record: dict[str, Any]) -> Block:
 
 
 def regime_view(record: dict[str, Any]) -> Block:
-    full = record["regimes"]["full"]
+    full, recompute = record["regimes"]["full"], shape(record, "full")
     steps = {mode: per_step_us(record, mode) for mode in ("full", "cached")}
     lengths = list(steps["full"])
-    growing = full["step_growth"] > 1 + FLAT_BAND
-    full_sentence = (f"The full path's step stayed flat only up to {full['flat_until']} tokens and then grew with the "
-                     f"prefix it recomputes, to {us(steps['full'][lengths[-1]])} at {lengths[-1]} tokens, "
-                     f"{full['step_growth']:.1f} times its {lengths[0]}-token step: work that scales. Whether "
-                     f"arithmetic or memory traffic limits that work at these sizes, this record cannot tell."
-                     if growing else
-                     f"The full path's step took {us(steps['full'][lengths[-1]])} at {lengths[-1]} tokens, "
-                     f"{full['step_growth']:.2f} times its {lengths[0]}-token step: over this sweep even recomputing "
-                     f"the prefix did not grow beyond {FLAT_BAND:.0%}.")
+    took = (f"{us(steps['full'][lengths[-1]])} at {lengths[-1]} tokens, {full['step_growth']:.1f} times its "
+            f"{lengths[0]}-token step")
+    full_sentence = (f"The full path's step grew beyond its cells' min–max ranges across every fourfold span of the "
+                     f"prefix it recomputes, to {took}: work that scales. Whether arithmetic or memory traffic limits "
+                     f"that work at these sizes, this record cannot tell." if recompute.grows else
+                     f"The full path's step took {took}: over this sweep even recomputing the prefix stayed within "
+                     f"{FLAT_BAND:.0%}, each cell's spread under that." if recompute.flat_to_end else
+                     f"The full path's step took {took}, but its cells spread "
+                     f"{spreads(list(recompute.cells.values()))} of their medians: this run cannot say whether, or "
+                     f"over which span, it grew with the prefix it recomputes.")
     # A loop of one length runs as many steps in either mode, so the ratio of medians is the per-step one.
     table = Table(headings=["Prefix (tokens)", "Full: µs per step", "Cached: µs per step", "Full / cached"],
                   rows=[(e["length"], f"{steps['full'][e['length']]:,.0f}", f"{steps['cached'][e['length']]:,.0f}",
@@ -174,15 +325,15 @@ def grouping_view(record: dict[str, Any]) -> Block:
 def answer_step_view(record: dict[str, Any]) -> Block:
     steps = per_step_us(record, "cached")
     first, last = list(steps)[0], list(steps)[-1]
-    cached = record["regimes"]["cached"]
-    why = ("Because at these sizes the step's own work is small next to what every call costs anyway. "
-           if cached["overhead_bound"] else
-           "It does: at these sizes the read of the prefix is a visible part of each step. ")
+    cached, verdict = record["regimes"]["cached"], shape(record, "cached").verdict
+    why = {"flat": "Because at these sizes the step's own work is small next to what every call costs anyway. ",
+           "grows": "It does: at these sizes work that grows with the prefix is a visible part of each step. ",
+           "unclear": "This run cannot fully tell: its cells spread too widely. "}[verdict]
     return answer(f"{why}{flat_sentence(record)} {read_sentence(record)} Over the whole sweep it went from "
                   f"{us(steps[first])} at {first} tokens to {us(steps[last])} at {last} "
                   f"({grew(cached['step_growth'])}), while the prefix grew {record['cached_read']['prefix_growth']:g}-fold. "
-                  f"More work per step (more layers, a wider model, a bigger batch, a longer prefix) moves it out of "
-                  f"that regime.")
+                  f"More work per step (more layers, a wider model, a bigger batch, a longer prefix) moves a step out "
+                  f"of the overhead-bound regime.")
 
 
 def answer_capacity_view(record: dict[str, Any]) -> Block:
@@ -227,8 +378,10 @@ def takeaway_result_view(record: dict[str, Any]) -> Block:
     proven = "proven equal first" if agree(record) else "not equal at every step (see the appendix)"
     wins = ("the cached loop wins by more as the prefix grows" if ratio(last) > ratio(first) else
             "the cached loop's lead does not grow with the prefix here")
-    step = ("but its single step costs what a call costs" if record["regimes"]["cached"]["overhead_bound"] else
-            "and its single step grows with the prefix it reads")
+    step = {"flat": "but its single step costs what a call costs",
+            "grows": "and its single step grows with the prefix it reads",
+            "unclear": "and whether its single step grows with the prefix, this run's spread cannot tell"}[
+        shape(record, "cached").verdict]
     return takeaway(f"{proven}, {wins} ({format_ratio(ratio(first))} at {first['length']} tokens, "
                     f"{format_ratio(ratio(last))} at {last['length']}), {step}.")
 
@@ -244,9 +397,13 @@ def takeaway_trained_view(record: dict[str, Any]) -> Block:
 
 
 def takeaway_limits_view(record: dict[str, Any]) -> Block:
-    cached = record["regimes"]["cached"]
-    if cached["overhead_bound"]:
-        return takeaway(f"at toy size the cached step is overhead-bound (flat to {cached['flat_until']} tokens); the "
-                        f"saving grows only where the recomputed prefix outweighs what every call costs anyway.")
-    return takeaway("even at toy size the cached step grows with its prefix here; the saving is the recomputation "
-                    "avoided, less the read of the prefix that every step still pays.")
+    s = shape(record, "cached")
+    if s.overhead_bound:
+        flat = f"flat to {s.flat[1]} tokens" if s.flat[0] == s.lengths[0] else f"flat from {s.flat[0]} to {s.flat[1]} tokens"
+        return takeaway(f"at toy size the cached step is overhead-bound ({flat}); the saving grows only where the "
+                        f"recomputed prefix outweighs what every call costs anyway.")
+    if s.grows:
+        return takeaway("even at toy size the cached step grows with its prefix here; the saving is the recomputation "
+                        "avoided, less the read of the prefix that every step still pays.")
+    return takeaway("at toy size this run's spread hides whether the cached step is overhead-bound; the saving is the "
+                    "recomputation avoided, less what every step still pays.")

@@ -28,6 +28,11 @@ class Step:
     low: float
     high: float
 
+    @property
+    def spread(self) -> float:
+        """(max − min) / median: the stored spread of the raw repetitions (labkit.summary), per step or per window."""
+        return (self.high - self.low) / self.median
+
 
 def per_step(record: dict[str, Any]) -> dict[int, dict[str, Step]]:
     """Per prefix length and mode, the stored statistics per decode step (labkit.summary), in µs."""

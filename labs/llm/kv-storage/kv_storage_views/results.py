@@ -1,6 +1,7 @@
 """What the storage record establishes, in the reader's terms: the key results, the regime of each layout's
 step, the takeaways whose wording depends on the data, and the answers to the page's check-yourself questions.
-Every figure comes from the record; every comparative word is chosen here from it."""
+Every figure comes from the record; every comparative word is chosen here from it, and a step is called flat or
+growing only where the difference exceeds the cells' own min–max spreads (verdict)."""
 
 from __future__ import annotations
 
@@ -11,36 +12,111 @@ from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, Table, answer, takeaway
 from site_hooks.formatting import format_bytes, format_ratio, join, plural
 
-from .decode_step import format_us, per_step, ranked
+from .decode_step import Step, format_us, per_step, ranked
 
 
 def us(value: float) -> str:
     return f"{format_us(value)} µs"
 
 
-Regime = dict[str, Any]  # a mode's stored regime (labkit.regimes): flat_until, flat_growth, overhead_bound, ...
+# How far a layout's step can be called flat, held to its cells' own spreads. The min–max spread is the noise
+# measure: it is the one the page's noise flag and its ties read, and with seven repetitions a quartile rests on
+# about two of them, so an interquartile range would hide the very outliers that make a cell noisy.
+FLAT = "flat"  # medians within FLAT_BAND of the first over a fourfold span, each cell's spread narrower than the band
+NOISY = "noisy"  # medians within the band over that span, but a cell's spread too wide to tell a FLAT_BAND change
+MOVED = "moved"  # the median left the band within a fourfold span, beyond both cells' min–max ranges
+HIDDEN = "hidden"  # the median left the band within a fourfold span, but inside the cells' ranges
+SHORT = "short"  # flat to the sweep's end, which spans less than fourfold: no regime to name
 
 
-def flat_regimes(record: dict[str, Any]) -> tuple[dict[str, Regime], int, dict[str, Regime]]:
-    """Every cached layout's stored regime, the sweep's first length, and the layouts whose step stayed flat."""
-    found = {mode: record["regimes"][mode] for mode in CACHED}
-    first = record["lengths"][0]["length"]
-    return found, first, {mode: r for mode, r in found.items() if r["overhead_bound"]}
+def apart(a: Step, b: Step) -> bool:
+    """The record can tell these two apart: their min–max ranges do not overlap."""
+    return a.high < b.low or b.high < a.low
+
+
+def verdict(record: dict[str, Any], mode: str) -> tuple[str, list[int]]:
+    """One of the kinds above for ``mode``'s step, with the lengths it rests on (its flat span, or up to where it
+    left the band)."""
+    regime, table = record["regimes"][mode], per_step(record)
+    lengths = list(table)
+    if regime["overhead_bound"]:
+        span = [n for n in lengths if n <= regime["flat_until"]]
+        return (FLAT if all(table[n][mode].spread < FLAT_BAND for n in span) else NOISY), span
+    beyond = [n for n in lengths if n > regime["flat_until"]]
+    if not beyond:
+        return SHORT, lengths
+    span = [n for n in lengths if n <= beyond[0]]
+    return (MOVED if apart(table[lengths[0]][mode], table[beyond[0]][mode]) else HIDDEN), span
+
+
+def verdicts(record: dict[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """Per kind, the cached layouts of that kind and the lengths each rests on."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for mode in CACHED:
+        kind, span = verdict(record, mode)
+        found.setdefault(kind, {})[mode] = span
+    return found
+
+
+def spread_range(record: dict[str, Any], spans: dict[str, list[int]]) -> str:
+    """The spreads of the given layouts' cells over their spans: '7–89%'."""
+    table = per_step(record)
+    values = [table[n][mode].spread for mode, span in spans.items() for n in span]
+    low, high = min(values), max(values)
+    return f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}–{high:.0%}"
+
+
+def reach(spans: dict[str, list[int]]) -> str:
+    """'up to 128 tokens' when every layout's span ends there, else 'concat up to 128 and paged up to 64 tokens'."""
+    ends = {span[-1] for span in spans.values()}
+    return (f"up to {ends.pop()} tokens" if len(ends) == 1 else
+            join([f"{mode} up to {span[-1]}" for mode, span in spans.items()]) + " tokens")
+
+
+def who(spans: dict[str, list[int]]) -> str:
+    """'every cached layout' when the spans cover every layout, else 'the concat and paged layouts'."""
+    if len(spans) == len(CACHED):
+        return "every cached layout"
+    return f"the {join(list(spans))} layout{'s' if len(spans) > 1 else ''}"
 
 
 def flat_sentence(record: dict[str, Any]) -> str:
-    """Where each cached layout's step stayed flat, in one sentence (a span shared by all is said once)."""
-    found, first, flat = flat_regimes(record)
-    if not flat:
-        return (f"No cached layout's step stayed within {FLAT_BAND:.0%} of its {first}-token time over a fourfold "
-                f"growth of the prefix: in this record every layout's step grows with the cache.")
-    spans = {r["flat_until"] for r in flat.values()}
-    where = (f"up to {spans.pop()} tokens" if len(spans) == 1 else
-             join([f"{mode} up to {r['flat_until']}" for mode, r in flat.items()]) + " tokens")
-    who = "every cached layout's" if len(flat) == len(found) else f"the {join(list(flat))} step's"
-    return (f"From {first} tokens {where}, {who} step stayed within {FLAT_BAND:.0%} of its {first}-token time while "
-            f"the prefix it attends to grew {min(r['flat_growth'] for r in flat.values()):g}-fold or more: overhead-bound, a "
-            f"fixed cost per call rather than work that scales with the cache.")
+    """Where each cached layout's step stayed flat, as far as its cells' spreads let the record tell, in one
+    sentence per kind (a span shared by all is said once)."""
+    first = record["lengths"][0]["length"]
+    found, regimes, table = verdicts(record), record["regimes"], per_step(record)
+    sentences = []
+    if FLAT in found:
+        flat = found[FLAT]
+        sentences.append(
+            f"From {first} tokens {reach(flat)}, the step of {who(flat)} stayed within {FLAT_BAND:.0%} of its "
+            f"{first}-token time, each cell's min–max spread under that, while the prefix it attends to grew "
+            f"{min(regimes[m]['flat_growth'] for m in flat):g}-fold or more: overhead-bound, a fixed cost per call "
+            f"rather than work that scales with the cache.")
+    if NOISY in found:
+        noisy = found[NOISY]
+        sentences.append(
+            f"From {first} tokens {reach(noisy)}, the median step of {who(noisy)} stayed within {FLAT_BAND:.0%} of "
+            f"its {first}-token one while the prefix grew {min(regimes[m]['flat_growth'] for m in noisy):g}-fold or "
+            f"more, but the cells spread {spread_range(record, noisy)} of their medians (min–max), too wide to tell a "
+            f"{FLAT_BAND:.0%} change: this run cannot say whether {'they' if len(noisy) > 1 else 'it'} stayed flat "
+            f"(overhead-bound).")
+    if MOVED in found:
+        moved = found[MOVED]
+        up = all(table[span[-1]][m].median > table[first][m].median for m, span in moved.items())
+        sentences.append(
+            f"The step of {who(moved)} moved more than {FLAT_BAND:.0%} from its {first}-token time, beyond both "
+            f"cells' min–max ranges, within a fourfold growth of the prefix: in this record it "
+            f"{'grows' if up else 'changes'} with the cache.")
+    if HIDDEN in found:
+        hidden = found[HIDDEN]
+        sentences.append(
+            f"The median step of {who(hidden)} moved more than {FLAT_BAND:.0%} from its {first}-token one within a "
+            f"fourfold growth of the prefix, but inside the cells' min–max ranges (they spread "
+            f"{spread_range(record, hidden)}): this run cannot say whether it stayed flat.")
+    if SHORT in found:
+        sentences.append("The sweep spans less than a fourfold growth of the prefix: too short to name a regime.")
+    return " ".join(sentences)
 
 
 def all_agree(record: dict[str, Any]) -> bool:
@@ -64,15 +140,35 @@ def speed_item(record: dict[str, Any]) -> str:
 
 
 def regime_item(record: dict[str, Any]) -> str:
-    found, first, flat = flat_regimes(record)
-    if not flat:
+    """The regime bullet: flat only where the cells could show a FLAT_BAND change, else the spread that hides it."""
+    found, regimes = verdicts(record), record["regimes"]
+    first = record["lengths"][0]["length"]
+    if set(found) == {MOVED}:
         return (f"No flat span: every cached layout's step moved more than {FLAT_BAND:.0%} from its {first}-token "
-                f"time within a fourfold growth of the prefix, so this record names no overhead-bound regime.")
-    shortest = min(flat.values(), key=lambda r: r["flat_until"])
-    return (f"Overhead-bound: from {first} to {shortest['flat_until']} tokens "
-            f"{'every' if len(flat) == len(found) else join(list(flat))} cached step stayed within {FLAT_BAND:.0%} "
-            f"of its {first}-token time while the prefix grew {shortest['flat_growth']:g}-fold; the layouts differ by "
-            f"what each call does, not by how much they copy.")
+                f"time, beyond both cells' min–max ranges, within a fourfold growth of the prefix, so this record "
+                f"names no overhead-bound regime.")
+    parts = []
+    if FLAT in found:
+        flat = found[FLAT]
+        shortest = min(flat.values(), key=len)
+        parts.append(
+            f"Overhead-bound: from {first} to {shortest[-1]} tokens "
+            f"{'every' if len(flat) == len(CACHED) else join(list(flat))} cached step stayed within {FLAT_BAND:.0%} "
+            f"of its {first}-token time, each cell's spread under that, while the prefix grew "
+            f"{min(regimes[m]['flat_growth'] for m in flat):g}-fold"
+            + ("; the layouts differ by what each call does, not by how much they copy." if len(flat) == len(CACHED)
+               else "."))
+    unclear = {**found.get(NOISY, {}), **found.get(HIDDEN, {})}
+    if unclear:
+        said = (f"from {first} tokens {reach(unclear)} the cells of {who(unclear)} spread "
+                f"{spread_range(record, unclear)} of their medians (min–max), too wide to tell whether the step stayed "
+                f"within {FLAT_BAND:.0%}.")
+        parts.append(f"{said[:1].upper()}{said[1:]}" if parts else f"Flat or not, this run cannot tell: {said}")
+    if MOVED in found:
+        parts.append(f"The step of {who(found[MOVED])} moved beyond its cells' ranges within a fourfold span.")
+    if SHORT in found:
+        parts.append("The sweep spans less than fourfold: too short to name a regime.")
+    return " ".join(parts)
 
 
 def paged_item(record: dict[str, Any]) -> str | None:
@@ -140,11 +236,16 @@ def regime_view(record: dict[str, Any]) -> Block:
     steps = Table(headings=["Prefix (tokens)", *(f"{m}: µs per step" for m in modes), "full ÷ fastest cached"],
                   rows=rows)
     grew = record["regimes"]["full"]["step_growth"]
-    full_sentence = (f"Recomputing the prefix grew {grew:.1f}-fold from {lengths[0]} to {lengths[-1]} tokens: work "
-                     f"that scales. Whether arithmetic or memory traffic limits it at this size, this record "
-                     f"cannot tell." if grew > 1 + FLAT_BAND else
-                     f"Recomputing the prefix took {us(table[lengths[-1]]['full'].median)} per step at {lengths[-1]} "
-                     f"tokens, {grew:.2f} times its {lengths[0]}-token step: over so short a sweep it did not grow.")
+    ends = [table[lengths[0]]["full"], table[lengths[-1]]["full"]]
+    took = (f"Recomputing the prefix took {us(table[lengths[-1]]['full'].median)} per step at {lengths[-1]} tokens, "
+            f"{grew:.2f} times its {lengths[0]}-token step")
+    full_sentence = (f"Recomputing the prefix grew {grew:.1f}-fold from {lengths[0]} to {lengths[-1]} tokens, beyond "
+                     f"both cells' min–max ranges: work that scales. Whether arithmetic or memory traffic limits it at "
+                     f"this size, this record cannot tell." if grew > 1 + FLAT_BAND and apart(*ends) else
+                     f"{took}: over so short a sweep it did not grow."
+                     if abs(grew - 1) <= FLAT_BAND and all(step.spread < FLAT_BAND for step in ends) else
+                     f"{took}, but its cells spread {ends[0].spread:.0%} and {ends[1].spread:.0%} of their medians: "
+                     f"this run cannot tell whether it grew.")
     fit = record["paged_overhead"]
     extra = []
     if fit is not None and fit["gap_per_step_ns"][0] > 0:
