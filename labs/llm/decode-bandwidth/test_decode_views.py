@@ -229,7 +229,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         sentences = ladder_sentences(rederived(record))
         self.assertIn("(ours-fused-compiled) took 1.20× its floor and 0.40× transformers' step time.", sentences[0])
         first = [g for g in llama["groups"] if g["threads"] == llama["threads"][0]]
-        shares = [g["int8_floor_ns_per_step"] / g["floor_ns_per_step"] for g in first]
+        shares = [g["int8_floor_over_float32_floor"] for g in first]
         self.assertIn(f"where its floor is {ratio_range(shares)} the float32 one", sentences[1])
         self.assertIn(f"ours-int8 took {ratio_range([2.0 * share / 1.2 for share in shares])}", sentences[1])
         last = llama["contexts"][-1]

@@ -266,7 +266,7 @@ def ladder_sentences(record: dict[str, Any]) -> list[str]:
     best = join(sorted({g["best_float32_mode"] for g in groups}))
     floor, theirs, int8 = (ratio_range([g[field] for g in groups]) for field in (
         "best_over_floor", "best_over_transformers", "int8_over_best_float32"))
-    int8_floor = ratio_range([g["int8_floor_ns_per_step"] / g["floor_ns_per_step"] for g in groups])
+    int8_floor = ratio_range([g["int8_floor_over_float32_floor"] for g in groups])
     return [f"The fastest of this project's float32 modes ({best}) took {floor} its floor and {theirs} "
             "transformers' step time.",
             f"{LLAMA_INT8} took {int8} the time of that float32 step, where its floor is {int8_floor} the float32 one."]

@@ -326,6 +326,8 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
                     "transformers'")
         figures.add((*where, "int8_over_best_float32"), medians[(*key, LLAMA_INT8)] / medians[(*key, best)],
                     f"{LLAMA_INT8}'s median / the best float32 mode's")
+        figures.add((*where, "int8_floor_over_float32_floor"), floors[(*key, "int8")][0] / memory,
+                    "its int8 floor / its float32 floor")
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
