@@ -51,8 +51,9 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         # (the figure as derive adds it, the key edited inside it, the edited value): the refusal names the figure
         for figure, inside, value in ((("policies", window, "after_eviction"), ("perplexity", "estimate"), 1.0),
                                       (("policies", window, "against_full"), ("verdict",), "level"),
-                                      (("comparisons", "sinks_within_recompute"), (),
-                                       not record["comparisons"]["sinks_within_recompute"]),
+                                      (("policies", window, "recompute_resolution"), ("resolves",),
+                                       not record["policies"][window]["recompute_resolution"]["resolves"]),
+                                      (("memory", "same_bytes_steps"), ("verdict",), "below"),
                                       (("memory", "full_over_window"), (), 1.0),
                                       (("packing", "tokens"), ("padded",), 1),
                                       (("drift", "trained", "at_most_shifts"), ("bfloat16",), -1.0),

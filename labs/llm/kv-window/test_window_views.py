@@ -1,5 +1,5 @@
 """The page's views: its pictures are drawn from the rules the caches run, and its wording follows the record
-(every comparative word flips when the data do)."""
+(every comparative word flips when the data do, and a comparison too coarse to tell says so)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import torch
 
 from kv_window.attention import visibility
+from kv_window.figures import derive, resolution, steps_apart
 from kv_window.packing import pack
 from kv_window.rules import packed_positions, ring_slot, visible
 from kv_window.slots import Slots
+from labkit.figures import fill
 from labkit.testing import committed_record
 
 HERE = Path(__file__).resolve().parent
@@ -25,6 +27,34 @@ from kv_window_views.pictures import PACKED, RING, SINKS  # noqa: E402
 from site_hooks.blocks import render_block  # noqa: E402
 
 RECORD = HERE.parents[2] / "results" / "window-results.json"
+
+
+def rederived(record: dict) -> dict:
+    """The record with every figure derived again from its (edited) raw data, as the build reads it."""
+    fill(record, derive(record))
+    return record
+
+
+def near_recompute(record: dict, name: str, deltas: list[float]) -> dict:
+    """A copy where policy ``name``'s NLL at each of recomputation's samples is recomputation's plus the next
+    of ``deltas`` (nats, repeated over the samples), re-derived."""
+    record = copy.deepcopy(record)
+    entry = record["policies"][label(record, name)]
+    recompute = record["recompute"]
+    for index, (position, nll) in enumerate(zip(recompute["positions"], recompute["nll"])):
+        entry["nll"][position] = nll + deltas[index % len(deltas)]
+    return rederived(record)
+
+
+def timed(record: dict, steps: dict[str, list[int]]) -> dict:
+    """A copy whose policies (by name) took these decode steps (ns), re-derived."""
+    record = copy.deepcopy(record)
+    for name, durations in steps.items():
+        record["policies"][label(record, name)]["step_ns"] = durations
+    return rederived(record)
+
+
+MS = 1_000_000
 
 
 class Pictures(unittest.TestCase):
@@ -69,22 +99,83 @@ class Wording(unittest.TestCase):
                 self.assertIn(words, VIEWS["key-results"](record).items[0])
                 self.assertIn(words, VIEWS["collapse"](record).paragraphs[0])
 
-    def test_the_recomputation_verdict_follows_the_interval(self) -> None:
-        for within, words in ((True, "inside"), (False, "outside")):
-            record = copy.deepcopy(self.record)
-            record["comparisons"]["sinks_within_recompute"] = within
-            with self.subTest(within=within):
-                self.assertIn(f"lies {words}", VIEWS["key-results"](record).items[1])
-                self.assertIn(f"lies {words}", VIEWS["recompute"](record).paragraphs[0])
+    def test_sinks_inside_the_gap_band_read_as_within_recomputation(self) -> None:
+        record = near_recompute(self.record, "sinks", [0.02, -0.02])
+        self.assertIn("it is within 0.99–1.01× of recomputing", VIEWS["key-results"](record).items[1])
+        self.assertIn("closer than the", VIEWS["key-results"](record).items[1])
+        rows = {row[0]: row[3] for row in VIEWS["recompute"](record).tables[0].rows}
+        self.assertTrue(rows["sinks + window"].startswith("within "), rows["sinks + window"])
 
-    def test_memory_and_step_words_follow_the_record(self) -> None:
+    def test_sinks_above_recomputation_read_as_higher(self) -> None:
+        record = near_recompute(self.record, "sinks", [0.5])
+        self.assertIn("it is higher than recomputing each window from scratch (1.65×",
+                      VIEWS["key-results"](record).items[1])
+        rows = {row[0]: row[3] for row in VIEWS["recompute"](record).tables[0].rows}
+        self.assertEqual(rows["sinks + window"], "higher than recomputation")
+
+    def test_a_noisy_sinks_comparison_reads_as_too_coarse_never_as_within(self) -> None:
+        record = near_recompute(self.record, "sinks", [1.0, -1.0])
+        item = VIEWS["key-results"](record).items[1]
+        self.assertRegex(item, r"too coarse to tell: the interval is 0\.\d\d–1\.\d\d×, \d\.\d times as wide as the "
+                               r"0\.\d\d–1\.\d\d× it would need to resolve the 1\.\d\d× that separates")
+        self.assertNotIn("within", item)
+        self.assertNotIn("indistinguishable", item)
+
+    def test_a_window_only_interval_wider_than_the_gap_band_reads_as_too_coarse(self) -> None:
+        record = near_recompute(self.record, "window", [1.0, -1.0])
+        block = VIEWS["recompute"](record)
+        rows = {row[0]: row[3] for row in block.tables[0].rows}
+        self.assertRegex(rows["window only"], r"^too coarse: \d\.\d× the band$")
+        self.assertNotIn("indistinguishable", render_block(block))
+
+    def test_the_full_cache_slower_at_every_step_reads_as_slower(self) -> None:
+        record = timed(self.record, {"full": [190 * MS, 200 * MS, 210 * MS], "window": [90 * MS, 100 * MS, 110 * MS]})
+        self.assertIn("step is slower than the ring buffer's (2.00×), at every timed step",
+                      VIEWS["memory"](record).paragraphs[0])
+
+    def test_the_full_cache_faster_at_every_step_reads_as_faster(self) -> None:
+        record = timed(self.record, {"full": [90 * MS, 100 * MS, 110 * MS], "window": [190 * MS, 200 * MS, 210 * MS]})
+        self.assertIn("step is faster than the ring buffer's (0.50×)", VIEWS["memory"](record).paragraphs[0])
+
+    def test_overlapping_full_and_ring_steps_read_as_unordered(self) -> None:
+        record = timed(self.record, {"full": [100 * MS, 200 * MS, 300 * MS], "window": [150 * MS, 160 * MS, 250 * MS]})
+        first = VIEWS["memory"](record).paragraphs[0].split(";")[0]
+        self.assertIn("(100.0–300.0 ms) and the ring buffer's (150.0–250.0 ms) do not separate: the run cannot tell",
+                      first)
+        self.assertNotIn("is slower than", first)
+        self.assertNotIn("is faster than", first)
+
+    def test_single_full_and_ring_steps_are_not_ordered(self) -> None:
+        record = timed(self.record, {"full": [300 * MS], "window": [100 * MS]})
+        first = VIEWS["memory"](record).paragraphs[0].split(";")[0]
+        self.assertIn("timed steps (300.0 ms) and the ring buffer's (100.0 ms) do not separate", first)
+        self.assertNotIn("is slower than", first)
+
+    def test_same_bytes_but_apart_steps_say_the_run_does_not_explain_them(self) -> None:
+        record = timed(self.record, {"window": [100 * MS, 110 * MS, 120 * MS], "sinks": [180 * MS, 190 * MS, 200 * MS],
+                                     "snapkv": [130 * MS, 140 * MS, 150 * MS]})
+        paragraph = VIEWS["memory"](record).paragraphs[0]
+        self.assertIn("Window only and sinks + window keep the same 12 MB in 256 slots each, yet sinks + window is "
+                      "slower at every timed step (180.0–200.0 ms against 100.0–120.0 ms): the bytes do not decide a "
+                      "step here, and the run, timing whole steps only, does not say what does.", paragraph)
+
+    def test_same_bytes_with_the_ring_slowest_names_the_ring_as_slower(self) -> None:
+        record = timed(self.record, {"window": [300 * MS, 310 * MS, 320 * MS], "sinks": [100 * MS, 110 * MS, 120 * MS],
+                                     "snapkv": [150 * MS, 160 * MS, 170 * MS]})
+        self.assertIn("Sinks + window and window only keep the same 12 MB in 256 slots each, yet window only is slower",
+                      VIEWS["memory"](record).paragraphs[0])
+
+    def test_same_bytes_with_overlapping_steps_read_as_unordered(self) -> None:
+        record = timed(self.record, {"window": [100 * MS, 150 * MS, 200 * MS], "sinks": [110 * MS, 160 * MS, 210 * MS],
+                                     "snapkv": [105 * MS, 155 * MS, 205 * MS]})
+        paragraph = VIEWS["memory"](record).paragraphs[0]
+        self.assertIn("and their timed steps do not separate (110.0–210.0 ms against 100.0–200.0 ms): the run "
+                      "cannot order them.", paragraph)
+        self.assertNotIn("do not decide", paragraph)
+
+    def test_memory_that_grows_is_not_called_flat(self) -> None:
         record = copy.deepcopy(self.record)
-        for factor, words in ((2.0, "slower than"), (1.0, "about as fast as"), (0.5, "faster than")):
-            record["memory"]["full_over_window_step"] = factor
-            with self.subTest(factor=factor):
-                self.assertIn(words, VIEWS["memory"](record).paragraphs[0])
-        window = label(record, "window")
-        record["policies"][window]["memory_grows"] = True
+        record["policies"][label(record, "window")]["memory_grows"] = True
         self.assertIn("grows with the text", [row[2] for row in VIEWS["memory"](record).tables[0].rows][1])
         self.assertNotIn("however long", VIEWS["key-results"](record).items[2])
 
@@ -92,6 +183,32 @@ class Wording(unittest.TestCase):
         record = copy.deepcopy(self.record)
         record["comparisons"]["recovered_share"] = None
         self.assertIn("no closer", VIEWS["key-results"](record).items[1])
+
+
+class Resolution(unittest.TestCase):
+    def test_an_interval_inside_the_gap_resolves_it(self) -> None:
+        found = resolution({"estimate": 0.02, "low": -0.04, "high": 0.09}, 0.14)
+        self.assertTrue(found["resolves"])
+        self.assertAlmostEqual(found["width_over_band"], 0.13 / 0.28)
+
+    def test_an_interval_reaching_past_the_gap_does_not_resolve_it(self) -> None:
+        found = resolution({"estimate": 0.36, "low": -0.07, "high": 0.82}, 0.14)
+        self.assertFalse(found["resolves"])
+        self.assertAlmostEqual(found["width_over_band"], 0.89 / 0.28)
+
+    def test_an_interval_narrower_than_the_band_but_off_centre_does_not_resolve_it(self) -> None:
+        self.assertFalse(resolution({"estimate": 0.12, "low": 0.08, "high": 0.16}, 0.14)["resolves"])
+
+    def test_no_interval_resolves_a_gap_of_zero(self) -> None:
+        self.assertEqual(resolution({"estimate": 0.0, "low": -0.001, "high": 0.001}, 0.0),
+                         {"resolves": False, "width_over_band": None})
+
+    def test_steps_are_ordered_only_when_their_spreads_do_not_overlap(self) -> None:
+        self.assertEqual(steps_apart([200, 210], [100, 110]), "above")
+        self.assertEqual(steps_apart([100, 110], [200, 210]), "below")
+        self.assertEqual(steps_apart([100, 300], [150, 250]), "level")
+        self.assertEqual(steps_apart([110, 200], [100, 110]), "level")  # a shared step is an overlap
+        self.assertEqual(steps_apart([300], [100]), "level")  # one step each shows no spread to judge against
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ Every figure a page shows follows from the record's raw data here, once: per pol
 perplexity (the exponential of the mean NLL), the mean KL divergence from the full cache and the top-1
 agreement, each with a seeded bootstrap interval (labkit.bootstrap; moving blocks of BOOTSTRAP_BLOCK
 positions, since neighbouring positions of one text are not independent); the paired differences between
-policies on the same positions; the bytes each policy keeps (its formula, which the measured bytes must
-equal); step times; the re-rotation drift; packed against padded prefill.
+policies on the same positions, and whether each comparison against recomputation is fine enough to tell the
+policies apart; the bytes each policy keeps (its formula, which the measured bytes must equal); step times,
+and whether the spread of each policy's timed steps lets two of them be ordered; the re-rotation drift;
+packed against padded prefill.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ REFERENCE = "full"
 MAIN = ("window", "sinks", "snapkv")  # the policies evaluated over the whole text beside the reference
 BOOTSTRAP_BLOCK = 16  # positions per resampled run: about the span over which a text's NLLs correlate
 UNTIL_EVICTION_KL = 1e-6  # before its first eviction a bounded cache attends exactly as the full cache does
-STEP_BAND = 0.1  # step times within 10 % of each other read as "about as fast"
 SAME_RULE_NLL = 1e-3  # float32: re-rotated and read-rotated keys give the same NLL up to rounding
 ENTRY_BYTES = {"float32": 4, "bfloat16": 2}
 META_BYTES = 4 + 4 + 1  # per slot and key/value head: an int32 position, an int32 sequence id, a bool flag
@@ -140,6 +141,27 @@ def verdict(difference: dict[str, float]) -> str:
     return "level"
 
 
+def resolution(difference: dict[str, float], gap: float) -> dict[str, Any]:
+    """Whether a paired NLL difference's interval (nats) is fine enough to tell apart policies ``gap`` nats
+    apart: it lies strictly inside -gap..+gap, so a difference of ``gap`` either way would have shown; and its
+    width over that band's (None for a band of no width, which nothing resolves)."""
+    return {"resolves": -gap < difference["low"] and difference["high"] < gap,
+            "width_over_band": (difference["high"] - difference["low"]) / (2 * gap) if gap > 0 else None}
+
+
+def steps_apart(a: Sequence[float], b: Sequence[float]) -> str:
+    """'above' when every timed step of a is slower than every one of b, 'below' when every one is faster,
+    'level' when the two sets overlap (their own spread cannot order them) or either holds a single step (it
+    shows no spread to judge a difference against)."""
+    if min(len(a), len(b)) < 2:
+        return "level"
+    if min(a) > max(b):
+        return "above"
+    if max(a) < min(b):
+        return "below"
+    return "level"
+
+
 def series(entry: dict[str, Any], start: int, end: int) -> dict[str, list[float]]:
     """A run's per-position metrics over [start, end)."""
     return {name: entry[name][start:end] for name in ("nll", "kl", "agree") if name in entry}
@@ -174,6 +196,7 @@ def derive(record: dict[str, Any]) -> Figures:
     block = BOOTSTRAP_BLOCK
     policies, samples = record["policies"], record["recompute"]["positions"]
     full = policies[REFERENCE]
+    against_full: dict[str, dict[str, Any]] = {}
     for label, entry in policies.items():
         at = ("policies", label)
         buckets = [{"start": start, "end": end, **quality(series(entry, start, end), block)}
@@ -185,12 +208,15 @@ def derive(record: dict[str, Any]) -> Figures:
                                                   for name in series(entry, 0, 1)}, 1),
                     "its values at window with recomputation's sampled positions")
         figures.add((*at, "median_step_ns"), median(entry["step_ns"]), "its timed decode steps")
+        figures.add((*at, "step_range_ns"), {"low": min(entry["step_ns"]), "high": max(entry["step_ns"])},
+                    "its fastest and slowest timed decode steps")
         figures.add((*at, "kept_over_full"), entry["kept_bytes"][-1][1] / full["kept_bytes"][-1][1],
                     "its kept bytes over the full cache's, at the end of the text")
         figures.add((*at, "memory_grows"), entry["kept_bytes"][-1][1] > entry["kept_bytes"][0][1],
                     "its kept bytes at the end against after the first block")
         if label != REFERENCE:
-            figures.add((*at, "against_full"), paired(entry["nll"][slots:], full["nll"][slots:], block),
+            against_full[label] = paired(entry["nll"][slots:], full["nll"][slots:], block)
+            figures.add((*at, "against_full"), against_full[label],
                         "its NLL minus the full cache's from the first eviction on")
     recompute = record["recompute"]
     figures.add(("recompute", "at_samples"), quality(series(recompute, 0, len(samples)), 1),
@@ -201,16 +227,23 @@ def derive(record: dict[str, Any]) -> Figures:
                                                          for name in ("nll", "kl", "agree")}, 1)}
                  for start, end in zip(edges[1:], edges[2:])], "its values at the samples in each bucket")
     figures.add(("recompute", "median_step_ns"), median(recompute["step_ns"]), "its timed steps")
+    gaps = {label: abs(against["nll_difference"]["estimate"]) for label, against in against_full.items()}
+    closest = min(gaps, key=gaps.__getitem__)
+    gap = gaps[closest]
+    figures.add(("comparisons", "recompute_yardstick"),
+                {"label": closest, "nats": gap, "ratio": math.exp(gap), "band": {"low": math.exp(-gap),
+                                                                                  "high": math.exp(gap)}},
+                "the smallest NLL gap between a bounded cache and the full cache from the first eviction on: the "
+                "finest difference between policies a comparison against recomputation must resolve")
     for label, entry in policies.items():
-        figures.add(("policies", label, "against_recompute"),
-                    paired([entry["nll"][t] for t in samples], recompute["nll"], 1),
+        against = paired([entry["nll"][t] for t in samples], recompute["nll"], 1)
+        figures.add(("policies", label, "against_recompute"), against,
                     "its NLL minus recomputation's at the sampled positions")
+        figures.add(("policies", label, "recompute_resolution"), resolution(against["nll_difference"], gap),
+                    "its interval against recomputation over the smallest gap between a bounded cache and the full "
+                    "cache")
     sinks_label = policy_label(policies, "sinks")
     sinks_at = policies[sinks_label]["nll"]
-    recomputed = quality(series(recompute, 0, len(samples)), 1)["perplexity"]
-    sinks_samples = exp_mean(np.asarray([sinks_at[t] for t in samples]))
-    figures.add(("comparisons", "sinks_within_recompute"), recomputed["low"] <= sinks_samples <= recomputed["high"],
-                "sinks + window's perplexity at the samples against recomputation's interval there")
     window_label = policy_label(policies, "window")
     window_after = exp_mean(np.asarray(policies[window_label]["nll"][slots:]))
     sinks_after = exp_mean(np.asarray(sinks_at[slots:]))
@@ -281,6 +314,18 @@ def derive_memory(record: dict[str, Any], figures: Figures, window_label: str) -
                 / median(policies[window_label]["step_ns"]), "recomputation's step over the ring buffer's")
     figures.add(("memory", "full_over_window_step"), median(full["step_ns"]) / median(policies[window_label]["step_ns"]),
                 "the full cache's step over the ring buffer's, at the end of the text")
+    figures.add(("memory", "full_vs_window_step"), steps_apart(full["step_ns"], policies[window_label]["step_ns"]),
+                "the full cache's timed steps against the ring buffer's")
+    kept = policies[window_label]["kept_bytes"][-1]
+    same = [label for label, entry in policies.items() if label != REFERENCE and entry["kept_bytes"][-1] == kept]
+    fastest = min(same, key=lambda label: median(policies[label]["step_ns"]))
+    slowest = max(same, key=lambda label: median(policies[label]["step_ns"]))
+    held = {slots_held(policy_of(policies[label]), kept[0]) for label in same}
+    figures.add(("memory", "same_bytes_steps"),
+                {"policies": same, "slots": held.pop() if len(held) == 1 else None, "fastest": fastest,
+                 "slowest": slowest, "verdict": steps_apart(policies[slowest]["step_ns"], policies[fastest]["step_ns"])},
+                "the bounded caches keeping the ring buffer's bytes at the end of the text, the slots each holds, the "
+                "fastest and slowest by median step, and whether their timed steps overlap")
 
 
 def refuse_unless(condition: bool, source: str, path: JsonPath, message: str) -> None:

@@ -28,6 +28,11 @@ def ratio(value: dict[str, float]) -> str:
     return f"{value['estimate']:.2f}× ({value['low']:.2f}–{value['high']:.2f}×)"
 
 
+def spread(value: dict[str, float]) -> str:
+    """'0.96–1.10×': a ratio's interval alone."""
+    return f"{value['low']:.2f}–{value['high']:.2f}×"
+
+
 def share(value: dict[str, float]) -> str:
     return f"{value['estimate']:.1%} ({value['low']:.1%}–{value['high']:.1%})"
 
@@ -40,3 +45,33 @@ def span(record: dict[str, Any]) -> str:
     """The positions from the first eviction to the end of the text, as the page names them."""
     config = record["config"]
     return f"positions {config['slots']:,}–{config['positions'] - 1:,}"
+
+
+def yardstick(record: dict[str, Any]) -> str:
+    """'the 1.15× that separates SnapKV eviction from the full cache': the bounded cache closest to the full
+    cache, the finest gap a comparison against recomputation must resolve (kv_window.figures.resolution)."""
+    gap = record["comparisons"]["recompute_yardstick"]
+    return f"the {gap['ratio']:.2f}× that separates {closest(record)} from the full cache"
+
+
+def closest(record: dict[str, Any]) -> str:
+    """The name of the bounded cache closest to the full cache over the whole text."""
+    return NAMES[record["policies"][record["comparisons"]["recompute_yardstick"]["label"]]["policy"]["name"]]
+
+
+def recompute_verdict(record: dict[str, Any], entry: dict[str, Any]) -> str:
+    """A policy against recomputation at the samples, as a table cell: higher or lower where the paired
+    interval leaves out 1×; within the yardstick where it lies inside the band that resolves it; otherwise too
+    coarse to tell, with its width over that band's."""
+    against, found = entry["against_recompute"], entry["recompute_resolution"]
+    if against["verdict"] != "level":
+        return f"{VERDICT[against['verdict']]} recomputation"
+    if found["resolves"]:
+        return f"within {record['comparisons']['recompute_yardstick']['ratio']:.2f}× of recomputation"
+    return "too coarse" + (f": {found['width_over_band']:.1f}× the band" if found["width_over_band"] is not None
+                           else " to tell")
+
+
+def band(record: dict[str, Any]) -> str:
+    """'0.87–1.15×': the interval a ratio against recomputation must lie inside to resolve the yardstick."""
+    return spread(record["comparisons"]["recompute_yardstick"]["band"])

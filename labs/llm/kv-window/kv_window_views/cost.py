@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_window.figures import STEP_BAND
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci
@@ -28,6 +27,45 @@ def memory_chart_view(record: dict[str, Any]) -> Block:
                                     f"equals its policy's formula (kv_window.figures.kept_bytes).")])
 
 
+def steps(entry: dict[str, Any]) -> str:
+    """'101.7–125.7 ms': a policy's fastest and slowest timed steps."""
+    found = entry["step_range_ns"]
+    if found["low"] == found["high"]:
+        return f"{format_ms(found['low'], 1)} ms"
+    return f"{format_ms(found['low'], 1)}–{format_ms(found['high'], 1)} ms"
+
+
+def step_order(record: dict[str, Any]) -> str:
+    """The full cache's step against the ring buffer's, ordered only where their timed steps do not overlap."""
+    memory, config = record["memory"], record["config"]
+    full, window = policy(record, "full"), policy(record, "window")
+    order = memory["full_vs_window_step"]
+    if order == "level":
+        return (f"At {config['positions']:,} tokens the full cache's timed steps ({steps(full)}) and the ring "
+                f"buffer's ({steps(window)}) do not separate: the run cannot tell which is faster")
+    word = "slower than" if order == "above" else "faster than"
+    return (f"At {config['positions']:,} tokens the full cache's step is {word} the ring buffer's "
+            f"({format_ratio(memory['full_over_window_step'])}), at every timed step")
+
+
+def same_bytes(record: dict[str, Any]) -> str:
+    """The caches that keep the same bytes: their steps ordered only where they do not overlap, and, where they
+    differ, said plainly that the bytes do not decide it and the run does not say what does."""
+    same = record["memory"]["same_bytes_steps"]
+    if len(same["policies"]) < 2:
+        return ""
+    slow, fast = record["policies"][same["slowest"]], record["policies"][same["fastest"]]
+    slow_name, fast_name = NAMES[slow["policy"]["name"]], NAMES[fast["policy"]["name"]]
+    held = f" in {same['slots']:,} slots each" if same["slots"] is not None else ""
+    kept = (f" {fast_name[0].upper()}{fast_name[1:]} and {slow_name} keep the same "
+            f"{format_bytes(fast['kept_bytes'][-1][1])}{held}")
+    if same["verdict"] == "above":
+        return (f"{kept}, yet {slow_name} is slower at every timed step ({steps(slow)} against {steps(fast)}): "
+                f"the bytes do not decide a step here, and the run, timing whole steps only, does not say what does.")
+    return (f"{kept}, and their timed steps do not separate ({steps(slow)} against {steps(fast)}): the run cannot "
+            f"order them.")
+
+
 def memory_view(record: dict[str, Any]) -> Block:
     rows = []
     for entry in record["policies"].values():
@@ -37,15 +75,13 @@ def memory_view(record: dict[str, Any]) -> Block:
     recompute = record["recompute"]
     rows.append(["window + recompute", "—", "flat, but recomputes", "—", format_ms(recompute["median_step_ns"], 1)])
     memory, config = record["memory"], record["config"]
-    step = memory["full_over_window_step"]
-    word = ("slower than" if step > 1 + STEP_BAND else "faster than" if step < 1 - STEP_BAND else "about as fast as")
     return Block(
         tables=[Table(["policy", f"kept after {config['positions']:,} tokens", "over the text", "of the full cache",
                        "decode step (ms)"], rows,
                       lead=f"Median of {config['repeats']} decode steps after the text, {config['threads']} thread.")],
-        paragraphs=[f"At {config['positions']:,} tokens the full cache's step is {word} the ring buffer's "
-                    f"({format_ratio(step)}); recomputing the window costs {format_ratio(memory['recompute_over_window_step'])} "
-                    f"a ring step, since every step runs the whole window again."])
+        paragraphs=[f"{step_order(record)}; recomputing the window costs "
+                    f"{format_ratio(memory['recompute_over_window_step'])} a ring step, since every step runs the "
+                    f"whole window again." + same_bytes(record)])
 
 
 def grouped_view(record: dict[str, Any]) -> Block:

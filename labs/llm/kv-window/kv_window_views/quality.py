@@ -9,7 +9,7 @@ from typing import Any
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 
-from .common import NAMES, VERDICT, policy, ranged, ratio, share, span
+from .common import NAMES, VERDICT, band, closest, policy, ranged, ratio, recompute_verdict, share, span
 
 
 def quality_chart_view(record: dict[str, Any]) -> Block:
@@ -78,20 +78,16 @@ def recompute_view(record: dict[str, Any]) -> Block:
     recompute = record["recompute"]
     rows = [["window + recompute", ranged(recompute["at_samples"]["perplexity"]), "—", "—"]]
     for entry in record["policies"].values():
-        against = entry["against_recompute"]
         rows.append([NAMES[entry["policy"]["name"]], ranged(entry["at_samples"]["perplexity"]),
-                     ratio(against["perplexity_ratio"]), VERDICT[against["verdict"]] + " recomputation"])
-    sinks = policy(record, "sinks")
-    within = record["comparisons"]["sinks_within_recompute"]
-    verdict = "inside" if within else "outside"
+                     ratio(entry["against_recompute"]["perplexity_ratio"]), recompute_verdict(record, entry)])
     return Block(
         tables=[Table(["policy", "perplexity at the samples", "against recomputation", "paired verdict"], rows,
                       lead=f"At the {recompute['at_samples']['positions']} positions where window with "
                            f"recomputation was run (a fresh {recompute['window']}-token pass per position), spread "
                            f"evenly over the buckets after the first eviction.")],
-        paragraphs=[f"Sinks + window's perplexity there, {sinks['at_samples']['perplexity']['estimate']:.2f}, lies "
-                    f"{verdict} recomputation's interval ({ranged(recompute['at_samples']['perplexity'])})."],
-        notes=["The verdict compares each policy's NLL with recomputation's at the same positions, so the text's "
-               "own difficulty cancels; with this few samples the intervals are wide, and a level verdict means "
-               "no difference this sample can resolve, not none at all."])
-
+        paragraphs=[f"Over {span(record)}, {closest(record)} is the bounded cache closest to the full cache, "
+                    f"{record['comparisons']['recompute_yardstick']['ratio']:.2f}× from it. A paired interval "
+                    f"resolves a gap that size only inside {band(record)}; one that includes 1× and reaches outside "
+                    f"it is too coarse to tell its policy from recomputation."],
+        notes=["Each verdict pairs a policy's NLL with recomputation's at the same positions, so the text's own "
+               "difficulty cancels."])

@@ -7,7 +7,7 @@ from typing import Any
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_percent, format_ratio, format_sci
 
-from .common import VERDICT, policy, ranged, ratio, span
+from .common import VERDICT, band, policy, ranged, ratio, span, spread, yardstick
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -16,7 +16,6 @@ def key_results_view(record: dict[str, Any]) -> Block:
     recompute, comparisons = record["recompute"], record["comparisons"]
     drift, packing = record["drift"], record["packing"]
     recovered = comparisons["recovered_share"]
-    within = "inside" if comparisons["sinks_within_recompute"] else "outside"
     bounded = [entry for entry in record["policies"].values() if entry["policy"]["name"] != "full"]
     flat = not any(entry["memory_grows"] for entry in bounded)
     items = [
@@ -28,8 +27,7 @@ def key_results_view(record: dict[str, Any]) -> Block:
         f"{sinks['after_eviction']['perplexity']['estimate']:.2f}"
         + (f", {format_percent(recovered)} of the way back to the full cache" if recovered is not None and recovered > 0
            else ", no closer to the full cache")
-        + f"; at the {recompute['at_samples']['positions']} sampled positions it lies {within} the interval of "
-          f"recomputing each window from scratch ({ranged(recompute['at_samples']['perplexity'])}).",
+        + f"; at the {recompute['at_samples']['positions']} sampled positions {sinks_against_recompute(record)}.",
         (f"Every bounded cache keeps {format_bytes(window['kept_bytes'][-1][1])} however long the text runs"
          if flat else f"The bounded caches keep up to {format_bytes(window['kept_bytes'][-1][1])}")
         + f"; the full cache grows to {format_bytes(full['kept_bytes'][-1][1])} at {config['positions']:,} tokens "
@@ -44,6 +42,24 @@ def key_results_view(record: dict[str, Any]) -> Block:
         f"{format_ratio(packing['padded_over_packed'])} the packed row's time, for the same logits.",
     ]
     return Block(css="lab-key-results", items=items)
+
+
+def sinks_against_recompute(record: dict[str, Any]) -> str:
+    """Sinks + window against recomputing each window from scratch, at the samples: higher or lower where the
+    paired interval says so, within it where the interval resolves the finest gap between policies, too coarse
+    to tell (by how much) where it does not."""
+    sinks = policy(record, "sinks")
+    against, found = sinks["against_recompute"], sinks["recompute_resolution"]
+    if against["verdict"] != "level":
+        return (f"it is {VERDICT[against['verdict']]} recomputing each window from scratch "
+                f"({ratio(against['perplexity_ratio'])})")
+    if found["resolves"]:
+        return (f"it is within {spread(against['perplexity_ratio'])} of recomputing each window from scratch, "
+                f"closer than {yardstick(record)}")
+    wide = (f", {found['width_over_band']:.1f} times as wide as the {band(record)} it would need to resolve "
+            f"{yardstick(record)}" if found["width_over_band"] is not None else "")
+    return (f"its comparison with recomputing each window from scratch is too coarse to tell: the interval is "
+            f"{spread(against['perplexity_ratio'])}{wide}")
 
 
 def answer_ring_view(record: dict[str, Any]) -> Block:
