@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.figures import Figures, refuse, tolerance_bound
+from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from llm_models.published import WEIGHT_BITS as WEIGHT_BITS
 from llm_models.published import model, models, weight_bytes
 
@@ -131,6 +132,121 @@ def cached_read(record: dict[str, Any]) -> dict[str, Any]:
             "prefix_growth": lengths[-1] / lengths[0]}
 
 
+READ_FACTOR = 2  # a rise is put down to reading the prefix only when the bytes it adds, at the bandwidth the record
+# measured, take between half and twice the rise: a step of the longer loop reads up to that many more bytes of cache
+# and concatenation copies them once more, so an exact match is not expected, an order of magnitude apart is no match
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One mode's decode step at one length, in µs: the stored median and min–max range, and the stored spread,
+    (max − min) / median of the raw repetitions (labkit.summary). The min–max range is the page's measure of a
+    cell's noise: the noise flag reads it too, and with seven repetitions a quartile rests on about two of them,
+    so an interquartile range would hide the very outliers that make a cell noisy."""
+
+    median: float
+    low: float
+    high: float
+    spread: float
+
+
+def cells(record: dict[str, Any], mode: str) -> dict[int, Cell]:
+    """``mode``'s stored per-step statistics (labkit.summary) at each length, in µs, with the stored spread."""
+    return {e["length"]: Cell(*(e["modes"][mode]["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
+                              e["modes"][mode]["spread"]) for e in record["lengths"]}
+
+
+def moved(a: Cell, b: Cell) -> int:
+    """+1 where ``b`` lies above ``a`` by more than FLAT_BAND and beyond both min–max ranges, −1 where it lies below
+    them the same way, 0 where this record cannot tell the two apart."""
+    if b.median > (1 + FLAT_BAND) * a.median and b.low > a.high:
+        return 1
+    if b.median < (1 - FLAT_BAND) * a.median and b.high < a.low:
+        return -1
+    return 0
+
+
+def spread_range(found: list[Cell]) -> list[float]:
+    """[lowest, highest] spread of the given cells."""
+    return [min(c.spread for c in found), max(c.spread for c in found)]
+
+
+def step_shape(record: dict[str, Any], held: dict[int, int], mode: str) -> dict[str, Any]:
+    """What ``mode``'s step did over the sweep, as far as its cells' own spreads let the record tell.
+
+    labkit.regimes' flat rule (medians within FLAT_BAND of the span's first), looked for from every length and held
+    to the cells' spreads: ``flat`` is the widest span whose medians stay within FLAT_BAND of its first, each cell's
+    spread under it (``flat_growth`` its last length over its first; ``overhead_bound`` where that reaches
+    OVERHEAD_GROWTH). ``runs``: consecutive lengths no two of which moved apart (moved), each new run starting at a
+    move; ``grows``: every two lengths OVERHEAD_GROWTH-fold apart moved up, so no fourfold span can be flat;
+    ``verdict``: 'flat' (an overhead-bound span), 'grows' or 'unclear' (the spreads hide which). ``longest_run``:
+    the run of the largest growth, its growth and its cells' spreads. ``departure``: where the step first moved
+    beyond a length before it (None: it never did), and the rise the page may put down to reading the prefix, with
+    the bytes ``held`` (per length) grew by over it."""
+    found = cells(record, mode)
+    lengths = list(found)
+    flat = (lengths[0], lengths[0])
+    for index, start in enumerate(lengths):
+        until = start
+        for length in lengths[index:]:
+            if found[length].spread >= FLAT_BAND or abs(found[length].median / found[start].median - 1) > FLAT_BAND:
+                break
+            until = length
+        if until / start > flat[1] / flat[0]:
+            flat = (start, until)
+    runs = [[lengths[0]]]
+    for length in lengths[1:]:
+        if any(moved(found[earlier], found[length]) for earlier in runs[-1]):
+            runs.append([length])
+        else:
+            runs[-1].append(length)
+    pairs = [(a, b) for a in lengths for b in lengths if b >= OVERHEAD_GROWTH * a]
+    grows = bool(pairs) and all(moved(found[a], found[b]) == 1 for a, b in pairs)
+    flat_growth = flat[1] / flat[0]
+    overhead_bound = flat_growth >= OVERHEAD_GROWTH
+    run = max(runs, key=lambda r: r[-1] / r[0])
+    return {"flat": list(flat), "flat_growth": flat_growth, "overhead_bound": overhead_bound,
+            "flat_to_end": flat == (lengths[0], lengths[-1]), "runs": runs, "grows": grows,
+            "verdict": "flat" if overhead_bound else "grows" if grows else "unclear",
+            "spread_range": spread_range(list(found.values())),
+            "longest_run": [run[0], run[-1]], "longest_run_growth": run[-1] / run[0],
+            "longest_run_spread_range": spread_range([found[n] for n in run]),
+            "departure": departure(found, runs, flat, held)}
+
+
+def departure(found: dict[int, Cell], runs: list[list[int]], flat: tuple[int, int],
+              held: dict[int, int]) -> dict[str, Any] | None:
+    """Where the step first moved beyond a step before it (None: it never did): ``after``, the first length that
+    moved; ``since``, the nearest earlier length it moved from; ``up``, whether it rose; ``banded``, whether the
+    flat span ran from the first length to the move; ``rises_to_end``, whether it rose again by the last length
+    and the last was the slowest of the sweep; ``no_slower_at_end``, whether the last length's median is no
+    higher than the first moved one's; and ``rise``, the rise a bandwidth could account for (None: the step fell), with
+    the bytes the cache grew by over it and its size in µs."""
+    if len(runs) == 1:
+        return None
+    lengths = list(found)
+    first, last = lengths[0], lengths[-1]
+    after = runs[1][0]
+    since = next(n for n in reversed(runs[0]) if moved(found[n], found[after]))
+    up = moved(found[since], found[after]) == 1
+    slowest = found[last].median == max(cell.median for cell in found.values())
+    rises_to_end = up and after != last and moved(found[after], found[last]) == 1 and slowest
+    until = last if rises_to_end else after
+    rise = ({"from": since, "to": until, "extra_bytes": held[until] - held[since],
+             "rise_us": found[until].median - found[since].median} if up else None)
+    return {"after": after, "since": since, "up": up, "banded": flat == (first, runs[0][-1]) and flat[1] > first,
+            "rises_to_end": rises_to_end, "no_slower_at_end": found[last].median <= found[after].median,
+            "rise": rise}
+
+
+def prefix_read(extra_bytes: int, rise_us: float, bandwidth: float) -> dict[str, Any]:
+    """How long reading ``extra_bytes`` takes at ``bandwidth`` (bytes/s), in µs, and whether that accounts for a
+    rise of ``rise_us`` (within READ_FACTOR either way). This lab's record measures no bandwidth, so derive stores
+    none of this; a page given a measured bandwidth words it from here."""
+    read_us = extra_bytes / bandwidth * 1e6
+    return {"read_us": read_us, "is_read": 1 / READ_FACTOR <= read_us / rise_us <= READ_FACTOR}
+
+
 def check_invariants(record: dict[str, Any], source: str) -> None:
     """The raw data must describe this lab's experiment: its two modes, one decode step per position, the
     precision check at the longest length, and cache tensors as large as the formula."""
@@ -210,4 +326,12 @@ def derive(record: dict[str, Any]) -> Figures:
                 "the first token where the bfloat16 answer differs from the float32 one")
     figures.add_each(("capacity",), capacity(), "llm_models/published/models.toml priced by kv_cache.memory")
     figures.add_each(("cached_read",), cached_read(record), "the cached mode's per-step medians and stored regime")
+    held = {entry["length"]: cache_bytes(config, batch, entry["length"]) for entry in record["lengths"]}
+    for mode in MODES:
+        shape = step_shape(record, held, mode)
+        how = f"the {mode} mode's per-step statistics and spreads, and the byte formula per length"
+        figures.add_each(("step_shapes", mode), {key: value for key, value in shape.items() if key != "departure"}, how)
+        # One figure, not one per leaf: it is null or an object (with a rise null or an object) as the data moves,
+        # and a record filled again must be able to replace either by the other.
+        figures.add(("step_shapes", mode, "departure"), shape["departure"], how)
     return figures

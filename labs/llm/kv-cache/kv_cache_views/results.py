@@ -1,8 +1,9 @@
 """What the record establishes, in the reader's terms: the key results, the regime of each path, the takeaways
 whose wording depends on the data, and the answers to the page's check-yourself questions. Every figure is a
 stored one (the sweep's statistics and regimes, labkit.summary; the cache's bytes, the real models' capacity and
-the cached step's read, kv_cache.figures); every comparative word is chosen here from those figures, and a step is
-called flat, growing or risen only where the difference exceeds the cells' own min–max spreads (shape)."""
+the cached step's read and each mode's step shape, kv_cache.figures); every comparative word is chosen here from
+those figures, and a step is called flat, growing or risen only where the stored shape says the difference exceeds
+the cells' own min–max spreads (kv_cache.figures.step_shape)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from kv_cache.figures import (
     MEMORY_GIB,
     SMALL_FORMAT,
     SMALL_MODEL,
+    Cell,
+    cells,
     mask_row,
     model,
+    prefix_read,
 )
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from site_hooks.blocks import Block, Table, answer, takeaway
@@ -49,97 +53,53 @@ def grew(growth: float) -> str:
     return f"{growth - 1:+.0%}".replace("-", "−")
 
 
-READ_FACTOR = 2  # a rise is put down to reading the prefix only when the bytes it adds, at the bandwidth the record
-# measured, take between half and twice the rise: a step of the longer loop reads up to that many more bytes of cache
-# and concatenation copies them once more, so an exact match is not expected, an order of magnitude apart is no match
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One mode's decode step at one length, in µs: the stored median and min–max range, and the stored spread,
-    (max − min) / median of the raw repetitions (labkit.summary). The min–max range is this page's measure of a
-    cell's noise: the noise flag reads it too, and with seven repetitions a quartile rests on about two of them,
-    so an interquartile range would hide the very outliers that make a cell noisy."""
-
-    median: float
-    low: float
-    high: float
-    spread: float
-
-
-def cells(record: dict[str, Any], mode: str) -> dict[int, Cell]:
-    return {e["length"]: Cell(*(e["modes"][mode]["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
-                              e["modes"][mode]["spread"]) for e in record["lengths"]}
-
-
-def moved(a: Cell, b: Cell) -> int:
-    """+1 where ``b`` lies above ``a`` by more than FLAT_BAND and beyond both min–max ranges, −1 where it lies below
-    them the same way, 0 where this record cannot tell the two apart."""
-    if b.median > (1 + FLAT_BAND) * a.median and b.low > a.high:
-        return 1
-    if b.median < (1 - FLAT_BAND) * a.median and b.high < a.low:
-        return -1
-    return 0
-
-
-def spreads(found: list[Cell]) -> str:
-    """The cells' spreads as a range: '21–43%'."""
-    low, high = min(c.spread for c in found), max(c.spread for c in found)
+def spreads(low_high: list[float]) -> str:
+    """A stored [lowest, highest] spread of cells as a range: '21–43%'."""
+    low, high = low_high
     return f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}–{high:.0%}"
 
 
 @dataclass(frozen=True)
 class Shape:
-    """What one mode's step did over the sweep, as far as its cells' own spreads let the record tell."""
+    """What one mode's step did over the sweep, as far as its cells' own spreads let the record tell: the stored
+    step_shapes figures (kv_cache.figures.step_shape) beside the cells they were derived from."""
 
     cells: dict[int, Cell]
-    flat: tuple[int, int]  # the widest span whose medians stay within FLAT_BAND of its first, each cell's spread under it
-    runs: list[list[int]]  # consecutive lengths no two of which moved apart (moved); each new run starts at a move
-    grows: bool  # every two lengths OVERHEAD_GROWTH-fold apart moved up: no fourfold span can be flat
+    stored: dict[str, Any]
 
     @property
     def lengths(self) -> list[int]:
         return list(self.cells)
 
     @property
+    def flat(self) -> tuple[int, int]:
+        start, until = self.stored["flat"]
+        return start, until
+
+    @property
+    def runs(self) -> list[list[int]]:
+        return self.stored["runs"]
+
+    @property
+    def grows(self) -> bool:
+        return self.stored["grows"]
+
+    @property
     def overhead_bound(self) -> bool:
-        """Flat, with cells narrow enough to show a FLAT_BAND change, over OVERHEAD_GROWTH-fold growth of the prefix."""
-        return self.flat[1] / self.flat[0] >= OVERHEAD_GROWTH
+        return self.stored["overhead_bound"]
 
     @property
     def flat_to_end(self) -> bool:
-        return self.flat == (self.lengths[0], self.lengths[-1])
+        return self.stored["flat_to_end"]
 
     @property
     def verdict(self) -> str:
-        """'flat' (an overhead-bound span), 'grows' (no fourfold span can be flat) or 'unclear' (the spreads hide which)."""
-        return "flat" if self.overhead_bound else "grows" if self.grows else "unclear"
+        return self.stored["verdict"]
 
 
 def shape(record: dict[str, Any], mode: str) -> Shape:
-    """labkit.regimes' flat rule (medians within FLAT_BAND of the span's first), looked for from every length and
-    held to the cells' spreads: a span is flat only where each cell could show a FLAT_BAND change, and the step
-    grows only where it moved beyond the cells' ranges (moved)."""
-    found = cells(record, mode)
-    lengths = list(found)
-    flat = (lengths[0], lengths[0])
-    for index, start in enumerate(lengths):
-        until = start
-        for length in lengths[index:]:
-            if found[length].spread >= FLAT_BAND or abs(found[length].median / found[start].median - 1) > FLAT_BAND:
-                break
-            until = length
-        if until / start > flat[1] / flat[0]:
-            flat = (start, until)
-    runs = [[lengths[0]]]
-    for length in lengths[1:]:
-        if any(moved(found[earlier], found[length]) for earlier in runs[-1]):
-            runs.append([length])
-        else:
-            runs[-1].append(length)
-    pairs = [(a, b) for a in lengths for b in lengths if b >= OVERHEAD_GROWTH * a]
-    grows = bool(pairs) and all(moved(found[a], found[b]) == 1 for a, b in pairs)
-    return Shape(cells=found, flat=flat, runs=runs, grows=grows)
+    """The stored shape of ``mode``'s step (kv_cache.figures.step_shape) with its cells in µs."""
+    return Shape(cells=cells(record, mode), stored=record["step_shapes"][mode])
 
 
 def flat_span(s: Shape) -> str:
@@ -155,72 +115,69 @@ def flat_sentence(record: dict[str, Any]) -> str:
     if s.overhead_bound:
         start, until = s.flat
         return (f"From {start} to {until} tokens a cached step stayed within {FLAT_BAND:.0%} of {us(c[start].median)}, "
-                f"each cell's min–max spread under that, while the prefix it attends to grew {until / start:g}-fold: "
-                f"that span is overhead-bound, a fixed cost per call rather than work that scales with the cache.")
+                f"each cell's min–max spread under that, while the prefix it attends to grew "
+                f"{s.stored['flat_growth']:g}-fold: that span is overhead-bound, a fixed cost per call rather than work "
+                f"that scales with the cache.")
     if s.grows:
         return (f"A cached step took {us(c[first].median)} at {first} tokens and {us(c[last].median)} at {last}: it "
                 f"grew beyond its cells' min–max ranges across every fourfold span of the prefix, so this record "
                 f"shows no overhead-bound span.")
-    run = max(s.runs, key=lambda r: r[-1] / r[0])
-    if run[-1] / run[0] < OVERHEAD_GROWTH:
+    (start, until), growth = s.stored["longest_run"], s.stored["longest_run_growth"]
+    if growth < OVERHEAD_GROWTH:
         return (f"No fourfold span of the sweep either stayed within {FLAT_BAND:.0%} with narrow cells or grew beyond "
-                f"its cells' min–max ranges (they spread {spreads(list(c.values()))} of their medians): this run "
-                f"cannot say whether any span of the cached step is overhead-bound.")
-    return (f"From {run[0]} to {run[-1]} tokens ({run[-1] / run[0]:g}-fold) no two cached steps differ beyond "
-            f"{FLAT_BAND:.0%} and both their min–max ranges, whose {spreads([c[n] for n in run])} spreads are too wide to "
-            f"tell a {FLAT_BAND:.0%} change: this run cannot say whether that span is flat "
+                f"its cells' min–max ranges (they spread {spreads(s.stored['spread_range'])} of their medians): this "
+                f"run cannot say whether any span of the cached step is overhead-bound.")
+    return (f"From {start} to {until} tokens ({growth:g}-fold) no two cached steps differ beyond "
+            f"{FLAT_BAND:.0%} and both their min–max ranges, whose {spreads(s.stored['longest_run_spread_range'])} "
+            f"spreads are too wide to tell a {FLAT_BAND:.0%} change: this run cannot say whether that span is flat "
             f"(overhead-bound) or still growing.")
 
 
-def attribution(record: dict[str, Any], before: int, after: int, rise_us: float,
-                bandwidth: float | None) -> str:
-    """Whether the record lets a rise from ``before`` to ``after`` tokens be put down to reading the prefix: only
-    when the bytes the cache grew by take about as long (READ_FACTOR) at a bandwidth the record measured."""
-    held = {e["length"]: e["cache_bytes"]["formula"] for e in record["lengths"]}
-    extra = held[after] - held[before]
+def attribution(rise: dict[str, Any], bandwidth: float | None) -> str:
+    """Whether the record lets a stored rise (kv_cache.figures.departure) be put down to reading the prefix: only
+    when the bytes the cache grew by take about as long (kv_cache.figures.prefix_read) at a bandwidth the record
+    measured."""
+    extra = rise["extra_bytes"]
     if bandwidth is None:
         return (f"; this run measured no memory bandwidth, so the page does not put that rise ({extra:,} more bytes "
                 f"of cache) down to reading the prefix")
-    read_us = extra / bandwidth * 1e6
+    read = prefix_read(extra, rise["rise_us"], bandwidth)
     rate = f"the {bandwidth / 1e9:,.1f} GB/s this run measured"
-    if 1 / READ_FACTOR <= read_us / rise_us <= READ_FACTOR:
-        return (f": reading the {extra:,} bytes the cache grew by takes about {read_us:,.1f} µs at {rate}, so that "
-                f"rise is the read of the prefix")
-    return (f"; reading the {extra:,} bytes the cache grew by takes {read_us:,.1f} µs at {rate}, not "
-            f"{rise_us:,.0f} µs, so the read of the prefix does not account for that rise")
+    if read["is_read"]:
+        return (f": reading the {extra:,} bytes the cache grew by takes about {read['read_us']:,.1f} µs at {rate}, so "
+                f"that rise is the read of the prefix")
+    return (f"; reading the {extra:,} bytes the cache grew by takes {read['read_us']:,.1f} µs at {rate}, not "
+            f"{rise['rise_us']:,.0f} µs, so the read of the prefix does not account for that rise")
 
 
 def read_sentence(record: dict[str, Any], bandwidth: float | None = None) -> str:
-    """What the cached step did beyond its flat span, moved by moved; a rise is put down to the read of the prefix
-    only as attribution allows. ``bandwidth`` (bytes/s): this lab's record measures none (its benchmark times no
-    memory floor, as the decode lab's does), so the page passes none and never makes that attribution."""
+    """What the cached step did beyond its flat span, by its stored departure; a rise is put down to the read of
+    the prefix only as attribution allows. ``bandwidth`` (bytes/s): this lab's record measures none (its benchmark
+    times no memory floor, as the decode lab's does), so the page passes none and never makes that attribution."""
     s = shape(record, "cached")
     c, lengths = s.cells, s.lengths
     last = lengths[-1]
     if s.flat_to_end:
         return (f"In this record the cached step never left its flat band: up to {last} tokens the read of the "
                 f"prefix is too small a part of a step to see.")
-    if len(s.runs) == 1:
+    moved = s.stored["departure"]
+    if moved is None:
         return (f"No two cached steps differ beyond {FLAT_BAND:.0%} and both their min–max ranges: this run shows "
                 f"no rise to put down to the read of the prefix.")
-    after = s.runs[1][0]  # the first length that moved beyond a step before it; ``since``: the nearest such step
-    since = next(n for n in reversed(s.runs[0]) if moved(c[n], c[after]))
-    up = moved(c[since], c[after]) == 1
-    banded = s.flat == (lengths[0], s.runs[0][-1]) and s.flat[1] > lengths[0]
-    slowest = c[last].median == max(cell.median for cell in c.values())
-    if up and after != last and moved(c[after], c[last]) == 1 and slowest:
-        lead = "rose out of its band" if banded else "rose past its cells' min–max ranges"
+    after, since = moved["after"], moved["since"]  # the first length that moved; the nearest step it moved from
+    if moved["rises_to_end"]:
+        lead = "rose out of its band" if moved["banded"] else "rose past its cells' min–max ranges"
         return (f"Beyond {s.runs[0][-1]} tokens the step {lead}, {us(c[after].median)} at {after} tokens and "
                 f"{us(c[last].median)} at {last}, the slowest of the sweep: there work that grows with the prefix "
-                f"starts to lift it{attribution(record, since, last, c[last].median - c[since].median, bandwidth)}.")
-    lead = (f"The step left its band at {after} tokens ({us(c[after].median)})" if banded else
-            f"Between {since} and {after} tokens the step {'rose' if up else 'fell'} beyond {FLAT_BAND:.0%} and both "
-            f"cells' min–max ranges ({c[since].median:,.0f} → {us(c[after].median)})")
+                f"starts to lift it{attribution(moved['rise'], bandwidth)}.")
+    lead = (f"The step left its band at {after} tokens ({us(c[after].median)})" if moved["banded"] else
+            f"Between {since} and {after} tokens the step {'rose' if moved['up'] else 'fell'} beyond {FLAT_BAND:.0%} "
+            f"and both cells' min–max ranges ({c[since].median:,.0f} → {us(c[after].median)})")
     then = (f", and moved that way again at {join([str(r[0]) for r in s.runs[2:]])} tokens" if len(s.runs) > 2 else
             "" if after == last else
-            f" but was no slower at {last} ({us(c[last].median)})" if c[last].median <= c[after].median else
+            f" but was no slower at {last} ({us(c[last].median)})" if moved["no_slower_at_end"] else
             f", and no further that way up to {last} ({us(c[last].median)})")
-    told = attribution(record, since, after, c[after].median - c[since].median, bandwidth) if up else ""
+    told = attribution(moved["rise"], bandwidth) if moved["up"] else ""
     return f"{lead}{then}{told}."
 
 
@@ -252,7 +209,7 @@ def step_item(record: dict[str, Any]) -> str:
         return (f"Growing with the prefix: a cached step took {span}, flat within {FLAT_BAND:.0%} over no fourfold "
                 f"span, so a part of it is work per cached token.")
     return (f"Flat or growing, this run cannot tell: a cached step took {span} while the prefix grew "
-            f"{read['prefix_growth']:g}-fold, but its cells spread {spreads(list(s.cells.values()))} of their medians.")
+            f"{read['prefix_growth']:g}-fold, but its cells spread {spreads(s.stored['spread_range'])} of their medians.")
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -288,7 +245,7 @@ def regime_view(record: dict[str, Any]) -> Block:
                      f"The full path's step took {took}: over this sweep even recomputing the prefix stayed within "
                      f"{FLAT_BAND:.0%}, each cell's spread under that." if recompute.flat_to_end else
                      f"The full path's step took {took}, but its cells spread "
-                     f"{spreads(list(recompute.cells.values()))} of their medians: this run cannot say whether, or "
+                     f"{spreads(recompute.stored['spread_range'])} of their medians: this run cannot say whether, or "
                      f"over which span, it grew with the prefix it recomputes.")
     # A loop of one length runs as many steps in either mode, so the ratio of medians is the per-step one.
     table = Table(headings=["Prefix (tokens)", "Full: µs per step", "Cached: µs per step", "Full / cached"],

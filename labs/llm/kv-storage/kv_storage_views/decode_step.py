@@ -22,21 +22,20 @@ from site_hooks.formatting import format_ratio, format_sci, join
 
 @dataclass(frozen=True)
 class Step:
-    """One mode at one prefix length, in µs per decode step: the median and the min–max range."""
+    """One mode at one prefix length, in µs per decode step: the median and the min–max range, and the stored
+    spread, (max − min) / median of the raw repetitions (labkit.summary), the same per step or per window."""
 
     median: float
     low: float
     high: float
-
-    @property
-    def spread(self) -> float:
-        """(max − min) / median: the stored spread of the raw repetitions (labkit.summary), per step or per window."""
-        return (self.high - self.low) / self.median
+    spread: float
 
 
 def per_step(record: dict[str, Any]) -> dict[int, dict[str, Step]]:
-    """Per prefix length and mode, the stored statistics per decode step (labkit.summary), in µs."""
-    return {entry["length"]: {mode: Step(*(values["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")))
+    """Per prefix length and mode, the stored statistics per decode step (labkit.summary), in µs, and the stored
+    spread."""
+    return {entry["length"]: {mode: Step(*(values["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
+                                         values["spread"])
                               for mode, values in entry["modes"].items()}
             for entry in record["lengths"]}
 
