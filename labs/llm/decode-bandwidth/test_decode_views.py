@@ -144,6 +144,33 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertGreater(rederived(record)["headline_regimes"]["unresolved"], 0)
         self.assertIn("unclear", pictures.REGIME_SHORT["unresolved"])
 
+    def test_the_roofline_places_every_headline_cell_and_a_cell_at_its_floor_on_the_slope(self) -> None:
+        from decode_bandwidth_views import pictures
+        record = copy.deepcopy(self.record)
+        headline = formulas.headline_key(record)
+        for cell in record["cells"]:  # every headline cell exactly at its memory floor
+            if (cell["dtype"], cell["threads"]) == headline:
+                cell["durations_ns"] = [round(cell["floor_ns_per_step"])] * len(cell["durations_ns"])
+        record = rederived(record)
+        bandwidth = record["hardware"]["bandwidth"][str(headline[1])]["bytes_per_s"]
+        groups = {formulas.group_key(g): g for g in record["groups"]}
+        placed = [c for c in record["cells"] if (c["dtype"], c["threads"]) == headline]
+        for cell in placed:  # on the slope: the flops per second its intensity allows at the read bandwidth
+            group = groups[formulas.group_key(cell)]
+            self.assertAlmostEqual(cell["flops_per_s"] / (bandwidth * group["flops_per_byte"]), 1.0, places=3)
+        svg = pictures.roofline_canvas(record).svg()
+        self.assertEqual(svg.count('rx="4"'), len(placed))
+        self.assertIn("GB/s", svg)
+        self.assertIn("matmul", svg)
+        for cell in placed:
+            if cell["mode"] == "hf-dynamic":
+                steps_at(cell, cell["floor_ns_per_step"] * 4)  # four times its floor: a quarter of the flops/s
+        slower = rederived(record)
+        for cell in slower["cells"]:
+            if (cell["dtype"], cell["threads"]) == headline and cell["mode"] == "hf-dynamic":
+                group = groups[formulas.group_key(cell)]
+                self.assertAlmostEqual(cell["flops_per_s"] / (bandwidth * group["flops_per_byte"]), 0.25, places=3)
+
     def test_the_answers_quote_the_record(self) -> None:
         record = self.record
         crossover = record["kv_crossover"]

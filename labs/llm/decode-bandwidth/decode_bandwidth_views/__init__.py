@@ -20,7 +20,7 @@ from .equivalence import equivalence_view
 from .floor import floor_view
 from .layout import kernel_chart_view, layout_view
 from .model import model_view
-from .pictures import regime_grid_view, step_bytes_view
+from .pictures import regime_grid_view, roofline_picture_view, step_bytes_view
 from .profile import profile_view
 from .results import answer_bound_view, answer_crossover_view, answer_gap_view, key_results_view
 from .roofline import roofline_view
@@ -39,7 +39,7 @@ from .variants import variants_view
 
 VIEWS: dict[str, View] = {
     "model": model_view, "floor": floor_view, "layout": layout_view, "decode-equivalence": equivalence_view,
-    "roofline": roofline_view, "comparison": comparison_view, "batches": batches_view, "batch-one": batch_one_view,
+    "roofline": roofline_view, "roofline-picture": roofline_picture_view, "comparison": comparison_view, "batches": batches_view, "batch-one": batch_one_view,
     "variants": variants_view, "profile": profile_view, "client": client_view, "key-results": key_results_view,
     "step-bytes": step_bytes_view, "regimes": regime_grid_view, "answer-gap": answer_gap_view,
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,

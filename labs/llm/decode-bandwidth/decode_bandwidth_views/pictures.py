@@ -4,11 +4,13 @@ formulas.step_bytes for every batch x context of the headline grid; and which re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from decode_bandwidth.figures.formulas import REGIMES, best_cell, cell_table, headline_key
 from site_hooks.blocks import Block
+from site_hooks.chart import log_ticks
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, join
 
@@ -134,3 +136,65 @@ def regime_grid_view(record: dict[str, Any]) -> Block:
                f"this lab's caches: {counts} of {len(headline_groups(record))} cells. "
                "Under each regime: the step ÷ the higher floor, and which floor that is.")
     return Block(diagrams=diagrams, notes=[caption])
+
+
+# The roofline: each mode's fill, by the order of the grid's modes (ours first, then transformers').
+ROOFLINE_FILLS = ("new", "old", "shared", "wrong", "empty")
+
+
+def roofline_canvas(record: dict[str, Any]) -> Canvas:
+    """Every timed cell of the headline grid placed by its arithmetic intensity (flops per byte of its step) and
+    the flops per second it achieved, on log axes, under this run's two ceilings: the read bandwidth (a slope) and
+    the matmul rate (flat). A cell on the slope ran at its memory floor; far below it, at neither ceiling."""
+    dtype, threads = headline_key(record)
+    bandwidth = record["hardware"]["bandwidth"][str(threads)]["bytes_per_s"]
+    peak = record["hardware"]["matmul"][f"{dtype}/{threads}"]["flops_per_s"]
+    groups = {(g["batch"], g["context"]): g for g in record["groups"] if (g["dtype"], g["threads"]) == (dtype, threads)}
+    cells = [c for c in cell_table(record).values() if (c["dtype"], c["threads"]) == (dtype, threads)]
+    modes = list(dict.fromkeys(c["mode"] for c in cells))
+    intensities = [g["flops_per_byte"] for g in groups.values()]
+    ridge = peak / bandwidth
+    x_low, x_high = min(intensities) / 2, max(ridge, max(intensities)) * 2
+    y_low, y_high = min(c["flops_per_s"] for c in cells) / 2, peak * 2
+    width, left, top, plot_w, plot_h = 640, 60, 34, 560, 290
+
+    def px(x: float) -> float:
+        return round(left + plot_w * math.log(x / x_low) / math.log(x_high / x_low), 1)
+
+    def py(y: float) -> float:
+        return round(top + plot_h * (1 - math.log(y / y_low) / math.log(y_high / y_low)), 1)
+
+    canvas = Canvas(width=width, height=top + plot_h + 60 + 20 * len(modes), slug="roofline", max_width="40rem",
+                    title=f"Roofline: every cell of the {dtype}, {threads_text(threads)} grid",
+                    description="; ".join(f"{c['mode']} batch {c['batch']} context {c['context']}: "
+                                          f"{groups[(c['batch'], c['context'])]['flops_per_byte']:.2f} flops per byte, "
+                                          f"{c['flops_per_s'] / 1e9:.2f} GFLOP/s" for c in cells))
+    canvas.line(left, top + plot_h, left + plot_w, top + plot_h)
+    canvas.line(left, top, left, top + plot_h)
+    for tick in log_ticks(x_low, x_high):
+        canvas.text(px(tick), top + plot_h + 16, f"{tick:g}", size=11)
+    for tick in log_ticks(y_low, y_high):
+        canvas.text(left - 6, py(tick) + 4, f"{tick / 1e9:g}", size=11, anchor="end")
+    canvas.text(left + plot_w / 2, top + plot_h + 34, "flops per byte of the step (log)", size=12)
+    canvas.text(left - 6, top - 14, "GFLOP/s (log)", size=12, anchor="start")
+    # the ceilings: bandwidth x intensity up to the ridge, then the matmul rate
+    canvas.line(px(x_low), py(bandwidth * x_low), px(ridge), py(peak), width=2)
+    canvas.line(px(ridge), py(peak), px(x_high), py(peak), width=2)
+    canvas.text(px(ridge), py(peak) - 8, f"matmul {peak / 1e9:,.0f} GFLOP/s", size=11, anchor="end")
+    middle = math.sqrt(x_low * ridge)  # the label sits above the slope, halfway to the ridge
+    canvas.text(px(middle) - 6, py(bandwidth * middle) - 8, f"read {bandwidth / 1e9:.1f} GB/s", size=11, anchor="end")
+    for cell in cells:
+        x, y = px(groups[(cell["batch"], cell["context"])]["flops_per_byte"]), py(cell["flops_per_s"])
+        canvas.rect(x - 4, y - 4, 8, 8, ROOFLINE_FILLS[modes.index(cell["mode"]) % len(ROOFLINE_FILLS)], rx=4)
+    legend(canvas, left, top + plot_h + 48, [(ROOFLINE_FILLS[i % len(ROOFLINE_FILLS)], mode) for i, mode in enumerate(modes)],
+           gap=20)
+    return canvas
+
+
+def roofline_picture_view(record: dict[str, Any]) -> Block:
+    """The roofline with every headline cell on it, and what its two ceilings are."""
+    canvas = roofline_canvas(record)
+    dtype, threads = headline_key(record)
+    caption = (f"One dot per timed cell ({dtype}, {threads_text(threads)}): flops per byte of its step across, the "
+               "flops per second its median achieved up. On the slope a step ran at its memory floor.")
+    return Block(diagrams=[Diagram(canvas.svg(), canvas.title)], notes=[caption])

@@ -94,8 +94,10 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
     cells' medians and the groups' floors for the figures built on them."""
     model, bench = record["config"]["model"], record["config"]["benchmark"]
     floors: Floors = {}
+    work: dict[Group, Mapping[str, int]] = {}  # each group's bytes and flops
     for index, group in enumerate(record["groups"]):
         needed = step_bytes(model, BYTES_PER_ELEMENT[group["dtype"]], group["batch"], group["context"])
+        work[group_key(group)] = needed
         for name, value in needed.items():
             figures.add(("groups", index, "bytes", name), value, "the model config")
         memory = memory_floor_ns(needed, rates, group["threads"])
@@ -104,6 +106,7 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         figures.add(("groups", index, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
         figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
         figures.add(("groups", index, "kv_over_weights"), needed["kv_read"] / needed["weights"], "the model config")
+        figures.add(("groups", index, "flops_per_byte"), needed["flops"] / needed["total"], "its flops / its bytes")
     medians = {(*group_key(cell), cell["mode"]): as_number(median(cell["durations_ns"])) for cell in record["cells"]}
     headline = headline_key(record)
     for index, cell in enumerate(record["cells"]):
@@ -117,6 +120,8 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         figures.add((*where, "step_over_higher_floor"), ns / max(memory, compute), "its median / its group's higher floor")
         figures.add((*where, "regime"), regime(durations, memory, compute), "its quartiles against its group's two "
                     "floors")
+        figures.add((*where, "flops_per_s"), work[group_key(cell)]["flops"] / ns * 1e9, "its group's flops / its "
+                    "median")
         figures.add((*where, "spread"), (max(durations) - min(durations)) / ns, "its raw durations")
         figures.add((*where, "minor_faults_median"), as_number(median(cell["minor_faults"])), "its fault counts")
         base = None if (cell["dtype"], cell["threads"]) == headline else \
