@@ -77,6 +77,34 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("slower than transformers' Llama on the same weights (1.50× its step time)",
                       decode_bandwidth_views.VIEWS["key-results"](record).items[4])
 
+    def test_faster_or_slower_than_transformers_is_said_only_where_the_repetitions_part(self) -> None:
+        from decode_bandwidth_views.results import versus_item
+        from decode_bandwidth_views.trained import trained_item
+
+        def timed(ours: list[int], theirs: list[int]) -> tuple[str, str]:
+            record = copy.deepcopy(self.record)
+            headline = formulas.headline_key(record)
+            for cell in record["cells"]:
+                if (cell["dtype"], cell["threads"], cell["batch"]) == (*headline, 1):
+                    cell["durations_ns"] = list(theirs if cell["mode"] == "hf-dynamic" else ours)
+            for cell in record["llama"]["cells"]:
+                cell["durations_ns"] = list(theirs if cell["mode"] == "hf-dynamic" else ours)
+            record = rederived(record)
+            return versus_item(record), trained_item(record)
+
+        repeats = len(self.record["cells"][0]["durations_ns"])
+        gpt2, llama = timed([100] * repeats, [200] * repeats)
+        self.assertTrue(gpt2.startswith("Faster than transformers"))
+        self.assertIn("faster than transformers' Llama", llama)
+        gpt2, llama = timed([300] * repeats, [200] * repeats)
+        self.assertTrue(gpt2.startswith("Slower than transformers"))
+        self.assertIn("slower than transformers' Llama", llama)
+        noisy_ours = [100 + 150 * (i % 2) for i in range(repeats)]  # 100, 250, 100, ...: overlaps 200
+        gpt2, llama = timed(noisy_ours, [200] * repeats)
+        self.assertTrue(gpt2.startswith("Not told apart"))
+        self.assertIn("not told apart (its repetitions overlap at some context) from transformers' Llama", llama)
+        self.assertNotIn("faster than", llama)
+
     def test_batch_one_names_each_regime_with_its_contexts_never_one_for_all(self) -> None:
         from decode_bandwidth_views.results import regimes_by_context
         same = [{"regime": "memory", "context": c} for c in (128, 512)]

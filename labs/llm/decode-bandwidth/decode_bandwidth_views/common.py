@@ -36,3 +36,14 @@ def signed_percent(share: float) -> str:
 def format_count(value: float) -> str:
     """A count, or a median of counts: '1,024' or '2.5'."""
     return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
+
+
+def against(ratios: Sequence[float], parted: Sequence[bool]) -> str:
+    """'faster than', 'slower than' or 'not told apart from' another mode, from the per-context ratios of the
+    medians and whether the two cells' repetitions parted at each context: a direction is named only where every
+    context parted and agreed on it."""
+    if all(parted) and max(ratios) < 1:
+        return "faster than"
+    if all(parted) and min(ratios) > 1:
+        return "slower than"
+    return "not told apart (its repetitions overlap at some context) from"

@@ -18,7 +18,7 @@ from site_hooks.blocks import Block, Strong, Table, answer
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
 
-from .common import ratio_range, threads_text
+from .common import against, ratio_range, threads_text
 from .pictures import headline_groups, stacked_bar
 
 OURS = "ours-prealloc"
@@ -305,7 +305,7 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
     ours = [cells[(threads, c, OURS)] for c in contexts]
     theirs = [cells[(threads, c, LLAMA_BASELINE)] for c in contexts]
     ratios = [groups[(threads, c)]["ours_over_transformers"] for c in contexts]
-    verdict = ("faster than" if max(ratios) < 1 else "slower than" if min(ratios) > 1 else "level with")
+    verdict = against(ratios, [groups[(threads, c)]["ours_parted_from_transformers"] for c in contexts])
     regimes = join(sorted({REGIMES[cell["regime"]] for cell in ours}))
     text = (f"At {threads_text(threads)}, over contexts {contexts[0]:,} to {contexts[-1]:,}, this decoder's step took "
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
@@ -363,7 +363,7 @@ def trained_item(record: dict[str, Any]) -> str:
     groups = [llama_groups(record)[(threads, c)] for c in section["contexts"]]
     contexts = section["contexts"]
     ratios = [g["best_over_transformers"] for g in groups]
-    verdict = ("faster than" if max(ratios) < 1 else "slower than" if min(ratios) > 1 else "level with")
+    verdict = against(ratios, [g["best_parted_from_transformers"] for g in groups])
     named = f"The trained {llama_name(record)}" if section["weights"]["trained"] else f"A {llama_name(record)}"
     return (f"{named}: at batch 1 on {threads_text(threads)} this project's fastest Llama step "
             f"({join(sorted({g['best_float32_mode'] for g in groups}))}) took "

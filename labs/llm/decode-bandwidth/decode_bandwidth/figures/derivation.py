@@ -40,6 +40,7 @@ from .formulas import (
     kv_crossover,
     llama_step_bytes,
     matrix_shapes,
+    parted,
     regime,
     square_matmul_flops,
     step_bytes,
@@ -132,15 +133,15 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
                     "its median - the headline grid's same cell")
         one = medians.get((cell["dtype"], cell["threads"], 1, cell["context"], cell["mode"]))
         figures.add((*where, "over_batch_1"), None if one is None else ns / one, "its median / the batch-1 cell's")
+    repetitions = {(*group_key(cell), cell["mode"]): cell["durations_ns"] for cell in record["cells"]}
     for index in range(len(record["groups"])):
-        figures_of_group(record["groups"], index, medians, floors, figures)
+        figures_of_group(record["groups"], index, medians, floors, figures, repetitions)
     cells = record["cells"]
     first_slowest = sum(c["durations_ns"][0] == max(c["durations_ns"]) and len(set(c["durations_ns"])) > 1
                         for c in cells)
     figures.add(("noise", "first_slowest_cells"), first_slowest, "the cells' raw durations")
     figures.add(("noise", "first_slowest_expected"), len(cells) / bench["repeats"], "cells / repeats")
     counts = dict.fromkeys(REGIMES, 0)
-    repetitions = {(*group_key(cell), cell["mode"]): cell["durations_ns"] for cell in cells}
     for group in record["groups"]:
         key = group_key(group)
         if key[:2] == headline:
@@ -156,7 +157,7 @@ def fastest(medians: Mapping[Cell, float], key: Group) -> str:
 
 
 def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[Cell, float], floors: Floors,
-                     figures: Figures) -> None:
+                     figures: Figures, repetitions: Mapping[Cell, list[int]]) -> None:
     """One group's fastest of ours, that mode against transformers and per token, the other modes against
     ours-prealloc, and the group against its batch-1 group at the same context."""
     key, where = group_key(groups[index]), ("groups", index)
@@ -166,6 +167,8 @@ def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[
     for name, mode, over in (("best_over_hf_dynamic", best, BASELINE), ("compiled_over_prealloc", COMPILED, "ours-prealloc"),
                              ("concat_over_prealloc", "ours-concat", "ours-prealloc")):
         figures.add((*where, name), medians[(*key, mode)] / medians[(*key, over)], "its cells' medians")
+    figures.add((*where, "best_parted_from_hf_dynamic"), parted(repetitions[(*key, best)], repetitions[(*key, BASELINE)]),
+                "whether the two cells' repetitions overlap")
     figures.add((*where, "best_ns_per_token"), ns / key[2], "its fastest median / its batch")
     one = (*key[:2], 1, key[3])
     has_one = one in floors
@@ -299,6 +302,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
     section = record["llama"]
     model, size = section["model"], BYTES_PER_ELEMENT[section["dtype"]]
     medians: dict[tuple[int, int, str], float] = {}
+    repetitions = {(cell["threads"], cell["context"], cell["mode"]): cell["durations_ns"] for cell in section["cells"]}
     for index, cell in enumerate(section["cells"]):
         durations = cell["durations_ns"]
         medians[(cell["threads"], cell["context"], cell["mode"])] = ns = as_number(median(durations))
@@ -323,12 +327,18 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         memory = floors[(*key, "float32")][0]
         ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
         figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
+        figures.add((*where, "ours_parted_from_transformers"),
+                    parted(repetitions[(*key, "ours-prealloc")], repetitions[(*key, LLAMA_BASELINE)]),
+                    "whether its two cells' repetitions overlap")
         figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
         best = min(LLAMA_OURS, key=lambda mode: medians[(*key, mode)])
         figures.add((*where, "best_float32_mode"), best, "the lowest median of this lab's float32 modes")
         figures.add((*where, "best_over_floor"), medians[(*key, best)] / memory, "that mode's median / the floor")
         figures.add((*where, "best_over_transformers"), medians[(*key, best)] / theirs, "that mode's median / "
                     "transformers'")
+        figures.add((*where, "best_parted_from_transformers"),
+                    parted(repetitions[(*key, best)], repetitions[(*key, LLAMA_BASELINE)]),
+                    "whether that mode's repetitions and transformers' overlap")
         figures.add((*where, "int8_over_best_float32"), medians[(*key, LLAMA_INT8)] / medians[(*key, best)],
                     f"{LLAMA_INT8}'s median / the best float32 mode's")
         figures.add((*where, "int8_floor_over_float32_floor"), floors[(*key, "int8")][0] / memory,

@@ -198,6 +198,12 @@ OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhe
 SPREAD_QUANTILES = (0.25, 0.75)  # the middle half of a cell's repetitions: one outlier does not move it
 
 
+def parted(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two cells' repetitions never overlap: every one of one is faster than every one of the other. Only
+    then may a page call one step faster than the other."""
+    return max(a) < min(b) or max(b) < min(a)
+
+
 def one_regime(step_ns: float, memory_floor_ns: float, compute_floor_ns: float) -> str:
     """'memory', 'compute' or 'overhead' for one step time against its two floors."""
     higher = max(memory_floor_ns, compute_floor_ns)
