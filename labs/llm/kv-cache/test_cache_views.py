@@ -9,7 +9,7 @@ from typing import Any
 
 from kv_cache import figures
 from kv_cache_views import VIEWS
-from kv_cache_views.results import flat_sentence, read_sentence, regime_view, step_item
+from kv_cache_views.results import flat_sentence, read_sentence, regime_view, speed_item, step_item
 from labkit.figures import fill
 from labkit.summary import sweep_figures
 from labkit.testing import committed_record
@@ -138,6 +138,38 @@ class FullPath(unittest.TestCase):
         self.assertIn("but its cells spread", noisy)
         self.assertIn("this run cannot say whether, or over which span, it grew", noisy)
         self.assertNotIn("work that scales", noisy)
+
+
+class LoopSpeed(unittest.TestCase):
+    """The whole loops are called faster or slower at a length only where their raw repetitions' min–max ranges do
+    not overlap there (kv_cache.figures.loop_order)."""
+
+    def test_a_cached_loop_whose_range_lies_below_the_full_one_is_called_faster(self) -> None:
+        record = timed({n: around(100, 0.04) for n in LENGTHS}, {n: around(150, 0.04) for n in LENGTHS})
+        self.assertEqual(speed_item(record), "Speed: the whole cached loop ran 1.50× faster at 16 tokens and 1.50× "
+                                             "faster at 512 tokens than recomputing the prefix at every step.")
+
+    def test_a_cached_loop_whose_range_lies_above_the_full_one_is_called_slower(self) -> None:
+        record = timed({n: around(150, 0.04) for n in LENGTHS}, {n: around(100, 0.04) for n in LENGTHS})
+        self.assertIn("ran slower (0.67×) at 16 tokens and slower (0.67×) at 512 tokens", speed_item(record))
+        self.assertIn("the cached loop's lead does not grow with the prefix here", text("takeaway-result", record))
+
+    def test_loops_whose_ranges_overlap_at_16_tokens_are_not_ordered_there(self) -> None:
+        full = {16: (60, 101, 170), **{n: around(n * 10, 0.04) for n in LENGTHS[1:]}}
+        record = timed({16: (40, 100, 160), **{n: around(100, 0.04) for n in LENGTHS[1:]}}, full)
+        sentence = speed_item(record)
+        self.assertEqual(sentence, "Faster with length: the whole cached loop ran 51.20× faster at 512 tokens than "
+                                   "recomputing the prefix at every step; at 16 tokens (1.01×) the two loops' min–max "
+                                   "ranges overlap, so this run cannot tell them apart.")
+        self.assertNotIn("faster at 16", sentence)
+        self.assertIn("pulls ahead as the prefix grows (1.01× at 16 tokens, within both loops' ranges; 51.20× at 512)",
+                      text("takeaway-result", record))
+
+    def test_the_committed_record_does_not_call_the_cached_loop_faster_at_16_tokens(self) -> None:
+        sentence = speed_item(copy.deepcopy(RECORD))
+        self.assertIn("at 16 tokens (1.01×) the two loops' min–max ranges overlap, so this run cannot tell them apart",
+                      sentence)
+        self.assertNotIn("1.01× faster", sentence)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ from kv_storage_views.decode_step import (
 from kv_storage_views.grouped_query import gqa_sentences
 from kv_storage_views.memory import memory_sentences
 from kv_storage_views.results import (
+    answer_paged_view,
     fixed_part,
     flat_sentence,
+    paged_item,
     regime_item,
     regime_view,
     speed_item,
@@ -112,6 +114,57 @@ class Gaps(unittest.TestCase):
                        "paged": exact(1000 + 50 * n)} for n in (16, 256, 1024)}
         text = " ".join(paged_overhead_sentences(sweep(windows, steps=1)))
         self.assertIn("most of the gap at 16 tokens grows with the prefix", text)
+
+
+class PagedVerdict(unittest.TestCase):
+    """Paging's price is called fixed or growing only where the raw repetitions' min–max ranges tell the paged step
+    from the preallocated one (kv_storage.figures.paged_overhead); the same medians with wider ranges are not split."""
+
+    LENGTHS = (16, 256, 1024)
+
+    def fixed(self, spread: int) -> dict[str, Any]:
+        """A gap of 800 µs + 1 µs per position by medians (mostly fixed), each step's range ``spread`` ns either side."""
+        return sweep({n: {"full": exact(9_000_000), "concat": exact(1_000_000),
+                          "prealloc": widen(1_000_000 + 1000 * n, spread),
+                          "paged": widen(1_800_000 + 2000 * n, spread)} for n in self.LENGTHS}, steps=1)
+
+    def test_a_mostly_fixed_gap_whose_ranges_do_not_overlap_is_called_a_fixed_cost_everywhere(self) -> None:
+        record = self.fixed(100_000)
+        self.assertTrue(paged_item(record).startswith("Paging's price here is mostly a fixed cost per step"))
+        self.assertTrue(answer_paged_view(record).paragraphs[0].startswith("Most of it is bookkeeping per call"))
+        self.assertIn("paging's extra time is mostly bookkeeping fixed per step", takeaway_step_view(record).paragraphs[0])
+
+    def test_the_same_medians_with_ranges_overlapping_at_16_tokens_are_not_split(self) -> None:
+        record = self.fixed(500_000)
+        said = " ".join([paged_item(record), *paged_overhead_sentences(record),
+                         answer_paged_view(record).paragraphs[0], takeaway_step_view(record).paragraphs[0]])
+        self.assertTrue(paged_item(record).startswith("Paging's price, fixed or growing, this run cannot split: at 16 "
+                                                      "tokens the paged and preallocated steps' min–max ranges overlap"))
+        self.assertIn("so this run cannot tell whether most of it is fixed or grows", said)
+        self.assertIn("This run cannot say which part dominates", said)
+        self.assertIn("whether paging's extra time is fixed per step or grows, this run's ranges cannot tell", said)
+        for claim in ("mostly a fixed cost", "is a cost each step pays", "bookkeeping per call, not copying",
+                      "mostly bookkeeping fixed", "grows with the prefix, as"):
+            self.assertNotIn(claim, said)
+
+    def test_a_gap_growing_by_medians_whose_longest_range_does_not_clear_the_shortest_is_not_called_growing(
+            self) -> None:
+        windows = {n: {"full": exact(90000), "concat": exact(1000), "prealloc": exact(1000),
+                       "paged": exact(1000 + 50 * n)} for n in self.LENGTHS}
+        windows[1024]["paged"] = (1000, 1000 + 50 * 1024, 60000)  # its fastest step no slower than prealloc's
+        record = sweep(windows, steps=1)
+        self.assertIn("but the gap's min–max range at 1024 tokens does not clear its range at 16, so this run cannot "
+                      "tell whether most of it is fixed or grows", " ".join(paged_overhead_sentences(record)))
+        self.assertNotIn("mostly the per-step gather", paged_item(record))
+
+    def test_the_committed_record_does_not_call_paging_mostly_a_fixed_cost(self) -> None:
+        record = committed_record(__file__)
+        self.assertIn("at 16 tokens the paged and preallocated steps' min–max ranges overlap", paged_item(record))
+        self.assertNotIn("mostly a fixed cost", paged_item(record))
+
+
+def widen(median: int, spread: int) -> tuple[int, int, int]:
+    return median - spread, median, median + spread
 
 
 class Equivalence(unittest.TestCase):

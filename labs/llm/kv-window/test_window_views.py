@@ -54,6 +54,28 @@ def timed(record: dict, steps: dict[str, list[int]]) -> dict:
     return rederived(record)
 
 
+def near_full(record: dict, name: str, deltas: list[float]) -> dict:
+    """A copy where policy ``name``'s NLL from the first eviction on is the full cache's plus the next of
+    ``deltas`` (nats, repeated), re-derived."""
+    record = copy.deepcopy(record)
+    entry, full = record["policies"][label(record, name)], record["policies"][label(record, "full")]
+    for index, position in enumerate(range(record["config"]["slots"], len(entry["nll"]))):
+        entry["nll"][position] = full["nll"][position] + deltas[index % len(deltas)]
+    return rederived(record)
+
+
+def near_read(record: dict, rule: str, deltas: list[float]) -> dict:
+    """A copy where the rule run ``rule``'s NLL from the first eviction to the end of the comparison is the float32
+    read rule's plus the next of ``deltas`` (nats, repeated), re-derived."""
+    record = copy.deepcopy(record)
+    entry, read = record["rules"][rule], record["policies"][label(record, "sinks")]
+    config = record["config"]
+    for index, position in enumerate(range(config["slots"], config["rule_positions"])):
+        entry["nll"][position] = read["nll"][position] + deltas[index % len(deltas)]
+    return rederived(record)
+
+
+SWINGS = [3.0] * 64 + [-3.0] * 64  # runs longer than a bootstrap block: a mean of 0 with a wide interval
 MS = 1_000_000
 
 
@@ -92,7 +114,7 @@ class Wording(unittest.TestCase):
         self.assertEqual(len(headline(self.record)), 2)
 
     def test_the_collapse_verdict_follows_the_interval(self) -> None:
-        for verdict, words in (("above", "higher than"), ("below", "lower than"), ("level", "indistinguishable from")):
+        for verdict, words in (("above", "higher than"), ("below", "lower than")):
             record = copy.deepcopy(self.record)
             record["policies"][label(record, "window")]["against_full"]["verdict"] = verdict
             with self.subTest(verdict=verdict):
@@ -183,6 +205,51 @@ class Wording(unittest.TestCase):
         record = copy.deepcopy(self.record)
         record["comparisons"]["recovered_share"] = None
         self.assertIn("no closer", VIEWS["key-results"](record).items[1])
+
+
+class LevelVerdicts(unittest.TestCase):
+    """'Indistinguishable' only where the interval resolves the page's yardstick; a wider one is too coarse."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.record = committed_record(__file__)
+        cls.rule = next(name for name in cls.record["rules"] if "rerotate-float32" in name)
+
+    def rules_cell(self, record: dict) -> str:
+        rows = VIEWS["rules"](record).tables[0].rows
+        return next(row[5] for row in rows if row[0] == "keep rotated, re-rotate on shift" and row[1] == "float32")
+
+    def test_window_within_a_narrow_interval_of_the_full_cache_reads_as_indistinguishable(self) -> None:
+        record = near_full(self.record, "window", [0.01, -0.01])
+        self.assertIn("indistinguishable from the full cache's", VIEWS["key-results"](record).items[0])
+        self.assertIn("window-only's perplexity is indistinguishable from the full cache's",
+                      VIEWS["collapse"](record).paragraphs[0])
+
+    def test_window_above_the_full_cache_reads_as_higher(self) -> None:
+        record = near_full(self.record, "window", [0.5])
+        self.assertIn("higher than the full cache's", VIEWS["key-results"](record).items[0])
+        self.assertIn("window-only's perplexity is higher than the full cache's", VIEWS["collapse"](record).paragraphs[0])
+
+    def test_window_level_with_the_full_cache_but_a_wide_interval_reads_as_too_coarse(self) -> None:
+        record = near_full(self.record, "window", SWINGS)
+        item, paragraph = VIEWS["key-results"](record).items[0], VIEWS["collapse"](record).paragraphs[0]
+        self.assertRegex(item, r"measured too coarse to tell from the full cache's .*; the interval is \d\.\d times as "
+                               r"wide as the band of the closest other bounded cache's gap\)\.$")
+        self.assertIn("window-only's perplexity is measured too coarse to tell from the full cache's", paragraph)
+        self.assertIn("times as wide as the band of the closest other bounded cache's gap", paragraph)
+        for text in (item, paragraph):
+            self.assertNotIn("indistinguishable", text)
+
+    def test_a_rule_within_a_narrow_interval_of_the_read_rule_reads_as_indistinguishable(self) -> None:
+        self.assertEqual(self.rules_cell(near_read(self.record, self.rule, [0.001, -0.001])),
+                         "indistinguishable from the reference")
+
+    def test_a_rule_above_the_read_rule_reads_as_higher(self) -> None:
+        self.assertEqual(self.rules_cell(near_read(self.record, self.rule, [0.5])), "higher than the reference")
+
+    def test_a_rule_level_with_the_read_rule_but_a_wide_interval_reads_as_too_coarse(self) -> None:
+        cell = self.rules_cell(near_read(self.record, self.rule, SWINGS))
+        self.assertRegex(cell, r"^too coarse: \d\.\d× the band$")
 
 
 class Resolution(unittest.TestCase):

@@ -247,6 +247,18 @@ def prefix_read(extra_bytes: int, rise_us: float, bandwidth: float) -> dict[str,
     return {"read_us": read_us, "is_read": 1 / READ_FACTOR <= read_us / rise_us <= READ_FACTOR}
 
 
+def loop_order(entry: dict[str, Any]) -> str:
+    """The cached loop against the full one at one length, by their raw repetitions: 'faster' where every cached
+    loop beat every full one (their min–max ranges do not overlap), 'slower' where every one lost, 'unclear' where
+    the ranges overlap and this run cannot tell the two apart."""
+    full, cached = (entry["modes"][mode]["durations_ns"] for mode in ("full", "cached"))
+    if max(cached) < min(full):
+        return "faster"
+    if min(cached) > max(full):
+        return "slower"
+    return "unclear"
+
+
 def check_invariants(record: dict[str, Any], source: str) -> None:
     """The raw data must describe this lab's experiment: its two modes, one decode step per position, the
     precision check at the longest length, and cache tensors as large as the formula."""
@@ -326,6 +338,8 @@ def derive(record: dict[str, Any]) -> Figures:
                 "the first token where the bfloat16 answer differs from the float32 one")
     figures.add_each(("capacity",), capacity(), "llm_models/published/models.toml priced by kv_cache.memory")
     figures.add_each(("cached_read",), cached_read(record), "the cached mode's per-step medians and stored regime")
+    figures.add(("loop_order",), [loop_order(entry) for entry in record["lengths"]],
+                "per length, the cached and full loops' raw repetitions: whether their min–max ranges overlap")
     held = {entry["length"]: cache_bytes(config, batch, entry["length"]) for entry in record["lengths"]}
     for mode in MODES:
         shape = step_shape(record, held, mode)

@@ -181,15 +181,24 @@ def read_sentence(record: dict[str, Any], bandwidth: float | None = None) -> str
     return f"{lead}{then}{told}."
 
 
-def speed_item(first: dict[str, Any], last: dict[str, Any]) -> str:
-    """The whole loop's ratio of medians at both ends, worded by which side of 1 each is on."""
-    def side(entry: dict[str, Any]) -> str:
-        value = ratio(entry)
-        return (f"{format_ratio(value)} faster" if value > 1 else f"slower ({format_ratio(value)})" if value < 1
-                else "as fast") + f" at {entry['length']} tokens"
-    more = ratio(last) > ratio(first)
-    return (f"{'Faster, and more so with length' if ratio(first) > 1 and more else 'Speed'}: the whole cached "
-            f"loop ran {side(first)} and {side(last)} than recomputing the prefix at every step.")
+def speed_item(record: dict[str, Any]) -> str:
+    """The whole loop's ratio of medians at both ends, worded by the stored order of the two loops' raw
+    repetitions (kv_cache.figures.loop_order): faster or slower only where their min–max ranges do not overlap."""
+    entries, orders = record["lengths"], record["loop_order"]
+    ends = [(entries[0], orders[0]), (entries[-1], orders[-1])]
+
+    def side(entry: dict[str, Any], order: str) -> str:
+        value = format_ratio(ratio(entry))
+        return (f"{value} faster" if order == "faster" else f"slower ({value})") + f" at {entry['length']} tokens"
+    told = [side(entry, order) for entry, order in ends if order != "unclear"]
+    untold = [f"{entry['length']} tokens ({format_ratio(ratio(entry))})" for entry, order in ends if order == "unclear"]
+    more = ratio(entries[-1]) > ratio(entries[0])
+    lead = ("Faster, and more so with length" if orders[0] == orders[-1] == "faster" and more else
+            "Faster with length" if orders[0] == "unclear" and orders[-1] == "faster" else "Speed")
+    ran = f"the whole cached loop ran {' and '.join(told)} than recomputing the prefix at every step" if told else ""
+    tie = (f"at {' and '.join(untold)} the two loops' min–max ranges overlap, so this run cannot tell them apart"
+           if untold else "")
+    return f"{lead}: {'; '.join(part for part in (ran, tie) if part)}."
 
 
 def step_item(record: dict[str, Any]) -> str:
@@ -213,15 +222,13 @@ def step_item(record: dict[str, Any]) -> str:
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
-    entries = record["lengths"]
-    first, last = entries[0], entries[-1]
     example = record["capacity"]["models"][EXAMPLE_MODEL]["formats"]
     base, small = example[BASE_FORMAT], example[SMALL_FORMAT]
     items = [
         (f"Same logits: at each of the {record['compared_steps']:,} decode steps compared, the cached path's "
          f"next-token logits " + ("matched" if agree(record) else "did not always match")
          + " full recomputation's, within the tolerance the appendix states."),
-        speed_item(first, last),
+        speed_item(record),
         step_item(record),
         (f"Bytes: {EXAMPLE_MODEL} keeps {format_bytes(base['bytes_per_token'], binary=True)} per token in a "
          f"{BASE_FORMAT} cache, {gib(base['context_bytes'][1])} GiB for one {CONTEXTS[1] // 1024}k-token sequence "
@@ -333,13 +340,17 @@ def takeaway_result_view(record: dict[str, Any]) -> Block:
     entries = record["lengths"]
     first, last = entries[0], entries[-1]
     proven = "proven equal first" if agree(record) else "not equal at every step (see the appendix)"
-    wins = ("the cached loop wins by more as the prefix grows" if ratio(last) > ratio(first) else
-            "the cached loop's lead does not grow with the prefix here")
+    orders = record["loop_order"]
+    wins = ("the cached loop wins by more as the prefix grows" if ratio(last) > ratio(first) and orders[-1] == "faster"
+            else "the cached loop's lead does not grow with the prefix here")
+    untold = ", within both loops' ranges" if orders[0] == "unclear" else ""
+    if untold and orders[-1] == "faster":
+        wins = "the cached loop pulls ahead as the prefix grows"
     step = {"flat": "but its single step costs what a call costs",
             "grows": "and its single step grows with the prefix it reads",
             "unclear": "and whether its single step grows with the prefix, this run's spread cannot tell"}[
         shape(record, "cached").verdict]
-    return takeaway(f"{proven}, {wins} ({format_ratio(ratio(first))} at {first['length']} tokens, "
+    return takeaway(f"{proven}, {wins} ({format_ratio(ratio(first))} at {first['length']} tokens{untold}{';' if untold else ','} "
                     f"{format_ratio(ratio(last))} at {last['length']}), {step}.")
 
 

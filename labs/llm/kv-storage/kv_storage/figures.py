@@ -124,7 +124,13 @@ def derive(record: dict[str, Any]) -> Figures:
 
 def paged_overhead(record: dict[str, Any]) -> dict[str, Any] | None:
     """Paged's median step minus prealloc's at each length (ns per step) and a least-squares line through
-    it: its intercept (the part paid at zero prefix) and slope (per cached position); None for one length."""
+    it: its intercept (the part paid at zero prefix) and slope (per cached position); None for one length.
+
+    What the page may call that gap, by the raw repetitions' min–max ranges per step: ``apart_at_first``, every
+    paged step at the shortest length slower than every preallocated one; ``verdict`` 'none' (no gap by medians
+    at the shortest length), 'fixed' (mostly the intercept, with the gap it is a share of apart at the shortest
+    length), 'grows' (mostly the slope, with the gap apart at the shortest length and its range at the longest
+    above its range at the shortest) or 'unclear' (the ranges cannot tell which)."""
     entries = record["lengths"]
     if len(entries) < 2:
         return None
@@ -134,9 +140,22 @@ def paged_overhead(record: dict[str, Any]) -> dict[str, Any] | None:
             for n, entry in zip(lengths, entries)]
     slope, intercept = (float(value) for value in np.polyfit(lengths, gaps, 1))
     fixed_share = intercept / gaps[0] if gaps[0] else None  # None: no gap at the shortest length to share out
+    mostly_fixed = intercept > 0 and fixed_share is not None and fixed_share >= FIXED_MAJORITY
+    spans = [gap_range(entry) for entry in entries]  # the gap's [lowest, highest] per step, from the raw ranges
+    apart_at_first = spans[0][0] > 0
+    grew_apart = spans[-1][0] > spans[0][1]
+    verdict = ("none" if gaps[0] <= 0 else "unclear" if not apart_at_first else "fixed" if mostly_fixed else
+               "grows" if grew_apart else "unclear")
     return {"gap_per_step_ns": gaps, "intercept_ns": intercept, "slope_ns_per_position": slope,
-            "fixed_share": fixed_share,
-            "mostly_fixed": intercept > 0 and fixed_share is not None and fixed_share >= FIXED_MAJORITY}
+            "fixed_share": fixed_share, "mostly_fixed": mostly_fixed, "apart_at_first": apart_at_first,
+            "verdict": verdict}
+
+
+def gap_range(entry: dict[str, Any]) -> list[float]:
+    """Paged minus preallocated per step at one length, from their raw repetitions: [fastest paged − slowest
+    preallocated, slowest paged − fastest preallocated], in ns; above zero, the two ranges do not overlap."""
+    paged, prealloc = (entry["modes"][mode]["durations_ns"] for mode in ("paged", "prealloc"))
+    return [(min(paged) - max(prealloc)) / entry["steps"], (max(paged) - min(prealloc)) / entry["steps"]]
 
 
 def memory_figures(record: dict[str, Any], figures: Figures) -> None:

@@ -122,6 +122,13 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
     ]
 
 
+def untold(fit: dict[str, Any], first: int, last: int) -> str:
+    """Why the stored paged-overhead verdict is 'unclear' (kv_storage.figures.paged_overhead), in words."""
+    if not fit["apart_at_first"]:
+        return f"at {first} tokens the paged and preallocated steps' min–max ranges overlap"
+    return f"the gap's min–max range at {last} tokens does not clear its range at {first}"
+
+
 def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
     """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix,
     by the stored least-squares line (kv_storage.figures.paged_overhead)."""
@@ -137,8 +144,10 @@ def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
     verdict = (
         f"so most of the gap at {first} tokens is a cost each step pays whatever the prefix length, "
         f"not the copying of cached positions"
-        if fit["mostly_fixed"] else
+        if fit["verdict"] == "fixed" else
         f"so most of the gap at {first} tokens grows with the prefix, as the gather's copying does"
+        if fit["verdict"] == "grows" else
+        f"but {untold(fit, first, last)}, so this run cannot tell whether most of it is fixed or grows"
     )
     return [f"The median paged step took {format_us(gaps[0])} µs more than the preallocated one at {first} "
             f"tokens and {format_us(gaps[-1])} µs more at {last} tokens. A least-squares line through that gap "

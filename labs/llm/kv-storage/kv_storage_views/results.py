@@ -12,7 +12,7 @@ from labkit.regimes import FLAT_BAND
 from site_hooks.blocks import Block, Table, answer, takeaway
 from site_hooks.formatting import format_bytes, format_ratio, join, plural
 
-from .decode_step import Step, format_us, per_step, ranked
+from .decode_step import Step, format_us, per_step, ranked, untold
 
 
 def us(value: float) -> str:
@@ -178,10 +178,18 @@ def paged_item(record: dict[str, Any]) -> str | None:
     first, gap = record["lengths"][0]["length"], fit["gap_per_step_ns"][0]
     if gap <= 0:
         return f"Paging cost nothing measurable at {first} tokens: the paged step was not slower than preallocation."
+    if fit["verdict"] == "unclear":
+        return (f"Paging's price, fixed or growing, this run cannot split: {untold(fit, first, last_length(record))}; "
+                f"by medians {us(gap / 1e3)} more per step at {first} tokens, and a line through every length "
+                f"{fixed_part(fit)}.")
     kind = ("mostly a fixed cost per step (table to index tensors, scatter, gather setup), not copying"
-            if fit["mostly_fixed"] else "mostly the per-step gather, which grows with the prefix")
+            if fit["verdict"] == "fixed" else "mostly the per-step gather, which grows with the prefix")
     return (f"Paging's price here is {kind}: {us(gap / 1e3)} more per step than preallocation at {first} "
             f"tokens; a line through every length {fixed_part(fit)}.")
+
+
+def last_length(record: dict[str, Any]) -> int:
+    return record["lengths"][-1]["length"]
 
 
 def fixed_part(fit: dict[str, Any]) -> str:
@@ -291,9 +299,10 @@ def answer_paged_view(record: dict[str, Any]) -> Block:
         return answer("This record has too few lengths to split the paged step's cost.")
     lengths = [entry["length"] for entry in record["lengths"]]
     gaps = fit["gap_per_step_ns"]
-    lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit["mostly_fixed"] else
-            "Most of it grows with the prefix, as the gather's copy does.")
-    return answer(f"{lead} At {lengths[0]} tokens the paged step cost {us(gaps[0] / 1e3)} more than preallocation; "
+    lead = ("Most of it is bookkeeping per call, not copying that grows with the cache." if fit["verdict"] == "fixed"
+            else "Most of it grows with the prefix, as the gather's copy does." if fit["verdict"] == "grows" else
+            f"This run cannot say which part dominates: {untold(fit, lengths[0], lengths[-1])}.")
+    return answer(f"{lead} At {lengths[0]} tokens the median paged step cost {us(gaps[0] / 1e3)} more than preallocation; "
                   f"a line through the gap at every length {fixed_part(fit)}; at zero prefix there is nothing to "
                   f"copy. The fixed part is Python bookkeeping per call (index tensors from the table, a "
                   f"scatter, the gather's setup); the growing part is the gather's copy, which takes the gap to "
@@ -311,8 +320,10 @@ def takeaway_step_view(record: dict[str, Any]) -> Block:
            f"{join(fastest)} tied as the fastest layouts")
     fit = record["paged_overhead"]
     paged = ("" if fit is None or fit["gap_per_step_ns"][0] <= 0 else
-             "; paging's extra time is mostly bookkeeping fixed per step" if fit["mostly_fixed"] else
-             "; paging's extra time mostly grows with the prefix, as its gather's copy does")
+             "; paging's extra time is mostly bookkeeping fixed per step" if fit["verdict"] == "fixed" else
+             "; paging's extra time mostly grows with the prefix, as its gather's copy does"
+             if fit["verdict"] == "grows" else
+             "; whether paging's extra time is fixed per step or grows, this run's ranges cannot tell")
     return takeaway(f"at {length} tokens {who} (median {us(steps[fastest[0]].median)} per step){paged}.")
 
 

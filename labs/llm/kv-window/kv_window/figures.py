@@ -235,6 +235,12 @@ def derive(record: dict[str, Any]) -> Figures:
                                                                                   "high": math.exp(gap)}},
                 "the smallest NLL gap between a bounded cache and the full cache from the first eviction on: the "
                 "finest difference between policies a comparison against recomputation must resolve")
+    for label, against in against_full.items():
+        others = [value for other, value in gaps.items() if other != label]
+        figures.add(("policies", label, "full_resolution"),
+                    resolution(against["nll_difference"], min(others) if others else 0.0),
+                    "its interval against the full cache over the smallest gap between another bounded cache and the "
+                    "full cache")
     for label, entry in policies.items():
         against = paired([entry["nll"][t] for t in samples], recompute["nll"], 1)
         figures.add(("policies", label, "against_recompute"), against,
@@ -255,7 +261,7 @@ def derive(record: dict[str, Any]) -> Figures:
     figures.add(("comparisons", "ring_example"), {"position": newest, "slot": ring_slot(newest, slots),
                                                   "sees_from": newest - slots + 1},
                 "the text's last position, its ring slot and the first position its window reaches")
-    derive_rules(record, figures, sinks_label)
+    derive_rules(record, figures, sinks_label, gap)
     derive_memory(record, figures, window_label)
     drift = record["drift"]
     most = drift["most_shifts"]
@@ -279,9 +285,10 @@ def derive(record: dict[str, Any]) -> Figures:
     return figures
 
 
-def derive_rules(record: dict[str, Any], figures: Figures, sinks_label: str) -> None:
+def derive_rules(record: dict[str, Any], figures: Figures, sinks_label: str, gap: float) -> None:
     """The position rules over the first rule_positions: each variant's quality after the first eviction and
-    its NLL against the float32 read rule's (the main sinks run) on the same positions."""
+    its NLL against the float32 read rule's (the main sinks run) on the same positions, with whether that
+    interval resolves ``gap`` (comparisons.recompute_yardstick's nats)."""
     config = record["config"]
     slots, end = config["slots"], config["rule_positions"]
     read = record["policies"][sinks_label]
@@ -291,9 +298,10 @@ def derive_rules(record: dict[str, Any], figures: Figures, sinks_label: str) -> 
         figures.add((*at, "after_eviction"), quality(series(entry, slots, end), BOOTSTRAP_BLOCK),
                     "its per-position values from the first eviction to the end of the comparison")
         if label != sinks_label:
-            figures.add((*at, "against_read"), paired(entry["nll"][slots:end], read["nll"][slots:end],
-                                                      BOOTSTRAP_BLOCK),
-                        "its NLL minus the float32 read rule's over the same positions")
+            against = paired(entry["nll"][slots:end], read["nll"][slots:end], BOOTSTRAP_BLOCK)
+            figures.add((*at, "against_read"), against, "its NLL minus the float32 read rule's over the same positions")
+            figures.add((*at, "read_resolution"), resolution(against["nll_difference"], gap),
+                        "its interval against the float32 read rule over comparisons.recompute_yardstick's gap")
             figures.add((*at, "largest_nll_gap"), max(abs(a - b) for a, b in zip(entry["nll"][:end], read["nll"])),
                         "the largest NLL difference from the float32 read rule at any position")
 

@@ -72,6 +72,23 @@ def recompute_verdict(record: dict[str, Any], entry: dict[str, Any]) -> str:
                            else " to tell")
 
 
+def level_verdict(against: dict[str, Any], found: dict[str, Any]) -> str:
+    """'higher than', 'lower than' where the paired interval leaves out 0; 'indistinguishable from' only where it
+    also resolves the yardstick (kv_window.figures.resolution); otherwise 'measured too coarse to tell from'."""
+    if against["verdict"] != "level" or found["resolves"]:
+        return VERDICT[against["verdict"]]
+    return "measured too coarse to tell from"
+
+
+def coarse_note(found: dict[str, Any], against: dict[str, Any]) -> str:
+    """For a level interval too coarse to resolve the closest other bounded cache's gap to the full cache:
+    '; the interval is 3.1 times as wide as that gap's band', else ''."""
+    if against["verdict"] != "level" or found["resolves"]:
+        return ""
+    return (f"; the interval is {found['width_over_band']:.1f} times as wide as the band of the closest other bounded "
+            f"cache's gap" if found["width_over_band"] is not None else "; no other bounded cache sets a gap")
+
+
 def band(record: dict[str, Any]) -> str:
     """'0.87–1.15×': the interval a ratio against recomputation must lie inside to resolve the yardstick."""
     return spread(record["comparisons"]["recompute_yardstick"]["band"])

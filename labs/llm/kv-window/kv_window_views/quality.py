@@ -9,7 +9,19 @@ from typing import Any
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 
-from .common import NAMES, VERDICT, band, closest, policy, ranged, ratio, recompute_verdict, share, span
+from .common import (
+    NAMES,
+    band,
+    closest,
+    coarse_note,
+    level_verdict,
+    policy,
+    ranged,
+    ratio,
+    recompute_verdict,
+    share,
+    span,
+)
 
 
 def quality_chart_view(record: dict[str, Any]) -> Block:
@@ -67,10 +79,12 @@ def collapse_view(record: dict[str, Any]) -> Block:
     window, full = policy(record, "window"), policy(record, "full")
     against = window["against_full"]
     return Block(paragraphs=[
-        f"Once the first tokens leave, window-only's perplexity is {VERDICT[against['verdict']]} the full cache's: "
+        f"Once the first tokens leave, window-only's perplexity is "
+        f"{level_verdict(against, window['full_resolution'])} the full cache's: "
         f"{window['after_eviction']['perplexity']['estimate']:.2f} against "
         f"{full['after_eviction']['perplexity']['estimate']:.2f} over {span(record)}, a ratio of "
-        f"{ratio(against['perplexity_ratio'])}. Its top-1 choice agrees with the full cache at "
+        f"{ratio(against['perplexity_ratio'])}"
+        f"{coarse_note(window['full_resolution'], against)}. Its top-1 choice agrees with the full cache at "
         f"{share(window['after_eviction']['top1'])} of those positions."])
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_percent, format_ratio, format_sci
 
-from .common import VERDICT, band, policy, ranged, ratio, span, spread, yardstick
+from .common import VERDICT, band, coarse_note, level_verdict, policy, ranged, ratio, span, spread, yardstick
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
@@ -20,9 +20,11 @@ def key_results_view(record: dict[str, Any]) -> Block:
     flat = not any(entry["memory_grows"] for entry in bounded)
     items = [
         f"With a {config['slots']}-token window, perplexity over {span(record)} is "
-        f"{window['after_eviction']['perplexity']['estimate']:.2f}, {VERDICT[window['against_full']['verdict']]} "
+        f"{window['after_eviction']['perplexity']['estimate']:.2f}, "
+        f"{level_verdict(window['against_full'], window['full_resolution'])} "
         f"the full cache's {full['after_eviction']['perplexity']['estimate']:.2f} "
-        f"({ratio(window['against_full']['perplexity_ratio'])}).",
+        f"({ratio(window['against_full']['perplexity_ratio'])}"
+        f"{coarse_note(window['full_resolution'], window['against_full'])}).",
         f"Keeping the first {config['sinks']} tokens as sinks gives "
         f"{sinks['after_eviction']['perplexity']['estimate']:.2f}"
         + (f", {format_percent(recovered)} of the way back to the full cache" if recovered is not None and recovered > 0

@@ -8,7 +8,7 @@ from typing import Any
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_sci
 
-from .common import VERDICT, label, nats, ranged
+from .common import label, level_verdict, nats, ranged
 
 VARIANTS = {"float32": "float32", "bfloat16-storage": "bfloat16 keys, float32 turns",
             "bfloat16": "bfloat16 keys and turns"}
@@ -30,6 +30,15 @@ def drift_view(record: dict[str, Any]) -> Block:
     return Block(tables=tables, notes=[f"Error: {drift['method']}."])
 
 
+def rule_verdict(against: dict[str, Any], found: dict[str, Any]) -> str:
+    """'indistinguishable from the reference' only where the interval resolves the page's yardstick; a level
+    interval wider than that, 'too coarse: 3.1× the band'."""
+    if against["verdict"] == "level" and not found["resolves"]:
+        return "too coarse" + (f": {found['width_over_band']:.1f}× the band" if found["width_over_band"] is not None
+                               else " to tell")
+    return f"{level_verdict(against, found)} the reference"
+
+
 def rules_view(record: dict[str, Any]) -> Block:
     rows = []
     read = label(record, "sinks")
@@ -40,7 +49,7 @@ def rules_view(record: dict[str, Any]) -> Block:
         rows.append([RULES[rule], dtype, ranged(summary["after_eviction"]["perplexity"]),
                      ranged(summary["after_eviction"]["kl"], 3),
                      nats(against["nll_difference"]) if against else "the reference",
-                     VERDICT[against["verdict"]] + " the reference" if against else "—",
+                     rule_verdict(against, summary["read_resolution"]) if against else "—",
                      format_sci(summary["largest_nll_gap"]) if against else "—"])
     config = record["config"]
     return Block(tables=[Table(
