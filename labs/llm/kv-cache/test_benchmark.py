@@ -24,6 +24,7 @@ from kv_cache.broken import PositionResetBlock
 from labkit.figures import check, path_text
 from labkit.records import RecordError, load_record
 from labkit.waiting import communicate, lines_until
+from llm_models.generations import first_departure
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 
@@ -98,9 +99,9 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                 check(record, figures.derive(record), "record.json")
 
     def test_the_first_difference_of_two_answers_is_where_they_part_or_where_one_ends(self) -> None:
-        self.assertIsNone(figures.first_difference([1, 2, 3], [1, 2, 3]))
-        self.assertEqual(figures.first_difference([1, 2, 3], [1, 5, 3]), 1)
-        self.assertEqual(figures.first_difference([1, 2], [1, 2, 3]), 2)
+        self.assertIsNone(first_departure([1, 2, 3], [1, 2, 3]))
+        self.assertEqual(first_departure([1, 2, 3], [1, 5, 3]), 1)
+        self.assertEqual(first_departure([1, 2], [1, 2, 3]), 2)
 
     def test_each_repetition_reverses_the_previous_order(self) -> None:
         for entry in self.record["lengths"]:

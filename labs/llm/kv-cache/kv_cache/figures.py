@@ -12,6 +12,7 @@ from typing import Any
 
 from labkit.figures import Figures, refuse, tolerance_bound
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
+from llm_models.generations import first_departure
 from llm_models.published import WEIGHT_BITS as WEIGHT_BITS
 from llm_models.published import model, models, weight_bytes
 
@@ -282,14 +283,6 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
                    f"but the cache tensors of 2 x B x Hkv x T x D x bytes hold {formula} from the record's config")
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """The first position where two token sequences differ (a shorter one differs where it ends); None if equal."""
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def check_trained(record: dict[str, Any], source: str) -> None:
     """The trained model's answers are as long as asked (or end at a stop token), and the cached logits equal
     the full recompute's within the stated tolerance at every position."""
@@ -334,7 +327,7 @@ def derive(record: dict[str, Any]) -> Figures:
     exact = section["float32"]
     figures.add(("trained", "same_answer_without_cache"), exact["ids"] == exact["full_recompute_ids"],
                 "comparing the cached and the full-recompute float32 answers")
-    figures.add(("trained", "bfloat16_parts_at"), first_difference(exact["ids"], section["bfloat16"]["ids"]),
+    figures.add(("trained", "bfloat16_parts_at"), first_departure(exact["ids"], section["bfloat16"]["ids"]),
                 "the first token where the bfloat16 answer differs from the float32 one")
     figures.add_each(("capacity",), capacity(), "llm_models/published/models.toml priced by kv_cache.memory")
     figures.add_each(("cached_read",), cached_read(record), "the cached mode's per-step medians and stored regime")
