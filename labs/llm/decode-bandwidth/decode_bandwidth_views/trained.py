@@ -166,14 +166,27 @@ def trained_view(record: dict[str, Any]) -> Block:
     return Block(tables=[table], notes=notes)
 
 
+def removed(group: dict[str, Any], mode: str) -> str:
+    """What a rung took off the step of the rung before it, in ms, or that the run cannot tell (the two cells'
+    repetitions overlap); '–' for the first rung."""
+    if mode not in group["rung_removed_ns"]:
+        return "–"
+    if not group["rung_parted"][mode]:
+        return "within noise"
+    ns = group["rung_removed_ns"][mode]
+    return f"{format_ms(ns)} ms" if ns > 0 else f"added {format_ms(-ns)} ms"
+
+
 def trained_ladder_view(record: dict[str, Any]) -> Block:
     """The ladder at the first thread count: each rung, what it changes, its step over its floor per context."""
     section = record["llama"]
     threads, contexts = section["threads"][0], section["contexts"]
     cells = llama_cells(record)
-    ladder = Table(headings=["Mode", "What it changes", *[f"÷ floor at {c:,}" for c in contexts]],
-                   rows=[(mode, what, *[format_ratio(cells[(threads, c, mode)]["step_over_floor"]) for c in contexts])
-                         for mode, what in LLAMA_LADDER.items()],
+    last = llama_groups(record)[(threads, contexts[-1])]
+    ladder = Table(headings=["Mode", "What it changes", *[f"÷ floor at {c:,}" for c in contexts],
+                             f"Time it removed at {contexts[-1]:,}"],
+                   rows=[(mode, what, *[format_ratio(cells[(threads, c, mode)]["step_over_floor"]) for c in contexts],
+                          removed(last, mode)) for mode, what in LLAMA_LADDER.items()],
                    caption=f"{llama_name(record)}, batch 1, {threads_text(threads)}: each mode's median step over the "
                            "floor its bytes set")
     return Block(tables=[ladder])

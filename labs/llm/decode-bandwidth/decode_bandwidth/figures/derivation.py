@@ -22,6 +22,7 @@ from .formulas import (
     LAYOUT_KERNELS,
     LLAMA_BASELINE,
     LLAMA_INT8,
+    LLAMA_LADDER,
     LLAMA_OURS,
     LLAMA_WEIGHTS,
     MATRICES,
@@ -343,6 +344,12 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
                     f"{LLAMA_INT8}'s median / the best float32 mode's")
         figures.add((*where, "int8_floor_over_float32_floor"), floors[(*key, "int8")][0] / memory,
                     "its int8 floor / its float32 floor")
+        rungs = list(LLAMA_LADDER)
+        for before, mode in zip(rungs, rungs[1:]):  # what each rung of the ladder removed from the one before
+            figures.add((*where, "rung_removed_ns", mode), medians[(*key, before)] - medians[(*key, mode)],
+                        "the rung before's median - its median")
+            figures.add((*where, "rung_parted", mode), parted(repetitions[(*key, before)], repetitions[(*key, mode)]),
+                        "whether the two rungs' repetitions overlap")
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
