@@ -56,6 +56,19 @@ class CAttention(unittest.TestCase):
             with self.subTest(wrong=wrong):
                 self.assertGreater(float((found - products(q, keys, values, wrong)).abs().max()), ATTENTION_ATOL)
 
+    def test_the_c_loop_gives_float32_whatever_torchs_default_dtype(self) -> None:
+        generator = torch.Generator().manual_seed(6)
+        keys, values = (torch.randn(1, 3, 9, 64, generator=generator) for _ in range(2))
+        q = torch.randn(3, 3, 64, generator=generator)
+        before = torch.get_default_dtype()
+        try:
+            torch.set_default_dtype(torch.float64)
+            found = native.attend(q, keys, values, torch.tensor([8]))
+        finally:
+            torch.set_default_dtype(before)
+        self.assertEqual(found.dtype, torch.float32)
+        torch.testing.assert_close(found, products(q, keys, values, 8), atol=ATTENTION_ATOL, rtol=0)
+
     def test_a_position_outside_the_cache_or_a_wrong_shape_is_refused_by_name(self) -> None:
         keys = values = torch.zeros(1, 3, 8, 64)
         with self.assertRaises(ValueError) as refused:

@@ -90,6 +90,15 @@ class SameLogits(unittest.TestCase):
             finally:
                 torch.set_num_threads(before)
         codes, scale = quantize_rows(torch.randn(37, 53, generator=generator))
+        x = torch.randn(1, 53, generator=generator)
+        expected = x @ dequantize(codes, scale).t()
+        wide = torch.zeros(37, 2)  # a scale that is a strided view, and codes stored transposed
+        wide[:, 0] = scale
+        transposed = codes.t().contiguous().t()
+        torch.testing.assert_close(native.int8_rows(x, transposed, wide[:, 0], None), expected, atol=1e-5, rtol=1e-5)
+        with self.assertRaises(ValueError) as refused:
+            native.int8_rows(x, codes, scale.double(), None)
+        self.assertIn("float32 scales", str(refused.exception))
         with self.assertRaises(ValueError) as refused:
             native.int8_rows(torch.randn(1, 52), codes, scale, None)
         self.assertIn("(37, 53)", str(refused.exception))

@@ -26,8 +26,9 @@ def rederived(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def steps_at(cell: dict[str, Any], ns: float) -> None:
-    """Every timed repetition of a cell at ``ns``: its median becomes ``ns``."""
-    cell["durations_ns"] = [ns] * len(cell["durations_ns"])
+    """Every timed repetition of a cell at ``ns``: its median becomes ``ns``, and with at least
+    formulas.MIN_PARTED repetitions its range says the cell is that steady."""
+    cell["durations_ns"] = [ns] * max(len(cell["durations_ns"]), formulas.MIN_PARTED)
 
 
 class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
@@ -73,7 +74,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
                 steps_at(cell, cell["median_ns_per_step"] * 10)
         self.assertIn("Faster than transformers", decode_bandwidth_views.VIEWS["key-results"](rederived(record)).items[2])
         for group in record["llama"]["groups"]:  # the trained model's bullet words its verdict from the record
-            group["best_over_transformers"] = 1.5
+            group.update(best_over_transformers=1.5, best_parted_from_transformers=True)
         self.assertIn("slower than transformers' Llama on the same weights (1.50× its step time)",
                       decode_bandwidth_views.VIEWS["key-results"](record).items[4])
 
@@ -92,7 +93,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             record = rederived(record)
             return versus_item(record), trained_item(record)
 
-        repeats = len(self.record["cells"][0]["durations_ns"])
+        repeats = max(len(self.record["cells"][0]["durations_ns"]), formulas.MIN_PARTED)
         gpt2, llama = timed([100] * repeats, [200] * repeats)
         self.assertTrue(gpt2.startswith("Faster than transformers"))
         self.assertIn("faster than transformers' Llama", llama)
@@ -300,10 +301,16 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             self.assertIn(mode, ladder)
         self.assertIn("1.80×", ladder)
 
+    def test_a_cell_of_too_few_repetitions_never_parts_from_another(self) -> None:
+        self.assertFalse(formulas.parted([1.0], [2.0]))  # one repetition each: no range to tell noise by
+        self.assertFalse(formulas.parted([1.0, 1.1], [2.0, 2.1]))
+        self.assertTrue(formulas.parted([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]))
+        self.assertFalse(formulas.parted([1.0, 1.1, 2.5], [2.0, 2.1, 2.2]))
+
     def test_what_each_rung_removed_is_said_only_where_its_repetitions_part_from_the_rung_before(self) -> None:
         record = copy.deepcopy(self.record)
         llama = record["llama"]
-        repeats = len(llama["cells"][0]["durations_ns"])
+        repeats = max(len(llama["cells"][0]["durations_ns"]), formulas.MIN_PARTED)
         steps = {"hf-dynamic": [50e6] * repeats, "ours-prealloc": [40e6] * repeats,  # 10 ms off, clearly
                  "ours-fused": [39e6 + 3e6 * (i % 2) for i in range(repeats)],  # overlaps 40 ms: noise
                  "ours-fused-compiled": [45e6] * repeats,  # slower than the rung before, clearly

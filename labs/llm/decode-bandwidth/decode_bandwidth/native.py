@@ -87,12 +87,13 @@ def loaded() -> ctypes.CDLL:
 def int8_rows(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
     """x (1, in) float32 times int8 ``codes`` (out, in) with row ``scale`` (out,): (1, out) float32."""
     rows, cols = codes.shape
-    if x.dtype != torch.float32 or x.numel() != cols or codes.dtype != torch.int8 or scale.shape != (rows,):
+    if (x.dtype != torch.float32 or x.numel() != cols or codes.dtype != torch.int8 or scale.shape != (rows,)
+            or scale.dtype != torch.float32):
         raise ValueError(f"int8_rows multiplies one float32 row of {cols} by int8 codes ({rows}, {cols}) with "
-                         f"{rows} scales, got x {tuple(x.shape)} {x.dtype}, codes {codes.dtype}, "
-                         f"scale {tuple(scale.shape)}")
-    x = x.contiguous()
-    out = torch.empty(1, rows)
+                         f"{rows} float32 scales, got x {tuple(x.shape)} {x.dtype}, codes {codes.dtype}, "
+                         f"scale {tuple(scale.shape)} {scale.dtype}")
+    x, codes, scale = x.contiguous(), codes.contiguous(), scale.contiguous()  # the loop reads them row-major
+    out = torch.empty(1, rows, dtype=torch.float32)
     loaded().int8_rows(x.data_ptr(), codes.data_ptr(), scale.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads())
     return out if bias is None else out + bias
 
@@ -118,7 +119,8 @@ def attend_rows_op(q: Tensor, keys: Tensor, values: Tensor, position: Tensor) ->
     if not 1 <= length <= capacity:
         raise ValueError(f"attend_rows: position {length - 1} is outside a cache of {capacity} positions")
     q, keys, values = q.contiguous(), keys.contiguous(), values.contiguous()  # the cache's buffers already are
-    out, scores = torch.empty(kv_heads, group, dim), torch.empty(kv_heads, group, length)
+    out = torch.empty(kv_heads, group, dim, dtype=torch.float32)
+    scores = torch.empty(kv_heads, group, length, dtype=torch.float32)
     loaded().attend_rows(q.data_ptr(), keys.data_ptr(), values.data_ptr(), out.data_ptr(), scores.data_ptr(),
                          kv_heads, group, dim, capacity, length, torch.get_num_threads())
     return out

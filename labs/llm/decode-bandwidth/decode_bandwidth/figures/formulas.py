@@ -198,9 +198,15 @@ OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhe
 SPREAD_QUANTILES = (0.25, 0.75)  # the middle half of a cell's repetitions: one outlier does not move it
 
 
+MIN_PARTED = 3  # repetitions a cell needs before its range says anything about its noise
+
+
 def parted(a: Sequence[float], b: Sequence[float]) -> bool:
     """Whether two cells' repetitions never overlap: every one of one is faster than every one of the other. Only
-    then may a page call one step faster than the other."""
+    then may a page call one step faster than the other; a cell of fewer than MIN_PARTED repetitions shows no
+    spread, so it never parts."""
+    if min(len(a), len(b)) < MIN_PARTED:
+        return False
     return max(a) < min(b) or max(b) < min(a)
 
 
