@@ -102,8 +102,8 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("slower than transformers' Llama", llama)
         noisy_ours = [100 + 150 * (i % 2) for i in range(repeats)]  # 100, 250, 100, ...: overlaps 200
         gpt2, llama = timed(noisy_ours, [200] * repeats)
-        self.assertTrue(gpt2.startswith("Not told apart"))
-        self.assertIn("not told apart (its repetitions overlap at some context) from transformers' Llama", llama)
+        self.assertTrue(gpt2.startswith("Within this run's noise of transformers"))
+        self.assertIn("within this run's noise of transformers' Llama", llama)
         self.assertNotIn("faster than", llama)
 
     def test_batch_one_names_each_regime_with_its_contexts_never_one_for_all(self) -> None:

@@ -39,11 +39,11 @@ def format_count(value: float) -> str:
 
 
 def against(ratios: Sequence[float], parted: Sequence[bool]) -> str:
-    """'faster than', 'slower than' or 'not told apart from' another mode, from the per-context ratios of the
+    """'faster than', 'slower than' or 'within this run's noise of' another mode, from the per-context ratios of the
     medians and whether the two cells' repetitions parted at each context: a direction is named only where every
     context parted and agreed on it."""
     if all(parted) and max(ratios) < 1:
         return "faster than"
     if all(parted) and min(ratios) > 1:
         return "slower than"
-    return "not told apart (its repetitions overlap at some context) from"
+    return "within this run's noise of"
