@@ -130,6 +130,15 @@ def percentile(values: Sequence[float], share: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), share))
 
 
+MIDDLE_HALF = (0.25, 0.75)  # the quartiles a noise-aware verdict reads: one outlier among the repetitions moves neither
+
+
+def middle_half(values: Sequence[float]) -> tuple[float, float]:
+    """The lower and upper quartiles of ``values`` (percentile's definition): the span a verdict must hold across."""
+    low, high = MIDDLE_HALF
+    return percentile(values, low), percentile(values, high)
+
+
 def derived_figures(record: dict[str, Any], derive: Derive | None) -> list[Figure]:
     """Every figure that follows from a record's raw data, in with_figures' order: a sweep's statistics, then the
     lab's own ``derive`` over the record with them."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.bench import run_order
-from labkit.summary import percentile
+from labkit.summary import middle_half, percentile
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes  # noqa: F401  (re-exported)
 
 from ..floors import (  # noqa: F401  (re-exported)
@@ -195,7 +195,6 @@ def other_layout(stored: str) -> str:
 REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound",
            "unresolved": "unresolved (its repetitions fall on both sides of the overhead line)"}
 OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhead-bound
-SPREAD_QUANTILES = (0.25, 0.75)  # the middle half of a cell's repetitions: one outlier does not move it
 
 
 MIN_PARTED = 3  # repetitions a cell needs before its range says anything about its noise
@@ -221,6 +220,6 @@ def one_regime(step_ns: float, memory_floor_ns: float, compute_floor_ns: float) 
 def regime(durations_ns: Sequence[float], memory_floor_ns: float, compute_floor_ns: float) -> str:
     """The regime (a key of REGIMES) of a cell from its repetitions against its two floors: the one its lower and
     upper quartiles agree on, else 'unresolved'."""
-    low, high = (percentile(durations_ns, share) for share in SPREAD_QUANTILES)
+    low, high = middle_half(durations_ns)
     found = {one_regime(step, memory_floor_ns, compute_floor_ns) for step in (low, high)}
     return found.pop() if len(found) == 1 else "unresolved"

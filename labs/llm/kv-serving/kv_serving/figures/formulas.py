@@ -18,7 +18,7 @@ from typing import Any
 
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
-from labkit.summary import percentile
+from labkit.summary import middle_half
 
 from ..client_stats import (  # noqa: F401  (re-exported)
     LATENCIES,
@@ -89,14 +89,11 @@ def waiting_share(run: dict[str, Any]) -> float:
 
 
 # ---- the in-process steps against batch size -----------------------------------------------------------------
-STEP_QUANTILES = (0.25, 0.75)  # the middle half of a batch's timed steps: one outlier does not move it
-
-
 def growth_range(smallest: Sequence[float], largest: Sequence[float]) -> tuple[float, float]:
     """How much the largest batch's step grew over the smallest's, as low and high as the middle halves of their
     timed steps allow: (its lower quartile / their upper, its upper quartile / their lower)."""
-    low_s, high_s = (percentile(smallest, share) for share in STEP_QUANTILES)
-    low_l, high_l = (percentile(largest, share) for share in STEP_QUANTILES)
+    low_s, high_s = middle_half(smallest)
+    low_l, high_l = middle_half(largest)
     return low_l / high_s, high_l / low_s
 
 
