@@ -29,9 +29,9 @@ from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence
 from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence, run_all_lab_tests
-from site_hooks.placeholders import substitute, substitute_site
+from site_hooks.placeholders import after_title, labs_named, substitute, substitute_site
 from site_hooks.site_views import SITE_VIEWS, render_site_view
-from site_hooks.views import render_view, views_for
+from site_hooks.views import load_warning, render_view, views_for
 
 log = logging.getLogger("mkdocs.plugins.site_hooks")
 RECORDS_DIR = "results"  # where the built site keeps a copy of every record a page was built from
@@ -64,25 +64,31 @@ def on_pre_build(config: MkDocsConfig) -> None:
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Replace the page's lab placeholders with tokens; their HTML is rendered now, inserted later."""
+    """Replace the page's lab placeholders with tokens; their HTML is rendered now, inserted later. A page that
+    renders a record measured under load says so under its title."""
     source = f"docs/{page.file.src_uri}"
+
+    def token_for(html: str) -> str:
+        token = f"LABVIEW{len(_rendered)}X{secrets.token_hex(8)}"
+        _rendered[token] = html
+        return token
 
     def render(lab: str, view: str) -> str:
         evidence = _evidence[lab]
         record_url = get_relative_url(f"{RECORDS_DIR}/{evidence.lab.record.name}", page.url)
-        token = f"LABVIEW{len(_rendered)}X{secrets.token_hex(8)}"
-        _rendered[token] = render_view(view, dataclasses.replace(evidence, record_url=record_url))
-        return token
+        return token_for(render_view(view, dataclasses.replace(evidence, record_url=record_url)))
 
     def render_site(view: str) -> str:
-        token = f"LABVIEW{len(_rendered)}X{secrets.token_hex(8)}"
-        _rendered[token] = render_site_view(view, _evidence)
-        return token
+        return token_for(render_site_view(view, _evidence))
 
     try:
         views = {name: set(views_for(evidence.lab)) for name, evidence in _evidence.items()}
-        markdown = substitute_site(markdown, source, set(SITE_VIEWS), render_site)
-        return substitute(markdown, source, views, render)
+        named = labs_named(markdown)
+        markdown = substitute(substitute_site(markdown, source, set(SITE_VIEWS), render_site), source, views, render)
+        for lab in reversed(named):  # each goes right under the title: the first lab's warning ends up first
+            warning = load_warning(_evidence[lab])
+            markdown = after_title(markdown, token_for(warning)) if warning else markdown
+        return markdown
     except SiteBuildError as error:
         raise PluginError(str(error)) from None
     except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, AttributeError, TemplateError) as error:

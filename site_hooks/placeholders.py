@@ -18,6 +18,7 @@ ALONE = re.compile(r"^[ \t]*\{\{[^}]*\}\}[ \t]*$")
 VALID = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]*):(?P<view>[a-z0-9][a-z0-9-]*)$")
 SITE_CANDIDATE = re.compile(r"\{\{\s*site\s*:(?P<body>[^}]*)\}\}")
 SITE_VALID = re.compile(r"^(?P<view>[a-z0-9][a-z0-9-]*)$")
+TITLE = re.compile(r"^#[ \t].*$", re.MULTILINE)  # a first-level heading in ATX style, as every page opens
 
 
 def check_alone(markdown: str, match: re.Match[str], where: str) -> None:
@@ -66,3 +67,19 @@ def substitute(markdown: str, page: str, views: dict[str, set[str]], render: Cal
         return render(lab, view)
 
     return CANDIDATE.sub(replace, markdown)
+
+
+def labs_named(markdown: str) -> list[str]:
+    """The labs a page's well-formed placeholders name, in the order they first appear (``substitute`` refuses the
+    others)."""
+    found = [VALID.match(match.group("body").strip()) for match in CANDIDATE.finditer(markdown)]
+    return list(dict.fromkeys(parsed.group("lab") for parsed in found if parsed is not None))
+
+
+def after_title(markdown: str, block: str) -> str:
+    """``block`` as a paragraph of its own right after the page's first-level title (first, if it has none)."""
+    title = TITLE.search(markdown)
+    if title is None:
+        return f"{block}\n\n{markdown}"
+    rest = markdown[title.end():].lstrip("\n")
+    return f"{markdown[:title.end()]}\n\n{block}\n\n{rest}"

@@ -7,9 +7,12 @@ views of its own in the module its lab.toml names (see labviews.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from labkit.manifest import Lab
+from labkit.quiet import QUIET_BUSY_CORES, QUIET_STEAL_SHARE
 from labkit.summary import STATISTICS, repetitions_frame
+from labkit.watch import Load, load_of
 
 from . import prose
 from .blocks import render_block
@@ -17,7 +20,7 @@ from .captions import source_line
 from .chart import Series, line_chart
 from .errors import SiteBuildError
 from .evidence import Evidence
-from .formatting import join, plural
+from .formatting import format_seconds, join, plural
 from .labviews import lab_views
 from .machine import LABELS, recording_machine
 from .machines_view import machines_view
@@ -25,6 +28,8 @@ from .reproduce import commands_view
 from .templating import render
 
 SharedView = Callable[[Evidence], str]
+PHASES = {"before": "just before the measurement", "during": "during it", "after": "just after it"}
+QUIET_RULE = f"at most {QUIET_BUSY_CORES:g} cores on average, and {QUIET_STEAL_SHARE:.0%} of the CPU time stolen"
 
 
 def tests_view(evidence: Evidence) -> str:
@@ -106,10 +111,42 @@ def provenance_view(evidence: Evidence) -> str:
         f"The tests on this page ran on the build machine; the timings were taken on the recording machine. "
         f"They differ in: {join(differs)}."
     )
+    load = load_of(evidence.record.get("machine_state"))
     return render(
-        "provenance.html.j2", kind="info" if not differs else "warning", freshness=freshness, verdict=verdict,
-        rows=rows, digest=fingerprint["digest"][:16], files=sorted(fingerprint["files"]),
+        "provenance.html.j2", kind="warning" if differs or (load and load.refusal) else "info", freshness=freshness,
+        verdict=verdict, machine_state=machine_state_sentence(evidence.record, load), rows=rows,
+        digest=fingerprint["digest"][:16], files=sorted(fingerprint["files"]),
     )
+
+
+def load_words(load: Load) -> str:
+    """The load over a run, in words: the mean, the busiest sample, the hypervisor's share."""
+    return (f"other work kept {load.busy_cores:.2f} of the machine's {plural(load.cores, 'core')} busy on average "
+            f"over {format_seconds(load.seconds)} (at most {load.peak_busy_cores:.2f} in one sample, "
+            f"{format_seconds(load.peak_seconds)} {PHASES[load.peak_phase]}) and the hypervisor took "
+            f"{load.steal_share:.1%} of the CPU time")
+
+
+def machine_state_sentence(record: dict[str, Any], load: Load | None) -> str:
+    """What the record's samples say about other work on the machine while it was measured."""
+    if load is None:
+        why = (record.get("machine_state") or {}).get("unavailable")
+        return ("This record holds no samples of the machine's state, so whether other work shared the machine is "
+                "unknown." + (f" The benchmark could not take them: {why}." if why else ""))
+    if load.refusal is None:
+        return f"While it ran, {load_words(load)}: a quiet machine by this site's rule ({QUIET_RULE})."
+    return (f"This record was measured under load: {load_words(load)}, beyond this site's rule for a quiet machine "
+            f"({QUIET_RULE}). Its timings may be slower and noisier than the machine gives a benchmark alone.")
+
+
+def load_warning(evidence: Evidence) -> str | None:
+    """A warning for the top of a page whose record was measured under load; None for a quiet one, or one without
+    samples (its provenance says so)."""
+    load = load_of(evidence.record.get("machine_state"))
+    if load is None or load.refusal is None:
+        return None
+    return render("load-warning.html.j2", record=evidence.lab.record.as_posix(), load=load_words(load),
+                  rule=QUIET_RULE)
 
 
 def findings_view(evidence: Evidence) -> str:

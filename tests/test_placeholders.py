@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from site_hooks.errors import SiteBuildError
-from site_hooks.placeholders import substitute
+from site_hooks.placeholders import after_title, labs_named, substitute
 
 VIEWS = {"kv-cache": {"medians", "chart"}}
 
@@ -47,3 +47,13 @@ def test_site_placeholders_are_replaced_and_a_bad_one_names_page_line_and_choice
                          ("see {{ site:tests }}", r"must stand alone on its line")):
         with pytest.raises(SiteBuildError, match=message):
             substitute_site(bad, "docs/index.md", {"machines", "tests"}, lambda view: view)
+
+
+def test_the_labs_a_page_renders_are_named_once_in_the_order_they_appear() -> None:
+    text = "# T\n\n{{ lab:kv-storage:medians }}\n\n{{ lab:kv-cache:chart }}\n\n{{lab:kv-storage:chart}}\n{{ lab:Bad }}"
+    assert labs_named(text) == ["kv-storage", "kv-cache"]
+
+
+def test_a_block_goes_right_under_the_pages_title_or_first_without_one() -> None:
+    assert after_title("# Title {#top}\n\nProse.\n\n## Part\n", "WARN") == "# Title {#top}\n\nWARN\n\nProse.\n\n## Part\n"
+    assert after_title("Prose first.\n\n## Part\n", "WARN") == "WARN\n\nProse first.\n\n## Part\n"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -52,6 +54,7 @@ def test_every_view_escapes_html_taken_from_the_record(
     record["environment"]["torch"]["parallel_info"] = HOSTILE
     evidence.tests["tests"][0]["name"] = HOSTILE
     evidence.tests["torch"] = HOSTILE
+    record["machine_state"] = {"cores": 2, "every_s": 10.0, "samples": [], "unavailable": HOSTILE}
     html = render_view(view, evidence)
     assert "<script>" not in html
     assert "--8<--" not in html  # the snippets extension must never see an include line from data
@@ -252,6 +255,78 @@ def test_measured_now_changes_the_provenance_sentence(evidence: Evidence) -> Non
     now = dataclasses.replace(evidence, measured_now=True)
     assert "The benchmark ran during this build" in render_view("provenance", now)
     assert "come from the committed record" in render_view("provenance", evidence)
+
+
+def machine_state(before: float, *during: float, after: float = 0.0, steal: float = 0.0) -> dict[str, Any]:
+    """A record's machine_state on 2 cores: other work's cores in a 2 s sample before, 10 s samples during and a 2 s
+    sample after the measurement."""
+    samples, start = [], 0.0
+    for phase, seconds, busy in [("before", 2.0, before), *(("during", 10.0, b) for b in during), ("after", 2.0, after)]:
+        samples.append({"phase": phase, "start_s": start, "seconds": seconds, "other_busy_cores": busy,
+                        "steal_share": steal, "load_average": 0.3})
+        start += seconds
+    return {"cores": 2, "every_s": 10.0, "samples": samples}
+
+
+QUIET_STATE = machine_state(0.01, 0.02, 0.10)  # 0.05 cores on average over 24 s, 0.10 at most
+LOADED_STATE = machine_state(0.0, 1.5, 1.3, after=0.2)  # 1.18 on average
+
+
+def provenance_text(evidence: Evidence, state: dict[str, Any] | None) -> str:
+    if state is None:
+        evidence.record.pop("machine_state", None)
+    else:
+        evidence.record["machine_state"] = state
+    return html.unescape(render_view("provenance", evidence))
+
+
+def test_provenance_states_other_work_on_a_quiet_machine_by_its_mean_and_busiest_sample(evidence: Evidence) -> None:
+    text = provenance_text(evidence, QUIET_STATE)
+    assert ("While it ran, other work kept 0.05 of the machine's 2 cores busy on average over 24 s (at most 0.10 in "
+            "one sample, 10 s during it) and the hypervisor took 0.0% of the CPU time: a quiet machine by this "
+            "site's rule (at most 0.25 cores on average, and 5% of the CPU time stolen).") in text
+    assert "admonition info" in text
+
+
+def test_provenance_says_a_record_was_measured_under_load_with_its_figures(evidence: Evidence) -> None:
+    text = provenance_text(evidence, LOADED_STATE)
+    assert ("This record was measured under load: other work kept 1.18 of the machine's 2 cores busy on average "
+            "over 24 s (at most 1.50 in one sample, 10 s during it) and the hypervisor took 0.0% of the CPU time, "
+            "beyond this site's rule for a quiet machine") in text
+    assert "admonition warning" in text
+    stolen = provenance_text(evidence, machine_state(0.0, 0.0, steal=0.08))
+    assert "the hypervisor took 8.0% of the CPU time, beyond this site's rule" in stolen
+
+
+def test_provenance_of_a_record_without_samples_says_the_machines_state_is_unknown(evidence: Evidence) -> None:
+    unknown = "This record holds no samples of the machine's state, so whether other work shared the machine is unknown."
+    assert unknown in provenance_text(evidence, None)
+    no_proc = provenance_text(evidence, {"cores": 2, "every_s": 10.0, "samples": [], "unavailable": "no /proc here"})
+    assert f"{unknown} The benchmark could not take them: no /proc here." in no_proc
+
+
+@pytest.mark.parametrize(("state", "warned"), [(LOADED_STATE, True), (QUIET_STATE, False), (None, False)])
+def test_a_page_says_under_its_title_that_its_record_was_measured_under_load_and_only_then(
+        evidence: Evidence, monkeypatch: pytest.MonkeyPatch, state: dict[str, Any] | None, warned: bool) -> None:
+    import markdown
+
+    from site_hooks import hooks
+
+    if state is not None:
+        evidence.record["machine_state"] = state
+    monkeypatch.setattr(hooks, "_evidence", {"kv-cache": evidence})
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="llm/kv-cache.md"), url="llm/kv-cache/")
+    source = "# The KV cache\n\nWhat this page shows.\n\n{{ lab:kv-cache:config }}\n"
+    converted = markdown.markdown(hooks.on_page_markdown(source, page, None, None))  # type: ignore[arg-type]
+    text = html.unescape(hooks.on_page_content(converted, page, None, None))  # type: ignore[arg-type]
+    if not warned:
+        assert "Measured under load" not in text and "lab-config" in text
+        return
+    title, warning, intro = (text.index(part) for part in ("<h1>The KV cache</h1>", "Measured under load",
+                                                           "What this page shows."))
+    assert title < warning < intro
+    assert ("The timings on this page, from <code>results/cache-results.json</code>, were measured while other work "
+            "kept 1.18 of the machine's 2 cores busy on average over 24 s") in text
 
 
 def test_line_chart_draws_any_number_of_series_with_a_wrapped_legend() -> None:

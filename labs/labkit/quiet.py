@@ -14,6 +14,7 @@ Thresholds, and why:
   the memory bus and the caches even on a core of its own, so anything near a whole core moves the cells.
 - QUIET_STEAL_SHARE = 0.05: at most 5% of the CPU time taken by the hypervisor for other guests: on a shared
   host that time is gone from our threads in the middle of a timed step.
+The same thresholds judge the samples every record keeps of its whole run (labkit.watch), on their mean.
 Neighbours in other guests that share only the memory (not the CPUs) are invisible here; the records' floors,
 measured beside the cells, are what show them.
 """
@@ -51,14 +52,16 @@ def counters(text: str) -> list[int]:
     return [int(value) for value in first[1:9]]
 
 
-def between(before: str, after: str, seconds: float, cores: int, load_average: float) -> Sample:
-    """What two readings of /proc/stat ``seconds`` apart say about other work on ``cores`` CPUs."""
+def between(before: str, after: str, seconds: float, cores: int, load_average: float, own_ticks: int = 0) -> Sample:
+    """What two readings of /proc/stat ``seconds`` apart say about other work on ``cores`` CPUs, less ``own_ticks``
+    that this process and its descendants took meanwhile (labkit.watch, while a benchmark runs; none while it
+    sleeps). Both count the same clock ticks (USER_HZ); the kernel rounds them apart, so the rest is at least 0."""
     delta = [b - a for a, b in zip(counters(before), counters(after), strict=True)]
     user, nice, system, _idle, _iowait, irq, softirq, steal = delta
     total = sum(delta)
     if total <= 0:
         return Sample(seconds, cores, 0.0, 0.0, load_average)
-    busy = user + nice + system + irq + softirq
+    busy = max(0, user + nice + system + irq + softirq - own_ticks)
     return Sample(seconds, cores, busy / total * cores, steal / total, load_average)
 
 

@@ -10,7 +10,8 @@ thread count; a label equal to the reference record's is refused before anything
 Each benchmark writes its record atomically; one failing does not stop the others, and the exit status
 is non-zero if any failed. With --reference, each benchmark starts only on a quiet machine (labkit.quiet: what
 other work used the CPUs over a few seconds just before); on a busy one it is refused in one line naming what was
-busy, its reference record kept, and the labs after it are not measured. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
+busy, its reference record kept, and the labs after it are not measured; a benchmark that other work kept busy on
+average through its run (labkit.watch) keeps its reference record too, and fails. Ctrl-C or SIGTERM, to the process group or to this process alone, reaches
 the running benchmark (which keeps its previous record) and stops the rest, in one line. Under make
 (the Makefile's recipe execs this), a SIGINT or SIGTERM to make alone does the same, and a run ended by
 an interrupt ends make by that signal (130 or 143 in the shell; make itself passes a SIGINT on to nobody, so

@@ -103,6 +103,8 @@ class QuickBenchmarkRun(unittest.TestCase):
         super().__init_subclass__(**options)
         cls.test_the_written_record_stores_what_was_measured_and_no_figure_that_follows_from_it = (  # type: ignore[attr-defined]
             QuickBenchmarkRun.stores_only_what_was_measured)
+        cls.test_the_written_record_holds_the_machines_state_before_and_after_its_measurement = (  # type: ignore[attr-defined]
+            QuickBenchmarkRun.holds_the_machines_state)
 
     def stores_only_what_was_measured(self) -> None:
         """The benchmark writes raw data only (labkit.writing): a figure it stored would be checked, never derived."""
@@ -112,6 +114,18 @@ class QuickBenchmarkRun(unittest.TestCase):
         derived = derived_figures(raw, lab_derive(lab))
         self.assertTrue(derived, "this benchmark's record has no derived figure to look for")
         self.assertEqual([figure.path for figure in derived if stored_value(raw, figure.path)[0]], [])
+
+    def holds_the_machines_state(self) -> None:
+        """labkit.writing keeps samples of other work through the run (labkit.watch), whatever they say: a machine
+        without /proc has none, and says why."""
+        self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
+        state = load_record(self.path, self.schema)["machine_state"]
+        phases = [sample["phase"] for sample in state["samples"]]
+        if not phases:
+            self.assertTrue(state["unavailable"])
+            return
+        self.assertEqual((phases[0], phases[-1]), ("before", "after"))
+        self.assertEqual(set(phases[1:-1]) - {"during"}, set())
 
 
 class ExistingRecordTest(unittest.TestCase):

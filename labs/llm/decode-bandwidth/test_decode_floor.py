@@ -83,7 +83,6 @@ class OneHome(unittest.TestCase):
     def test_the_torch_modules_hold_the_figures_modules_objects(self) -> None:
         self.assertIs(DecoderLayer.LAYOUT, formulas.LAYOUT)
         self.assertIs(profile.KINDS, formulas.KINDS)
-        self.assertIs(benchmark.TARGETS, formulas.TARGETS)
         self.assertIs(benchmark.MODES, formulas.MODES)
         self.assertEqual((equivalence.ATOL, equivalence.RTOL), (formulas.ATOL, formulas.RTOL))
 
@@ -147,3 +146,68 @@ class Bandwidth(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def beside_record(groups_ns: list[int], best_ns: int = 100_000_000) -> dict:
+    """A hardware section read at one thread count (two kernels over 1 GB, best pass ``best_ns``) and one headline
+    group per entry of ``groups_ns``, its floor read in that many nanoseconds by its faster kernel."""
+    kernels = {"sum": {"bytes": 10**9, "durations_ns": [best_ns] * 10},
+               "dot": {"bytes": 10**9, "durations_ns": [2 * best_ns] * 10}}
+    return {"hardware": {"bandwidth": {"1": {"buffer_bytes": 10**9, "passes": 10, "kernels": kernels}}, "matmul": {}},
+            "groups": [{"threads": 1, "floor_ns": {"sum": ns, "dot": 3 * ns}} for ns in groups_ns],
+            "llama": {"groups": []}}
+
+
+def with_stability(record: dict) -> dict:
+    """``record`` with its hardware rates and the floors' stability figures filled in, as a view reads it."""
+    from decode_bandwidth.figures.derivation import floor_stability
+
+    found = Figures()
+    floor_stability(record, hardware_figures(record["hardware"], found), found)
+    for figure in found:
+        *parents, name = figure.path
+        place = record
+        for key in parents:
+            place = place.setdefault(key, {}) if isinstance(place, dict) else place[key]
+        place[name] = figure.value
+    return record
+
+
+class FloorBesideEachGroup(unittest.TestCase):
+    def test_a_groups_floor_is_its_own_passes_fastest_kernel(self) -> None:
+        from decode_bandwidth.figures.derivation import beside_rate
+
+        record = beside_record([125_000_000])
+        self.assertAlmostEqual(beside_rate(record["hardware"], record["groups"][0]), 10**9 / 0.125)
+
+    def test_floors_that_hold_within_the_limits_are_steady(self) -> None:
+        record = with_stability(beside_record([100_000_000, 104_000_000, 108_000_000]))
+        beside = record["hardware"]["bandwidth"]["1"]["beside"]
+        self.assertTrue(beside["stable"])
+        self.assertAlmostEqual(beside["drift"], 1 - 100 / 108)
+        self.assertAlmostEqual(beside["median_over_best"], 1.04)
+        self.assertIsNone(formulas.unsteady_floor(record))
+
+    def test_a_floor_that_drifts_between_groups_is_unsteady_and_the_reason_says_by_how_much(self) -> None:
+        record = with_stability(beside_record([100_000_000, 104_000_000, 150_000_000]))
+        self.assertFalse(record["hardware"]["bandwidth"]["1"]["beside"]["stable"])
+        reason = formulas.unsteady_floor(record)
+        self.assertIn("drifted 33%", reason)
+        self.assertIn("6.7 to 10.0 GB/s", reason)
+
+    def test_groups_whose_median_lags_the_best_pass_are_unsteady(self) -> None:
+        record = with_stability(beside_record([120_000_000, 121_000_000, 122_000_000]))  # steady, all slow
+        reason = formulas.unsteady_floor(record)
+        self.assertIn("1.21x the groups' median floor", reason)
+        self.assertNotIn("drifted", reason)
+
+    def test_the_page_calls_the_memory_steady_only_within_both_limits(self) -> None:
+        from decode_bandwidth_views.floor import beside_sentence
+
+        steady = beside_sentence(with_stability(beside_record([100_000_000, 108_000_000]))["hardware"])
+        self.assertIn("held steady", steady)
+        self.assertIn("9.3 GB/s to 10.0 GB/s (a drift of 7%", steady)
+        for groups in ([100_000_000, 150_000_000], [120_000_000, 122_000_000]):
+            wandered = beside_sentence(with_stability(beside_record(groups))["hardware"])
+            self.assertIn("changed during the run", wandered)
+            self.assertNotIn("held steady", wandered)

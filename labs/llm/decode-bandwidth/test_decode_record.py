@@ -31,12 +31,15 @@ EDITS: list[tuple[JsonPath, str]] = [
     (("hardware", "matmul", "bfloat16/1", "flops_per_s"), "its flops / its fastest pass"),
     (("groups", 0, "bytes", "kv_read"), "the model config"),
     (("groups", 2, "bytes", "total"), "the model config"),
-    (("groups", 4, "floor_ns_per_step"), "its bytes / the measured read bandwidth"),
+    (("groups", 4, "floor_ns_per_step"), "its bytes / the read bandwidth beside it"),
+    (("groups", 3, "floor_bytes_per_s"), "the fastest read kernel's pass beside it"),
+    (("hardware", "bandwidth", "1", "beside", "drift"), "(fastest - slowest) / fastest of the floors beside the groups"),
+    (("hardware", "bandwidth", "2", "beside", "median_over_best"), "the run's best rate / the groups' median rate"),
     (("groups", 5, "compute_floor_ns_per_step"), "its flops / the measured matmul rate"),
     (("cells", 0, "min_ns_per_step"), "its raw durations"),
     (("cells", 3, "median_ns_per_step"), "its raw durations"),
     (("cells", 7, "max_ns_per_step"), "its raw durations"),
-    (("cells", 9, "floor_ns_per_step"), "its group's bytes / the measured read bandwidth"),
+    (("cells", 9, "floor_ns_per_step"), "its group's bytes / the read bandwidth beside it"),
     (("cells", 11, "step_over_floor"), "its median / its group's floor"),
     (("kv_crossover", "batch_x_context"), "the model config"),
     (("kv_crossover", "kv_bytes_per_position"), "the model config"),
@@ -48,9 +51,9 @@ EDITS: list[tuple[JsonPath, str]] = [
     (("client", "modes", "transformers", "itl_p90_ns"), "its token times"),
     (("client", "modes", "ours", "tokens_per_s"), "its token times"),
     (("llama", "groups", 1, "bytes", "kv_read"), "the Llama config, float32 weights"),
-    (("llama", "groups", 0, "floor_ns_per_step"), "its float32 bytes / the measured read bandwidth"),
+    (("llama", "groups", 0, "floor_ns_per_step"), "its float32 bytes / the read bandwidth beside it"),
     (("llama", "groups", 1, "int8_bytes", "weights"), "the Llama config, int8 weights"),
-    (("llama", "groups", 2, "int8_floor_ns_per_step"), "its int8 bytes / the measured read bandwidth"),
+    (("llama", "groups", 2, "int8_floor_ns_per_step"), "its int8 bytes / the read bandwidth beside it"),
     (("llama", "groups", 0, "int8_over_best_float32"), "ours-int8's median / the best float32 mode's"),
     (("llama", "cells", 16, "over_first_threads"), "its median / the same mode's at the first thread count"),
     (("llama", "quality", "figures", "int8", "kl_mean"), "mean of the per-position KL"),
@@ -58,7 +61,7 @@ EDITS: list[tuple[JsonPath, str]] = [
     (("llama", "groups", 2, "compute_floor_ns_per_step"), "its flops / the measured matmul rate"),
     (("llama", "groups", 2, "ours_over_transformers"), "its two cells' medians"),
     (("llama", "cells", 0, "median_ns_per_step"), "its raw durations"),
-    (("llama", "cells", 1, "floor_ns_per_step"), "its group's bytes / the measured read bandwidth"),
+    (("llama", "cells", 1, "floor_ns_per_step"), "its group's bytes / the read bandwidth beside it"),
     (("llama", "cells", 3, "step_over_floor"), "its median / its group's floor"),
     (("llama", "contrast", "llama", "kv_bytes_per_position"), "the two models' configs"),
     (("llama", "contrast", "gpt2", "head_share"), "the two models' configs"),
@@ -115,3 +118,18 @@ class CommittedRecord(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FloorsBesideGroups(unittest.TestCase):
+    def test_each_group_is_priced_by_the_floor_read_beside_it(self) -> None:
+        from decode_bandwidth.figures import derive
+
+        record = json.loads((ROOT / LAB.record).read_text())
+        before = {figure.path: figure.value for figure in derive(record)}
+        record["groups"][0]["floor_ns"] = {name: 2 * ns for name, ns in record["groups"][0]["floor_ns"].items()}
+        after = {figure.path: figure.value for figure in derive(record)}
+        self.assertAlmostEqual(after[("groups", 0, "floor_ns_per_step")], 2 * before[("groups", 0, "floor_ns_per_step")])
+        self.assertEqual(after[("groups", 1, "floor_ns_per_step")], before[("groups", 1, "floor_ns_per_step")])
+        first = next(i for i, cell in enumerate(record["cells"]) if all(
+            cell[k] == record["groups"][0][k] for k in ("dtype", "threads", "batch", "context")))
+        self.assertAlmostEqual(after[("cells", first, "step_over_floor")], before[("cells", first, "step_over_floor")] / 2)

@@ -125,33 +125,51 @@ def read_kernels(buffer: torch.Tensor, row_dot: Callable[[torch.Tensor, torch.Te
     }
 
 
-def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = "cpu") -> dict[str, object]:
-    """Sustained read bandwidth, STREAM-style: each read kernel over a float32 buffer far larger than any cache,
-    ``passes`` timed passes each, the kernels taking turns so none always runs on a warmer machine.
+class ReadProbe:
+    """The read kernels over one buffer far larger than any cache, kept for the whole run: the floor is read
+    before and after the timed steps and again beside every timed group, and a buffer of four times the
+    last-level cache is too large to allocate and first-touch each time.
 
     Each kernel reads every byte once (the multi-stream sum also writes a sixteenth of them, counted in its
-    bytes); it runs at the thread count in force, which the caller sets to that of the timed steps. Only the
-    passes are returned: ``figures.derive`` finds each kernel's best and the fastest kernel.
+    bytes); it runs at the thread count in force, which the caller sets to that of the timed steps.
     """
-    if passes < 1:
-        raise ValueError(f"passes must be at least 1, got {passes}")
-    buffer = torch.ones(buffer_bytes // 4, dtype=torch.float32, device=device)
-    synchronize = torch.cuda.synchronize if buffer.is_cuda else (lambda: None)
-    kernels = read_kernels(buffer, compiled_row_dot())
-    for kernel in kernels.values():
-        kernel()  # first touch and warm-up, untimed
-    durations: dict[str, list[int]] = {name: [] for name in kernels}
-    for _ in range(passes):
-        for name, kernel in kernels.items():
-            synchronize()
-            start = time.perf_counter_ns()
-            kernel()
-            synchronize()
-            durations[name].append(time.perf_counter_ns() - start)
-    read = buffer.numel() * buffer.element_size()
-    return {"buffer_bytes": read, "passes": passes,
-            "kernels": {name: {"bytes": kernel_bytes(name, read), "durations_ns": times}
-                        for name, times in durations.items()}}
+
+    def __init__(self, buffer_bytes: int, device: torch.device | str = "cpu") -> None:
+        self.buffer = torch.ones(buffer_bytes // 4, dtype=torch.float32, device=device)
+        self.synchronize = torch.cuda.synchronize if self.buffer.is_cuda else (lambda: None)
+        self.kernels = read_kernels(self.buffer, compiled_row_dot())
+        self.warmed: set[int] = set()  # thread counts the kernels have run at (the compiled one builds per count)
+        self.read = self.buffer.numel() * self.buffer.element_size()
+
+    def durations(self, passes: int) -> dict[str, list[int]]:
+        """``passes`` timed passes of each kernel, taking turns so none always runs on a warmer machine."""
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
+        if torch.get_num_threads() not in self.warmed:
+            for kernel in self.kernels.values():
+                kernel()  # first touch and warm-up, untimed
+            self.warmed.add(torch.get_num_threads())
+        durations: dict[str, list[int]] = {name: [] for name in self.kernels}
+        for _ in range(passes):
+            for name, kernel in self.kernels.items():
+                self.synchronize()
+                start = time.perf_counter_ns()
+                kernel()
+                self.synchronize()
+                durations[name].append(time.perf_counter_ns() - start)
+        return durations
+
+    def passes(self, passes: int) -> dict[str, object]:
+        """Sustained read bandwidth, STREAM-style: the passes only, with the bytes each kernel moves;
+        ``figures.derive`` finds each kernel's best and the fastest kernel."""
+        return {"buffer_bytes": self.read, "passes": passes,
+                "kernels": {name: {"bytes": kernel_bytes(name, self.read), "durations_ns": times}
+                            for name, times in self.durations(passes).items()}}
+
+
+def read_bandwidth(buffer_bytes: int, passes: int, device: torch.device | str = "cpu") -> dict[str, object]:
+    """``passes`` passes of each read kernel over a fresh buffer of ``buffer_bytes`` (ReadProbe)."""
+    return ReadProbe(buffer_bytes, device).passes(passes)
 
 
 def matmul_throughput(dtype: torch.dtype, passes: int, device: torch.device | str = "cpu",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,12 +25,12 @@ from typing import Any
 import torch
 
 from decode_bandwidth import figures, llama
-from decode_bandwidth.bandwidth import last_level_cache_bytes, matmul_throughput, read_bandwidth, stream_buffer_bytes
+from decode_bandwidth.bandwidth import ReadProbe, last_level_cache_bytes, matmul_throughput, stream_buffer_bytes
 from decode_bandwidth.compiled import CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
 from decode_bandwidth.figures import formulas
-from decode_bandwidth.figures.formulas import TARGETS, WALL_TIME_TARGET_S
+from decode_bandwidth.figures.formulas import WALL_TIME_TARGET_S
 from decode_bandwidth.floors import MATMUL_SIZES, MIN_BANDWIDTH_PASSES, READ_KERNELS
 from decode_bandwidth.grid import ATOL, BASELINE, MODES, RTOL, Group
 from decode_bandwidth.grid import grid as timed_groups
@@ -142,16 +143,23 @@ def grid(args: argparse.Namespace) -> list[Group]:
     return timed_groups(vars(args))
 
 
-def measure_hardware(args: argparse.Namespace, thread_counts: list[int], dtypes: list[str],
-                     passes: int) -> dict[str, Any]:
+def read_probe(args: argparse.Namespace) -> tuple[ReadProbe, int | None, str]:
+    """The floor's read kernels over a buffer of at least four times the last-level cache, and that cache's size
+    and where it was read."""
     llc, source = last_level_cache_bytes()
-    buffer = stream_buffer_bytes(llc, args.quick)
+    return ReadProbe(stream_buffer_bytes(llc, args.quick), args.device), llc, source
+
+
+def measure_hardware(args: argparse.Namespace, probe: tuple[ReadProbe, int | None, str], thread_counts: list[int],
+                     dtypes: list[str], passes: int) -> dict[str, Any]:
+    reader, llc, source = probe
+    buffer = reader.read
     bandwidth, arithmetic = {}, {}
     for threads in thread_counts:
         torch.set_num_threads(threads)
         bench.progress(f"floor: read bandwidth over {buffer / 2**20:.0f} MiB at {threads} thread(s), {passes} passes "
                        f"of {len(READ_KERNELS)} read kernels")
-        bandwidth[str(threads)] = read_bandwidth(buffer, passes, args.device)
+        bandwidth[str(threads)] = reader.passes(passes)
         for dtype in dtypes:
             arithmetic[f"{dtype}/{threads}"] = matmul_throughput(DTYPES[dtype], 3, args.device,
                                                                  MATMUL_SIZES.get(dtype, 1024))
@@ -216,19 +224,28 @@ def compiled_twin(model: Decoder, threads: list[int], compile_s: dict[str, float
     return twin
 
 
-def time_groups(args: argparse.Namespace, models: dict[str, Models],
+def beside_floor(reader: ReadProbe) -> dict[str, int]:
+    """One pass of each read kernel at the thread count in force, just before a group's steps: the floor that
+    group's ratios use (a machine whose memory is shared with neighbours it cannot see reads differently through a
+    run, and a floor measured once would price every group by one moment)."""
+    return {name: durations[0] for name, durations in reader.durations(1).items()}
+
+
+def time_groups(args: argparse.Namespace, models: dict[str, Models], reader: ReadProbe,
                 progress: harness.Progress) -> list[dict[str, Any]]:
-    """Every (dtype, threads, batch, context) group: rotated repetitions of one step per mode."""
+    """Every (dtype, threads, batch, context) group: the floor read beside it, then rotated repetitions of one step
+    per mode."""
     groups = []
     generator = torch.Generator().manual_seed(args.seed + 1)
     for dtype, threads, batch, context in grid(args):
         torch.set_num_threads(threads)
         model, compiled, reference = models[dtype]
         label = f"{dtype} {threads}t batch {batch} context {context}"
+        floor = beside_floor(reader)
         order, durations, faults = time_group(step_runners(model, compiled, reference, batch, context, generator), args,
                                               progress, label)
         groups.append({"dtype": dtype, "threads": threads, "batch": batch, "context": context, "order": order,
-                       "durations": durations, "faults": faults})
+                       "durations": durations, "faults": faults, "floor_ns": floor})
         progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
                                                       for m, d in durations.items()))
     torch.set_num_threads(args.threads)
@@ -241,7 +258,7 @@ def groups_and_cells(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     groups, cells = [], []
     for entry in timed:
         key = {name: entry[name] for name in ("dtype", "threads", "batch", "context")}
-        groups.append({**key, "order": entry["order"]})
+        groups.append({**key, "order": entry["order"], "floor_ns": entry["floor_ns"]})
         cells += [{"mode": mode, **key, "durations_ns": entry["durations"][mode], "minor_faults": entry["faults"][mode]}
                   for mode in MODES]
     return groups, cells
@@ -284,7 +301,8 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
     torch.set_num_threads(args.threads)
 
     half = args.bandwidth_passes // 2
-    before = measure_hardware(args, threads, dtypes, half)
+    probe = read_probe(args)
+    before = measure_hardware(args, probe, threads, dtypes, half)
     bench.progress("layout: each matrix kind at batch 1: (in, out) addmm, (out, in) F.linear, oneDNN, compiled")
     with torch.inference_mode():
         layout = measure_layouts(model32, 5, compiled=compiled32.kernel)
@@ -313,12 +331,12 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
                 other_batches[dtype] = [measure_layouts(model, 3, batch) for batch in larger]
     progress = harness.Progress(len(grid(args)) * args.repeats)
     try:
-        timed = time_groups(args, models, progress)
+        timed = time_groups(args, models, probe[0], progress)
     finally:
         progress.close()
-    trained = llama.section(args, threads, prepared)
+    trained = llama.section(args, threads, prepared, functools.partial(beside_floor, probe[0]))
     del prepared
-    hardware = merge_hardware(before, measure_hardware(args, threads, dtypes, args.bandwidth_passes - half))
+    hardware = merge_hardware(before, measure_hardware(args, probe, threads, dtypes, args.bandwidth_passes - half))
     groups, cells = groups_and_cells(timed)
 
     model, compiled, reference = models[args.dtype]
@@ -340,7 +358,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
                 "batches": args.batches, "contexts": args.contexts, "variant_threads": args.variant_threads,
                 "variant_dtype": args.variant_dtype, "variant_batches": args.variant_batches,
                 "repeats": args.repeats, "warmup": args.warmup, "modes": MODES, "baseline": BASELINE,
-                "order_policy": bench.ORDER_POLICY, "targets": TARGETS, "quick": bool(args.quick),
+                "order_policy": bench.ORDER_POLICY, "quick": bool(args.quick),
                 "cache_contents": "random keys and values of the exact shape, T - 1 positions per layer; "
                                   "the step adds the T-th; equivalence is proven on real prefixes before timing",
                 "timer": TIMER,
@@ -390,4 +408,5 @@ def main(argv: Sequence[str] | None = None, kernel_ns: Mapping[str, Mapping[str,
     the Llama kernel table's timings (llama.kernel_table): tests only, never the command line."""
     args = parse_args(argv)
     with cold_inductor_cache() if args.compile_cache == "cold" else contextlib.nullcontext():
-        return harness.run(LAB, ROOT, args, argv, lambda: sections(args, kernel_ns), summary, derive=figures.derive)
+        return harness.run(LAB, ROOT, args, argv, lambda: sections(args, kernel_ns), summary, derive=figures.derive,
+                           refuse_reference=formulas.unsteady_floor)

@@ -258,8 +258,10 @@ def attention_table(model: LlamaDecoder, contexts: list[int], seed: int,
                              contexts, seed, supplied)
 
 
-def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any]) -> dict[str, Any]:
-    """Rotated repetitions of one step per mode at every (threads, context): the record's raw Llama section."""
+def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any],
+            floor: Callable[[], dict[str, int]]) -> dict[str, Any]:
+    """Rotated repetitions of one step per mode at every (threads, context), each group after one pass of the
+    floor's read kernels (``floor``): the record's raw Llama section."""
     started = time.perf_counter_ns()
     groups, cells = [], []
     progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
@@ -276,10 +278,11 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
                     return elapsed
 
                 label = f"Llama {count}t context {context}"
+                beside = floor()
                 with torch.inference_mode():
                     order, durations = harness.time_rotated(llama_modes.LLAMA_MODES, run, args.repeats, args.warmup, progress,
                                                             label)
-                groups.append({"threads": count, "context": context, "order": order})
+                groups.append({"threads": count, "context": context, "order": order, "floor_ns": beside})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
                           for mode in llama_modes.LLAMA_MODES]
                 progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"

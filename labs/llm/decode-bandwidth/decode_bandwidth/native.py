@@ -14,9 +14,7 @@ attention does no better (both read SmolLM2's cache at about 6 GB/s on a 2-core 
 The loop reads each stored key row and value row once, only the positions the cache holds (no mask), serving a
 key/value head's G queries from the same row. The benchmark times it beside the two products it replaces.
 
-The build uses ``CC``, else the first of gcc, cc and g++ (inductor's own builds need g++), ``-march=native`` (the
-machine running it is the one it is for), and takes well under a second; it happens once per process, into a
-temporary folder, and its seconds are recorded. The attention is also a custom operator, so a compiled region
+The build is llm_models.native's (once per process; its seconds are recorded). The attention is also a custom operator, so a compiled region
 calls it as one opaque step, at the thread count in force.
 """
 
@@ -24,52 +22,27 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-import shutil
-import subprocess
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from llm_models import native
+from llm_models.native import Build
+
 SOURCES = (Path(__file__).with_name("int8_rows.c"), Path(__file__).with_name("attend_rows.c"))
-NAMES = " and ".join(source.name for source in SOURCES)
-# -O3 vectorises the inner loop; -fassociative-math (with the two flags it needs) lets that loop keep partial sums
-# in vector lanes. Not -ffast-math: linking with it would switch the whole process's float mode to flush
-# subnormals to zero.
-FLAGS = ("-O3", "-march=native", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
-         "-shared", "-fPIC", "-lm")
-
-
-@dataclass(frozen=True)
-class Build:
-    library: ctypes.CDLL | None  # int8_rows and attend_rows, or None when they could not be built
-    seconds: float
-    reason: str | None  # why it could not be built, in one line
 
 
 @functools.cache
 def build() -> Build:
-    """Compile and load the two loops once per process (a deliberate cache: the library stays loaded)."""
-    started = time.perf_counter()
-    compiler = os.environ.get("CC") or next(filter(None, map(shutil.which, ("gcc", "cc", "g++"))), None)
-    if compiler is None:
-        return Build(None, 0.0, "no C compiler: set CC, or install gcc")
-    with tempfile.TemporaryDirectory(prefix="decode-loops-") as folder:
-        library = Path(folder) / "decode_loops.so"
-        done = subprocess.run([compiler, *map(str, SOURCES), *FLAGS, "-o", str(library)], capture_output=True,
-                              text=True, check=False)
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            return Build(None, time.perf_counter() - started, f"{compiler} could not build {NAMES}: {first}")
-        loaded = ctypes.CDLL(str(library))  # stays mapped once the folder is gone
-    loaded.int8_rows.restype = loaded.attend_rows.restype = None
-    loaded.int8_rows.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
-    loaded.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 5 + [ctypes.c_int]
-    return Build(loaded, time.perf_counter() - started, None)
+    """The two loops, built once per process (llm_models.native), their argument types declared."""
+    built = native.build(SOURCES)
+    if built.library is not None:
+        loaded = built.library
+        loaded.int8_rows.restype = loaded.attend_rows.restype = None
+        loaded.int8_rows.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long, ctypes.c_long, ctypes.c_int]
+        loaded.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 5 + [ctypes.c_int]
+    return built
 
 
 def unavailable() -> str | None:

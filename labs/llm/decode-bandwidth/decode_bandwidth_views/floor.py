@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, READ_KERNELS, headline_key
+from decode_bandwidth.figures.formulas import (
+    BYTES_PER_ELEMENT,
+    FLOOR_DRIFT_LIMIT,
+    FLOOR_MEDIAN_OVER_BEST_LIMIT,
+    READ_KERNELS,
+    headline_key,
+)
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 
@@ -35,6 +41,26 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
         + "; ".join(f"{key.split('/')[0]} ({e['size']:,}-wide) at {threads_text(int(key.split('/')[1]))}, "
                     f"{e['flops_per_s'] / 1e9:.0f} GFLOP/s" for key, e in machine["matmul"].items()) + ".",
     ]
+
+
+def beside_sentence(machine: dict[str, Any]) -> str:
+    """How the floors read beside the groups wandered at each thread count, and whether that is within the limits
+    a reference record must meet (figures.derivation.floor_stability)."""
+    parts = []
+    for threads, entry in machine["bandwidth"].items():
+        beside = entry["beside"]
+        parts.append(f"at {threads_text(int(threads))}, {beside['groups']} groups read "
+                     f"{gbs(beside['lowest_bytes_per_s'])} to {gbs(beside['highest_bytes_per_s'])} (a drift of "
+                     f"{beside['drift']:.0%}; the run's best pass was {format_ratio(beside['median_over_best'])} their "
+                     f"median)")
+    steady = all(entry["beside"]["stable"] for entry in machine["bandwidth"].values())
+    verdict = ("so the memory these cells had held steady through the run, within the limits a reference record must "
+               "meet" if steady else
+               "beyond the limits a reference record must meet, so the memory these cells had changed during the run "
+               "and comparisons between groups carry that change")
+    return (f"Read again just before each group of cells, the floor gave {'; '.join(parts)}: {verdict} (a drift of "
+            f"at most {FLOOR_DRIFT_LIMIT:.0%}, a best pass at most {format_ratio(FLOOR_MEDIAN_OVER_BEST_LIMIT)} the "
+            "median). Each cell's ratio to its floor uses the floor read beside its group.")
 
 
 def kernels_table(machine: dict[str, Any]) -> Table:
@@ -68,7 +94,7 @@ def floor_view(record: dict[str, Any]) -> Block:
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
               "measured read bandwidth; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
-    return Block(paragraphs=machine_paragraphs(record["hardware"]),
+    return Block(paragraphs=[*machine_paragraphs(record["hardware"]), beside_sentence(record["hardware"])],
                  tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
 

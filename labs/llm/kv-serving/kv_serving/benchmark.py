@@ -26,6 +26,7 @@ import torch
 
 from labkit import bench, harness
 from labkit.manifest import lab_for
+from llm_models import paged
 
 from . import dtypes, figures, trained_load
 from .dtypes import (
@@ -385,7 +386,11 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
                       "servers": "threads of the benchmark process" if args.quick else "separate processes",
                       "prompt_tokens": [8, args.prompt_max], "output_tokens": [8, args.output_max],
                       "rates": args.rates, "sampling": "greedy (argmax); every request runs to max_tokens",
-                      "dtype_choice": choice},
+                      "dtype_choice": choice,
+                      # which way attention read the blocks (kv_serving.model.PagedRows): in place where the C loop
+                      # was built, else gathered; the same logits within llm_models.paged.ATOL either way
+                      "attention": ({"way": "in place", "unavailable": None} if paged.unavailable() is None else
+                                    {"way": "gathered", "unavailable": paged.unavailable()})},
     }
     planned = trained_load.plan(args, BYTE_BUDGET_SHARE)
     trained = trained_load.gate(args, planned, equivalence_gate)

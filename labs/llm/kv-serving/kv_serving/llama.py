@@ -12,7 +12,7 @@ so a block never needs to know where its request started.
   weight matrix for all of their tokens, each prompt attending only over its own keys, its keys and values
   written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position, attending over its own blocks
-  (``kv_serving.model.PagedRows``, the random model's gather-and-mask).
+  (``kv_serving.model.PagedRows``: the blocks read where they lie, as for the random model).
 """
 
 from __future__ import annotations

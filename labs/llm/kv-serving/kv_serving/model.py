@@ -8,8 +8,8 @@ stack is exactly the first lab's model. Three paths share those weights:
 * ``reference_logits``: the full prefix, no cache at all (the oracle);
 * ``prefill``: one new request's prompt, keys and values written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position,
-  attending over its own blocks gathered through its block table, padded to
-  the longest and masked so no request sees another's padding (``one_query_attention``).
+  attending over its own blocks through its block table, read where they lie
+  (``PagedRows``, ``llm_models.paged``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from torch import Tensor
 
 from kv_cache.config import ModelConfig
 from kv_cache.model import DecoderBlock
-from llm_models.attention import causal_attention, one_query_attention
+from llm_models import paged
+from llm_models.attention import causal_attention
 
 from .pool import LayeredPool
 from .sizes import blocks_for
@@ -147,8 +148,9 @@ class PackedPrompts:
 
 class PagedRows:
     """One decode step's bookkeeping for B requests at their own positions (both models' decode): each row's
-    new key and value go into its own slot, and its query attends over its own blocks only, gathered through
-    its block table, padded to the longest and masked so no request sees another's padding."""
+    new key and value go into its own slot, and its query attends over its own blocks only, read where they lie
+    through its block table (``llm_models.paged.in_place``), or, where no C compiler is found, gathered into one
+    padded tensor and masked (``llm_models.paged.gathered``, the reference both are tested against)."""
 
     def __init__(self, pool: LayeredPool, tokens: list[int], positions: list[int], tables: list[list[int]]) -> None:
         if not len(tokens) == len(positions) == len(tables) > 0:
@@ -161,24 +163,20 @@ class PagedRows:
                 raise ValueError(f"request {b} at position {positions[b]} needs {count} blocks, has {len(table)}")
         self.pool, self.batch, self.width = pool, len(tokens), max(needed)
         self.position = torch.tensor(positions)  # (B,)
-        # (B, width): each request's block table, padded with its own first block; the mask hides padding
+        self.lengths = self.position + 1  # (B,): each row reads its positions 0 .. p
+        # (B, width): each request's block table, padded with its own first block, which no row reads past its length
         self.index = torch.tensor([table[:count] + [table[0]] * (self.width - count)
                                    for table, count in zip(tables, needed)])
         self.write_block = self.index[torch.arange(self.batch), self.position // size]  # (B,)
         self.write_slot = self.position % size
-        self.visible = torch.arange(self.width * size)[None, :] <= self.position[:, None]  # (B, K): keys 0..p
+        self.attention = paged.gathered if paged.unavailable() else paged.in_place
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Store k and v (B, Hkv, 1, D) in each row's slot, then q (B, H, 1, D) over each row's keys."""
         keys, values = self.pool.layer_keys(layer), self.pool.layer_values(layer)
         keys[self.write_block, :, self.write_slot] = k[:, :, 0]  # (B, Hkv, D): each row into its own slot
         values[self.write_block, :, self.write_slot] = v[:, :, 0]
-        _, kv_heads, size, dim = keys.shape
-
-        def gather(storage: Tensor) -> Tensor:  # (B, width, Hkv, S, D) -> (B, Hkv, width x S, D)
-            return storage[self.index].transpose(1, 2).reshape(self.batch, kv_heads, self.width * size, dim)
-
-        return one_query_attention(q, gather(keys), gather(values), self.visible)  # (B, H, 1, D)
+        return self.attention(q, keys, values, self.index, self.lengths)  # (B, H, 1, D)
 
 
 def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,

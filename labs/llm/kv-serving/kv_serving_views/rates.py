@@ -166,8 +166,8 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
     order = (f"The server's own mean decode step (its time in decode steps over their number) was "
              f"{join([format_latency(s) for s in steps])}, "
              + ("in the same order as the gaps: where the gap was longer, so were the server's own steps. A step's "
-                 "cost depends on more than the mean batch (the gather, for one, grows with the longest cache in the "
-                 "batch), and the record does not break steps down further."
+                 "cost depends on more than the mean batch (attention, for one, grows with each request's cache), "
+                 "and the record does not break steps down further."
                  if same_order else
                  "not in the same order as the gaps, so part of the gaps lies outside the decode steps (prefills and "
                  "the event loop's own work); the record does not break this down further."))

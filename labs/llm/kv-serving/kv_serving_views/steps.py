@@ -45,8 +45,8 @@ def step_view(record: dict[str, Any]) -> Block:
                                 "Weights per request (ms)", "Tokens per second"], rows_out)],
                 notes=["“Weights alone” times the step's multiplications by weight matrices (every layer's fused "
                        "projection, output projection and feed-forward network, and the output head) on a batch of "
-                       "that many rows, without attention, the block gather or the cache writes. “Rest of the step” is "
-                       "the median step minus that median: attention over the gathered blocks, the writes, and "
+                       "that many rows, without attention or the cache writes. “Rest of the step” is "
+                       "the median step minus that median: attention over the blocks, the writes, and "
                        "Python."
                        + (" The two medians come from separate timings, so where the rest is small their difference "
                           "can fall below zero, as it does here." if any(r["median_ns"] < r["weights"]["median_ns"]

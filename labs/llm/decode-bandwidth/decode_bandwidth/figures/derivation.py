@@ -19,6 +19,8 @@ from .formulas import (
     BASELINE,
     BYTES_PER_ELEMENT,
     COMPILED,
+    FLOOR_DRIFT_LIMIT,
+    FLOOR_MEDIAN_OVER_BEST_LIMIT,
     LAYOUT_KERNELS,
     LLAMA_BASELINE,
     LLAMA_INT8,
@@ -64,7 +66,8 @@ def derive(record: dict[str, Any]) -> Figures:
         figures.add(("equivalence", "modes", mode, "bound"), bound, "atol + rtol x its max |reference|")
         figures.add(("equivalence", "modes", mode, "share_of_bound"), entry["max_abs_diff"] / bound,
                     "its max |difference| / its bound")
-    medians, floors = grid_figures(record, rates, figures)
+    medians, _ = grid_figures(record, rates, figures)
+    floor_stability(record, rates, figures)
     size = BYTES_PER_ELEMENT[bench["dtype"]]
     one = step_bytes(model, size, 1, 1)  # sized in the headline dtype
     for name, value in (("batch_x_context", kv_crossover(model)), ("weight_bytes", one["weights"]),
@@ -76,7 +79,7 @@ def derive(record: dict[str, Any]) -> Figures:
         figures.add(("activations", name, "bytes"), value, "the model config at the grid's largest batch and context")
         figures.add(("activations", name, "share_of_weights"), value / one["weights"], "its bytes / the weight bytes")
     layout_figures(record, rates, figures)
-    profile_figures(record, rates, medians, floors, figures)
+    profile_figures(record, rates, medians, figures)
     variant_figures(record, rates, medians, figures)
     llama_figures(record, rates, figures)
     client = record["client"]
@@ -102,10 +105,12 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         work[group_key(group)] = needed
         for name, value in needed.items():
             figures.add(("groups", index, "bytes", name), value, "the model config")
-        memory = memory_floor_ns(needed, rates, group["threads"])
+        rate = beside_rate(record["hardware"], group)
+        memory = memory_floor_ns(needed, rate)
         compute = needed["flops"] / rates[("matmul", f"{group['dtype']}/{group['threads']}")] * 1e9
         floors[group_key(group)] = (memory, compute)
-        figures.add(("groups", index, "floor_ns_per_step"), memory, "its bytes / the measured read bandwidth")
+        figures.add(("groups", index, "floor_bytes_per_s"), rate, "the fastest read kernel's pass beside it")
+        figures.add(("groups", index, "floor_ns_per_step"), memory, "its bytes / the read bandwidth beside it")
         figures.add(("groups", index, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
         figures.add(("groups", index, "kv_over_weights"), needed["kv_read"] / needed["weights"], "the model config")
         figures.add(("groups", index, "flops_per_byte"), needed["flops"] / needed["total"], "its flops / its bytes")
@@ -117,7 +122,7 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         for name, value in (("min_ns_per_step", min(durations)), ("median_ns_per_step", ns),
                             ("max_ns_per_step", max(durations))):
             figures.add((*where, name), value, "its raw durations")
-        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the read bandwidth beside it")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
         figures.add((*where, "step_over_higher_floor"), ns / max(memory, compute), "its median / its group's higher floor")
         figures.add((*where, "regime"), regime(durations, memory, compute), "its quartiles against its group's two "
@@ -217,16 +222,14 @@ def layout_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) ->
                 figures.add((*where, "rows", index, name), value, "its times and bytes")
 
 
-def profile_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Cell, float], floors: Floors,
-                    figures: Figures) -> None:
+def profile_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Cell, float], figures: Figures) -> None:
     """Per profiled kind the bytes it must read, the floor they set, the time over it; per mode the total, the
-    weight matrices' share against their floor, the small operators, the timed step and the target's budget."""
+    weight matrices' share against their floor, the small operators and the timed step."""
     profile, model = record["profile"], record["config"]["model"]
     needed = kind_bytes(model, BYTES_PER_ELEMENT[profile["dtype"]], profile["batch"], profile["context"])
     bandwidth = rates[("bandwidth", str(profile["threads"]))]
     shapes = matrix_shapes(model)
     group = (profile["dtype"], profile["threads"], profile["batch"], profile["context"])
-    target = record["config"]["benchmark"]["targets"]["step_over_floor"]
     for mode, entry in profile["modes"].items():
         spent: dict[str, float] = {}
         matrices_floor = 0.0
@@ -244,7 +247,6 @@ def profile_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Ce
         where = ("profile", "modes", mode)
         total, matrices = sum(spent.values()), sum(spent[kind] for kind in MATRICES)
         timed = medians.get((*group, mode))
-        budget = target * floors[group][0] if group in floors else None
         for name, value, how in (
                 ("total_ns_per_step", total, "the sum of its rows"),
                 ("matrices_ns", matrices, "its weight matrices' rows"),
@@ -254,10 +256,7 @@ def profile_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Ce
                 ("small_ops_ns", spent["other"] + spent["cache writes and copies"], "its rows"),
                 ("minor_faults_median", as_number(median(entry["minor_faults"])), "its fault counts"),
                 ("total_minus_timed_ns", None if timed is None else total - timed, "its rows and the cell's timed steps"),
-                ("total_over_timed", None if timed is None else total / timed, "its rows and the cell's timed steps"),
-                ("target_budget_ns", budget, "the target and the cell's floor"),
-                ("matrices_over_budget", None if budget is None else matrices / budget,
-                 "its rows, the target and the cell's floor")):
+                ("total_over_timed", None if timed is None else total / timed, "its rows and the cell's timed steps")):
             figures.add((*where, name), value, how)
 
 
@@ -318,11 +317,11 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
             prefix = () if weights == "float32" else (weights,)  # float32's figures keep their plain names
             for name, value in needed.items():
                 figures.add((*where, "_".join((*prefix, "bytes")), name), value, f"the Llama config, {weights} weights")
-            memory = memory_floor_ns(needed, rates, group["threads"])
+            memory = memory_floor_ns(needed, beside_rate(record["hardware"], group))
             compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
             floors[(*key, weights)] = (memory, compute)
             name = "_".join((*prefix, "floor_ns_per_step"))
-            figures.add((*where, name), memory, f"its {weights} bytes / the measured read bandwidth")
+            figures.add((*where, name), memory, f"its {weights} bytes / the read bandwidth beside it")
             if weights == "float32":
                 figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
         memory = floors[(*key, "float32")][0]
@@ -353,7 +352,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
-        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the measured read bandwidth")
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the read bandwidth beside it")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
         figures.add((*where, "regime"), regime(cell["durations_ns"], memory, compute), "its quartiles against its "
                     "group's two floors")
@@ -405,9 +404,39 @@ def quality_figures(quality: Mapping[str, Any], figures: Figures) -> None:
                 "the first position the two greedy answers differ")
 
 
-def memory_floor_ns(needed: Mapping[str, int], rates: Rates, threads: int) -> float:
-    """A step's bytes over the fastest read kernel's rate at its thread count: the least time they can take."""
-    return needed["total"] / rates[("bandwidth", str(threads))] * 1e9
+def memory_floor_ns(needed: Mapping[str, int], rate: float) -> float:
+    """A step's bytes over a read rate (bytes per second): the least time they can take at that rate."""
+    return needed["total"] / rate * 1e9
+
+
+def beside_rate(machine: Mapping[str, Any], group: Mapping[str, Any]) -> float:
+    """The rate of the floor read beside a group: the fastest of its read kernels' one pass each (each kernel's
+    bytes are the hardware section's, over the same buffer)."""
+    kernels = machine["bandwidth"][str(group["threads"])]["kernels"]
+    return max(kernels[name]["bytes"] / ns * 1e9 for name, ns in group["floor_ns"].items())
+
+
+def floor_stability(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:
+    """Per thread count, how the floors read beside the groups (headline grid and trained model) wandered: the
+    slowest and fastest, the drift between them, their median against the run's best pass, and whether both are
+    within the limits (formulas.FLOOR_DRIFT_LIMIT, FLOOR_MEDIAN_OVER_BEST_LIMIT)."""
+    beside: dict[str, list[float]] = {}
+    for group in (*record["groups"], *record["llama"]["groups"]):
+        beside.setdefault(str(group["threads"]), []).append(beside_rate(record["hardware"], group))
+    for threads, found in sorted(beside.items()):
+        lowest, highest, middle = min(found), max(found), median(found)
+        drift, over_best = (highest - lowest) / highest, rates[("bandwidth", threads)] / middle
+        where = ("hardware", "bandwidth", threads, "beside")
+        for name, value, how in (
+                ("groups", len(found), "the groups timed at this thread count"),
+                ("lowest_bytes_per_s", lowest, "the slowest floor read beside a group"),
+                ("highest_bytes_per_s", highest, "the fastest floor read beside a group"),
+                ("median_bytes_per_s", middle, "the median floor read beside a group"),
+                ("drift", drift, "(fastest - slowest) / fastest of the floors beside the groups"),
+                ("median_over_best", over_best, "the run's best rate / the groups' median rate"),
+                ("stable", drift <= FLOOR_DRIFT_LIMIT and over_best <= FLOOR_MEDIAN_OVER_BEST_LIMIT,
+                 "the drift and the median against their limits")):
+            figures.add((*where, name), value, how)
 
 
 def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:

@@ -38,7 +38,6 @@ from .formulas import (
     QUALITY_POSITIONS,
     READ_KERNELS,
     RTOL,
-    TARGETS,
     Cell,
     fastest_attention,
     fastest_kernel,
@@ -56,7 +55,7 @@ from .formulas import (
 
 
 def check_invariants(record: dict[str, Any], source: str) -> None:
-    """What the raw data must satisfy before anything is derived from it: this lab's model, modes, targets
+    """What the raw data must satisfy before anything is derived from it: this lab's model, modes
     and tolerance; every mode within the tolerance; the grid the config asks for, one cell per group and
     mode, each with a duration and a fault count per repetition in the rotating order; enough bandwidth
     passes over a buffer beyond the cache; the layouts and profile kinds the decoder has; ascending token times."""
@@ -74,8 +73,6 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     if bench["modes"] != MODES or bench["baseline"] != BASELINE:
         refuse(source, ("config", "benchmark", "modes"), f"are {bench['modes']} with baseline {bench['baseline']!r}, "
                f"but this lab measures {MODES} with baseline {BASELINE!r}")
-    if bench["targets"] != TARGETS:
-        refuse(source, ("config", "benchmark", "targets"), f"are {bench['targets']}, the benchmark's code sets {TARGETS}")
     in_force = record["environment"]["torch"]["threads"]
     if in_force != bench["threads"]:
         refuse(source, ("environment", "torch", "threads"),
@@ -169,6 +166,7 @@ def check_groups(record: dict[str, Any], source: str) -> None:
         if str(group["threads"]) not in machine["bandwidth"] or f"{group['dtype']}/{group['threads']}" not in machine["matmul"]:
             refuse(source, ("groups", index), f"ran at {group['threads']} threads in {group['dtype']}, which the "
                    "hardware section did not measure")
+        check_beside(machine, group, ("groups", index), source)
         for mode in MODES:
             if (*key, mode) not in cells:
                 refuse(source, ("cells",), f"lack the {mode} cell of {key}")
@@ -333,6 +331,7 @@ def check_llama(record: dict[str, Any], source: str) -> None:
         if str(group["threads"]) not in measured["bandwidth"] or f"{LLAMA_DTYPE}/{group['threads']}" not in measured["matmul"]:
             refuse(source, (*where, "groups", index, "threads"), f"is {group['threads']}, a thread count the hardware "
                    f"section did not measure in {LLAMA_DTYPE}")
+        check_beside(measured, group, (*where, "groups", index), source)
     cells = [(cell["threads"], cell["context"], cell["mode"]) for cell in section["cells"]]
     expected = [(*key, mode) for key in keys for mode in LLAMA_MODES]
     if cells != expected:
@@ -344,7 +343,8 @@ def check_llama(record: dict[str, Any], source: str) -> None:
                    f"one per repetition needs repeats = {repeats}")
         needed = llama_step_bytes(model, BYTES_PER_ELEMENT[section["dtype"]], section["batch"], cell["context"],
                                   LLAMA_WEIGHTS[cell["mode"]])
-        floor, fastest = memory_floor_ns(needed, rates, cell["threads"]), min(cell["durations_ns"])
+        floor = memory_floor_ns(needed, rates[("bandwidth", str(cell["threads"]))])
+        fastest = min(cell["durations_ns"])
         if fastest < floor:
             refuse(source, (*where, "cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory "
                    f"floor of {floor:.0f} ns (Llama {cell['mode']}, {cell['threads']} thread(s), context "
@@ -379,6 +379,14 @@ def check_quality(record: dict[str, Any], source: str) -> None:
                    "were asked for")
 
 
+def check_beside(machine: dict[str, Any], group: dict[str, Any], where: JsonPath, source: str) -> None:
+    """A group's floor was read by the same kernels as the hardware section's at its thread count, one pass each."""
+    measured = sorted(machine["bandwidth"][str(group["threads"])]["kernels"])
+    if sorted(group["floor_ns"]) != measured:
+        refuse(source, (*where, "floor_ns"), f"names the read kernels {sorted(group['floor_ns'])}; the hardware section "
+               f"measured {measured} at {group['threads']} thread(s)")
+
+
 def check_floor_holds(record: dict[str, Any], source: str) -> None:
     """No repetition of any timed cell may take less than its memory floor: a step that beat it would show
     that some kernel reads memory faster than every read kernel measured, so the floor would not be one."""
@@ -386,7 +394,7 @@ def check_floor_holds(record: dict[str, Any], source: str) -> None:
     model = record["config"]["model"]
     for index, cell in enumerate(record["cells"]):
         needed = step_bytes(model, BYTES_PER_ELEMENT[cell["dtype"]], cell["batch"], cell["context"])
-        floor = memory_floor_ns(needed, rates, cell["threads"])
+        floor = memory_floor_ns(needed, rates[("bandwidth", str(cell["threads"]))])
         fastest = min(cell["durations_ns"])
         if fastest < floor:
             refuse(source, ("cells", index, "durations_ns"), f"holds a step of {fastest} ns, under its memory floor of "

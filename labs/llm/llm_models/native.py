@@ -1,0 +1,50 @@
+"""C loops built at run time and called through ctypes: the one builder the labs' hand-written loops share.
+
+The build uses ``CC``, else the first of gcc, cc and g++ (inductor's own builds need g++), ``-march=native`` (the
+machine running it is the one it is for), and takes well under a second; it happens once per process and set of
+sources, into a temporary folder, and its seconds are kept (the decode lab records them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# -O3 vectorises the inner loops; -fassociative-math (with the two flags it needs) lets a loop keep partial sums
+# in vector lanes. Not -ffast-math: linking with it would switch the whole process's float mode to flush
+# subnormals to zero.
+FLAGS = ("-O3", "-march=native", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
+         "-shared", "-fPIC", "-lm")
+
+
+@dataclass(frozen=True)
+class Build:
+    library: ctypes.CDLL | None  # the loops, or None when they could not be built
+    seconds: float
+    reason: str | None  # why they could not be built, in one line
+
+
+@functools.cache
+def build(sources: tuple[Path, ...]) -> Build:
+    """Compile and load ``sources`` into one library once per process (a deliberate cache: it stays loaded)."""
+    started = time.perf_counter()
+    names = " and ".join(source.name for source in sources)
+    compiler = os.environ.get("CC") or next(filter(None, map(shutil.which, ("gcc", "cc", "g++"))), None)
+    if compiler is None:
+        return Build(None, 0.0, "no C compiler: set CC, or install gcc")
+    with tempfile.TemporaryDirectory(prefix="lab-loops-") as folder:
+        library = Path(folder) / "loops.so"
+        done = subprocess.run([compiler, *map(str, sources), *FLAGS, "-o", str(library)], capture_output=True,
+                              text=True, check=False)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            return Build(None, time.perf_counter() - started, f"{compiler} could not build {names}: {first}")
+        loaded = ctypes.CDLL(str(library))  # stays mapped once the folder is gone
+    return Build(loaded, time.perf_counter() - started, None)
