@@ -205,9 +205,9 @@ class FloorBesideEachGroup(unittest.TestCase):
         from decode_bandwidth_views.floor import beside_sentence
 
         steady = beside_sentence(with_stability(beside_record([100_000_000, 108_000_000]))["hardware"])
-        self.assertIn("held steady", steady)
-        self.assertIn("9.3 GB/s to 10.0 GB/s (a drift of 7%", steady)
+        self.assertIn(": steady by the limits", steady)
+        self.assertIn("9.3–10.0 GB/s at 1 thread (drift 7%", steady)
         for groups in ([100_000_000, 150_000_000], [120_000_000, 122_000_000]):
             wandered = beside_sentence(with_stability(beside_record(groups))["hardware"])
-            self.assertIn("changed during the run", wandered)
-            self.assertNotIn("held steady", wandered)
+            self.assertIn("unsteady: the memory these cells had changed during the run", wandered)
+            self.assertNotIn(": steady", wandered)

@@ -46,21 +46,14 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
 def beside_sentence(machine: dict[str, Any]) -> str:
     """How the floors read beside the groups wandered at each thread count, and whether that is within the limits
     a reference record must meet (figures.derivation.floor_stability)."""
-    parts = []
-    for threads, entry in machine["bandwidth"].items():
-        beside = entry["beside"]
-        parts.append(f"at {threads_text(int(threads))}, {beside['groups']} groups read "
-                     f"{gbs(beside['lowest_bytes_per_s'])} to {gbs(beside['highest_bytes_per_s'])} (a drift of "
-                     f"{beside['drift']:.0%}; the run's best pass was {format_ratio(beside['median_over_best'])} their "
-                     f"median)")
+    parts = [f"{gbs(e['beside']['lowest_bytes_per_s']).removesuffix(' GB/s')}–{gbs(e['beside']['highest_bytes_per_s'])} "
+             f"at {threads_text(int(t))} (drift {e['beside']['drift']:.0%}, best pass "
+             f"{format_ratio(e['beside']['median_over_best'])} the median)" for t, e in machine["bandwidth"].items()]
     steady = all(entry["beside"]["stable"] for entry in machine["bandwidth"].values())
-    verdict = ("so the memory these cells had held steady through the run, within the limits a reference record must "
-               "meet" if steady else
-               "beyond the limits a reference record must meet, so the memory these cells had changed during the run "
-               "and comparisons between groups carry that change")
-    return (f"Read again just before each group of cells, the floor gave {'; '.join(parts)}: {verdict} (a drift of "
-            f"at most {FLOOR_DRIFT_LIMIT:.0%}, a best pass at most {format_ratio(FLOOR_MEDIAN_OVER_BEST_LIMIT)} the "
-            "median). Each cell's ratio to its floor uses the floor read beside its group.")
+    verdict = "steady" if steady else "unsteady: the memory these cells had changed during the run"
+    return (f"Read again before each group of cells, the floor gave {join(parts)}: {verdict} by the limits a "
+            f"reference record must meet (drift at most {FLOOR_DRIFT_LIMIT:.0%}, best at most "
+            f"{format_ratio(FLOOR_MEDIAN_OVER_BEST_LIMIT)} the median). Each cell's ratio uses its group's floor.")
 
 
 def kernels_table(machine: dict[str, Any]) -> Table:
