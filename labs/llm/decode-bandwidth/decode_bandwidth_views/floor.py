@@ -86,7 +86,7 @@ def floor_view(record: dict[str, Any]) -> Block:
     legend = (f"Bytes one decode step must move on {bench['device']} in {dtype} at {threads_text(threads)}, from the "
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
-              "measured read bandwidth; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
+              "read bandwidth measured beside its group; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
     return Block(paragraphs=[*machine_paragraphs(record["hardware"]), beside_sentence(record["hardware"])],
                  tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
