@@ -393,7 +393,7 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
                                     {"way": "gathered", "unavailable": paged.unavailable()})},
     }
     planned = trained_load.plan(args, BYTE_BUDGET_SHARE)
-    trained = trained_load.gate(args, planned, equivalence_gate)
+    trained = trained_load.gate(args, planned, equivalence_gate, timed)
     launch = server_threads if args.quick else server_processes
     # Two rounds of servers, each started together and stopped before the next: the trained model's (each holds
     # its own copy of SmolLM2's weights), then the random model's. Starting every process at once made their

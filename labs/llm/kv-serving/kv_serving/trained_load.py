@@ -22,7 +22,7 @@ from llm_models.llama.generate import smollm2
 
 from .dtypes import TRAINED_TOLERANCES
 from .llama import served
-from .pool import block_bytes
+from .pool import LayeredPool, block_bytes
 from .sizes import blocks_for
 from .workload import PROMPTS, real_prompts, real_workload
 
@@ -34,6 +34,10 @@ DEFAULTS = {"trained_requests": 16, "trained_max_tokens": 28, "trained_rates": [
 QUICK = {"trained_requests": 4, "trained_max_tokens": 6, "trained_rates": [64.0], "trained_blocks": 48,
          "trained_admission_blocks": 24}
 GATE_PROMPTS, GATE_STEPS = 3, 8  # the in-process gate: the first real prompts, batched against alone
+# One request's decode step at these contexts, in process: the decode lab times its trained steps at the same three,
+# so the serving page can set the served step beside that lab's fastest (each page reads its own record).
+SOLO_CONTEXTS = (128, 512, 1024)
+QUICK_SOLO_CONTEXTS = (16, 64)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
 
 
@@ -118,11 +122,30 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
             "points": points, "serial": serial, "admission": {"policies": policies}}
 
 
-def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any) -> dict[str, Any]:
-    """The in-process gate on the trained model in the served dtype: the first prompts batched against alone."""
+def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed: Any) -> dict[str, Any]:
+    """The in-process gate on the trained model in the served dtype: the first prompts batched against alone; then
+    one request's step at each context, timed by ``timed(step, repeats)`` (the benchmark's rule)."""
     chat = smollm2(getattr(torch, args.dtype))
     model = served(chat.model)
     bench.progress(f"trained model: equivalence in {args.dtype}, batched paged decode vs each request alone")
     result = gate_fn(model, model.layers, planned["ids"][:GATE_PROMPTS], GATE_STEPS, args.block_size, TRAINED_TOLERANCES)
+    contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
+    bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}")
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
-            "equivalence": result}
+            "equivalence": result, "solo_steps": solo_steps(model, args, contexts, timed)}
+
+
+def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], timed: Any) -> list[dict[str, Any]]:
+    """One request's decode step (batch 1, the served dtype) attending over ``contexts`` positions: what a stream
+    alone on the server waits for per token. Its cache holds zeros: a step's time depends on how many positions it
+    reads, not on their values (both models' equivalence is proven before this on real prompts)."""
+    rows = []
+    for context in contexts:
+        pool = LayeredPool(model.config, model.layers, blocks_for(context, args.block_size), args.block_size)
+        table = pool.allocate(blocks_for(context, args.block_size))
+
+        def step(pool: LayeredPool = pool, table: list[int] = table, position: int = context - 1) -> None:
+            model.decode(pool, [0], [position], [table])
+
+        rows.append({"context": context, **timed(step, args.repeats)})
+    return rows

@@ -19,6 +19,7 @@ from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
 from .results import answer_fit_view, answer_stall_view, key_results_view
+from .solo import solo_view
 from .steps import step_view, steps_detail_view
 from .trained import answer_concurrent_view, trained_view
 
@@ -52,6 +53,7 @@ VIEWS: dict[str, View] = {
     "pool": pool_view,
     "model-cost": model_cost_view,
     "steps": step_view,
+    "solo-steps": solo_view,
     "admission": admission_view,
     "cancellation": cancellation_view,
     "rates": rates_view,

@@ -233,6 +233,10 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
                 "the speedup against its target")
     figures.add(("trained", "equivalence", "tokens_identical"), not trained["equivalence"]["ties"],
                 "no step where alone chose another token")
+    for index, row in enumerate(trained["solo_steps"]):
+        durations = row["durations_ns"]
+        for name, value in (("median_ns", median(durations)), ("min_ns", min(durations)), ("max_ns", max(durations))):
+            figures.add(("trained", "solo_steps", index, name), as_number(value), "its raw durations")
 
 
 def derive(record: dict[str, Any]) -> Figures:

@@ -271,3 +271,45 @@ def token_times(spans: Sequence[tuple[str, str, float, float]]) -> dict[str, lis
         for name in names.split():
             times.setdefault(name, []).append(end)
     return times
+
+
+@dataclass(frozen=True)
+class BesideDecode:
+    """One context's served step (one request, the served dtype) beside the decode lab's fastest float32 step on the
+    same trained model at the same thread count, each as (median, min, max) ns, and their ratio of medians."""
+
+    context: int
+    served: tuple[float, float, float]
+    decode_mode: str
+    decode: tuple[float, float, float]
+    ratio: float
+    parted: bool  # the two cells' min–max ranges do not overlap: only then is one called faster
+
+
+def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[BesideDecode]:
+    """Each context both records timed (the serving record's solo steps, the decode record's trained groups at the
+    serving run's thread count), the decode side being that group's fastest float32 mode. Both records with their
+    figures (labkit.summary.with_figures)."""
+    threads = serving["config"]["benchmark"]["threads"]
+    cells = {(c["threads"], c["context"], c["mode"]): c for c in decode["llama"]["cells"]}
+    groups = {g["context"]: g for g in decode["llama"]["groups"] if g["threads"] == threads}
+    rows = []
+    for step in serving["trained"]["solo_steps"]:
+        group = groups.get(step["context"])
+        if group is None:
+            continue
+        best = cells[(threads, step["context"], group["best_float32_mode"])]
+        served = (step["median_ns"], step["min_ns"], step["max_ns"])
+        fastest = (best["median_ns_per_step"], best["min_ns_per_step"], best["max_ns_per_step"])
+        rows.append(BesideDecode(step["context"], served, group["best_float32_mode"], fastest, served[0] / fastest[0],
+                                 served[2] < fastest[1] or fastest[2] < served[1]))
+    return rows
+
+
+def growth_over_decode(rows: Sequence[BesideDecode]) -> tuple[float, float, float] | None:
+    """How much the served step and the decode lab's grew from the first context both timed to the last (ns, by
+    medians), and the first over the second; None with fewer than two contexts."""
+    if len(rows) < 2:
+        return None
+    served, decode = rows[-1].served[0] - rows[0].served[0], rows[-1].decode[0] - rows[0].decode[0]
+    return served, decode, served / decode if decode > 0 else math.inf

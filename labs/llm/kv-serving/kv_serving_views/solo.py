@@ -1,0 +1,58 @@
+"""One request's decode step on the trained model, as the server runs it, beside the decode lab's fastest float32
+step at the same contexts and thread count (that lab's record): what a stream alone waits for per token here,
+against the fastest step this site measured for the same model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kv_serving.figures import formulas
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ms, format_ratio, join
+from site_hooks.other_records import reference_record
+
+DECODE_LAB = "decode-bandwidth"
+
+
+def ms_range(triple: tuple[float, float, float]) -> str:
+    """'48.1 ms (47.0–50.2)': a median and its min–max."""
+    median, low, high = (format_ms(value) for value in triple)
+    return f"{median} ms ({low}–{high})"
+
+
+def more_or_less(nanoseconds: float) -> str:
+    """'4.30 ms more' or '1.20 ms less'."""
+    return f"{format_ms(abs(nanoseconds))} ms {'less' if nanoseconds < 0 else 'more'}"
+
+
+def order_words(row: formulas.BesideDecode) -> str:
+    """Faster or slower only where the two cells' min–max ranges part."""
+    if not row.parted:
+        return "within both cells' ranges"
+    return "slower" if row.ratio > 1 else "faster"
+
+
+def solo_view(record: dict[str, Any]) -> Block:
+    decode = reference_record(DECODE_LAB)
+    rows = formulas.beside_decode(record, decode)
+    bench = record["config"]["benchmark"]
+    dtype = bench["dtype_choice"]["chosen"]
+    if not rows:
+        contexts = join([str(s["context"]) for s in record["trained"]["solo_steps"]])
+        return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
+                                 f"{bench['threads']} thread(s), so there is nothing to set the served step beside."])
+    table = Table(["Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode", "Served ÷ fastest",
+                   "Ranges"],
+                  [(f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
+                    format_ratio(row.ratio), order_words(row)) for row in rows])
+    growth = formulas.growth_over_decode(rows)
+    paragraphs = [
+        f"One request alone on the trained model: the server's own decode step at each context, {bench['threads']} "
+        f"thread(s), in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
+        f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
+        f"{decode['created_utc'][:10]}). Medians, with each cell's min–max."]
+    if growth is not None:
+        served, fastest, _ = growth
+        paragraphs.append(f"By medians, the served step took {more_or_less(served)} at {rows[-1].context:,} positions "
+                          f"than at {rows[0].context:,}, and the decode lab's fastest {more_or_less(fastest)}.")
+    return Block(paragraphs=paragraphs, tables=[table])

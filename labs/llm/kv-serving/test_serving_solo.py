@@ -1,0 +1,70 @@
+"""The served step of one request beside the decode lab's fastest trained step: matched by context and thread
+count, called faster or slower only where the two cells' min–max ranges part, contexts the decode lab did not time
+left out, and a decode record with none of them said in one sentence."""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+from unittest import mock
+
+from kv_serving.figures import formulas
+from kv_serving_views import solo
+from site_hooks.blocks import render_block
+
+
+def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
+    """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
+    return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
+            "trained": {"solo_steps": [{"context": c, "median_ns": m, "min_ns": lo, "max_ns": hi}
+                                       for c, (m, lo, hi) in steps.items()]}}
+
+
+def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
+    """A decode record's trained groups at ``threads``, each one's fastest float32 mode ours-fused."""
+    return {"created_utc": "2026-12-03T20:00:00Z",
+            "llama": {"groups": [{"threads": threads, "context": c, "best_float32_mode": "ours-fused"} for c in cells],
+                      "cells": [{"threads": threads, "context": c, "mode": "ours-fused", "median_ns_per_step": m,
+                                 "min_ns_per_step": lo, "max_ns_per_step": hi} for c, (m, lo, hi) in cells.items()]}}
+
+
+MS = 1e6
+
+
+class BesideDecode(unittest.TestCase):
+    def test_each_context_both_timed_is_matched_and_parted_only_where_the_ranges_do_not_overlap(self) -> None:
+        rows = formulas.beside_decode(
+            serving({128: (55 * MS, 54 * MS, 56 * MS), 512: (50 * MS, 45 * MS, 60 * MS), 2048: (70 * MS, 69 * MS, 71 * MS)}),
+            decode({128: (50 * MS, 49 * MS, 51 * MS), 512: (52 * MS, 51 * MS, 53 * MS)}))
+        self.assertEqual([row.context for row in rows], [128, 512])  # 2048: the decode lab timed no such group
+        self.assertAlmostEqual(rows[0].ratio, 1.1)
+        self.assertTrue(rows[0].parted)
+        self.assertFalse(rows[1].parted)  # 45-60 ms holds the decode lab's 51-53 ms
+        self.assertEqual(formulas.growth_over_decode(rows), (-5 * MS, 2 * MS, -2.5))
+
+    def test_another_thread_count_is_not_compared(self) -> None:
+        self.assertEqual(formulas.beside_decode(serving({128: (1, 1, 1)}, threads=2), decode({128: (1, 1, 1)})), [])
+
+
+class SoloView(unittest.TestCase):
+    def text(self, served: dict[int, tuple[float, float, float]], fastest: dict[int, tuple[float, float, float]]) -> str:
+        with mock.patch.object(solo, "reference_record", lambda name: decode(fastest)):
+            return render_block(solo.solo_view(serving(served)))
+
+    def test_a_slower_a_faster_and_an_overlapping_context_are_each_worded_by_their_ranges(self) -> None:
+        text = self.text({128: (60 * MS, 59 * MS, 61 * MS), 512: (40 * MS, 39 * MS, 41 * MS), 1024: (50 * MS, 40 * MS, 60 * MS)},
+                         {128: (50 * MS, 49 * MS, 51 * MS), 512: (50 * MS, 49 * MS, 51 * MS), 1024: (50 * MS, 49 * MS, 51 * MS)})
+        rows = text.split("<tr>")[2:]
+        self.assertIn("slower", rows[0])
+        self.assertIn("faster", rows[1])
+        self.assertIn("within both cells&#39; ranges", rows[2])
+        self.assertIn("took 10.00 ms less at 1,024 positions than at 128, and the decode lab&#39;s fastest 0.000 ms more",
+                      text)
+
+    def test_a_decode_record_without_these_contexts_is_said_in_one_sentence(self) -> None:
+        text = self.text({16: (1 * MS, 1 * MS, 1 * MS)}, {128: (50 * MS, 49 * MS, 51 * MS)})
+        self.assertIn("times no trained step at contexts 16", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
