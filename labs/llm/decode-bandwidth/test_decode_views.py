@@ -106,6 +106,15 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("within this run's noise of transformers' Llama", llama)
         self.assertNotIn("faster than", llama)
 
+    def test_contexts_that_part_are_named_apart_from_those_within_the_noise(self) -> None:
+        from decode_bandwidth_views.common import against
+        self.assertEqual(against([0.95, 0.8, 0.77], [False, True, True], [128, 512, 1024], "transformers"),
+                         "within this run's noise of transformers at context 128, faster than it at contexts 512 and "
+                         "1,024")
+        self.assertEqual(against([0.8, 1.3], [True, True], [128, 512], "transformers"),
+                         "faster than transformers at context 128, slower than it at context 512")
+        self.assertEqual(against([0.8, 0.7], [True, True], [128, 512], "transformers"), "faster than transformers")
+
     def test_batch_one_names_each_regime_with_its_contexts_never_one_for_all(self) -> None:
         from decode_bandwidth_views.results import regimes_by_context
         same = [{"regime": "memory", "context": c} for c in (128, 512)]

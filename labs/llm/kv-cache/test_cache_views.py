@@ -144,6 +144,17 @@ class FullPath(unittest.TestCase):
         self.assertIn("this run cannot say whether, or over which span, it grew", noisy)
         self.assertNotIn("work that scales", noisy)
 
+    def test_a_full_step_that_rises_beyond_its_ranges_from_some_length_on_is_said_to_from_there(self) -> None:
+        cached = {n: around(165, 0.04) for n in LENGTHS}
+        wide = {16: (100, 200, 500), 32: (120, 210, 520)}  # reaching into 64's range: no change to tell
+        tail = {64: around(400, 0.04), 128: around(800, 0.04), 256: around(1600, 0.04), 512: around(3200, 0.04)}
+        sentence = regime_view(timed(cached, {**wide, **tail})).paragraphs[-1]
+        self.assertIn("from 64 tokens on it grew beyond both cells' min–max ranges at every step of the sweep", sentence)
+        self.assertIn("below that its cells' spreads hide any change", sentence)
+        dip = {**tail, 256: around(700, 0.04)}  # falls back below 128's: no steady rise to the end
+        broken = regime_view(timed(cached, {**wide, **dip})).paragraphs[-1]
+        self.assertNotIn("at every step of the sweep", broken)
+
 
 class LoopSpeed(unittest.TestCase):
     """The whole loops are called faster or slower at a length only where their raw repetitions' min–max ranges do

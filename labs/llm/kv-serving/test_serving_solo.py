@@ -68,3 +68,19 @@ class SoloView(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AdmissionOrder(unittest.TestCase):
+    """Admission by bytes is said to start requests sooner or later than a safe count only where the middle halves
+    of the two runs' times to first token part."""
+
+    @staticmethod
+    def requests(ttfts: list[float]) -> dict[str, Any]:
+        return {"requests": [{"outcome": "completed", "ttft_s": t} for t in ttfts]}
+
+    def test_sooner_later_and_within_the_spread(self) -> None:
+        early, late = self.requests([0.03, 0.04, 0.05, 0.06]), self.requests([0.10, 0.14, 0.16, 0.20])
+        self.assertEqual(formulas.ttft_order(early, late), "sooner")
+        self.assertEqual(formulas.ttft_order(late, early), "later")
+        spread = self.requests([0.02, 0.05, 0.15, 0.30])
+        self.assertIsNone(formulas.ttft_order(spread, late))

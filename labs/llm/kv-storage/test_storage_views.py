@@ -125,17 +125,34 @@ class PagedVerdict(unittest.TestCase):
 
     LENGTHS = (16, 256, 1024)
 
-    def fixed(self, spread: int) -> dict[str, Any]:
-        """A gap of 800 µs + 1 µs per position by medians (mostly fixed), each step's range ``spread`` ns either side."""
+    def fixed(self, spread: int, per_position: int = 100) -> dict[str, Any]:
+        """A gap of 800 µs + ``per_position`` ns per position by medians (mostly fixed at 16 tokens; at 1024 too for
+        the default 0.1 µs, not for 1 µs), each step's range ``spread`` ns either side."""
         return sweep({n: {"full": exact(9_000_000), "concat": exact(1_000_000),
                           "prealloc": widen(1_000_000 + 1000 * n, spread),
-                          "paged": widen(1_800_000 + 2000 * n, spread)} for n in self.LENGTHS}, steps=1)
+                          "paged": widen(1_800_000 + (1000 + per_position) * n, spread)} for n in self.LENGTHS}, steps=1)
 
-    def test_a_mostly_fixed_gap_whose_ranges_do_not_overlap_is_called_a_fixed_cost_everywhere(self) -> None:
+    def test_a_gap_mostly_fixed_at_16_and_at_1024_tokens_is_called_a_fixed_cost_at_both(self) -> None:
         record = self.fixed(100_000)
         self.assertTrue(paged_item(record).startswith("Paging's price here is mostly a fixed cost per step"))
+        self.assertIn("not copying, at 16 tokens and at 1024:", paged_item(record))
+        self.assertIn("at 1024 tokens those 800.0 µs are 89% of a 902.4 µs gap", paged_item(record))
         self.assertTrue(answer_paged_view(record).paragraphs[0].startswith("Most of it is bookkeeping per call"))
-        self.assertIn("paging's extra time is mostly bookkeeping fixed per step", takeaway_step_view(record).paragraphs[0])
+        self.assertIn("paging's extra time is mostly bookkeeping fixed per step.", takeaway_step_view(record).paragraphs[0])
+
+    def test_a_gap_mostly_fixed_at_16_tokens_but_not_at_1024_is_called_fixed_only_at_16(self) -> None:
+        record = self.fixed(100_000, per_position=1000)  # 800 µs of 816 at 16 tokens, of 1,824 at 1024
+        item, takeaway = paged_item(record), takeaway_step_view(record).paragraphs[0]
+        self.assertIn("is mostly a fixed cost per step (table to index tensors, scatter, gather setup) at 16 tokens, "
+                      "not at 1024", item)
+        self.assertIn("at 1024 tokens those 800.0 µs are 44% of a 1,824 µs gap", item)
+        self.assertIn("paging's extra time is mostly bookkeeping fixed per step at 16 tokens, not at 1024", takeaway)
+        self.assertTrue(answer_paged_view(record).paragraphs[0].startswith(
+            "At 16 tokens most of it is bookkeeping per call; at 1024 most of it is not."))
+        self.assertIn("at 1024 tokens that intercept is 44% of the gap, not most of it",
+                      " ".join(paged_overhead_sentences(record)))
+        for text in (item, takeaway):
+            self.assertNotIn("at 16 tokens and at 1024", text)
 
     def test_the_same_medians_with_ranges_overlapping_at_16_tokens_are_not_split(self) -> None:
         record = self.fixed(500_000)
@@ -168,6 +185,14 @@ class PagedVerdict(unittest.TestCase):
         named = "mostly a fixed cost" in paged_item(record) or "mostly the per-step gather" in paged_item(record)
         self.assertEqual(named, min(paged) > max(prealloc) and record["paged_overhead"]["verdict"] != "unclear",
                          paged_item(record))
+
+    def test_the_committed_record_calls_paging_mostly_fixed_at_the_longest_only_where_the_intercept_is_half_its_gap(
+            self) -> None:
+        record = committed_record(__file__)
+        fit, first, last = record["paged_overhead"], record["lengths"][0], record["lengths"][-1]
+        gap = (last["modes"]["paged"]["per_step"]["median_ns"] - last["modes"]["prealloc"]["per_step"]["median_ns"])
+        both = f"at {first['length']} tokens and at {last['length']}" in paged_item(record)
+        self.assertEqual(both, fit["verdict"] == "fixed" and fit["intercept_ns"] >= gap / 2, paged_item(record))
 
 
 def widen(median: int, spread: int) -> tuple[int, int, int]:
@@ -278,6 +303,17 @@ class Flatness(unittest.TestCase):
             "cell's spread under that, while the prefix grew 16-fold"), regime_item(record))
         self.assertIn("From 16 tokens up to 256 tokens, the step of every cached layout stayed within 10% of its "
                       "16-token time, each cell's min–max spread under that", flat_sentence(record))
+
+    def test_each_flat_span_is_said_to_grow_the_prefix_as_far_as_it_reaches_and_no_further(self) -> None:
+        lengths = (16, 64, 256, 1024)
+        paged = {n: (980, 1000, 1020) if n <= 64 else (1980, 2000, 2020) for n in lengths}  # flat to 64 only
+        sentence = flat_sentence(cached({n: (980, 1000, 1020) for n in lengths}, paged=paged))
+        self.assertIn("while the prefix it attends to grew 64-fold (concat), 64-fold (prealloc) and 4-fold (paged):",
+                      sentence)
+        self.assertNotIn("or more", sentence)
+        wide = flat_sentence(cached(self.WIDE))
+        self.assertIn("while the prefix grew 16-fold, but the cells spread 30%", wide)
+        self.assertNotIn("or more", wide)
 
     def test_the_same_medians_with_cells_spread_30_percent_are_not_called_flat(self) -> None:
         record = cached(self.WIDE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from site_hooks.formatting import format_ratio, plural
+from site_hooks.formatting import format_ratio, join, plural
 
 
 def threads_text(count: int) -> str:
@@ -38,12 +38,16 @@ def format_count(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
 
 
-def against(ratios: Sequence[float], parted: Sequence[bool]) -> str:
-    """'faster than', 'slower than' or 'within this run's noise of' another mode, from the per-context ratios of the
-    medians and whether the two cells' repetitions parted at each context: a direction is named only where every
-    context parted and agreed on it."""
-    if all(parted) and max(ratios) < 1:
-        return "faster than"
-    if all(parted) and min(ratios) > 1:
-        return "slower than"
-    return "within this run's noise of"
+def against(ratios: Sequence[float], parted: Sequence[bool], contexts: Sequence[int], them: str) -> str:
+    """'faster than {them}', 'slower than {them}' or 'within this run's noise of {them}', from the per-context ratios
+    of the medians and whether the two cells' repetitions parted at each context: a direction is named at a context
+    only where the two parted there, and contexts that differ are named, the first with ``them``, the rest with 'it'
+    ('faster than transformers at contexts 512 and 1,024, within this run's noise of it at 128')."""
+    states: dict[str, list[int]] = {}
+    for ratio, apart, context in zip(ratios, parted, contexts, strict=True):
+        state = ("faster than" if ratio < 1 else "slower than") if apart else "within this run's noise of"
+        states.setdefault(state, []).append(context)
+    if len(states) == 1:
+        return f"{next(iter(states))} {them}"
+    return ", ".join(f"{state} {them if index == 0 else 'it'} at context{'s' if len(at) > 1 else ''} "
+                     f"{join([f'{c:,}' for c in at])}" for index, (state, at) in enumerate(states.items()))

@@ -57,7 +57,8 @@ def kernel_chart_view(record: dict[str, Any]) -> Block:
         notes.append(f"Not measured in this run: {join(missing)} (absent from this PyTorch build or this dtype).")
     return Block(charts=[Chart(svg, (
         f"One matrix-vector product per matrix, best of {layout['passes']} passes; each pass runs every layer's "
-        "matrix of that kind once, so the weights come from memory as in a real step."))], notes=notes)
+        "matrix of that kind once, as a real step does; a kind whose matrices together fit the last-level cache "
+        "can come from the cache and stream faster than the floor's rate."))], notes=notes)
 
 
 def layout_view(record: dict[str, Any]) -> Block:

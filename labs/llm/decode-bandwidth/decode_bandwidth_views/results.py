@@ -35,9 +35,9 @@ def floor_item(record: dict[str, Any]) -> str:
     context = record["config"]["benchmark"]["contexts"][0]
     group = headline_groups(record)[(1, context)]
     return (f"The floor: of {spelled(len(READ_KERNELS))} read kernels the fastest at {threads_text(threads)} was {bandwidth['best_kernel']}, "
-            f"{gbs(bandwidth['bytes_per_s'])}. A batch-1 step at context {context:,} must move "
-            f"{format_bytes(group['bytes']['total'])} in {dtype}, so it cannot take less than "
-            f"{format_ms(group['floor_ns_per_step'])} ms.")
+            f"{gbs(bandwidth['bytes_per_s'])} at its best. A batch-1 step at context {context:,} moves "
+            f"{format_bytes(group['bytes']['total'])} in {dtype}: {format_ms(group['floor_ns_per_step'])} ms at the "
+            f"{gbs(group['floor_bytes_per_s'])} read beside its group.")
 
 
 def best_at(record: dict[str, Any], batch: int, context: int) -> dict[str, Any]:
@@ -78,8 +78,8 @@ def versus_item(record: dict[str, Any]) -> str:
     contexts = record["config"]["benchmark"]["contexts"]
     groups = headline_groups(record)
     ratios = [groups[(1, c)]["best_over_hf_dynamic"] for c in contexts]
-    word = against(ratios, [groups[(1, c)]["best_parted_from_hf_dynamic"] for c in contexts])
-    verdict = f"{word[0].upper()}{word[1:]} transformers"
+    word = against(ratios, [groups[(1, c)]["best_parted_from_hf_dynamic"] for c in contexts], contexts, "transformers")
+    verdict = f"{word[0].upper()}{word[1:]}"
     return (f"{verdict}: at batch 1 the fastest of this lab's modes took {ratio_range(ratios)} the step time of "
             f"transformers' GPT-2 with its dynamic cache, over contexts {contexts[0]:,} to {contexts[-1]:,}.")
 

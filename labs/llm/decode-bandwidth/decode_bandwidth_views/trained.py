@@ -318,11 +318,12 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
     ours = [cells[(threads, c, OURS)] for c in contexts]
     theirs = [cells[(threads, c, LLAMA_BASELINE)] for c in contexts]
     ratios = [groups[(threads, c)]["ours_over_transformers"] for c in contexts]
-    verdict = against(ratios, [groups[(threads, c)]["ours_parted_from_transformers"] for c in contexts])
+    verdict = against(ratios, [groups[(threads, c)]["ours_parted_from_transformers"] for c in contexts], contexts,
+                      "transformers")
     regimes = join(sorted({REGIMES[cell["regime"]] for cell in ours}))
     text = (f"At {threads_text(threads)}, over contexts {contexts[0]:,} to {contexts[-1]:,}, this decoder's step took "
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
-            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} transformers, "
+            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict}, "
             f"{ratio_range(ratios)} its step time.")
     second = threads_sentence(record)
     return answer(text, *ladder_sentences(record), *([second] if second else []))
@@ -376,12 +377,13 @@ def trained_item(record: dict[str, Any]) -> str:
     groups = [llama_groups(record)[(threads, c)] for c in section["contexts"]]
     contexts = section["contexts"]
     ratios = [g["best_over_transformers"] for g in groups]
-    verdict = against(ratios, [g["best_parted_from_transformers"] for g in groups])
+    verdict = against(ratios, [g["best_parted_from_transformers"] for g in groups], contexts,
+                      "transformers' Llama on the same weights")
     named = f"The trained {llama_name(record)}" if section["weights"]["trained"] else f"A {llama_name(record)}"
     return (f"{named}: at batch 1 on {threads_text(threads)} this project's fastest Llama step "
             f"({join(sorted({g['best_float32_mode'] for g in groups}))}) took "
             f"{ratio_range([g['best_over_floor'] for g in groups])} its floor over contexts {contexts[0]:,} to "
-            f"{contexts[-1]:,}, {verdict} transformers' Llama on the same weights ({ratio_range(ratios)} its step "
+            f"{contexts[-1]:,}, {verdict} ({ratio_range(ratios)} its step "
             f"time), after every mode matched its reference logits at every context; over int8 weights "
             f"{ratio_range([g['int8_over_best_float32'] for g in groups])} the best float32 step, with a mean KL of "
             f"{format_sci(section['quality']['figures']['int8']['kl_mean'])} nats from float32.")

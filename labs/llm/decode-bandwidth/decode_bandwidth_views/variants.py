@@ -28,8 +28,8 @@ def threads_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other:
     base_floor = [cells[(dtype, threads, r["batch"], r["context"], r["mode"])]["step_over_floor"] for r in rows]
     return [
         f"At {threads_text(other)} the read test drew {gbs(two)} against {gbs(one)} at {threads_text(threads)} "
-        f"({signed_percent(variant['bandwidth_ratio'])}), which moves the floor of every {other}-thread cell by "
-        f"{signed_percent(variant['floor_ratio'])}; a square matmul ran {format_ratio(variant['matmul_ratio'])} as fast. "
+        f"({signed_percent(variant['bandwidth_ratio'])}) at their best, which moves a {other}-thread cell's floor by about "
+        f"{signed_percent(variant['floor_ratio'])} (each group's own floor, read beside it, sets the exact change); a square matmul ran {format_ratio(variant['matmul_ratio'])} as fast. "
         f"The steps "
         f"({join(list(COMPARED))}, batch {join([str(b) for b in bench['variant_batches']])}) took "
         f"{ratio_range(ratios)} their {threads}-thread time: {verdict}. Measured against their own floors, "
@@ -66,10 +66,11 @@ def dtype_sentences(record: dict[str, Any], rows: list[dict[str, Any]], other: s
     sizes = (f"{base_rate['size']:,}-wide in {dtype}" if other_rate["size"] == base_rate["size"] else
              f"{base_rate['size']:,}-wide in {dtype}, {other_rate['size']:,}-wide in {other}")
     sentence = (f"A square matmul ({sizes}) ran {format_ratio(rate)} as many flops per second in {other} as in "
-                f"{dtype} at {threads_text(threads)}, while the steps in the table took {ratio_range(steps)} their "
-                f"{dtype} time.")
+                f"{dtype} at {threads_text(threads)}, best pass against best pass, while the steps in the table took "
+                f"{ratio_range(steps)} their {dtype} time.")
     if rate > 1 and min(steps) > 1:
-        sentence += f" The {other} speed of a large matrix multiply does not carry over to these decode steps."
+        sentence += (f" The {other} speed of a square matrix multiply, whose every weight meets many rows, does not "
+                     f"carry over to these decode steps, whose weights meet a few rows each.")
     sentences.append(sentence)
 
     chosen = record["layout"]["dtype"]  # the stored layout was chosen from measurements in this dtype

@@ -167,6 +167,16 @@ def moved(a: Cell, b: Cell) -> int:
     return 0
 
 
+def steady_rise_from(found: dict[int, Cell]) -> int | None:
+    """The shortest length from which every next length's step lies above the one before beyond both cells' min–max
+    ranges (``moved`` = +1 at every step to the end), if that covers at least two steps; else None."""
+    lengths = sorted(found)
+    start = None
+    for earlier, later in zip(lengths, lengths[1:]):
+        start = (earlier if start is None else start) if moved(found[earlier], found[later]) == 1 else None
+    return start if start is not None and lengths.index(start) <= len(lengths) - 3 else None
+
+
 def spread_range(found: list[Cell]) -> list[float]:
     """[lowest, highest] spread of the given cells."""
     return [min(c.spread for c in found), max(c.spread for c in found)]

@@ -23,6 +23,7 @@ from kv_cache.figures import (
     mask_row,
     model,
     prefix_read,
+    steady_rise_from,
 )
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from site_hooks.blocks import Block, Table, answer, takeaway
@@ -246,19 +247,30 @@ def regime_view(record: dict[str, Any]) -> Block:
     lengths = list(steps["full"])
     took = (f"{us(steps['full'][lengths[-1]])} at {lengths[-1]} tokens, {full['step_growth']:.1f} times its "
             f"{lengths[0]}-token step")
-    full_sentence = (f"The full path's step grew beyond its cells' min–max ranges across every fourfold span of the "
-                     f"prefix it recomputes, to {took}: work that scales. Whether arithmetic or memory traffic limits "
-                     f"that work at these sizes, this record cannot tell." if recompute.grows else
-                     f"The full path's step took {took}: over this sweep even recomputing the prefix stayed within "
-                     f"{FLAT_BAND:.0%}, each cell's spread under that." if recompute.flat_to_end else
-                     f"The full path's step took {took}, but its cells spread "
-                     f"{spreads(recompute.stored['spread_range'])} of their medians: this run cannot say whether, or "
-                     f"over which span, it grew with the prefix it recomputes.")
+    full_sentence = recompute_sentence(record, recompute, took, lengths[0])
     # A loop of one length runs as many steps in either mode, so the ratio of medians is the per-step one.
     table = Table(headings=["Prefix (tokens)", "Full: µs per step", "Cached: µs per step", "Full / cached"],
                   rows=[(e["length"], f"{steps['full'][e['length']]:,.0f}", f"{steps['cached'][e['length']]:,.0f}",
                          format_ratio(ratio(e))) for e in record["lengths"]])
     return Block(paragraphs=[flat_sentence(record), read_sentence(record), full_sentence], tables=[table])
+
+
+def recompute_sentence(record: dict[str, Any], recompute: Any, took: str, first: int) -> str:
+    """What the full path's step did over the sweep, as far as its cells' min–max ranges let the record tell."""
+    if recompute.grows:
+        return (f"The full path's step grew beyond its cells' min–max ranges across every fourfold span of the prefix "
+                f"it recomputes, to {took}: work that scales. Whether arithmetic or memory traffic limits that work "
+                f"at these sizes, this record cannot tell.")
+    if recompute.flat_to_end:
+        return (f"The full path's step took {took}: over this sweep even recomputing the prefix stayed within "
+                f"{FLAT_BAND:.0%}, each cell's spread under that.")
+    rise = steady_rise_from(cells(record, "full"))
+    if rise is not None:
+        below = "" if rise == first else "; below that its cells' spreads hide any change"
+        return (f"The full path's step took {took}: from {rise:,} tokens on it grew beyond both cells' min–max ranges "
+                f"at every step of the sweep, work that scales with the prefix it recomputes{below}.")
+    return (f"The full path's step took {took}, but its cells spread {spreads(recompute.stored['spread_range'])} of "
+            f"their medians: this run cannot say whether, or over which span, it grew with the prefix it recomputes.")
 
 
 def read_view(record: dict[str, Any]) -> Block:

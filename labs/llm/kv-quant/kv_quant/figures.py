@@ -116,14 +116,18 @@ def serving_budget_bytes() -> int:
 def derive(record: dict[str, Any]) -> Figures:
     """Per format: formula bytes and bytes per token at every counted length, effective and long-run bits and
     bytes, its size against float32's, the tokens a fixed budget holds (and the naive estimates, and how far
-    they are off), the serving requests a budget admits, and on the trained model the first greedy departure
-    and perplexity's change; the step's medians and dequantization share; attention's peaks against each other
-    and the cache; transformers' bytes per token and group axis; the orderings the page reads."""
+    they are off), the serving requests a budget admits, and on the trained model its bits at the evaluated
+    length, the first greedy departure and whether that greedy run cached any position outside an exact
+    residual, and perplexity's change; the step's and the dequantization's medians, timed apart; attention's
+    peaks against each other and the cache; transformers' bytes per token and group axis; the orderings the page
+    reads."""
     figures = Figures()
     layer = record["config"]["layer"]
     kv, d, layers = layer["kv_heads"], layer["head_dim"], layer["layers"]
     per_layer_budget = BUDGET_BYTES // layers
     reference_greedy = record["formats"][REFERENCE]["trained"]["greedy_ids"]
+    evaluated = record["trained"]["text"]["evaluated"]
+    greedy_positions = record["trained"]["prompt_tokens"] + record["trained"]["new_tokens"]
     naive_float32 = naive_tokens(per_layer_budget, 1, kv, d, 32)
     reference = record["formats"][REFERENCE]["bytes"][-1]
     qualities = {label: quality(record, label) for label in record["trained"]["positions"]}
@@ -161,16 +165,23 @@ def derive(record: dict[str, Any]) -> Figures:
                         "its serving requests over float32's")
         if "trained" in entry:
             trained = entry["trained"]
+            figures.add((*at, "trained", "evaluated_bits"), effective_bits(fmt, 1, kv, d, evaluated),
+                        f"{label}'s formula at the {evaluated} positions evaluated")
             figures.add((*at, "trained", "departs_at"), first_departure(trained["greedy_ids"], reference_greedy),
                         "its greedy ids against float32's")
+            figures.add((*at, "trained", "greedy_exact"),
+                        fmt.name == "kivi" and kivi_split(fmt, greedy_positions)[0] == 0,
+                        "whether the greedy run's prompt and new tokens all stay in its exact residual (kivi_split)")
             figures.add_each((*at, "trained", "quality"), qualities[label],
                              f"seeded bootstrap intervals of $.trained.positions.{label} (and float32's, paired)")
             timing = trained["timing"]
             step, dequantize = median(timing["step_ns"]), median(timing["dequantize_ns"])
             figures.add((*at, "trained", "timing", "median_step_ns"), step, "its step durations")
-            figures.add((*at, "trained", "timing", "median_dequantize_ns"), dequantize, "its dequantization durations")
-            figures.add((*at, "trained", "timing", "dequantize_share"), dequantize / step,
-                        "the median dequantization over the median step")
+            figures.add((*at, "trained", "timing", "median_dequantize_ns"), dequantize,
+                        "its dequantization durations, timed apart from the steps")
+    figures.add(("trained", "timing", "longest_dequantize_ns"),
+                max(median(entry["trained"]["timing"]["dequantize_ns"]) for entry in record["formats"].values()
+                    if "trained" in entry), "the longest of the formats' median dequantizations")
     figures.add(("fits", "budget_bytes"), BUDGET_BYTES, "kv_quant.figures.BUDGET_BYTES")
     figures.add(("fits", "naive_float32_tokens"), naive_float32, "the first lab's formula at 32 bits")
     figures.add(("fits", "naive_bfloat16_tokens"), naive_tokens(per_layer_budget, 1, kv, d, 16),
@@ -244,21 +255,31 @@ def side_of(found: Interval) -> str:
     return "above" if found["low"] > 0 else "below" if found["high"] < 0 else "neither"
 
 
+def hides_damage(found: dict[str, Interval]) -> str | None:
+    """Whether perplexity hides a format's damage: "hides" where its change against float32's holds zero while its
+    whole top-1 agreement interval lies below TOP1_BAND; "undecided" where the perplexity is as level but only the
+    estimate lies below the band (the interval reaches it); None otherwise."""
+    if side_of(found["perplexity_change"]) != "neither" or found["top1_agreement"]["estimate"] >= TOP1_BAND:
+        return None
+    return "hides" if found["top1_agreement"]["high"] < TOP1_BAND else "undecided"
+
+
 def trained_verdicts(record: dict[str, Any], qualities: dict[str, dict[str, dict[str, Interval]]]) -> dict[str, Any]:
     """At the longest context: the formats by KL; those whose perplexity cannot be told from float32's while
-    their top-1 agreement is clearly below TOP1_BAND; uncalibrated against calibrated fp8 (KL difference,
-    paired); keys only against values only for each SPLIT family (KL difference, paired); the bootstrap used."""
+    their top-1 agreement is clearly below TOP1_BAND, and those below it by estimate only (hides_damage);
+    uncalibrated against calibrated fp8 (KL difference, paired); keys only against values only for each SPLIT
+    family (KL difference, paired); the bootstrap used."""
     contexts = record["trained"]["contexts"]
     longest, at = contexts[-1], str(contexts[-1])
     labels = list(record["trained"]["positions"])
     found = {label: qualities[label][at] for label in labels}
-    hides = [label for label in labels if label != REFERENCE
-             and side_of(found[label]["perplexity_change"]) == "neither" and found[label]["top1_agreement"]["high"] < TOP1_BAND]
+    damage = {label: hides_damage(found[label]) for label in labels if label != REFERENCE}
     kl = {label: per_position(record, label, longest)["kl"] for label in labels}
     calibration = bootstrap(kl["fp8-tensor-none"] - kl["fp8-tensor-amax"])
     sides = {family: bootstrap(kl[f"{family}-keys"] - kl[f"{family}-values"]) for family in SPLIT}
     return {"kl_order": sorted(labels, key=lambda label: (found[label]["kl"]["estimate"], label)),
-            "perplexity_hides": hides,
+            "perplexity_hides": [label for label, kind in damage.items() if kind == "hides"],
+            "perplexity_hides_undecided": [label for label, kind in damage.items() if kind == "undecided"],
             "fp8_calibration": {"none_minus_amax_kl": calibration, "uncalibrated_is": side_of(calibration)},
             "sides": {family: {"keys_minus_values_kl": difference, "keys_are": side_of(difference)}
                       for family, difference in sides.items()},

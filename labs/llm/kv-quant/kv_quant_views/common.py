@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_quant.figures import TOP1_BAND
+
 Interval = dict[str, float]  # {"estimate", "low", "high"}, as kv_quant.figures stores a bootstrap interval
 
 
@@ -53,6 +55,12 @@ def misses(found: Interval) -> str:
     """The share of positions whose most likely token differs from float32's, from top-1 agreement: '1.2%
     (0.8–1.6%)'."""
     return f"{1 - found['estimate']:.1%} ({1 - found['high']:.1%}–{1 - found['low']:.1%})"
+
+
+def hiding_rule() -> str:
+    """When perplexity is said to hide damage (kv_quant.figures.hides_damage), in the words every view uses."""
+    return (f"a perplexity indistinguishable from float32's while its top token changed at more than "
+            f"{1 - TOP1_BAND:.0%} of positions across its whole interval")
 
 
 def moved(found: Interval) -> str:

@@ -1,4 +1,4 @@
-"""Cost: the decode step per format with the dequantization timed apart, and the peak of attention's
+"""Cost: the decode step per format and, timed apart from it, the dequantization, and the peak of attention's
 temporaries with the cache dequantized all at once against block by block."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from site_hooks.blocks import Block, Table
-from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio
+from site_hooks.formatting import format_bytes, format_ms, format_ratio
 
 from .common import trained
 
@@ -14,16 +14,14 @@ from .common import trained
 def timing_view(record: dict[str, Any]) -> Block:
     t = trained(record)
     timing = record["trained"]["timing"]
-    rows = [[label, format_ms(v["timing"]["median_step_ns"], 1), format_ms(v["timing"]["median_dequantize_ns"], 1),
-             format_percent(v["timing"]["dequantize_share"])] for label, v in t.items()]
-    heaviest = max(t, key=lambda label: t[label]["timing"]["dequantize_share"])
+    rows = [[label, format_ms(v["timing"]["median_step_ns"], 1), format_ms(v["timing"]["median_dequantize_ns"], 1)]
+            for label, v in t.items()]
     return Block(tables=[Table(
-        ["format", "decode step", "of which dequantizing", "share"], rows,
+        ["format", "decode step (ms)", "dequantizing the cache, timed apart (ms)"], rows,
         lead=f"Median of {timing['repeats']} decode steps after {timing['context']} cached tokens on SmolLM2-135M, "
-             f"{record['config']['threads']} thread; the dequantization is every layer's cache read back as the step "
-             f"does, timed on its own.")],
-        notes=[f"The largest share is {heaviest}'s ({format_percent(t[heaviest]['timing']['dequantize_share'])}). "
-               "These formats are written in PyTorch operations, not fused kernels: the times say what "
+             f"{record['config']['threads']} thread. After each step the cache was read back once more, as the step "
+             f"reads it, and timed apart: not a part of the step's time.")],
+        notes=["These formats are written in PyTorch operations, not fused kernels: the times say what "
                "dequantizing in Python costs here, not what a serving engine's kernel would."])
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.figures import FP8_MAX, REFERENCE, SPLIT, TOP1_BAND
+from kv_quant.figures import FP8_MAX, REFERENCE, SPLIT, format_of
+from llm_models.cache_formats import kivi_residual_range
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_sci, join
 
-from .common import agreement, at_longest, bits, kl_text, misses, ppl_change, trained
+from .common import agreement, at_longest, bits, hiding_rule, kl_text, misses, ppl_change, trained
 
 
 def text_of(record: dict[str, Any]) -> str:
@@ -38,14 +39,15 @@ def chain_view(record: dict[str, Any]) -> Block:
 def trained_table_view(record: dict[str, Any]) -> Block:
     """At the longest context, each format's figures with their intervals; then KL at every context."""
     found, formats = at_longest(record), record["formats"]
-    rows = [[label, bits(formats[label]["long_run_bits"]), ppl_change(q["perplexity_change"]), kl_text(q["kl"]),
-             agreement(q["top1_agreement"])] for label, q in found.items()]
+    rows = [[label, bits(formats[label]["trained"]["evaluated_bits"]), ppl_change(q["perplexity_change"]),
+             kl_text(q["kl"]), agreement(q["top1_agreement"])] for label, q in found.items()]
     contexts = [str(c) for c in record["trained"]["contexts"]]
     by_context = [[label] + [kl_text(t["quality"][c]["kl"]) for c in contexts] for label, t in trained(record).items()]
     level = record["trained"]["bootstrap"]["level"]
     reference = found[REFERENCE]["perplexity"]["estimate"]
     return Block(tables=[
-        Table(["format", "bits", "perplexity against float32's", "KL divergence (nats)", "top-1 agreement"], rows,
+        Table(["format", f"bits at {record['trained']['text']['evaluated']:,} positions", "perplexity against float32's",
+               "KL divergence (nats)", "top-1 agreement"], rows,
               lead=f"Over {text_of(record)}, against the float32 cache (perplexity {reference:.2f}); in brackets "
                    f"the {level:.0%} bootstrap interval."),
         Table(["format"] + [f"KL over the first {int(c):,} positions" for c in contexts], by_context,
@@ -58,9 +60,10 @@ def quality_chart_view(record: dict[str, Any]) -> Block:
     for label, q in found.items():
         if label == REFERENCE or q["kl"]["low"] <= 0:  # a log axis: nothing to draw at zero
             continue
-        x = record["formats"][label]["long_run_bits"]
+        x = record["formats"][label]["trained"]["evaluated_bits"]
         series.append(Series(label, [x], [q["kl"]["estimate"]], [q["kl"]["low"]], [q["kl"]["high"]]))
-    svg = line_chart(series, f"KL divergence against bits, {text_of(record)}", "bits per element, long run",
+    svg = line_chart(series, f"KL divergence against bits, {text_of(record)}",
+                     f"bits per element at {record['trained']['text']['evaluated']:,} positions",
                      "KL divergence (nats)", "Each format's mean KL divergence from the float32 cache's next-token "
                                              "distributions, with its bootstrap interval, against its bits per element.")
     return Block(charts=[Chart(svg, f"SmolLM2-135M-Instruct over {text_of(record)}; the whiskers are bootstrap "
@@ -93,15 +96,12 @@ def hidden_view(record: dict[str, Any]) -> Block:
     hidden, found = record["trained"]["perplexity_hides"], at_longest(record)
     if not hidden:
         return Block(paragraphs=[
-            f"In this record no format's perplexity was indistinguishable from float32's while its top-1 agreement "
-            f"lay clearly below {TOP1_BAND:.0%} (its whole interval): here perplexity and top-1 tell the same story."])
+            f"No format here kept {hiding_rule()}: perplexity and top-1 tell the same story."])
     rows = [[label, ppl_change(found[label]["perplexity_change"]), kl_text(found[label]["kl"]),
              misses(found[label]["top1_agreement"])] for label in hidden]
     return Block(tables=[Table(
         ["format", "perplexity against float32's", "KL", "top token changed at"], rows,
-        lead=f"{join(hidden)}: a perplexity the record cannot tell from float32's (the interval of its change "
-             f"holds zero), while the most likely token changed at more than {1 - TOP1_BAND:.0%} of positions "
-             f"(the whole interval).")])
+        lead=f"{join(hidden)}: {hiding_rule()}.")])
 
 
 def greedy_view(record: dict[str, Any]) -> Block:
@@ -109,10 +109,16 @@ def greedy_view(record: dict[str, Any]) -> Block:
     new = record["trained"]["new_tokens"]
     parted = {label: v["departs_at"] for label, v in t.items() if v["departs_at"] is not None}
     same = [label for label, v in t.items() if v["departs_at"] is None and label != REFERENCE]
+    exact = [label for label in same if t[label]["greedy_exact"]]  # never quantized a position of the run
+    same = [label for label in same if label not in exact]
+    prompt = record["trained"]["prompt_tokens"]
     paragraphs = [f"Greedy answers of {new} tokens to one chat prompt, each format against the float32 cache's: "
                   + (join([f"{label} parts at token {at}" for label, at in sorted(parted.items(), key=lambda i: i[1])])
                      if parted else "no format parts from it")
-                  + (f"; {join(same)} give the same {new} tokens." if same else ".")]
+                  + (f"; {join(same)} give{'s' if len(same) == 1 else ''} the same {new} tokens" if same else "")
+                  + "".join(f"; so does {label}, but only because the {prompt} + {new} positions never leave its "
+                            f"exact residual (up to {kivi_residual_range(format_of(label))[1]} tokens)"
+                            for label in exact) + "."]
     return Block(paragraphs=paragraphs,
                  notes=[f"The float32 answer begins: “{' '.join(record['trained']['reference_text'].split()[:24])} …”"])
 

@@ -141,9 +141,10 @@ def iterations_view(record: dict[str, Any]) -> Block:
 
 
 def stall_times(record: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
-    """The record's mean decode step and mean prefill at the rate of highest throughput."""
+    """The record's mean decode step and mean prefill call (the prompts admitted together, packed into one) at the
+    rate of highest throughput: a running stream waits out a whole call."""
     point = best_point(record)
-    return point["server"]["mean_step_s"], point["server"]["mean_prefill_s"], point
+    return point["server"]["mean_step_s"], point["server"]["mean_prefill_call_s"], point
 
 
 def stall_canvas(spans: list[tuple[str, str, float, float]], description: str, waits: str) -> Canvas:
@@ -189,12 +190,13 @@ def stall_view(record: dict[str, Any]) -> Block:
     step, prefill, point = stall_times(record)
     stalled = format_latency(point["server"]["stalled_gap_s"])  # a step and a prefill: A's wait in the picture
     spans = model_thread(replay(STALL_EXAMPLE, 100, REPLAY_BLOCK), step, prefill)
-    description = (f"Mean decode step {format_latency(step)}, mean prefill {format_latency(prefill)} "
+    description = (f"Mean decode step {format_latency(step)}, mean prefill call {format_latency(prefill)} "
                    f"(the record's run at {point['rate']:g}/s). " + "; ".join(
                        f"{kind} {names} from {start * 1000:.1f} to {stop * 1000:.1f} ms"
                        for kind, names, start, stop in spans))
     caption = (f"Widths are the record's own means at {point['rate']:g} arrivals per second: a decode step of "
-               f"{format_latency(step)} and a prefill of {format_latency(prefill)}. While {STALL_EXAMPLE[-1].name}'s "
+               f"{format_latency(step)} and a prefill call of {format_latency(prefill)} (the prompts admitted together, "
+               f"{point['server']['prompts_per_prefill_call']:.1f} on average, packed into one). While {STALL_EXAMPLE[-1].name}'s "
                f"prompt is prefilled, no running stream advances: A's and B's next token comes after {stalled} "
                f"instead of {format_latency(step)}.")
     return Block(diagrams=[Diagram(stall_canvas(spans, description, stalled).svg(), caption)])

@@ -183,9 +183,9 @@ def gap_sentences(record: dict[str, Any]) -> list[str]:
         if low["summary"]["itl_s"]["p50"] > serial["summary"]["itl_s"]["p50"] else
         f"At {low['rate']:g}/s the median gap, {format_latency(low['summary']['itl_s']['p50'])}, was no longer than the "
         f"serial server's {format_latency(serial['summary']['itl_s']['p50'])}.")
-    prefill = [p["server"]["mean_prefill_s"] for p in points if p["server"]["prefills"]]
+    prefill = [p["server"]["mean_prefill_call_s"] for p in points if p["server"]["prefill_calls"]]
     tails = [p["summary"]["itl_s"]["p99"] for p in points]
-    third = (f"A prefill runs between two decode steps and stalls every running stream meanwhile. The mean prefill "
+    third = (f"A prefill call runs between two decode steps and stalls every running stream meanwhile. The mean call "
              f"of each run took {format_latency(min(prefill))} to {format_latency(max(prefill))}, so a gap that spans a few of them "
              f"can last a few times that; the p99 gaps were {format_latency(min(tails))} to {format_latency(max(tails))}."
              if prefill else "")

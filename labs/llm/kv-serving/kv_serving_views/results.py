@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.figures import formulas
 from kv_serving.figures.formulas import best_point, mode, policy
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_latency, format_ratio, plural
@@ -29,14 +30,21 @@ def batching_item(record: dict[str, Any]) -> str:
 
 
 def admission_item(record: dict[str, Any]) -> str:
-    b, average = policy(record, "kv_budget_bytes")["server"], policy(record, "count_average")
+    by_bytes, safe, average = (policy(record, name) for name in ("kv_budget_bytes", "count_safe", "count_average"))
+    b = by_bytes["server"]
     failed = average["server"]["failed_for_memory"]
     mean_count = f"let {plural(failed, 'request')} fail for memory." if failed else "happened to fail nobody this run."
     within = "within" if record["targets"]["bytes_peak_within_budget"] else "above"
-    return (f"Admission by KV bytes kept {format_ratio(record['admission']['occupancy_bytes_over_safe'])} as many "
-            f"cache blocks in use as a count limit safe for the longest request, {within} its budget (peak "
-            f"{b['peak_used_blocks']} of {b['budget_blocks']} blocks) with {plural(b['failed_for_memory'], 'request')} "
-            f"failed for memory; a count sized for the mean request {mean_count}")
+    order = formulas.ttft_order(by_bytes, safe)
+    started = (f"started requests {order} than" if order else
+               "started requests within the spread of")  # the middle halves of the two runs' TTFTs overlap
+    return (f"Admission by KV bytes {started} a count safe for the longest request (median time to first token "
+            f"{format_latency(by_bytes['summary']['ttft_s']['p50'])} against "
+            f"{format_latency(safe['summary']['ttft_s']['p50'])}), holding "
+            f"{format_ratio(record['admission']['occupancy_bytes_over_safe'])} its mean blocks (one run each) "
+            f"{within} its budget (peak {b['peak_used_blocks']} of {b['budget_blocks']}), "
+            f"{plural(b['failed_for_memory'], 'request')} failed for memory; a count sized for the mean request "
+            f"{mean_count}")
 
 
 def cancellation_item(record: dict[str, Any]) -> str:
@@ -52,7 +60,8 @@ def cancellation_item(record: dict[str, Any]) -> str:
 def stall_item(record: dict[str, Any]) -> str:
     step, prefill, point = stall_times(record)
     itl = point["summary"]["itl_s"]
-    return (f"The prefill stall: a new prompt's prefill took {format_latency(prefill)} on average, "
+    return (f"The prefill stall: a prefill call (the prompts admitted together, "
+            f"{point['server']['prompts_per_prefill_call']:.1f} on average) took {format_latency(prefill)}, "
             f"{point['server']['prefill_over_step']:.1f} times a {format_latency(step)} decode step, and every running "
             f"stream waits it out: at {point['rate']:g}/s the gap between tokens was {format_latency(itl['p50'])} at "
             f"the median and {format_latency(itl['p99'])} at p99.")
@@ -84,12 +93,13 @@ def answer_stall_view(record: dict[str, Any]) -> Block:
     step, _, point = stall_times(record)
     server = point["server"]
     stalled, p99 = server["stalled_gap_s"], point["summary"]["itl_s"]["p99"]
-    text = (f"By one prefill: the model thread runs it between two decode steps, so every running stream's next token "
+    text = (f"By one prefill call: the model thread runs it between two decode steps, so every running stream's next token "
             f"comes {format_latency(stalled)} after the last instead of {format_latency(step)}. At "
-            f"{point['rate']:g}/s the server spent {server['prefill_seconds']:.1f} s in {plural(server['prefills'], 'prefill')} "
+            f"{point['rate']:g}/s the server spent {server['prefill_seconds']:.1f} s prefilling "
+            f"{plural(server['prefills'], 'prompt')} in {plural(server['prefill_calls'], 'call')} "
             f"and {server['decode_seconds']:.1f} s in {plural(server['decode_steps'], 'decode step')} "
             f"({percent(server['prefill_share'])} of its model time in prefills)."
-            + (f" Arrivals admitted in the same iteration stack their prefills, so one gap can span several: the p99 "
-               f"gap was {format_latency(p99)}, longer than a step and a prefill together."
-               if p99 > stalled else f" The p99 gap, {format_latency(p99)}, stayed within a step and a prefill."))
+            + (f" A gap can span more than one call: the p99 gap was {format_latency(p99)}, longer than a step and a "
+               f"call together."
+               if p99 > stalled else f" The p99 gap, {format_latency(p99)}, stayed within a step and a call."))
     return answer(text)

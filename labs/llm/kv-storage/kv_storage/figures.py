@@ -124,7 +124,8 @@ def derive(record: dict[str, Any]) -> Figures:
 
 def paged_overhead(record: dict[str, Any]) -> dict[str, Any] | None:
     """Paged's median step minus prealloc's at each length (ns per step) and a least-squares line through
-    it: its intercept (the part paid at zero prefix) and slope (per cached position); None for one length.
+    it: its intercept (the part paid at zero prefix) and slope (per cached position), and the intercept's share of
+    the gap at the shortest length and at the longest (None where that gap is not above zero); None for one length.
 
     What the page may call that gap, by the raw repetitions' min–max ranges per step: ``apart_at_first``, every
     paged step at the shortest length slower than every preallocated one; ``verdict`` 'none' (no gap by medians
@@ -141,13 +142,17 @@ def paged_overhead(record: dict[str, Any]) -> dict[str, Any] | None:
     slope, intercept = (float(value) for value in np.polyfit(lengths, gaps, 1))
     fixed_share = intercept / gaps[0] if gaps[0] else None  # None: no gap at the shortest length to share out
     mostly_fixed = intercept > 0 and fixed_share is not None and fixed_share >= FIXED_MAJORITY
+    # The same share at the longest length: a fixed part most of the gap at the shortest need not be at the longest.
+    share_at_longest = intercept / gaps[-1] if gaps[-1] > 0 else None
+    mostly_fixed_at_longest = intercept > 0 and share_at_longest is not None and share_at_longest >= FIXED_MAJORITY
     spans = [gap_range(entry) for entry in entries]  # the gap's [lowest, highest] per step, from the raw ranges
     apart_at_first = spans[0][0] > 0
     grew_apart = spans[-1][0] > spans[0][1]
     verdict = ("none" if gaps[0] <= 0 else "unclear" if not apart_at_first else "fixed" if mostly_fixed else
                "grows" if grew_apart else "unclear")
     return {"gap_per_step_ns": gaps, "intercept_ns": intercept, "slope_ns_per_position": slope,
-            "fixed_share": fixed_share, "mostly_fixed": mostly_fixed, "apart_at_first": apart_at_first,
+            "fixed_share": fixed_share, "mostly_fixed": mostly_fixed, "fixed_share_at_longest": share_at_longest,
+            "mostly_fixed_at_longest": mostly_fixed_at_longest, "apart_at_first": apart_at_first,
             "verdict": verdict}
 
 

@@ -144,6 +144,8 @@ def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
     verdict = (
         f"so most of the gap at {first} tokens is a cost each step pays whatever the prefix length, "
         f"not the copying of cached positions"
+        + ("" if fit["mostly_fixed_at_longest"] or fit["fixed_share_at_longest"] is None else
+           f"; at {last} tokens that intercept is {fit['fixed_share_at_longest']:.0%} of the gap, not most of it")
         if fit["verdict"] == "fixed" else
         f"so most of the gap at {first} tokens grows with the prefix, as the gather's copying does"
         if fit["verdict"] == "grows" else

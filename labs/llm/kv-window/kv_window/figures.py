@@ -162,6 +162,15 @@ def steps_apart(a: Sequence[float], b: Sequence[float]) -> str:
     return "level"
 
 
+def distance(difference: dict[str, float]) -> tuple[float, float]:
+    """How far from zero a difference's interval lies, nearest and furthest: (0, the furthest end) when it holds
+    zero."""
+    low, high = abs(difference["low"]), abs(difference["high"])
+    if difference["low"] <= 0 <= difference["high"]:
+        return 0.0, max(low, high)
+    return min(low, high), max(low, high)
+
+
 def series(entry: dict[str, Any], start: int, end: int) -> dict[str, list[float]]:
     """A run's per-position metrics over [start, end)."""
     return {name: entry[name][start:end] for name in ("nll", "kl", "agree") if name in entry}
@@ -228,13 +237,19 @@ def derive(record: dict[str, Any]) -> Figures:
                  for start, end in zip(edges[1:], edges[2:])], "its values at the samples in each bucket")
     figures.add(("recompute", "median_step_ns"), median(recompute["step_ns"]), "its timed steps")
     gaps = {label: abs(against["nll_difference"]["estimate"]) for label, against in against_full.items()}
-    closest = min(gaps, key=gaps.__getitem__)
+    nearest = sorted(gaps, key=gaps.__getitem__)
+    closest, runner_up = nearest[0], (nearest[1] if len(nearest) > 1 else None)
     gap = gaps[closest]
+    # The closest may be named only where its interval's distance from the full cache parts from the next one's.
+    parted = runner_up is None or (distance(against_full[closest]["nll_difference"])[1]
+                                   < distance(against_full[runner_up]["nll_difference"])[0])
     figures.add(("comparisons", "recompute_yardstick"),
                 {"label": closest, "nats": gap, "ratio": math.exp(gap), "band": {"low": math.exp(-gap),
-                                                                                  "high": math.exp(gap)}},
+                                                                                  "high": math.exp(gap)},
+                 "runner_up": runner_up, "parted": parted},
                 "the smallest NLL gap between a bounded cache and the full cache from the first eviction on: the "
-                "finest difference between policies a comparison against recomputation must resolve")
+                "finest difference between policies a comparison against recomputation must resolve; the next "
+                "smallest's policy, and whether the two intervals' distances from zero part")
     for label, against in against_full.items():
         others = [value for other, value in gaps.items() if other != label]
         figures.add(("policies", label, "full_resolution"),

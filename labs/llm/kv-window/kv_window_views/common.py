@@ -48,15 +48,35 @@ def span(record: dict[str, Any]) -> str:
 
 
 def yardstick(record: dict[str, Any]) -> str:
-    """'the 1.15× that separates SnapKV eviction from the full cache': the bounded cache closest to the full
-    cache, the finest gap a comparison against recomputation must resolve (kv_window.figures.resolution)."""
+    """'the 1.15× that separates SnapKV eviction from the full cache': the smallest gap between a bounded cache
+    and the full cache, the finest a comparison against recomputation must resolve (kv_window.figures.resolution);
+    its policy named only where its interval parts from the next one's."""
     gap = record["comparisons"]["recompute_yardstick"]
-    return f"the {gap['ratio']:.2f}× that separates {closest(record)} from the full cache"
+    if gap["parted"]:
+        return f"the {gap['ratio']:.2f}× that separates {closest(record)} from the full cache"
+    return f"the {gap['ratio']:.2f}× gap of the bounded caches closest to the full cache"
 
 
-def closest(record: dict[str, Any]) -> str:
-    """The name of the bounded cache closest to the full cache over the whole text."""
-    return NAMES[record["policies"][record["comparisons"]["recompute_yardstick"]["label"]]["policy"]["name"]]
+def closest(record: dict[str, Any], key: str = "label") -> str:
+    """The name of the bounded cache closest to the full cache over the whole text (``key`` 'runner_up': the
+    next closest)."""
+    return NAMES[record["policies"][record["comparisons"]["recompute_yardstick"][key]]["policy"]["name"]]
+
+
+def closest_sentence(record: dict[str, Any]) -> str:
+    """Which bounded cache is closest to the full cache after the first eviction: named where its perplexity
+    ratio's interval parts from the next one's, else the two named with the record unable to order them."""
+    gap = record["comparisons"]["recompute_yardstick"]
+    if gap["runner_up"] is None:
+        return (f"Over {span(record)}, {closest(record)} is the only bounded cache, {gap['ratio']:.2f}× from the full "
+                f"cache.")
+    first, second = (record["policies"][gap[key]]["against_full"]["perplexity_ratio"] for key in ("label", "runner_up"))
+    if gap["parted"]:
+        return (f"Over {span(record)}, {closest(record)} is the bounded cache closest to the full cache, "
+                f"{ratio(first)} from it, apart from the next, {closest(record, 'runner_up')}, at {ratio(second)}.")
+    return (f"Over {span(record)}, {closest(record)}, {ratio(first)}, and {closest(record, 'runner_up')}, "
+            f"{ratio(second)}, are the bounded caches closest to the full cache, and this record cannot tell which "
+            f"is the closer: their intervals overlap.")
 
 
 def recompute_verdict(record: dict[str, Any], entry: dict[str, Any]) -> str:

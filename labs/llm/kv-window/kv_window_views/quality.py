@@ -12,7 +12,7 @@ from site_hooks.chart import Series, line_chart
 from .common import (
     NAMES,
     band,
-    closest,
+    closest_sentence,
     coarse_note,
     level_verdict,
     policy,
@@ -99,9 +99,8 @@ def recompute_view(record: dict[str, Any]) -> Block:
                       lead=f"At the {recompute['at_samples']['positions']} positions where window with "
                            f"recomputation was run (a fresh {recompute['window']}-token pass per position), spread "
                            f"evenly over the buckets after the first eviction.")],
-        paragraphs=[f"Over {span(record)}, {closest(record)} is the bounded cache closest to the full cache, "
-                    f"{record['comparisons']['recompute_yardstick']['ratio']:.2f}× from it. A paired interval "
-                    f"resolves a gap that size only inside {band(record)}; one that includes 1× and reaches outside "
-                    f"it is too coarse to tell its policy from recomputation."],
+        paragraphs=[f"{closest_sentence(record)} A paired interval resolves a gap of "
+                    f"{record['comparisons']['recompute_yardstick']['ratio']:.2f}× only inside {band(record)}; one "
+                    f"that includes 1× and reaches outside it is too coarse to tell its policy from recomputation."],
         notes=["Each verdict pairs a policy's NLL with recomputation's at the same positions, so the text's own "
                "difficulty cancels."])

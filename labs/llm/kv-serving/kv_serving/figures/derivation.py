@@ -23,6 +23,7 @@ from .formulas import (
     growth_range,
     matching_solo,
     mean_batch,
+    mean_prefill_call_s,
     mean_prefill_s,
     mean_step_s,
     mean_used,
@@ -103,12 +104,13 @@ def run_figures(path: JsonPath, run: dict[str, Any], figures: Figures) -> dict[s
         else:
             figures.add((*path, "summary", name), value, "client_summary of its request rows")
     server, duration = run["server"], summary["duration_s"]
-    step, prefill = mean_step_s(server), mean_prefill_s(server)
+    step, prefill, call = mean_step_s(server), mean_prefill_s(server), mean_prefill_call_s(server)
     model_s = server["decode_seconds"] + server["prefill_seconds"]
     figures.add((*path, "server", "mean_batch"), mean_batch(server), "decode_rows / decode_steps")
     for name, value in (
-            ("mean_step_s", step), ("mean_prefill_s", prefill),
-            ("stalled_gap_s", step + prefill), ("prefill_over_step", prefill / step if step > 0 else None),
+            ("mean_step_s", step), ("mean_prefill_s", prefill), ("mean_prefill_call_s", call),
+            ("prompts_per_prefill_call", server["prefills"] / server["prefill_calls"] if server["prefill_calls"] else 0.0),
+            ("stalled_gap_s", step + call), ("prefill_over_step", call / step if step > 0 else None),
             ("prefill_share", server["prefill_seconds"] / model_s if model_s > 0 else None),
             ("decode_rows_per_s", server["decode_rows"] / server["decode_seconds"] if server["decode_seconds"] > 0 else 0.0),
             ("peak_share_of_pool", server["peak_used_blocks"] / server["num_blocks"])):

@@ -74,8 +74,14 @@ def mean_step_s(server: dict[str, Any]) -> float:
 
 
 def mean_prefill_s(server: dict[str, Any]) -> float:
-    """The server's own mean prefill: its time in prefills over their number."""
+    """The server's own mean prefill per prompt: its time in prefills over the prompts prefilled."""
     return server["prefill_seconds"] / server["prefills"] if server["prefills"] else 0.0
+
+
+def mean_prefill_call_s(server: dict[str, Any]) -> float:
+    """The server's mean prefill call: prompts admitted together are packed into one call, and a running stream waits
+    out the whole call, not one prompt's share of it."""
+    return server["prefill_seconds"] / server["prefill_calls"] if server["prefill_calls"] else 0.0
 
 
 def mean_used(run: dict[str, Any]) -> float:
@@ -313,3 +319,15 @@ def growth_over_decode(rows: Sequence[BesideDecode]) -> tuple[float, float, floa
         return None
     served, decode = rows[-1].served[0] - rows[0].served[0], rows[-1].decode[0] - rows[0].decode[0]
     return served, decode, served / decode if decode > 0 else math.inf
+
+
+def ttft_order(first: dict[str, Any], second: dict[str, Any]) -> str | None:
+    """'sooner' or 'later' where the middle halves of two runs' times to first token (their completed requests)
+    do not overlap, else None: one run each, so a difference inside the runs' own spread is not one."""
+    halves = [middle_half([r["ttft_s"] for r in run["requests"] if r["outcome"] == "completed" and r["ttft_s"] is not None])
+              for run in (first, second)]
+    if halves[0][1] < halves[1][0]:
+        return "sooner"
+    if halves[1][1] < halves[0][0]:
+        return "later"
+    return None
