@@ -60,6 +60,10 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertNotIn("atol", " ".join(items))  # tolerances are the appendix's
         for entry in record["hardware"]["matmul"].values():  # matrix arithmetic fast enough to bound no step
             entry["durations_ns"] = [1] * len(entry["durations_ns"])
+        for group in (*record["groups"], *record["llama"]["groups"]):  # each group's floor read at the run's best
+            kernels = record["hardware"]["bandwidth"][str(group["threads"])]["kernels"]
+            group["floor_ns"] = {name: min(kernel["durations_ns"]) for name, kernel in kernels.items()}
+        record = rederived(record)
         for cell in record["cells"]:  # this lab's steps near their memory floor, transformers' at 0.6 of it
             share = {"ours-prealloc": 1.2, "ours-concat": 1.3, "ours-compiled": 1.25}.get(cell["mode"], 0.6)
             steps_at(cell, cell["floor_ns_per_step"] * share)
@@ -149,8 +153,10 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             for (batch, context), cell in pictures.cell_regimes(record, who).items():
                 group = pictures.headline_groups(record)[(batch, context)]
                 raw = cells[(batch, context, cell["mode"])]["durations_ns"]
+                best = group["bytes"]["total"] / record["hardware"]["bandwidth"][str(formulas.headline_key(record)[1])][
+                    "bytes_per_s"] * 1e9  # the same bytes at the run's best read
                 self.assertEqual(cell["regime"], formulas.regime(raw, group["floor_ns_per_step"],
-                                                                 group["compute_floor_ns_per_step"]))
+                                                                 group["compute_floor_ns_per_step"], best))
         for entry in record["hardware"]["matmul"].values():  # matrix arithmetic so slow its floor bounds every step
             entry["durations_ns"] = [duration * 10**6 for duration in entry["durations_ns"]]
         html = self.page("regimes", rederived(record))
@@ -167,8 +173,11 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(formulas.regime([74, 100, 119, 125, 159], 60, 10), "unresolved")  # quartiles 100 and 125
         self.assertEqual(formulas.regime([100, 104, 110, 112, 300], 60, 10), "memory")  # one outlier moves nothing
         noisy = [{"regime": "memory", "context": 128}, {"regime": "unresolved", "context": 512}]
-        self.assertIn("unresolved (its repetitions fall on both sides of the overhead line) at context 512",
-                      regimes_by_context(noisy))
+        self.assertIn("unresolved (it straddles the overhead line) at context 512", regimes_by_context(noisy))
+        # clear of the line at its group's floor (60: under 120), across it at the run's best read (50: over 100)
+        self.assertEqual(formulas.regime([104, 108, 110, 112, 116], 60, 10), "memory")
+        self.assertEqual(formulas.regime([104, 108, 110, 112, 116], 60, 10, 50), "unresolved")
+        self.assertEqual(formulas.regime([104, 108, 110, 112, 116], 60, 10, 58), "memory")
         record = copy.deepcopy(self.record)
         headline = formulas.headline_key(record)
         for cell in record["cells"]:  # every headline cell straddles its own overhead line

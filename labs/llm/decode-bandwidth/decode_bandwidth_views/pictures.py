@@ -131,8 +131,8 @@ def regime_grid_view(record: dict[str, Any]) -> Block:
     caption = ("Each cell sets the median step against the higher of its two floors (bytes ÷ measured bandwidth, "
                "flops ÷ measured matmul rate), which names the bound: bandwidth or compute. Where that floor explains "
                "under half of the step, most of the time goes to neither, and the cell is overhead-bound; where the middle "
-               "half of a cell's repetitions falls on both sides of that line, the run cannot say, and it reads "
-               "unclear. The faster of "
+               "half of a cell's repetitions falls on both sides of that line, or the line moves across it between its "
+               "group's floor and the run's best read, the run cannot say, and it reads unclear. The faster of "
                f"this lab's caches: {counts} of {len(headline_groups(record))} cells. "
                "Under each regime: the step ÷ the higher floor, and which floor that is.")
     return Block(diagrams=diagrams, notes=[caption])

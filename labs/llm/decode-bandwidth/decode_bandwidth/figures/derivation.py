@@ -125,7 +125,8 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the read bandwidth beside it")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
         figures.add((*where, "step_over_higher_floor"), ns / max(memory, compute), "its median / its group's higher floor")
-        figures.add((*where, "regime"), regime(durations, memory, compute), "its quartiles against its group's two "
+        bound = memory_floor_ns(work[group_key(cell)], rates[("bandwidth", str(cell["threads"]))])
+        figures.add((*where, "regime"), regime(durations, memory, compute, bound), "its quartiles against its group's two "
                     "floors")
         figures.add((*where, "flops_per_s"), work[group_key(cell)]["flops"] / ns * 1e9, "its group's flops / its "
                     "median")
@@ -151,7 +152,8 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
     for group in record["groups"]:
         key = group_key(group)
         if key[:2] == headline:
-            counts[regime(repetitions[(*key, fastest(medians, key))], *floors[key])] += 1
+            bound = memory_floor_ns(work[key], rates[("bandwidth", str(key[1]))])
+            counts[regime(repetitions[(*key, fastest(medians, key))], *floors[key], bound)] += 1
     for name, count in counts.items():
         figures.add(("headline_regimes", name), count, "the headline cells' medians against their floors")
     return medians, floors
@@ -310,6 +312,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
                             ("max_ns_per_step", max(durations))):
             figures.add(("llama", "cells", index, name), value, "its raw durations")
     floors: dict[tuple[int, int, str], tuple[float, float]] = {}  # (threads, context, weight format)
+    bounds: dict[tuple[int, int, str], float] = {}  # the same bytes at the run's best read
     for index, group in enumerate(section["groups"]):
         key, where = (group["threads"], group["context"]), ("llama", "groups", index)
         for weights in sorted(set(LLAMA_WEIGHTS.values()), key=lambda name: name != "float32"):  # float32 first
@@ -320,6 +323,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
             memory = memory_floor_ns(needed, beside_rate(record["hardware"], group))
             compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
             floors[(*key, weights)] = (memory, compute)
+            bounds[(*key, weights)] = memory_floor_ns(needed, rates[("bandwidth", str(group["threads"]))])
             name = "_".join((*prefix, "floor_ns_per_step"))
             figures.add((*where, name), memory, f"its {weights} bytes / the read bandwidth beside it")
             if weights == "float32":
@@ -354,7 +358,8 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
         figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the read bandwidth beside it")
         figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
-        figures.add((*where, "regime"), regime(cell["durations_ns"], memory, compute), "its quartiles against its "
+        bound = bounds[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
+        figures.add((*where, "regime"), regime(cell["durations_ns"], memory, compute, bound), "its quartiles against its "
                     "group's two floors")
         first = (section["threads"][0], cell["context"], cell["mode"])
         if cell["threads"] != first[0]:  # a second thread count: did it help this mode at this context?

@@ -200,7 +200,7 @@ def other_layout(stored: str) -> str:
 # whose own repetitions fall on both sides of that line (its lower and upper quartiles name different regimes) is
 # "unresolved": the run cannot tell which regime it is in, and a page must not name one.
 REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound",
-           "unresolved": "unresolved (its repetitions fall on both sides of the overhead line)"}
+           "unresolved": "unresolved (it straddles the overhead line)"}
 OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhead-bound
 
 
@@ -224,11 +224,15 @@ def one_regime(step_ns: float, memory_floor_ns: float, compute_floor_ns: float) 
     return "memory" if memory_floor_ns >= compute_floor_ns else "compute"
 
 
-def regime(durations_ns: Sequence[float], memory_floor_ns: float, compute_floor_ns: float) -> str:
+def regime(durations_ns: Sequence[float], memory_floor_ns: float, compute_floor_ns: float,
+           bound_ns: float | None = None) -> str:
     """The regime (a key of REGIMES) of a cell from its repetitions against its two floors: the one its lower and
-    upper quartiles agree on, else 'unresolved'."""
+    upper quartiles agree on, else 'unresolved'. With ``bound_ns`` (the same bytes at the run's best read), the
+    label must also hold against that floor: the floor read beside a group moves through a run, and a label that
+    flips between the two rests on that movement, not on the step."""
     low, high = middle_half(durations_ns)
-    found = {one_regime(step, memory_floor_ns, compute_floor_ns) for step in (low, high)}
+    memories = (memory_floor_ns,) if bound_ns is None else (memory_floor_ns, bound_ns)
+    found = {one_regime(step, memory, compute_floor_ns) for step in (low, high) for memory in memories}
     return found.pop() if len(found) == 1 else "unresolved"
 
 
