@@ -11,9 +11,9 @@ from typing import Any
 from labkit.manifest import discover_labs
 from labkit.records import RecordError, load_record
 from labkit.summary import with_figures
-from labkit.testing import lab_derive
 
 from .errors import SiteBuildError
+from .labviews import lab_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,8 @@ def reference_record(name: str, root: Path = ROOT) -> dict[str, Any]:
     if name not in labs:
         raise SiteBuildError(f"a page reads lab {name!r}'s record, but no such lab is registered: {sorted(labs)}")
     lab = labs[name]
+    figures = lab_module(lab, lab.figures)
     try:
-        return with_figures(load_record(root / lab.record, root / lab.schema), lab_derive(lab))
+        return with_figures(load_record(root / lab.record, root / lab.schema), getattr(figures, "derive", None))
     except RecordError as error:
         raise SiteBuildError(f"a page reads {lab.record}: {error}") from None

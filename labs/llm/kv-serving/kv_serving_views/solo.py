@@ -8,7 +8,7 @@ from typing import Any
 
 from kv_serving.figures import formulas
 from site_hooks.blocks import Block, Table
-from site_hooks.formatting import format_ms, format_ratio, join
+from site_hooks.formatting import format_ms, format_ratio, join, plural
 from site_hooks.other_records import reference_record
 
 DECODE_LAB = "decode-bandwidth"
@@ -40,15 +40,15 @@ def solo_view(record: dict[str, Any]) -> Block:
     if not rows:
         contexts = join([str(s["context"]) for s in record["trained"]["solo_steps"]])
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
-                                 f"{bench['threads']} thread(s), so there is nothing to set the served step beside."])
+                                 f"{plural(bench['threads'], 'thread')}, so there is nothing to set the served step beside."])
     table = Table(["Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode", "Served ÷ fastest",
                    "Ranges"],
                   [(f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
                     format_ratio(row.ratio), order_words(row)) for row in rows])
     growth = formulas.growth_over_decode(rows)
     paragraphs = [
-        f"One request alone on the trained model: the server's own decode step at each context, {bench['threads']} "
-        f"thread(s), in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
+        f"One request alone on the trained model: the server's own decode step at each context, "
+        f"{plural(bench['threads'], 'thread')}, in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
         f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
         f"{decode['created_utc'][:10]}). Medians, with each cell's min–max."]
     if growth is not None:
