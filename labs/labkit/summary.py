@@ -131,6 +131,16 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 
 MIDDLE_HALF = (0.25, 0.75)  # the quartiles a noise-aware verdict reads: one outlier among the repetitions moves neither
+MIN_PARTED = 3  # repetitions a cell needs before its min–max range says anything about its noise
+
+
+def parted(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two cells' repetitions never overlap: every one of one is faster than every one of the other. Only
+    then may a page call one step faster or slower than the other; a cell of fewer than MIN_PARTED repetitions
+    shows no spread, so it never parts. The labs' "faster" and "apart" verdicts on timed cells read this one rule."""
+    if min(len(a), len(b)) < MIN_PARTED:
+        return False
+    return max(a) < min(b) or max(b) < min(a)
 
 
 def middle_half(values: Sequence[float]) -> tuple[float, float]:

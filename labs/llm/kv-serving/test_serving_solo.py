@@ -16,8 +16,8 @@ from site_hooks.blocks import render_block
 def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
     return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
-            "trained": {"solo_steps": [{"context": c, "median_ns": m, "min_ns": lo, "max_ns": hi}
-                                       for c, (m, lo, hi) in steps.items()]}}
+            "trained": {"solo_steps": [{"context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
+                                        "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
 def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
@@ -25,7 +25,8 @@ def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> di
     return {"created_utc": "2026-12-03T20:00:00Z",
             "llama": {"groups": [{"threads": threads, "context": c, "best_float32_mode": "ours-fused"} for c in cells],
                       "cells": [{"threads": threads, "context": c, "mode": "ours-fused", "median_ns_per_step": m,
-                                 "min_ns_per_step": lo, "max_ns_per_step": hi} for c, (m, lo, hi) in cells.items()]}}
+                                 "min_ns_per_step": lo, "max_ns_per_step": hi, "durations_ns": [lo, m, hi]}
+                                for c, (m, lo, hi) in cells.items()]}}
 
 
 MS = 1e6

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.bench import run_order
-from labkit.summary import middle_half, percentile
+from labkit.summary import MIN_PARTED, middle_half, parted, percentile  # noqa: F401  (MIN_PARTED, parted re-exported)
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes  # noqa: F401  (re-exported)
 
 from ..floors import (  # noqa: F401  (re-exported)
@@ -202,18 +202,6 @@ def other_layout(stored: str) -> str:
 REGIMES = {"memory": "bandwidth-bound", "compute": "compute-bound", "overhead": "overhead-bound",
            "unresolved": "unresolved (it straddles the overhead line)"}
 OVERHEAD_SHARE = 0.5  # the higher floor explains under half of the step: overhead-bound
-
-
-MIN_PARTED = 3  # repetitions a cell needs before its range says anything about its noise
-
-
-def parted(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Whether two cells' repetitions never overlap: every one of one is faster than every one of the other. Only
-    then may a page call one step faster than the other; a cell of fewer than MIN_PARTED repetitions shows no
-    spread, so it never parts."""
-    if min(len(a), len(b)) < MIN_PARTED:
-        return False
-    return max(a) < min(b) or max(b) < min(a)
 
 
 def one_regime(step_ns: float, memory_floor_ns: float, compute_floor_ns: float) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
-from labkit.summary import middle_half
+from labkit.summary import middle_half, parted
 
 from ..client_stats import (  # noqa: F401  (re-exported)
     LATENCIES,
@@ -308,7 +308,7 @@ def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[Besid
         served = (step["median_ns"], step["min_ns"], step["max_ns"])
         fastest = (best["median_ns_per_step"], best["min_ns_per_step"], best["max_ns_per_step"])
         rows.append(BesideDecode(step["context"], served, group["best_float32_mode"], fastest, served[0] / fastest[0],
-                                 served[2] < fastest[1] or fastest[2] < served[1]))
+                                 parted(step["durations_ns"], best["durations_ns"])))
     return rows
 
 
