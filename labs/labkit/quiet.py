@@ -78,15 +78,22 @@ def sample(seconds: float = QUIET_SAMPLE_S, read: Callable[[], str] = STAT.read_
     return between(before, after, seconds, os.cpu_count() or 1, load)
 
 
+def busy_reasons(busy_cores: float, steal_share: float, cores: str, span: str, steal_span: str = "") -> list[str]:
+    """What was busy beyond the thresholds, each reason worded with ``cores`` ('its 2'), ``span`` ('over 3 s') and
+    ``steal_span`` (' on average'): the one check both the start-up sample and a run's stored samples are held to."""
+    reasons = []
+    if busy_cores > QUIET_BUSY_CORES:
+        reasons.append(f"other work kept {busy_cores:.2f} of {cores} cores busy {span} (at most {QUIET_BUSY_CORES:g} "
+                       f"for a reference record)")
+    if steal_share > QUIET_STEAL_SHARE:
+        reasons.append(f"the hypervisor took {steal_share:.0%} of the CPU time for other guests{steal_span} (at most "
+                       f"{QUIET_STEAL_SHARE:.0%})")
+    return reasons
+
+
 def refusal(found: Sample) -> str | None:
     """Why ``found`` is too busy for a reference record, in one line naming what was busy and by how much, or None."""
-    reasons = []
-    if found.busy_cores > QUIET_BUSY_CORES:
-        reasons.append(f"other work kept {found.busy_cores:.2f} of its {found.cores} cores busy over "
-                       f"{found.seconds:g} s (at most {QUIET_BUSY_CORES:g} for a reference record)")
-    if found.steal_share > QUIET_STEAL_SHARE:
-        reasons.append(f"the hypervisor took {found.steal_share:.0%} of the CPU time for other guests (at most "
-                       f"{QUIET_STEAL_SHARE:.0%})")
+    reasons = busy_reasons(found.busy_cores, found.steal_share, f"its {found.cores}", f"over {found.seconds:g} s")
     if not reasons:
         return None
     return (f"this machine is busy: {'; '.join(reasons)}; load average {found.load_average:.2f}. A reference record "

@@ -218,11 +218,6 @@ def load_of(state: Mapping[str, Any] | None) -> Load | None:
 def run_refusal(cores: int, seconds: float, busy_cores: float, steal_share: float) -> str | None:
     """Why a run with these means is under load, in one line naming what was busy against labkit.quiet's
     thresholds, or None."""
-    reasons = []
-    if busy_cores > quiet.QUIET_BUSY_CORES:
-        reasons.append(f"other work kept {busy_cores:.2f} of {cores} cores busy on average over its {seconds:.0f} s "
-                       f"(at most {quiet.QUIET_BUSY_CORES:g} for a reference record)")
-    if steal_share > quiet.QUIET_STEAL_SHARE:
-        reasons.append(f"the hypervisor took {steal_share:.0%} of the CPU time for other guests on average (at most "
-                       f"{quiet.QUIET_STEAL_SHARE:.0%})")
+    reasons = quiet.busy_reasons(busy_cores, steal_share, str(cores), f"on average over its {seconds:.0f} s",
+                                 " on average")
     return "; ".join(reasons) or None
