@@ -8,20 +8,10 @@ import unittest
 
 from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.prefill_bound import DECAY, PrefillRate
-from kv_serving.request import Failed, Finished, Request, Status, Token
+from kv_serving.request import Failed, Finished, Request, Status
 from kv_serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
-from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
+from kv_serving.testing import TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
 from labkit.waiting import HANG_S, bounded, eventually, within
-
-
-async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
-    tokens = []
-    while True:
-        event = await request.events.get()
-        if isinstance(event, Token):
-            tokens.append(event.token_id)
-        else:
-            return tokens, event
 
 
 def greedy_alone(scheduler: Scheduler, prompt: list[int], max_tokens: int) -> list[int]:
@@ -62,20 +52,7 @@ class PrefillRateTest(unittest.TestCase):
                 PrefillRate.given(bad)
 
 
-class SchedulerTest(QuietLoopTestCase):
-    async def asyncSetUp(self) -> None:
-        await super().asyncSetUp()
-        self.schedulers: list[Scheduler] = []
-
-    async def asyncTearDown(self) -> None:
-        for scheduler in self.schedulers:
-            await scheduler.stop()
-
-    def start(self, **changes: object) -> Scheduler:
-        scheduler = tiny_engine(**changes).build()
-        scheduler.start()
-        self.schedulers.append(scheduler)
-        return scheduler
+class SchedulerTest(SchedulerTestCase):
 
     def assert_every_row_accounted_for(self, counters: Counters) -> None:
         """Each computed row (a prefill's or one request's in a decode step) was streamed or dropped; rows for

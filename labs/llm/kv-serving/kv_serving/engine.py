@@ -19,7 +19,8 @@ from .dtypes import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .prefill_bound import TTFT_TARGET_S, PrefillRate
-from .scheduler import Scheduler
+from .prefix import INDEXES, CachingPool
+from .scheduler import ORDERS, Scheduler
 
 if TYPE_CHECKING:  # the trained model's types; its modules import transformers, which a random-model server never needs
     from llm_models.llama.config import LlamaDecoderConfig
@@ -60,6 +61,10 @@ class EngineConfig:
     model_name: str = "kv-serving-random"
     threads: int = 1  # torch intra-op threads of the decode worker
     chat: ChatModel | None = None  # a decoder with its tokenizer (EngineConfig.for_chat); None: the random model
+    # Automatic prefix caching (kv_serving.prefix): None keeps every request's prefill whole, as the load, admission
+    # and cancellation experiments were measured; "hash" (vLLM) or "radix" (SGLang) picks the index.
+    prefix_index: str | None = None
+    order: str = "fcfs"  # the waiting queue's order (kv_serving.scheduler.ORDERS)
 
     @classmethod
     def for_chat(cls, chat: ChatModel, block_size: int, num_blocks: int, policy: AdmissionPolicy,
@@ -70,6 +75,11 @@ class EngineConfig:
                    model_name=chat.name, chat=chat, **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        if self.prefix_index is not None and self.prefix_index not in INDEXES:
+            raise ValueError(f"prefix_index must be one of {', '.join(INDEXES)} or None, got {self.prefix_index!r}")
+        if self.order not in ORDERS or (self.order != "fcfs" and self.prefix_index is None):
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, and {self.order!r} needs a prefix cache "
+                             f"(prefix_index={self.prefix_index!r})")
         if self.chat is not None and (self.model is not self.chat.model.config or self.layers != self.model.layers):
             raise ValueError("a chat model's engine takes its config and layers from the decoder "
                              "(EngineConfig.for_chat)")
@@ -88,7 +98,8 @@ class EngineConfig:
     def build(self) -> Scheduler:
         """A fresh model, pool and scheduler (not started)."""
         torch.set_num_threads(self.threads)
-        pool = LayeredPool(self.model, self.layers, self.num_blocks, self.block_size)
+        pool = (LayeredPool(self.model, self.layers, self.num_blocks, self.block_size) if self.prefix_index is None
+                else CachingPool(self.model, self.layers, self.num_blocks, self.block_size, self.prefix_index))
         if self.chat is None:
             assert isinstance(self.model, ModelConfig)
             model: ServingModel | LlamaServingModel = ServingModel(self.model, self.layers)
@@ -97,13 +108,15 @@ class EngineConfig:
 
             model = served(self.chat.model)
         rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
-        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect, self.ttft_target_s, rate)
+        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect, self.ttft_target_s, rate,
+                         self.order)
 
     def as_record(self) -> dict[str, object]:
         return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "block_bytes": self.block_bytes,
                 "admission": self.policy.describe(), "max_waiting": self.max_waiting,
-                "honor_disconnect": self.honor_disconnect, "threads": self.threads}
+                "honor_disconnect": self.honor_disconnect, "threads": self.threads,
+                **({} if self.prefix_index is None else {"prefix_index": self.prefix_index, "order": self.order})}
 
 
 def policy_from(max_running: int | None, kv_budget_bytes: int | None) -> AdmissionPolicy:

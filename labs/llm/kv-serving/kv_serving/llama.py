@@ -18,6 +18,7 @@ so a block never needs to know where its request started.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -111,6 +112,11 @@ class LlamaServingModel:
             self.served = [ServedLayer.of(layer) for layer in decoder.layers]
             self.head = Weight(decoder.head)  # the tied embedding, (vocab, C)
 
+    def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
+        """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
+        return PackedPrompts(pool, prompts, tables, check_ids, starts)
+
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < vocab]
@@ -130,11 +136,13 @@ class LlamaServingModel:
         return self.decoder(torch.tensor([ids]), last_only=True)[0, -1]
 
     @torch.inference_mode()
-    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]]) -> Tensor:
+    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                starts: list[int] | None = None) -> Tensor:
         """Each prompt's rotated keys and values into its table's blocks; each one's last-position logits (N, vocab).
         The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
-        its own keys only, rotated from its own position 0."""
-        packed = PackedPrompts(pool, prompts, tables, self.check_ids)
+        its own keys only, rotated from its own position 0. ``starts``: positions of each prompt already in its
+        blocks (prefix caching), not computed again; the rest turn by their own positions from there."""
+        packed = self.packing(pool, prompts, tables, self.check_ids, starts)
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
         for index, layer in enumerate(self.served):

@@ -55,6 +55,11 @@ class ServingModel:
         x = x + block.out(attended.transpose(1, 2).reshape(batch, length, width))
         return x + block.ffn(block.norm_ffn(x))
 
+    def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
+        """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
+        return PackedPrompts(pool, prompts, tables, check_ids, starts)
+
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size
         bad = [i for i in ids if not 0 <= i < vocab]
@@ -73,11 +78,13 @@ class ServingModel:
         return self._head(x)[0, -1]
 
     @torch.inference_mode()
-    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]]) -> Tensor:
+    def prefill(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                starts: list[int] | None = None) -> Tensor:
         """Each prompt's keys and values into its table's blocks; each one's last-position logits (N, vocab).
         The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
-        its own keys only."""
-        packed = PackedPrompts(pool, prompts, tables, self.check_ids)
+        its own keys only. ``starts``: positions of each prompt already in its blocks (prefix caching), not
+        computed again."""
+        packed = self.packing(pool, prompts, tables, self.check_ids, starts)
         x = self._embed(packed.ids, packed.positions)  # (1, sum T, C)
         for layer, block in enumerate(self.blocks):
             q, k, v = self._project(block, x)
@@ -100,41 +107,56 @@ class ServingModel:
 
 
 class PromptSlots:
-    """Where a new request's prompt positions 0 .. T-1 live in its blocks: ``write`` stores a layer's keys and
-    values there (both models' prefill)."""
+    """Where a new request's prompt positions ``start`` .. T-1 live in its blocks: ``write`` stores a layer's keys and
+    values there, ``cached`` reads back positions 0 .. start-1, which an earlier request computed (both models'
+    prefill; ``start`` > 0 only with prefix caching, ``kv_serving.prefix``)."""
 
-    def __init__(self, pool: LayeredPool, length: int, table: list[int]) -> None:
+    def __init__(self, pool: LayeredPool, length: int, table: list[int], start: int = 0) -> None:
         if blocks_for(length, pool.block_size) > len(table):
             raise ValueError(f"a prompt of {length} positions needs {blocks_for(length, pool.block_size)} "
                              f"blocks of {pool.block_size}, the table has {len(table)}")
-        self.pool = pool
-        self.positions = torch.arange(length)  # (T,)
-        self.blocks = torch.tensor(table)[self.positions // pool.block_size]  # (T,)
+        if not 0 <= start < length:
+            raise ValueError(f"a prompt of {length} positions can start computing at 0 .. {length - 1}, got {start}")
+        self.pool, self.start = pool, start
+        self.positions = torch.arange(start, length)  # (T - start,): the positions this prefill computes
+        self.blocks = torch.tensor(table)[self.positions // pool.block_size]  # (T - start,)
         self.slots = self.positions % pool.block_size
+        before = torch.arange(start)  # (start,): the positions found cached
+        self.cached_blocks = torch.tensor(table)[before // pool.block_size]
+        self.cached_slots = before % pool.block_size
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> None:
-        """k and v (1, Hkv, T, D) into their slots."""
-        self.pool.layer_keys(layer)[self.blocks, :, self.slots] = k[0].transpose(0, 1)  # (T, Hkv, D)
+        """k and v (1, Hkv, T - start, D) into their slots."""
+        self.pool.layer_keys(layer)[self.blocks, :, self.slots] = k[0].transpose(0, 1)  # (T - start, Hkv, D)
         self.pool.layer_values(layer)[self.blocks, :, self.slots] = v[0].transpose(0, 1)
+
+    def cached(self, layer: int) -> tuple[Tensor, Tensor]:
+        """Keys and values of positions 0 .. start-1, each (1, Hkv, start, D), read from the pool."""
+        keys = self.pool.layer_keys(layer)[self.cached_blocks, :, self.cached_slots]  # (start, Hkv, D)
+        values = self.pool.layer_values(layer)[self.cached_blocks, :, self.cached_slots]
+        return keys.transpose(0, 1)[None], values.transpose(0, 1)[None]
 
 
 class PackedPrompts:
-    """N new prompts as one sequence of sum(T) tokens (both models' prefill; vLLM's batched prefill): the weight
-    products run once over every token, while ``attend`` stores each prompt's keys and values in its own blocks
-    and lets each prompt's queries see its own keys only, from its own position 0."""
+    """N new prompts as one sequence of their uncomputed tokens (both models' prefill; vLLM's batched prefill): the
+    weight products run once over every token, while ``attend`` stores each prompt's keys and values in its own
+    blocks and lets each prompt's queries see its own keys only. ``starts[i]`` positions of prompt i were found
+    cached (prefix caching): its tokens from there on are computed, at their own positions, over the cached keys."""
 
     def __init__(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
-                 check_ids: Callable[[list[int]], None]) -> None:
-        if not len(prompts) == len(tables) > 0:
-            raise ValueError(f"need one table per prompt, got {len(prompts)} prompts and {len(tables)} tables")
+                 check_ids: Callable[[list[int]], None], starts: list[int] | None = None) -> None:
+        starts = [0] * len(prompts) if starts is None else starts
+        if not len(prompts) == len(tables) == len(starts) > 0:
+            raise ValueError(f"need one table and one start per prompt, got {len(prompts)} prompts, "
+                             f"{len(tables)} tables and {len(starts)} starts")
         for ids in prompts:
             check_ids(ids)
-        self.slots = [PromptSlots(pool, len(ids), table) for ids, table in zip(prompts, tables)]
-        ends = torch.tensor([len(ids) for ids in prompts]).cumsum(0)
+        self.slots = [PromptSlots(pool, len(ids), table, start) for ids, table, start in zip(prompts, tables, starts)]
+        ends = torch.tensor([len(ids) - start for ids, start in zip(prompts, starts)]).cumsum(0)
         self.bounds = list(zip([0, *ends[:-1].tolist()], ends.tolist()))  # each prompt's slice of the sequence
         self.last = ends - 1  # (N,): each prompt's last token in the sequence
-        self.ids = torch.tensor([[i for ids in prompts for i in ids]])  # (1, sum T)
-        self.positions = torch.cat([slot.positions for slot in self.slots])  # (sum T,): each prompt from 0
+        self.ids = torch.tensor([[i for ids, start in zip(prompts, starts) for i in ids[start:]]])  # (1, sum T - start)
+        self.positions = torch.cat([slot.positions for slot in self.slots])  # (sum T - start,): each from its start
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q (1, H, sum T, D), k and v (1, Hkv, sum T, D) -> (1, H, sum T, D): each prompt causal over its own."""
@@ -142,7 +164,10 @@ class PackedPrompts:
         for slot, (start, end) in zip(self.slots, self.bounds):
             own_k, own_v = k[:, :, start:end], v[:, :, start:end]
             slot.write(layer, own_k, own_v)
-            attended.append(causal_attention(q[:, :, start:end], own_k, own_v, 0))  # a fresh prompt: nothing cached
+            if slot.start:  # its first positions were cached: their keys come from the pool
+                cached_k, cached_v = slot.cached(layer)
+                own_k, own_v = torch.cat([cached_k, own_k], dim=2), torch.cat([cached_v, own_v], dim=2)
+            attended.append(causal_attention(q[:, :, start:end], own_k, own_v, slot.start))
         return torch.cat(attended, dim=2)
 
 

@@ -48,6 +48,7 @@ class Request:
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     status: Status = Status.WAITING
     table: list[int] = field(default_factory=list)  # logical block i -> pool block, reserved at admission
+    cached_tokens: int = 0  # leading prompt positions found in the prefix cache at admission: not computed again
     output: list[int] = field(default_factory=list)
     arrival_s: float = field(default_factory=time.monotonic)
     created: int = field(default_factory=lambda: int(time.time()))  # OpenAI's ``created``: one value per request

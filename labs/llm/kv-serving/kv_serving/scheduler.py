@@ -47,6 +47,7 @@ from .admission import AdmissionPolicy, kv_positions
 from .model import ServingModel
 from .pool import LayeredPool
 from .prefill_bound import PROBE_TOKENS, PrefillRate, over_bound
+from .prefix import CachingPool
 from .request import Failed, Finished, Request, Status, Token
 from .sizes import blocks_for
 from .text import TextStream
@@ -60,6 +61,10 @@ T = TypeVar("T")
 # max_num_batched_tokens): each weight matrix is read once for all of them, and one call stays short enough
 # that the running requests' next step is not held back for long. A longer prompt is prefilled alone.
 PREFILL_TOKENS = 2048
+# The order ``waiting`` is admitted in: first come, first served, or, with a prefix cache, the request whose prompt
+# finds the longest cached prefix first (SGLang's cache-aware "longest prefix match" schedule: requests that share a
+# prefix run close together, before eviction can take it; a request that shares nothing may wait longer).
+ORDERS = ("fcfs", "longest-prefix")
 
 
 def prefill_groups(admitted: list[Request], budget: int) -> list[list[Request]]:
@@ -92,6 +97,7 @@ class Counters:
     decode_steps: int = 0
     decode_rows: int = 0  # requests summed over decode steps: decode_rows / decode_steps = mean batch
     prefills: int = 0  # requests prefilled
+    prefill_tokens: int = 0  # prompt positions those prefills computed (prefix caching skips the cached ones)
     prefill_calls: int = 0  # packed prefills that did it: prefills / prefill_calls prompts per call
     tokens_generated: int = 0
     completed: int = 0
@@ -121,13 +127,20 @@ class Counters:
 class Scheduler:
     def __init__(self, model: ServingModel | LlamaServingModel, pool: LayeredPool, policy: AdmissionPolicy,
                  max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
-                 prefill_rate: PrefillRate | None = None) -> None:
+                 prefill_rate: PrefillRate | None = None, order: str = "fcfs") -> None:
         """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
         time (kv_serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
-        measures from a probe when it starts and from every prefill after; None: no such bound."""
+        measures from a probe when it starts and from every prefill after; None: no such bound. A
+        ``CachingPool`` turns prefix caching on; ``order`` is one of ORDERS (longest-prefix needs the cache)."""
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         self.model, self.pool, self.policy = model, pool, policy
+        self.prefix = pool if isinstance(pool, CachingPool) else None
+        if order != "fcfs" and self.prefix is None:
+            raise ValueError(f"order {order!r} ranks requests by their cached prefix: it needs a prefix cache")
+        self.order = order
         self.budget_blocks = policy.budget_blocks(pool)  # validates a byte budget against the pool
         self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
         if ttft_target_s is not None and not 0 < ttft_target_s < float("inf"):
@@ -302,14 +315,24 @@ class Scheduler:
     # --8<-- [start:admit]
     def _admit(self) -> list[Request]:
         admitted = []
+        if self.prefix is not None and self.order == "longest-prefix":  # stable: ties keep their arrival order
+            prefix = self.prefix
+            self.waiting = deque(sorted(self.waiting, key=lambda r: -len(prefix.match(r.prompt))))
         while self.waiting:
             request = self.waiting[0]
             needed = blocks_for(request.kv_positions, self.pool.block_size)
-            if not self.policy.admits(len(self.running), self.pool.num_used_blocks, needed, self.pool):
-                break  # first come, first served: nobody overtakes the head of the queue
+            hits = [] if self.prefix is None else self.prefix.match(request.prompt)
+            # A cached block some running request holds is stored once: admitting this one adds only the rest.
+            grows = needed - (0 if self.prefix is None else self.prefix.shared(hits))
+            if not self.policy.admits(len(self.running), self.pool.num_used_blocks, grows, self.pool):
+                break  # nobody overtakes the head of the queue (its order: self.order)
             self.waiting.popleft()
             try:
-                request.table = self.pool.allocate(needed)
+                if self.prefix is None:
+                    request.table = self.pool.allocate(needed)
+                else:
+                    request.table = self.prefix.take(request.prompt, hits, needed - len(hits))
+                    request.cached_tokens = len(hits) * self.pool.block_size
             except PoolExhausted as error:  # admitted by count, but the memory is not there
                 self.counters.failed_for_memory += 1
                 limit = ", ".join(f"{key}={value}" for key, value in self.policy.describe().items() if key != "policy")
@@ -333,7 +356,9 @@ class Scheduler:
         if not group:
             return
         started = time.perf_counter()
-        call = (self.model.prefill, self.pool, [r.prompt for r in group], [r.table for r in group])
+        call: tuple[Any, ...] = (self.model.prefill, self.pool, [r.prompt for r in group], [r.table for r in group])
+        if self.prefix is not None:  # where each prompt's computation starts: after what it found cached
+            call += ([r.cached_tokens for r in group],)
         if len(group) == 1:
             logits = await self._on_worker(group, "prefill", *call)
             if logits is None:
@@ -348,10 +373,15 @@ class Scheduler:
                     await self._prefill([request])
                 return
         seconds = time.perf_counter() - started
+        computed = sum(len(r.prompt) - r.cached_tokens for r in group)
         self.counters.prefill_seconds += seconds
         self.counters.prefill_calls += 1
+        self.counters.prefill_tokens += computed
         if self.prefill_rate is not None:
-            self.prefill_rate.observe(sum(len(r.prompt) for r in group), seconds)
+            self.prefill_rate.observe(computed, seconds)
+        if self.prefix is not None:  # before any first token: one that finishes its request returns its blocks
+            for request in group:
+                self.prefix.offer(request.prompt, request.table)
         for request, token in zip(group, logits.argmax(-1).tolist()):
             self.counters.prefills += 1
             if request.client_gone:
@@ -385,6 +415,11 @@ class Scheduler:
         self.counters.decode_seconds += time.perf_counter() - started
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(batch)
+        if self.prefix is not None:  # a block the fed-back tokens just filled is cached too (a chat's next turn)
+            for request in batch:
+                stored = [*request.prompt, *request.output]  # every position written so far
+                if len(stored) % self.pool.block_size == 0 and request.table:
+                    self.prefix.offer(stored, request.table)
         departed = 0
         for request, token in zip(batch, logits.argmax(-1).tolist()):
             request.decode_steps += 1
@@ -487,5 +522,13 @@ class Scheduler:
             "waiting_prompt_tokens": self.waiting_prompt_tokens,
             "ttft_target_s": self.ttft_target_s,  # None: the queue is bounded by count alone
             "prefill_tokens_per_s": None if self.prefill_rate is None else self.prefill_rate.tokens_per_s,
+            "prefix_caching": None if self.prefix is None else self.prefix_metrics(),
             **vars(self.counters),
         }
+
+    def prefix_metrics(self) -> dict[str, Any]:
+        """The prefix cache's counters (vLLM's prefix cache metrics: queries and hits in tokens) and its blocks now."""
+        assert self.prefix is not None
+        stats = self.prefix.stats
+        return {"index": self.prefix.index.name, "order": self.order, **vars(stats), "hit_rate": stats.hit_rate,
+                "cached_blocks": self.prefix.cached_blocks, "cached_free_blocks": self.prefix.cached_free_blocks}

@@ -71,6 +71,7 @@ from .dtypes import DTYPES
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from .pool import block_bytes
 from .prefill_bound import TTFT_TARGET_S
+from .prefix import INDEXES
 from .protocol import (
     BadRequest,
     CompletionRequest,
@@ -81,7 +82,7 @@ from .protocol import (
     sse,
 )
 from .request import Failed, Finished, Request, Token
-from .scheduler import RequestRefused, Scheduler
+from .scheduler import ORDERS, RequestRefused, Scheduler
 from .text import TextStream
 from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completion
 
@@ -368,6 +369,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="refuse (503) a request whose prompt would take the tokens waiting for prefill beyond what the server "
              "prefills in this many seconds, at the rate it measures; 0: no such bound (default: %(default)s)")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
+    add("--prefix-caching", choices=("off", *INDEXES), default="off",
+        help="keep full blocks' keys and values after their requests end and reuse them for prompts that start with "
+             "the same tokens: hash (vLLM's chained block hashes) or radix (SGLang's tree of pages); /metrics reports "
+             "queries, hits and evictions (default: %(default)s)")
+    add("--schedule", choices=ORDERS, default="fcfs",
+        help="the waiting queue's order: fcfs, or longest-prefix (the request with the longest cached prefix "
+             "first; needs --prefix-caching) (default: %(default)s)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
     add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
@@ -390,6 +398,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
+    if args.schedule != "fcfs" and args.prefix_caching == "off":
+        parser.error(f"--schedule {args.schedule} ranks requests by their cached prefix: it needs --prefix-caching "
+                     f"hash or radix")
     if args.kv_format is not None and args.max_running is not None:
         parser.error(f"--kv-format {args.kv_format} prices a KV budget; --max-running {args.max_running} admits by "
                      f"count instead")
@@ -445,7 +456,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         policy = KVBudget(budget, cache_format)
     options = dict(block_size=args.block_size, num_blocks=args.num_blocks, policy=policy,
                    max_waiting=args.max_waiting, ttft_target_s=args.ttft_target_s or None,
-                   honor_disconnect=not args.ignore_disconnects, threads=args.threads)
+                   honor_disconnect=not args.ignore_disconnects, threads=args.threads,
+                   prefix_index=None if args.prefix_caching == "off" else args.prefix_caching, order=args.schedule)
     if args.model == "smollm2":
         from llm_models.llama.generate import smollm2
 

@@ -28,6 +28,7 @@ from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S,
 from .engine import EngineConfig
 from .model import ServingModel
 from .pool import block_bytes
+from .request import Failed, Finished, Request, Token
 from .scheduler import Scheduler
 from .server import GRACE_S, Server, create_app
 
@@ -261,6 +262,36 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
 
     async def asyncSetUp(self) -> None:
         asyncio.get_running_loop().set_debug(False)
+
+
+async def drain(request: Request) -> tuple[list[int], Finished | Failed]:
+    """Every token a request streams, and the event that ended it."""
+    tokens = []
+    while True:
+        event = await request.events.get()
+        if isinstance(event, Token):
+            tokens.append(event.token_id)
+        else:
+            return tokens, event
+
+
+class SchedulerTestCase(QuietLoopTestCase):
+    """``start`` builds and starts a scheduler (tiny_engine with ``changes``); every one started is stopped after
+    the test."""
+
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        self.schedulers: list[Scheduler] = []
+
+    async def asyncTearDown(self) -> None:
+        for scheduler in self.schedulers:
+            await scheduler.stop()
+
+    def start(self, **changes: object) -> Scheduler:
+        scheduler = tiny_engine(**changes).build()
+        scheduler.start()
+        self.schedulers.append(scheduler)
+        return scheduler
 
 
 class Gate:

@@ -1,0 +1,1 @@
+"""The prefix-caching lab's views of its checked record."""

@@ -1,0 +1,103 @@
+"""The serving scheduler with a prefix cache: a prompt that starts with cached blocks computes only the rest and
+generates what it generates without the cache; a cached block shared by running requests is admitted once; the
+cache-aware order admits the longest cached prefix first; /metrics counts queries, hits and evictions."""
+
+from __future__ import annotations
+
+import unittest
+
+from kv_serving.admission import KVBudget
+from kv_serving.pool import block_bytes
+from kv_serving.request import Finished, Request
+from kv_serving.scheduler import Scheduler
+from kv_serving.server import parse_args
+from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, drain
+from labkit.waiting import within
+
+SHARED = [(5 * i + 2) % TINY_MODEL.vocab_size for i in range(3 * TINY_BLOCK)]  # three full blocks
+
+
+async def finished(request: Request) -> list[int]:
+    tokens, end = await drain(request)
+    assert isinstance(end, Finished), end
+    return tokens
+
+
+class PrefixScheduling(SchedulerTestCase):
+
+    async def run_one(self, scheduler: Scheduler, prompt: list[int], max_tokens: int = 5) -> tuple[Request, list[int]]:
+        request = scheduler.submit(prompt, max_tokens)
+        return request, await within(finished(request), "the request to finish")
+
+    async def test_a_shared_prefix_is_computed_once_and_changes_no_token(self) -> None:
+        plain, cached = self.start(num_blocks=40), self.start(num_blocks=40, prefix_index="hash")
+        prompts = [SHARED + [7, 8, 9], SHARED + [10, 11], SHARED + [7, 8, 9]]
+        for prompt in prompts:
+            _, expected = await self.run_one(plain, prompt)
+            request, tokens = await self.run_one(cached, prompt)
+            self.assertEqual(tokens, expected)
+        self.assertEqual(plain.counters.prefill_tokens, sum(map(len, prompts)))
+        # the first computes everything; the others find the three shared blocks (the third also finds nothing
+        # more: its fourth block is partial)
+        self.assertEqual(cached.counters.prefill_tokens, sum(map(len, prompts)) - 2 * len(SHARED))
+        metrics = cached.metrics()["prefix_caching"]
+        self.assertEqual((metrics["requests"], metrics["query_tokens"], metrics["hit_tokens"]),
+                         (3, sum(map(len, prompts)), 2 * len(SHARED)))
+        self.assertIsNone(plain.metrics()["prefix_caching"])
+        self.assertEqual(cached.pool.num_used_blocks, 0)  # every block back, the cached ones free but kept
+        self.assertGreaterEqual(metrics["cached_free_blocks"], 3)
+
+    async def test_both_indexes_give_the_same_hits_when_nothing_is_evicted(self) -> None:
+        prompts = [SHARED + [1], SHARED[:TINY_BLOCK] + [2] * 20, SHARED + [3, 4], SHARED[:2 * TINY_BLOCK] + [5]]
+        hits = {}
+        for index in ("hash", "radix"):
+            scheduler = self.start(num_blocks=60, prefix_index=index)
+            hits[index] = [(await self.run_one(scheduler, prompt))[0].cached_tokens for prompt in prompts]
+        self.assertEqual(hits["hash"], hits["radix"])
+        self.assertEqual(hits["hash"], [0, TINY_BLOCK, len(SHARED), 2 * TINY_BLOCK])
+
+    async def test_a_cached_block_shared_by_running_requests_is_admitted_once(self) -> None:
+        # Each request needs 4 blocks (13 prompt tokens and 2 more positions: three shared blocks, one of its own). Six blocks admit both only if the three
+        # shared ones count once: 3 + 1 + 1 = 5; counted per request it would be 8.
+        budget = KVBudget(6 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
+        scheduler = self.start(num_blocks=6, policy=budget, prefix_index="hash")
+        await self.run_one(scheduler, SHARED + [1], max_tokens=2)  # caches the three shared blocks
+        first, second = scheduler.submit(SHARED + [2], 3), scheduler.submit(SHARED + [3], 3)
+        await within(finished(first), "the first to finish")
+        await within(finished(second), "the second to finish")
+        self.assertEqual(scheduler.counters.peak_running, 2)
+        self.assertEqual(scheduler.counters.peak_used_blocks, 5)
+
+    async def test_longest_prefix_order_admits_the_cached_prefix_first(self) -> None:
+        # 30 blocks; the blocker needs 23, the cold request 11, the warm one 13 (3 of them cached). All three queue
+        # at once: first come, first served admits the blocker, then the other two once it is done; the
+        # cache-aware order admits the warm request first, then the blocker, then the cold one.
+        expected = {"fcfs": ["blocker", "cold", "warm"], "longest-prefix": ["warm", "blocker", "cold"]}
+        for order, names in expected.items():
+            with self.subTest(order=order):
+                scheduler = self.start(num_blocks=30, prefix_index="hash", order=order,
+                                       policy=KVBudget(30 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
+                await self.run_one(scheduler, SHARED + [1])
+                prompts = {"blocker": [9] * 80, "cold": [4] * 40, "warm": SHARED + [2]}
+                take, admitted = scheduler.pool.take, []
+
+                def recording(tokens: list[int], *args: object, take=take, admitted=admitted,
+                              prompts=prompts) -> list[int]:
+                    admitted.append(next(name for name, prompt in prompts.items() if prompt == list(tokens)))
+                    return take(tokens, *args)
+
+                scheduler.pool.take = recording  # type: ignore[method-assign]
+                requests = [scheduler.submit(prompt, 10 if name == "blocker" else 2) for name, prompt in prompts.items()]
+                for request in requests:
+                    await within(finished(request), "every request to finish")
+                self.assertEqual(admitted, names)
+
+    def test_the_server_refuses_a_cache_aware_order_without_a_cache(self) -> None:
+        with self.assertRaises(SystemExit):
+            parse_args(["--schedule", "longest-prefix"])
+        args = parse_args(["--prefix-caching", "radix", "--schedule", "longest-prefix"])
+        self.assertEqual((args.prefix_caching, args.schedule), ("radix", "longest-prefix"))
+
+
+if __name__ == "__main__":
+    unittest.main()

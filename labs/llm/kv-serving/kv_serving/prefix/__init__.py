@@ -1,0 +1,20 @@
+"""Automatic prefix caching: keys and values of full blocks kept across requests, found again by their tokens.
+
+Three small modules, ordered bottom-up:
+
+- ``hashing``: a full block's identity, a hash chained over its parent block's hash and its own token ids (vLLM);
+- ``indexes``: two ways to find a prompt's cached blocks and to choose which cached block to give up when the pool
+  needs one: ``HashIndex`` (vLLM's hash map and least-recently-freed queue) and ``RadixIndex`` (SGLang's tree of
+  token pages, least recently used leaf first);
+- ``pool``: ``CachingPool``, the serving pool with reference counts whose freed blocks stay cached until needed.
+
+The scheduler (``kv_serving.scheduler``) looks a prompt up before admitting it, prefills only what it did not find,
+and offers every block it fills to the index.
+"""
+
+from .hashing import NONE_HASH, BlockHash, block_hashes, hash_block
+from .indexes import INDEXES, HashIndex, PrefixIndex, RadixIndex
+from .pool import CachingPool, PrefixStats
+
+__all__ = ["INDEXES", "NONE_HASH", "BlockHash", "CachingPool", "HashIndex", "PrefixIndex", "PrefixStats",
+           "RadixIndex", "block_hashes", "hash_block"]

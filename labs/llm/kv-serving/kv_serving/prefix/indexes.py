@@ -1,0 +1,204 @@
+"""Two indexes over one pool's cached blocks: what a prompt finds, and which cached block goes when one is needed.
+
+Both find the same blocks for a prompt (the longest run of full blocks whose tokens, from position 0, were computed
+before and are still cached): the tests check it. They differ in what they evict.
+
+- ``HashIndex`` (vLLM's automatic prefix caching): a map from each full block's chained hash to its block. Eviction
+  takes the front of the pool's free queue, every free block in the order it was freed, cached or not: a block
+  freed long ago goes first, and of one request's blocks, freed tail first, the end of the longest prefix goes
+  before its parents. A cached block whose parent was evicted stays cached but can no longer be reached (a lookup
+  stops at the first miss) until the queue reaches it.
+- ``RadixIndex`` (SGLang's RadixAttention): a tree whose root-to-node paths are cached token sequences, one page
+  (a block's tokens) per edge. Eviction takes a free block that caches nothing if there is one, else the least
+  recently used free leaf: a parent is never evicted before its cached children, so nothing cached is unreachable.
+  SGLang merges chains of single-child nodes into one edge; that saves node objects and changes no hit or
+  eviction, so the edges here stay one page long.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .hashing import BlockHash, block_hashes
+
+
+class PrefixIndex(Protocol):
+    name: str
+
+    def match(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """The cached blocks holding the first full blocks of ``tokens``, in order, at most ``limit``."""
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        """``blocks`` (a match) are being used now."""
+
+    def insert(self, tokens: Sequence[int], table: Sequence[int]) -> int:
+        """Offer ``table[i]``, which holds the keys and values of the i-th full block of ``tokens``; how many blocks
+        became cached (a block whose tokens some other block already caches stays uncached)."""
+
+    def holds(self, block: int) -> bool:
+        """Whether ``block`` is cached (it may be in use or free)."""
+
+    def victim(self, free: OrderedDict[int, None]) -> int:
+        """The block to hand out next among ``free`` (blocks no request holds, oldest freed first; never empty)."""
+
+    def forget(self, block: int) -> None:
+        """``block`` is about to hold other data: it caches nothing from now on."""
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks that are cached, in use or free."""
+
+
+class HashIndex:
+    """vLLM's map from a full block's chained hash to the block that holds it."""
+
+    name = "hash"
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.block_of: dict[BlockHash, int] = {}
+        self.hash_of: dict[int, BlockHash] = {}
+
+    def hashes(self, tokens: Sequence[int]) -> list[BlockHash]:
+        return block_hashes(tokens, self.block_size)
+
+    def match(self, tokens: Sequence[int], limit: int) -> list[int]:
+        found = []
+        for digest in self.hashes(tokens[:limit * self.block_size]):
+            block = self.block_of.get(digest)
+            if block is None:
+                break  # the chain breaks at the first miss: what follows was computed after another prefix
+            found.append(block)
+        return found
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        pass  # recency is the pool's free queue: a block in use is not in it, and goes to its back when freed
+
+    def insert(self, tokens: Sequence[int], table: Sequence[int]) -> int:
+        added = 0
+        for digest, block in zip(self.hashes(tokens), table):
+            if digest in self.block_of or block in self.hash_of:
+                continue  # cached already (a hit, or a block computed twice in one batch: the first one stays)
+            self.block_of[digest], self.hash_of[block] = block, digest
+            added += 1
+        return added
+
+    def holds(self, block: int) -> bool:
+        return block in self.hash_of
+
+    def victim(self, free: OrderedDict[int, None]) -> int:
+        return next(iter(free))  # the least recently freed block, cached or not
+
+    def forget(self, block: int) -> None:
+        digest = self.hash_of.pop(block, None)
+        if digest is not None:
+            del self.block_of[digest]
+
+    @property
+    def cached_blocks(self) -> int:
+        return len(self.hash_of)
+
+
+@dataclass(eq=False)
+class Node:
+    page: tuple[int, ...]  # the block's tokens: the edge from its parent
+    block: int
+    parent: Node | None
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    last_used: int = 0
+
+
+class RadixIndex:
+    """SGLang's tree of cached token pages over the pool's blocks, least recently used leaf evicted first."""
+
+    name = "radix"
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.root = Node((), -1, None)
+        self.node_of: dict[int, Node] = {}
+        self._clock = itertools.count(1)
+
+    def _pages(self, tokens: Sequence[int], count: int) -> list[tuple[int, ...]]:
+        size = self.block_size
+        return [tuple(tokens[i * size:(i + 1) * size]) for i in range(count)]
+
+    def _path(self, tokens: Sequence[int], limit: int) -> list[Node]:
+        node, path = self.root, []
+        for page in self._pages(tokens, min(limit, len(tokens) // self.block_size)):
+            node = node.children.get(page)
+            if node is None:
+                break
+            path.append(node)
+        return path
+
+    def match(self, tokens: Sequence[int], limit: int) -> list[int]:
+        return [node.block for node in self._path(tokens, limit)]
+
+    def matched_tokens(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of ``tokens`` the tree holds, counting a page matched only in part: what a tree
+        of single tokens (SGLang's page size 1) would find, where this pool can reuse full blocks only."""
+        path = self._path(tokens, len(tokens))
+        node = path[-1] if path else self.root
+        done = len(path) * self.block_size
+        rest = tokens[done:done + self.block_size]
+        common = max((next((i for i, (a, b) in enumerate(zip(rest, page)) if a != b), min(len(rest), len(page)))
+                      for page in node.children), default=0)
+        return done + common
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        now = next(self._clock)
+        for block in blocks:
+            node = self.node_of[block]
+            node.last_used = now
+
+    def insert(self, tokens: Sequence[int], table: Sequence[int]) -> int:
+        node, added, now = self.root, 0, next(self._clock)
+        for page, block in zip(self._pages(tokens, len(tokens) // self.block_size), table):
+            child = node.children.get(page)
+            if child is None:
+                if block in self.node_of:
+                    break  # cannot happen in a consistent pool: one block holds one page; stop rather than alias
+                child = Node(page, block, node)
+                node.children[page] = self.node_of[block] = child
+                added += 1
+            child.last_used = now  # a block computed twice in one batch: the tree keeps the first, walks on
+            node = child
+        return added
+
+    def holds(self, block: int) -> bool:
+        return block in self.node_of
+
+    def victim(self, free: OrderedDict[int, None]) -> int:
+        uncached = next((block for block in free if block not in self.node_of), None)
+        if uncached is not None:
+            return uncached
+        nodes = [self.node_of[block] for block in free]
+        leaves = [node for node in nodes if not node.children]
+        # NOTE: a free inner node with no free leaf below it happens only when a request computed a page the tree
+        # already held (its own copy stays uncached) and its later pages hang below the tree's copy; evicting it
+        # drops its subtree from the index (forget), never a block in use.
+        return min(leaves or nodes, key=lambda node: node.last_used).block
+
+    def forget(self, block: int) -> None:
+        node = self.node_of.get(block)
+        if node is None:
+            return
+        assert node.parent is not None
+        del node.parent.children[node.page]
+        stack = [node]
+        while stack:  # the subtree below is unreachable without it: none of it is cached any more
+            current = stack.pop()
+            del self.node_of[current.block]
+            stack.extend(current.children.values())
+
+    @property
+    def cached_blocks(self) -> int:
+        return len(self.node_of)
+
+
+INDEXES = {"hash": HashIndex, "radix": RadixIndex}
