@@ -1,0 +1,141 @@
+"""The prefix-caching record's derived figures and invariants (torch-free: the site build imports this module).
+
+Per run: the share of prompt tokens found cached, the prompt tokens prefilled, time to first token (median and 99th
+percentile of its requests), output tokens per second over the run, evictions and the blocks the cache held at most.
+Per workload: each cached run's median TTFT over the uncached run's at the same pool, whether every request generated
+what it generated uncached, whether the two indexes found the same tokens, and the hits the prefix rule predicts
+(each request finds the longest run of full blocks it shares from position 0 with an earlier request).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.figures import Figures, refuse
+from labkit.summary import middle_half, percentile
+
+from .workloads import next_prompt
+
+# A run's TTFT is "lower" than another's only where the middle halves of their requests' TTFTs do not overlap:
+# one run per setting, so the requests' own spread is the noise a difference must clear.
+ORDERS = ("fcfs", "longest-prefix")
+CACHINGS = ("off", "hash", "radix")
+POOLS = ("holds", "evicts")
+
+
+def run_key(caching: str, order: str, pool: str) -> str:
+    return f"{caching}-{order}-{pool}"
+
+
+def ttfts(run: dict[str, Any]) -> list[float]:
+    return [r["ttft_s"] for r in run["requests"]]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def prompts_sent(workload: dict[str, Any], run: dict[str, Any]) -> dict[tuple[int, int], list[int]]:
+    """Every request's prompt, rebuilt from the workload's sessions and the replies of this run (a later turn
+    resends the history with the reply it got): keyed by (session, turn)."""
+    replies = {(r["session"], r["turn"]): r["output"] for r in run["requests"]}
+    built = {}
+    for index, session in enumerate(workload["sessions"]):
+        prompt = list(session["prompt"])
+        for turn in range(1 + len(session["follow_ups"])):
+            if turn:
+                prompt = next_prompt(prompt, replies[(index, turn - 1)], session["follow_ups"][turn - 1],
+                                     workload["end_of_turn"])
+            built[(index, turn)] = prompt
+    return built
+
+
+def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: int) -> int:
+    """Prompt tokens the prefix rule finds cached if nothing is evicted and every earlier request's blocks are in
+    the cache when a request arrives: per request, in the order sent, its longest common prefix with what an earlier
+    request stored (its prompt and all but its last generated token), in whole blocks, at most all but its last
+    prompt token."""
+    prompts = prompts_sent(workload, run)
+    found, stored = 0, []
+    for r in sorted(run["requests"], key=lambda r: r["sent_s"]):
+        prompt = prompts[(r["session"], r["turn"])]
+        shared = max((common_prefix(prompt, earlier) for earlier in stored), default=0)
+        found += min(shared, len(prompt) - 1) // block_size * block_size
+        stored.append(prompt + r["output"][:-1])
+    return found
+
+
+def lower(first: list[float], second: list[float]) -> bool | None:
+    """True where first's middle half lies below second's, False where above, None where they overlap."""
+    a, b = middle_half(first), middle_half(second)
+    if a[1] < b[0]:
+        return True
+    if b[1] < a[0]:
+        return False
+    return None
+
+
+def run_figures(run: dict[str, Any]) -> dict[str, Any]:
+    requests = run["requests"]
+    prompt = sum(r["prompt_tokens"] for r in requests)
+    cached = sum(r["cached_tokens"] for r in requests)
+    outputs = sum(len(r["output"]) for r in requests)
+    span = max(r["end_s"] for r in requests) - min(r["sent_s"] for r in requests)
+    times = ttfts(run)
+    prefix = run["prefix"] or {}
+    return {"hit_rate": cached / prompt, "prompt_tokens": prompt, "cached_tokens": cached,
+            "prefilled_tokens": prompt - cached, "ttft_p50_s": percentile(times, 0.5),
+            "ttft_p99_s": percentile(times, 0.99), "output_tokens_per_s": outputs / span,
+            "evictions": prefix.get("evictions", 0), "cached_blocks_peak": prefix.get("cached_blocks_peak", 0)}
+
+
+def check_invariants(record: dict[str, Any], source: str) -> None:
+    for name, workload in record["workloads"].items():
+        for key, run in workload["runs"].items():
+            where = ("workloads", name, "runs", key)
+            prompts = prompts_sent(workload, run)
+            for number, r in enumerate(run["requests"]):
+                if len(prompts[(r["session"], r["turn"])]) != r["prompt_tokens"]:
+                    refuse(source, (*where, "requests", number, "prompt_tokens"),
+                           f"is {r['prompt_tokens']}, but the workload and the replies rebuild a prompt of "
+                           f"{len(prompts[(r['session'], r['turn'])])} tokens")
+            prefilled = sum(r["prompt_tokens"] - r["cached_tokens"] for r in run["requests"])
+            if run["server"]["prefill_tokens"] != prefilled:
+                refuse(source, (*where, "server", "prefill_tokens"),
+                       f"is {run['server']['prefill_tokens']}, but its requests prefilled {prefilled} tokens")
+            if run["server"]["num_used_blocks"] != 0:
+                refuse(source, (*where, "server", "num_used_blocks"), "blocks were still in use after the run")
+            if (run["caching"] == "off") != (run["prefix"] is None):
+                refuse(source, (*where, "prefix"), "prefix metrics must be present exactly when caching is on")
+
+
+def derive(record: dict[str, Any]) -> Figures:
+    figures = Figures()
+    block = record["config"]["block_size"]
+    for name, workload in record["workloads"].items():
+        runs = workload["runs"]
+        for key, run in runs.items():
+            figures.add_each(("workloads", name, "runs", key, "figures"), run_figures(run),
+                             "its requests and its prefix metrics")
+        off = runs[run_key("off", "fcfs", "holds")]
+        summary: dict[str, Any] = {
+            "predicted_hit_rate": predicted_hits(workload, off, block) / sum(r["prompt_tokens"] for r in off["requests"])}
+        for pool in POOLS:
+            off = runs[run_key("off", "fcfs", pool)]
+            by_request = {(r["session"], r["turn"]): r["output"] for r in off["requests"]}
+            for caching in ("hash", "radix"):
+                for order in ORDERS:
+                    run = runs[run_key(caching, order, pool)]
+                    key = run_key(caching, order, pool)
+                    summary[f"{key}_ttft_p50_over_off"] = (percentile(ttfts(run), 0.5) / percentile(ttfts(off), 0.5))
+                    summary[f"{key}_ttft_lower"] = lower(ttfts(run), ttfts(off))
+                    summary[f"{key}_outputs_equal"] = all(by_request.get((r["session"], r["turn"])) == r["output"]
+                                                         for r in run["requests"])
+            for order in ORDERS:
+                hits = [sum(r["cached_tokens"] for r in runs[run_key(c, order, pool)]["requests"])
+                        for c in ("hash", "radix")]
+                summary[f"indexes_agree_{order}_{pool}"] = hits[0] == hits[1]
+        figures.add_each(("workloads", name, "figures"), summary, "its runs")
+    return figures
