@@ -13,6 +13,8 @@ from typing import Any
 
 from labkit.figures import Figures, refuse
 from labkit.summary import middle_half, percentile
+from llm_models.hardware import H100_SXM
+from llm_models.published import WEIGHT_BITS, model
 
 from .workloads import next_prompt
 
@@ -91,6 +93,39 @@ def run_figures(run: dict[str, Any]) -> dict[str, Any]:
             "evictions": prefix.get("evictions", 0), "cached_blocks_peak": prefix.get("cached_blocks_peak", 0)}
 
 
+# The page's accelerator arithmetic: a long production system prompt on a model people serve, at an H100's dense peak.
+ACCELERATOR_MODEL, SYSTEM_TOKENS = "Llama-3-8B", 2000
+
+
+def accelerator() -> dict[str, Any]:
+    """Arithmetic, not a measurement: the KV bytes a SYSTEM_TOKENS-token prompt holds on ACCELERATOR_MODEL and the
+    prefill work (2 x parameters per token, attention left out) one cache hit on it saves, at the H100's peak."""
+    m = model(ACCELERATOR_MODEL)
+    element = WEIGHT_BITS // 8
+    per_position = 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * element
+    flops = 2 * m["parameters"] * SYSTEM_TOKENS
+    return {"model": ACCELERATOR_MODEL, "config_url": m["config"], "layers": m["layers"], "kv_heads": m["kv_heads"],
+            "head_dim": m["head_dim"], "element_bytes": element, "parameters": m["parameters"],
+            "system_tokens": SYSTEM_TOKENS, "kv_bytes_per_position": per_position,
+            "kv_bytes": per_position * SYSTEM_TOKENS, "prefill_flops": flops, "device": H100_SXM.name,
+            "device_url": H100_SXM.source, "prefill_s_at_peak": flops / H100_SXM.bf16_flops_per_s}
+
+
+def order_groups(workload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any] | None:
+    """Few-shot only: the tokens found cached by requests whose examples are in the shared order (the first of them,
+    which found nothing to share, apart) and by those in an order of their own (None for a workload whose sessions
+    carry no order)."""
+    if not all("canonical" in s["note"] for s in workload["sessions"]):
+        return None
+    found: dict[bool, list[int]] = {True: [], False: []}
+    for r in sorted(run["requests"], key=lambda r: r["sent_s"]):
+        found[bool(workload["sessions"][r["session"]]["note"]["canonical"])].append(r["cached_tokens"])
+    shared, own = found[True], found[False]
+    return {"shared_order_requests": len(shared), "shared_order_first": shared[0],
+            "shared_order_later_min": min(shared[1:]), "shared_order_later_max": max(shared[1:]),
+            "own_order_requests": len(own), "own_order_min": min(own), "own_order_max": max(own)}
+
+
 def check_invariants(record: dict[str, Any], source: str) -> None:
     for name, workload in record["workloads"].items():
         for key, run in workload["runs"].items():
@@ -120,8 +155,15 @@ def derive(record: dict[str, Any]) -> Figures:
             figures.add_each(("workloads", name, "runs", key, "figures"), run_figures(run),
                              "its requests and its prefix metrics")
         off = runs[run_key("off", "fcfs", "holds")]
+        first = [len(s["prompt"]) for s in workload["sessions"]]
         summary: dict[str, Any] = {
-            "predicted_hit_rate": predicted_hits(workload, off, block) / sum(r["prompt_tokens"] for r in off["requests"])}
+            "predicted_hit_rate": predicted_hits(workload, off, block) / sum(r["prompt_tokens"] for r in off["requests"]),
+            "requests": len(off["requests"]), "first_prompt_tokens_min": min(first),
+            "first_prompt_tokens_max": max(first)}
+        groups = order_groups(workload, runs[run_key("hash", "fcfs", "holds")])
+        if groups is not None:
+            summary["order_groups"] = groups
+        differ = []
         for pool in POOLS:
             off = runs[run_key("off", "fcfs", pool)]
             by_request = {(r["session"], r["turn"]): r["output"] for r in off["requests"]}
@@ -133,9 +175,16 @@ def derive(record: dict[str, Any]) -> Figures:
                     summary[f"{key}_ttft_lower"] = lower(ttfts(run), ttfts(off))
                     summary[f"{key}_outputs_equal"] = all(by_request.get((r["session"], r["turn"])) == r["output"]
                                                          for r in run["requests"])
+            for caching in ("hash", "radix"):  # the cache-aware order against first come, same cache and pool
+                fcfs, lpm = (runs[run_key(caching, order, pool)] for order in ORDERS)
+                summary[f"{caching}-{pool}_longest_prefix_ttft_lower"] = lower(ttfts(lpm), ttfts(fcfs))
             for order in ORDERS:
                 hits = [sum(r["cached_tokens"] for r in runs[run_key(c, order, pool)]["requests"])
                         for c in ("hash", "radix")]
                 summary[f"indexes_agree_{order}_{pool}"] = hits[0] == hits[1]
+                if hits[0] != hits[1]:
+                    differ.append({"order": order, "pool": pool, "hash_hit_tokens": hits[0], "radix_hit_tokens": hits[1]})
+        summary["indexes_differ"] = differ
         figures.add_each(("workloads", name, "figures"), summary, "its runs")
+    figures.add_each(("accelerator",), accelerator(), "the published model configuration and the datasheet")
     return figures

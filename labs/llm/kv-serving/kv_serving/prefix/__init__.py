@@ -10,11 +10,23 @@ Three small modules, ordered bottom-up:
 
 The scheduler (``kv_serving.scheduler``) looks a prompt up before admitting it, prefills only what it did not find,
 and offers every block it fills to the index.
+
+``hashing`` and ``indexes`` are torch-free (the lab's pictures draw from them at build time); ``pool`` holds tensors
+and is imported when ``CachingPool`` or ``PrefixStats`` is first asked for.
 """
+
+from typing import Any
 
 from .hashing import NONE_HASH, BlockHash, block_hashes, hash_block
 from .indexes import INDEXES, HashIndex, PrefixIndex, RadixIndex
-from .pool import CachingPool, PrefixStats
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("CachingPool", "PrefixStats"):
+        from . import pool
+
+        return getattr(pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["INDEXES", "NONE_HASH", "BlockHash", "CachingPool", "HashIndex", "PrefixIndex", "PrefixStats",
            "RadixIndex", "block_hashes", "hash_block"]
