@@ -145,7 +145,7 @@ def test_page_has_no_console_errors_and_a_full_screenshot_is_saved(browser_page:
 
 
 @pytest.mark.parametrize("page_path", ["llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/",
-                                       "llm/kv-window/"])
+                                       "llm/kv-window/", "llm/kv-prefix/"])
 def test_every_lab_page_renders_its_views_without_errors(browser: Browser, server: str, page_path: str) -> None:
     """Each lab page in a real browser: every rendered view outside a closed collapsible has a size, no console
     error, a screenshot kept."""
@@ -173,7 +173,7 @@ def test_every_lab_page_renders_its_views_without_errors(browser: Browser, serve
 
 
 PAGES = ["", "llm/kv-cache/", "llm/kv-storage/", "llm/decode-bandwidth/", "llm/kv-serving/", "llm/kv-quant/",
-         "llm/kv-window/"]
+         "llm/kv-window/", "llm/kv-prefix/"]
 # The page's widest element may exceed the viewport only inside something that scrolls by itself.
 OVERFLOW = """() => {
   const width = document.documentElement.clientWidth;

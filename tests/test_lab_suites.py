@@ -44,7 +44,7 @@ def lab_reports() -> dict[str, dict[str, Any] | str]:
 
 def test_every_lab_is_found() -> None:
     assert {lab.name for lab in LABS} >= {"kv-cache", "kv-storage", "decode-bandwidth", "kv-serving", "kv-quant",
-                                          "kv-window"}
+                                          "kv-window", "kv-prefix"}
 
 
 @pytest.mark.parametrize("name", [lab.name for lab in LABS])

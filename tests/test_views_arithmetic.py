@@ -42,6 +42,7 @@ ALLOWED: dict[str, str] = {
     "labs/llm/kv-serving/kv_serving_views/pictures.py::iterations_canvas": "diagram geometry: placing shapes on a canvas",
     "labs/llm/kv-serving/kv_serving_views/pictures.py::stall_canvas": "diagram geometry: the replayed timeline's spans placed to scale",
     "labs/llm/kv-window/kv_window_views/pictures.py": GEOMETRY,
+    "labs/llm/kv-prefix/kv_prefix_views/pictures.py": GEOMETRY + "; its block ids number a drawn example's blocks",
 }
 
 

@@ -47,6 +47,28 @@ class PrefixScheduling(SchedulerTestCase):
         self.assertEqual(cached.pool.num_used_blocks, 0)  # every block back, the cached ones free but kept
         self.assertGreaterEqual(metrics["cached_free_blocks"], 3)
 
+    async def test_blocks_filled_while_decoding_are_found_by_the_next_turn(self) -> None:
+        plain, cached = self.start(num_blocks=40), self.start(num_blocks=40, prefix_index="hash")
+        first = SHARED + [7]  # 13 tokens: three full blocks and one position of the fourth
+        _, reply = await self.run_one(cached, first, max_tokens=8)
+        # the reply's tokens but the last were fed back and stored: 13 + 7 = 20 positions, five full blocks
+        turn = first + reply + [9]
+        request, tokens = await self.run_one(cached, turn)
+        self.assertEqual(request.cached_tokens, 5 * TINY_BLOCK)
+        self.assertEqual(tokens, (await self.run_one(plain, turn))[1])
+
+    async def test_a_page_computed_twice_in_one_batch_is_cached_once(self) -> None:
+        for index in ("hash", "radix"):
+            with self.subTest(index=index):
+                scheduler = self.start(num_blocks=40, prefix_index=index)
+                twins = [scheduler.submit(SHARED + [n], 2) for n in (1, 2)]  # admitted and prefilled together
+                for twin in twins:
+                    await within(finished(twin), "both to finish")
+                self.assertEqual(twins[1].cached_tokens, 0)  # nothing was cached when both were admitted
+                self.assertEqual(scheduler.pool.cached_blocks, 3)  # the first one's three full blocks, once
+                request, _ = await self.run_one(scheduler, SHARED + [3])
+                self.assertEqual(request.cached_tokens, len(SHARED))
+
     async def test_both_indexes_give_the_same_hits_when_nothing_is_evicted(self) -> None:
         prompts = [SHARED + [1], SHARED[:TINY_BLOCK] + [2] * 20, SHARED + [3, 4], SHARED[:2 * TINY_BLOCK] + [5]]
         hits = {}

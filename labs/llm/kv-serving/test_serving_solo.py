@@ -15,14 +15,14 @@ from site_hooks.blocks import render_block
 
 def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
-    return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
+    return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}}, "environment": CPU,
             "trained": {"solo_steps": [{"context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
                                         "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
 def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A decode record's trained groups at ``threads``, each one's fastest float32 mode ours-fused."""
-    return {"created_utc": "2026-12-03T20:00:00Z",
+    return {"created_utc": "2026-12-03T20:00:00Z", "environment": CPU,
             "llama": {"groups": [{"threads": threads, "context": c, "best_float32_mode": "ours-fused"} for c in cells],
                       "cells": [{"threads": threads, "context": c, "mode": "ours-fused", "median_ns_per_step": m,
                                  "min_ns_per_step": lo, "max_ns_per_step": hi, "durations_ns": [lo, m, hi]}
@@ -30,6 +30,7 @@ def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> di
 
 
 MS = 1e6
+CPU = {"cpu": {"model": "A CPU", "logical_cores": 2}}
 
 
 class BesideDecode(unittest.TestCase):
@@ -61,6 +62,16 @@ class SoloView(unittest.TestCase):
         self.assertIn("within both cells&#39; ranges", rows[2])
         self.assertIn("took 10.00 ms less at 1,024 positions than at 128, and the decode lab&#39;s fastest 0.000 ms more",
                       text)
+
+    def test_a_decode_record_from_another_machine_is_not_set_beside(self) -> None:
+        other = decode({128: (50 * MS, 49 * MS, 51 * MS)})
+        other["environment"] = {"cpu": {"model": "Another CPU", "logical_cores": 2}}
+        with mock.patch.object(solo, "reference_record", lambda name: other):
+            text = render_block(solo.solo_view(serving({128: (60 * MS, 59 * MS, 61 * MS)})))
+        self.assertIn("measured on another machine (Another CPU, 2 logical cores; this one: A CPU, 2 logical cores)",
+                      text)
+        self.assertNotIn("Served ÷ fastest", text)
+        self.assertIn("60.00 ms (59.00–61.00)", text)
 
     def test_a_decode_record_without_these_contexts_is_said_in_one_sentence(self) -> None:
         text = self.text({16: (1 * MS, 1 * MS, 1 * MS)}, {128: (50 * MS, 49 * MS, 51 * MS)})

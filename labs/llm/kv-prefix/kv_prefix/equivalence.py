@@ -103,9 +103,10 @@ def warm_against_cold(model: Any, prompts: Prompts, steps: int, atol: float, rto
     pool.release(first_table)
     free = pool.num_free_blocks
     if free:  # the filler: every free block taken and written, then given back
-        filler = [prompts.filler] * (free * size)
         filler_table = pool.allocate(free)
-        model.prefill(pool, [filler], [filler_table], [0])
+        per = max(1, (config.max_positions - 1) // size)  # blocks one prompt may fill within the model's positions
+        tables = [filler_table[i:i + per] for i in range(0, free, per)]
+        model.prefill(pool, [[prompts.filler] * (len(t) * size) for t in tables], tables, [0] * len(tables))
         pool.release(filler_table)
     position = len(target)
     for step in range(steps):

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.sizes import block_bytes
 from labkit.figures import Figures, refuse
 from labkit.summary import middle_half, percentile
 from llm_models.hardware import H100_SXM
-from llm_models.published import WEIGHT_BITS, model
+from llm_models.published import model
 
-from .workloads import next_prompt
+from .workloads import common_prefix, next_prompt
 
 # A run's TTFT is "lower" than another's only where the middle halves of their requests' TTFTs do not overlap:
 # one run per setting, so the requests' own spread is the noise a difference must clear.
 ORDERS = ("fcfs", "longest-prefix")
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 CACHINGS = ("off", "hash", "radix")
 POOLS = ("holds", "evicts")
 
@@ -31,12 +33,6 @@ def run_key(caching: str, order: str, pool: str) -> str:
 
 def ttfts(run: dict[str, Any]) -> list[float]:
     return [r["ttft_s"] for r in run["requests"]]
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading ids ``a`` and ``b`` share."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def prompts_sent(workload: dict[str, Any], run: dict[str, Any]) -> dict[tuple[int, int], list[int]]:
@@ -56,7 +52,8 @@ def prompts_sent(workload: dict[str, Any], run: dict[str, Any]) -> dict[tuple[in
 
 def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: int) -> int:
     """Prompt tokens the prefix rule finds cached if nothing is evicted and every earlier request's blocks are in
-    the cache when a request arrives: per request, in the order sent, its longest common prefix with what an earlier
+    the cache when a request arrives (an upper bound: requests prefilled in one batch do not see each other's
+    blocks, so a run may find fewer): per request, in the order sent, its longest common prefix with what an earlier
     request stored (its prompt and all but its last generated token), in whole blocks, at most all but its last
     prompt token."""
     prompts = prompts_sent(workload, run)
@@ -95,13 +92,14 @@ def run_figures(run: dict[str, Any]) -> dict[str, Any]:
 
 # The page's accelerator arithmetic: a long production system prompt on a model people serve, at an H100's dense peak.
 ACCELERATOR_MODEL, SYSTEM_TOKENS = "Llama-3-8B", 2000
+KV_BITS = 16  # the accelerator's cache in 16-bit floats (bfloat16 or float16), as served
 
 
 def accelerator() -> dict[str, Any]:
     """Arithmetic, not a measurement: the KV bytes a SYSTEM_TOKENS-token prompt holds on ACCELERATOR_MODEL and the
     prefill work (2 x parameters per token, attention left out) one cache hit on it saves, at the H100's peak."""
     m = model(ACCELERATOR_MODEL)
-    element = WEIGHT_BITS // 8
+    element = KV_BITS // 8
     per_position = 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * element
     flops = 2 * m["parameters"] * SYSTEM_TOKENS
     return {"model": ACCELERATOR_MODEL, "config_url": m["config"], "layers": m["layers"], "kv_heads": m["kv_heads"],
@@ -109,6 +107,21 @@ def accelerator() -> dict[str, Any]:
             "system_tokens": SYSTEM_TOKENS, "kv_bytes_per_position": per_position,
             "kv_bytes": per_position * SYSTEM_TOKENS, "prefill_flops": flops, "device": H100_SXM.name,
             "device_url": H100_SXM.source, "prefill_s_at_peak": flops / H100_SXM.bf16_flops_per_s}
+
+
+def block_cost(record: dict[str, Any]) -> dict[str, Any]:
+    """What one cached block holds and what computing it again costs: its bytes from the KV formula (every layer's
+    keys and values for block_size positions), and block_size tokens at the prefill rate of the uncached
+    shared-system run (its prefill seconds over its prefilled tokens); the shared system prompt in whole blocks."""
+    config, shape = record["config"], record["model"]
+    size, element = config["block_size"], ELEMENT_BYTES[shape["dtype"]]
+    server = record["workloads"]["shared_system"]["runs"][run_key("off", "fcfs", "holds")]["server"]
+    shared = common_prefix(*(session["prompt"] for session in record["workloads"]["shared_system"]["sessions"]))
+    per_token = server["prefill_seconds"] / server["prefill_tokens"]
+    one = block_bytes(shape["layers"], size, shape["kv_heads"], shape["head_dim"], element)
+    return {"element_bytes": element, "bytes": one, "prefill_s_per_token": per_token, "prefill_s": per_token * size,
+            "shared_head_tokens": shared, "shared_head_blocks": shared // size,
+            "shared_head_bytes": shared // size * one, "shared_head_prefill_s": shared // size * size * per_token}
 
 
 def order_groups(workload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any] | None:
@@ -156,7 +169,9 @@ def derive(record: dict[str, Any]) -> Figures:
                              "its requests and its prefix metrics")
         off = runs[run_key("off", "fcfs", "holds")]
         first = [len(s["prompt"]) for s in workload["sessions"]]
+        head = common_prefix(*(s["prompt"] for s in workload["sessions"]))
         summary: dict[str, Any] = {
+            "shared_head_tokens": head, "shared_head_whole_block_tokens": head // block * block,
             "predicted_hit_rate": predicted_hits(workload, off, block) / sum(r["prompt_tokens"] for r in off["requests"]),
             "requests": len(off["requests"]), "first_prompt_tokens_min": min(first),
             "first_prompt_tokens_max": max(first)}
@@ -186,5 +201,6 @@ def derive(record: dict[str, Any]) -> Figures:
                     differ.append({"order": order, "pool": pool, "hash_hit_tokens": hits[0], "radix_hit_tokens": hits[1]})
         summary["indexes_differ"] = differ
         figures.add_each(("workloads", name, "figures"), summary, "its runs")
+    figures.add_each(("block",), block_cost(record), "the model's shape and the uncached shared-system run")
     figures.add_each(("accelerator",), accelerator(), "the published model configuration and the datasheet")
     return figures

@@ -18,7 +18,16 @@ from .accelerator import accelerator_view
 from .pictures import hash_chain_view, tree_view
 from .reproduce import config_view
 from .results import answer_eviction_view, key_results_view
-from .tables import equivalence_view, few_shot_view, indexes_view, order_view, runs_view, workloads_view
+from .tables import (
+    block_cost_view,
+    equivalence_view,
+    few_shot_view,
+    indexes_view,
+    order_view,
+    runs_view,
+    unshared_view,
+    workloads_view,
+)
 
 __all__ = ["VIEWS", "headline"]
 
@@ -31,10 +40,10 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 VIEWS: dict[str, View] = {
     "key-results": key_results_view, "workloads": workloads_view, "hash-chain": hash_chain_view,
-    "radix-tree": tree_view, "indexes": indexes_view, "equivalence": equivalence_view,
+    "block-cost": block_cost_view, "radix-tree": tree_view, "indexes": indexes_view, "equivalence": equivalence_view,
     "shared-system": runs_view("shared_system"), "answer-eviction": answer_eviction_view,
     "multi-turn": runs_view("multi_turn"), "order": order_view, "few-shot": few_shot_view,
-    "few-shot-runs": runs_view("few_shot"), "accelerator": accelerator_view,
+    "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "accelerator": accelerator_view,
     # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
     "config": config_view,
 }

@@ -14,8 +14,8 @@ def key_results_view(record: dict[str, Any]) -> Block:
     items = []
     for name in record["workloads"]:
         on, off = run(record, name, "hash")["figures"], run(record, name, "off")["figures"]
-        items.append(f"**{NAMES[name].capitalize()}:** {ttft_sentence(record, name)}; "
-                     f"{format_percent(on['hit_rate'])} of prompt tokens found cached (the prefix rule predicts "
+        items.append(f"{NAMES[name].capitalize()}: {ttft_sentence(record, name)}; "
+                     f"{format_percent(on['hit_rate'])} of prompt tokens found cached (the prefix rule allows at most "
                      f"{format_percent(summary(record, name)['predicted_hit_rate'])}), {on['prefilled_tokens']:,} "
                      f"tokens prefilled instead of {off['prefilled_tokens']:,}.")
     unequal = [f"{NAMES[name]} ({key.removesuffix('_outputs_equal')})" for name, workload in record["workloads"].items()
@@ -34,9 +34,8 @@ def answer_eviction_view(record: dict[str, Any]) -> Block:
             f"{evicts['evictions']:,} blocks and found {format_percent(evicts['hit_rate'])} of its prompt tokens "
             f"cached, against {format_percent(holds['hit_rate'])} with room for everything.")
     if evicts["cached_tokens"] == holds["cached_tokens"]:
-        said += (" Every lookup found what it found in the large pool, so no evicted block was ever asked for again: "
-                 "what went were the questions' own blocks, each freed when its request ended, while the system "
-                 "prompt's blocks were taken back by every new request and so were never the ones freed longest ago.")
+        said += (" Every request found as many tokens cached as in the large pool, so no evicted block was ever asked "
+                 "for again: the blocks that went were ones no later prompt started with.")
     else:
         said += (f" It prefilled {evicts['prefilled_tokens']:,} tokens against {holds['prefilled_tokens']:,}: some "
                  f"blocks a later request would have found were gone.")

@@ -27,6 +27,20 @@ def workloads_view(record: dict[str, Any]) -> Block:
                                        f"or after {config['max_tokens']} tokens.")])
 
 
+def block_cost_view(record: dict[str, Any]) -> Block:
+    """A block's bytes from the KV formula, and what computing it again costs at the uncached run's prefill rate."""
+    b, model, size = record["block"], record["model"], record["config"]["block_size"]
+    return Block(paragraphs=[
+        f"Here one block holds 2 (keys and values) × {model['layers']} layers × {model['kv_heads']} key/value heads × "
+        f"{model['head_dim']} × {b['element_bytes']} bytes ({model['dtype']}) × {size} positions = {b['bytes']:,} "
+        f"bytes. The shared system prompt's common {b['shared_head_tokens']:,} tokens fill {b['shared_head_blocks']} "
+        f"whole blocks, {b['shared_head_bytes'] / 1e6:.1f} MB, which the uncached run prefilled at "
+        f"{b['prefill_s_per_token'] * 1e3:.2f} ms a token: about {format_seconds(b['shared_head_prefill_s'])} of "
+        f"prefill that every hit on them saves. An evicted block that a later prompt asks for again costs its own "
+        f"prefill, about {format_seconds(b['prefill_s'])}, and that of every block after it in the prefix: a lookup "
+        f"stops at the first miss."])
+
+
 def equivalence_view(record: dict[str, Any]) -> Block:
     checked = record["equivalence"]
     parts = []
@@ -47,16 +61,19 @@ def runs_view(workload: str) -> Callable[[dict[str, Any]], Block]:
         rows = []
         for entry in record["workloads"][workload]["runs"].values():
             f = entry["figures"]
-            rows.append((CACHING[entry["caching"]], ORDER[entry["order"]], entry["pool"],
-                         format_percent(f["hit_rate"]), f"{f['prefilled_tokens']:,}", format_seconds(f["ttft_p50_s"]),
-                         format_seconds(f["ttft_p99_s"]), f"{f['output_tokens_per_s']:.1f}", f"{f['evictions']:,}",
-                         f"{f['cached_blocks_peak']:,}"))
+            setting = "off" if entry["caching"] == "off" else f"{CACHING[entry['caching']]}, {ORDER[entry['order']]}"
+            rows.append((setting, entry["pool"], format_percent(f["hit_rate"]), f"{f['prefilled_tokens']:,}",
+                         format_seconds(f["ttft_p50_s"]), format_seconds(f["ttft_p99_s"]),
+                         f"{f['output_tokens_per_s']:.1f}", f"{entry['server']['peak_running']:,}",
+                         f"{f['evictions']:,}", f"{f['cached_blocks_peak']:,}"))
         return Block(tables=[Table(
-            ["cache", "order", "pool", "hit rate", "tokens prefilled", "TTFT p50", "TTFT p99", "output tokens/s",
-             "evictions", "blocks cached, peak"], rows,
+            ["cache, order", "pool", "hit rate", "prefilled", "TTFT p50", "TTFT p99", "tokens/s out", "running, peak",
+             "evicted", "cached, peak"], rows,
             caption=f"{NAMES[workload].capitalize()}: one run per row, {summary(record, workload)['requests']} "
-                    f"requests each. The p99 of so few requests is their slowest one or close to it; output tokens/s "
-                    f"counts every request's tokens over the run's span.")])
+                    f"requests each; the pool holds the working set or forces eviction, and a small pool also runs "
+                    f"fewer requests at once (running, peak). Prefilled: prompt tokens computed. The p99 of so few "
+                    f"requests is their slowest one or close to it. Tokens/s out: every request's generated tokens over "
+                    f"the run's span, which includes the sessions' fixed start times. Evicted and cached: blocks.")])
     return view
 
 
@@ -75,20 +92,28 @@ def indexes_view(record: dict[str, Any]) -> Block:
     return Block(paragraphs=[said])
 
 
+def span(low: int, high: int) -> str:
+    """'240' or '32–48' tokens."""
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
 def few_shot_view(record: dict[str, Any]) -> Block:
     groups = summary(record, "few_shot")["order_groups"]
+    whole = summary(record, "few_shot")["shared_head_whole_block_tokens"]
+    head = (f", the whole blocks of the {summary(record, 'few_shot')['shared_head_tokens']}-token head every request "
+            f"shares" if groups["own_order_min"] == groups["own_order_max"] == whole else "")
     predicted = summary(record, "few_shot")["predicted_hit_rate"]
     measured = run(record, "few_shot", "hash")["figures"]["hit_rate"]
     return Block(paragraphs=[
         f"{groups['shared_order_requests']} of the requests list the examples in one order, "
         f"{groups['own_order_requests']} each in an order of its own. With every block kept (hash chain, first come), "
         f"the first request in the shared order found {groups['shared_order_first']:,} tokens cached and the later "
-        f"ones {groups['shared_order_later_min']:,}–{groups['shared_order_later_max']:,}; a request in its own order "
-        f"found {groups['own_order_min']:,}–{groups['own_order_max']:,}, the whole blocks of the instruction before "
-        f"the first example. The examples are the same; a prefix cache matches tokens from position 0, so a "
-        f"reordered list shares only the head in front of it. The prefix rule (each request finds its longest common "
-        f"prefix with an earlier one, in whole blocks) predicts a hit rate of {format_percent(predicted)}; the run "
-        f"found {format_percent(measured)}."])
+        f"ones {span(groups['shared_order_later_min'], groups['shared_order_later_max'])} each; a request in its own "
+        f"order found {span(groups['own_order_min'], groups['own_order_max'])}{head}. The examples are the same; a "
+        f"prefix cache matches tokens from position 0, so a reordered list shares only the head in front of it. The "
+        f"prefix rule (each request finds its longest common prefix with an earlier one, in whole blocks, if every "
+        f"earlier request's blocks are cached by then) gives at most {format_percent(predicted)}; the run found "
+        f"{format_percent(measured)}."])
 
 
 def order_view(record: dict[str, Any]) -> Block:
@@ -99,12 +124,28 @@ def order_view(record: dict[str, Any]) -> Block:
         for caching in ("hash", "radix"):
             fcfs, lpm = (run(record, name, caching, order, "evicts")["figures"] for order in ("fcfs", "longest-prefix"))
             lower = summary(record, name)[f"{caching}-evicts_longest_prefix_ttft_lower"]
-            verdict = {True: "lower", False: "higher", None: "within the spread"}[lower]
+            verdict = {True: "lower in this run", False: "higher in this run", None: "within the spread"}[lower]
             rows.append((NAMES[name], CACHING[caching], f"{format_percent(fcfs['hit_rate'])} → "
                          f"{format_percent(lpm['hit_rate'])}", f"{format_seconds(fcfs['ttft_p50_s'])} → "
                          f"{format_seconds(lpm['ttft_p50_s'])} ({verdict})",
                          f"{format_seconds(fcfs['ttft_p99_s'])} → {format_seconds(lpm['ttft_p99_s'])}"))
     return Block(tables=[Table(["workload", "cache", "hit rate", "TTFT p50", "TTFT p99"], rows,
-                               caption="First come → longest cached prefix first, in the pool that forces eviction. "
-                                       "'lower' or 'higher' only where the middle halves of the two runs' TTFTs do "
-                                       "not overlap.")])
+                               caption="First come → longest cached prefix first, in the pool that forces eviction, "
+                                       "one run each. 'Lower' or 'higher' only where the middle halves of the two "
+                                       "runs' TTFTs do not overlap; one run per setting cannot separate a real "
+                                       "difference from run-to-run variation, so such a verdict says what this run "
+                                       "did, not what the order always does.")])
+
+
+def unshared_view(record: dict[str, Any]) -> Block:
+    """What blocks nobody shares cost the ones that are shared, in the pool that forces eviction (few-shot, hash
+    chain): the hit rate and evictions first come against with room for everything, and under the cache-aware
+    order."""
+    holds, evicts, ranked = (run(record, "few_shot", "hash", order, pool)["figures"] for order, pool in
+                             (("fcfs", "holds"), ("fcfs", "evicts"), ("longest-prefix", "evicts")))
+    return Block(paragraphs=[
+        f"Blocks that no later request shares still take room. In the pool that forces eviction, the few-shot "
+        f"requests found {format_percent(evicts['hit_rate'])} of their prompt tokens cached first come "
+        f"({evicts['evictions']:,} blocks evicted), against {format_percent(holds['hit_rate'])} with room for "
+        f"everything. Admitting the longest cached prefix first, the same small pool found "
+        f"{format_percent(ranked['hit_rate'])} ({ranked['evictions']:,} evicted)."])

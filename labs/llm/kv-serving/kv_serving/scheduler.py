@@ -196,7 +196,8 @@ class Scheduler:
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
         if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
-            refusal = over_bound(self.waiting_prompt_tokens, len(prompt), self.ttft_target_s, self.prefill_rate)
+            refusal = over_bound(self.waiting_prompt_tokens, self._uncached(prompt), self.ttft_target_s,
+                                 self.prefill_rate)
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
                 raise RequestRefused(refusal.message, 503, "prefill_queue_full", retry_after_s=refusal.retry_after_s)
@@ -208,12 +209,18 @@ class Scheduler:
         self._wake.set()
         return request
 
+    def _uncached(self, prompt: list[int]) -> int:
+        """The prompt tokens a prefill would compute now: all of them, less what the prefix cache holds (the rate the
+        bound uses is measured in computed tokens too)."""
+        return len(prompt) - (0 if self.prefix is None else len(self.prefix.match(prompt)) * self.pool.block_size)
+
     @property
     def waiting_prompt_tokens(self) -> int:
         """Prompt tokens not yet prefilled: the queue's, and those of requests admitted this iteration whose prefill
-        has not returned (no first token yet). A new request waits behind all of them for its own first token."""
-        admitted = sum(len(request.prompt) for request in self.running if not request.output)
-        return admitted + sum(len(request.prompt) for request in self.waiting)
+        has not returned (no first token yet), less what each finds cached. A new request waits behind all of them
+        for its own first token."""
+        admitted = sum(len(r.prompt) - r.cached_tokens for r in self.running if not r.output)
+        return admitted + sum(self._uncached(request.prompt) for request in self.waiting)
 
     def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
         """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
@@ -315,9 +322,9 @@ class Scheduler:
     # --8<-- [start:admit]
     def _admit(self) -> list[Request]:
         admitted = []
-        if self.prefix is not None and self.order == "longest-prefix":  # stable: ties keep their arrival order
+        if self.prefix is not None and self.order == "longest-prefix":  # ties: the earlier arrival first
             prefix = self.prefix
-            self.waiting = deque(sorted(self.waiting, key=lambda r: -len(prefix.match(r.prompt))))
+            self.waiting = deque(sorted(self.waiting, key=lambda r: (-len(prefix.match(r.prompt)), r.arrival_s)))
         while self.waiting:
             request = self.waiting[0]
             needed = blocks_for(request.kv_positions, self.pool.block_size)

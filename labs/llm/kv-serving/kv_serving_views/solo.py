@@ -37,6 +37,17 @@ def solo_view(record: dict[str, Any]) -> Block:
     rows = formulas.beside_decode(record, decode)
     bench = record["config"]["benchmark"]
     dtype = bench["dtype_choice"]["chosen"]
+    here, there = formulas.cpu_of(record), formulas.cpu_of(decode)
+    if here != there:  # NOTE: a step time belongs to its machine: two machines' steps are never set side by side
+        table = Table(["Context", f"Served step, {dtype}"],
+                      [(f"{s['context']:,}", ms_range((s["median_ns"], s["min_ns"], s["max_ns"])))
+                       for s in record["trained"]["solo_steps"]])
+        return Block(paragraphs=[
+            f"One request alone on the trained model: the server's own decode step at each context, "
+            f"{plural(bench['threads'], 'thread')}, in {dtype}, its blocks read in place (medians, with each cell's "
+            f"min–max). The decode lab's record, whose fastest float32 step this table would stand beside, was "
+            f"measured on another machine ({there}; this one: {here}); a step time belongs to its machine, so the two "
+            f"are set side by side only when both records come from one."], tables=[table])
     if not rows:
         contexts = join([str(s["context"]) for s in record["trained"]["solo_steps"]])
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "

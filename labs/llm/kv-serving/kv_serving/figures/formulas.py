@@ -292,6 +292,12 @@ class BesideDecode:
     parted: bool  # the two cells' min–max ranges do not overlap: only then is one called faster
 
 
+def cpu_of(record: dict[str, Any]) -> str:
+    """'AMD EPYC, 2 logical cores': the kind of machine a record was measured on, as its environment names it."""
+    cpu = record["environment"]["cpu"]
+    return f"{cpu['model'].strip()}, {cpu['logical_cores']} logical cores"
+
+
 def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[BesideDecode]:
     """Each context both records timed (the serving record's solo steps, the decode record's trained groups at the
     serving run's thread count), the decode side being that group's fastest float32 mode. Both records with their

@@ -45,8 +45,9 @@ class PrefixIndex(Protocol):
     def victim(self, free: OrderedDict[int, None]) -> int:
         """The block to hand out next among ``free`` (blocks no request holds, oldest freed first; never empty)."""
 
-    def forget(self, block: int) -> None:
-        """``block`` is about to hold other data: it caches nothing from now on."""
+    def forget(self, block: int) -> int:
+        """``block`` is about to hold other data: it caches nothing from now on. How many blocks stopped being cached
+        (more than one where the index cannot keep what hung below it)."""
 
     @property
     def cached_blocks(self) -> int:
@@ -93,10 +94,12 @@ class HashIndex:
     def victim(self, free: OrderedDict[int, None]) -> int:
         return next(iter(free))  # the least recently freed block, cached or not
 
-    def forget(self, block: int) -> None:
+    def forget(self, block: int) -> int:
         digest = self.hash_of.pop(block, None)
-        if digest is not None:
-            del self.block_of[digest]
+        if digest is None:
+            return 0
+        del self.block_of[digest]
+        return 1  # its children keep their hashes: cached, but unreachable until evicted in turn
 
     @property
     def cached_blocks(self) -> int:
@@ -160,13 +163,18 @@ class RadixIndex:
         node, added, now = self.root, 0, next(self._clock)
         for page, block in zip(self._pages(tokens, len(tokens) // self.block_size), table):
             child = node.children.get(page)
+            if child is not None and child.block != block:
+                # NOTE: the page was computed twice (two requests prefilled in one batch): the tree keeps the first
+                # copy and stops here, so every node below a node is held by whoever holds that node's block, and a
+                # free node never has a block in use below it (victim relies on it)
+                break
             if child is None:
                 if block in self.node_of:
                     break  # cannot happen in a consistent pool: one block holds one page; stop rather than alias
                 child = Node(page, block, node)
                 node.children[page] = self.node_of[block] = child
                 added += 1
-            child.last_used = now  # a block computed twice in one batch: the tree keeps the first, walks on
+            child.last_used = now
             node = child
         return added
 
@@ -177,24 +185,25 @@ class RadixIndex:
         uncached = next((block for block in free if block not in self.node_of), None)
         if uncached is not None:
             return uncached
-        nodes = [self.node_of[block] for block in free]
-        leaves = [node for node in nodes if not node.children]
-        # NOTE: a free inner node with no free leaf below it happens only when a request computed a page the tree
-        # already held (its own copy stays uncached) and its later pages hang below the tree's copy; evicting it
-        # drops its subtree from the index (forget), never a block in use.
-        return min(leaves or nodes, key=lambda node: node.last_used).block
+        leaves = [self.node_of[block] for block in free if not self.node_of[block].children]
+        # Every cached free block has a free leaf below it (insert stops at a page computed twice, so nothing in use
+        # hangs below a free node): there is always a leaf to take. Were there none, the least recently used free
+        # block goes, and forget drops what hung below it from the index (never from the requests holding it).
+        return min(leaves or [self.node_of[block] for block in free], key=lambda node: node.last_used).block
 
-    def forget(self, block: int) -> None:
+    def forget(self, block: int) -> int:
         node = self.node_of.get(block)
         if node is None:
-            return
+            return 0
         assert node.parent is not None
         del node.parent.children[node.page]
-        stack = [node]
+        stack, dropped = [node], 0
         while stack:  # the subtree below is unreachable without it: none of it is cached any more
             current = stack.pop()
             del self.node_of[current.block]
+            dropped += 1
             stack.extend(current.children.values())
+        return dropped
 
     @property
     def cached_blocks(self) -> int:

@@ -31,7 +31,7 @@ class PrefixStats:
     requests: int = 0  # admitted requests that were looked up
     query_tokens: int = 0  # their prompt tokens
     hit_tokens: int = 0  # of those, found cached (whole blocks)
-    evictions: int = 0  # cached blocks given up to hold something else
+    evictions: int = 0  # blocks that stopped being cached because the pool needed a block
     cached_blocks_peak: int = 0  # blocks cached at once, in use or free, at most
 
     @property
@@ -108,9 +108,7 @@ class CachingPool(LayeredPool):
         for _ in range(count):
             block = self.index.victim(self.free)
             del self.free[block]
-            if self.index.holds(block):
-                self.index.forget(block)
-                self.stats.evictions += 1
+            self.stats.evictions += self.index.forget(block)  # 0 for a block that cached nothing
             self.refcount[block] = 1
             taken.append(block)
         return taken
