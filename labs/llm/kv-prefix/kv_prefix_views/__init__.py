@@ -41,7 +41,7 @@ def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
 VIEWS: dict[str, View] = {
     "key-results": key_results_view, "workloads": workloads_view, "hash-chain": hash_chain_view,
     "block-cost": block_cost_view, "radix-tree": tree_view, "indexes": indexes_view, "equivalence": equivalence_view,
-    "shared-system": runs_view("shared_system"), "answer-eviction": answer_eviction_view,
+    "shared-system": runs_view("shared_system", legend=True), "answer-eviction": answer_eviction_view,
     "multi-turn": runs_view("multi_turn"), "order": order_view, "few-shot": few_shot_view,
     "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "accelerator": accelerator_view,
     # in place of the shared config table, which reads a timing sweep's config (reproduce.py)

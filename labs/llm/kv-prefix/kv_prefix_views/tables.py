@@ -10,6 +10,8 @@ from site_hooks.formatting import format_percent, format_seconds
 
 from .common import CACHING, NAMES, ORDER, POOL, run, summary
 
+SHORT_ORDER = {"fcfs": "fcfs", "longest-prefix": "lpf"}  # the runs tables' narrow first column
+
 
 def workloads_view(record: dict[str, Any]) -> Block:
     rows = []
@@ -56,25 +58,30 @@ def equivalence_view(record: dict[str, Any]) -> Block:
                              f"benchmark times nothing unless this holds."])
 
 
-def runs_view(workload: str) -> Callable[[dict[str, Any]], Block]:
+def runs_view(workload: str, legend: bool = False) -> Callable[[dict[str, Any]], Block]:
+    """A workload's runs, one per row; ``legend``: the caption explains the columns (the page's first runs table)."""
     def view(record: dict[str, Any]) -> Block:
         rows = []
         for entry in record["workloads"][workload]["runs"].values():
             f = entry["figures"]
-            setting = "off" if entry["caching"] == "off" else f"{CACHING[entry['caching']]}, {ORDER[entry['order']]}"
+            setting = "off" if entry["caching"] == "off" else f"{entry['caching']}, {SHORT_ORDER[entry['order']]}"
             rows.append((setting, entry["pool"], format_percent(f["hit_rate"]), f"{f['prefilled_tokens']:,}",
                          format_seconds(f["ttft_p50_s"]), format_seconds(f["ttft_p99_s"]),
                          f"{f['output_tokens_per_s']:.1f}", f"{entry['server']['peak_running']:,}",
                          f"{f['evictions']:,}", f"{f['cached_blocks_peak']:,}"))
         return Block(tables=[Table(
-            ["cache, order", "pool", "hit rate", "prefilled", "TTFT p50", "TTFT p99", "tokens/s out", "running, peak",
-             "evicted", "cached, peak"], rows,
+            ["cache", "pool", "hits", "prefilled", "p50", "p99", "tok/s", "running", "evicted", "cached"], rows,
             caption=f"{NAMES[workload].capitalize()}: one run per row, {summary(record, workload)['requests']} "
-                    f"requests each; the pool holds the working set or forces eviction, and a small pool also runs "
-                    f"fewer requests at once (running, peak). Prefilled: prompt tokens computed. The p99 of so few "
-                    f"requests is their slowest one or close to it. Tokens/s out: every request's generated tokens over "
-                    f"the run's span, which includes the sessions' fixed start times. Evicted and cached: blocks.")])
+                    f"requests each." + (LEGEND if legend else " The columns are those of the shared-system table."))])
     return view
+
+
+LEGEND = (" Cache: off, the hash chain or the radix tree, first come (fcfs) or longest cached "
+          "prefix first (lpf). Pool: holds the working set, or evicts. Hits: share of prompt tokens found "
+          "cached; prefilled: prompt tokens computed. p50, p99: time to first token (the p99 of so few "
+          "requests is their slowest one or close to it). Tok/s: every request's generated tokens over the "
+          "run's span, which includes the sessions' fixed start times. Running: requests at once, at most (a "
+          "small pool also runs fewer). Evicted, cached: blocks evicted, and cached at most.")
 
 
 def indexes_view(record: dict[str, Any]) -> Block:
