@@ -201,6 +201,44 @@ class Caching(unittest.TestCase):
             self.assertGreater(cache.stats.evictions, 0)
 
 
+    def test_every_block_a_lookup_finds_holds_the_tokens_it_is_found_for(self) -> None:
+        """A shadow of what each block holds (written when a table is taken: a hit keeps its contents, a new block
+        gets the request's page there), checked against every lookup through many evictions, both indexes, with
+        pages computed twice by requests admitted before either offers (one batch)."""
+        for index in INDEXES:
+            rng = random.Random(11)
+            cache = pool(16, index)
+            held: dict[int, tuple[int, ...]] = {}  # block -> the page of tokens written into it
+            heads = [[rng.randrange(3) for _ in range(16)] for _ in range(3)]
+            running: list[tuple[list[int], list[int]]] = []
+            checked = 0
+            for step in range(400):
+                if running and (rng.random() < 0.45 or cache.num_free_blocks < 6):
+                    cache.release(running.pop(rng.randrange(len(running)))[1])
+                    continue
+                batch = [rng.choice(heads)[:rng.randint(0, 16)] + [rng.randrange(3) for _ in range(rng.randint(1, 5))]
+                         for _ in range(rng.randint(1, 2))]
+                admitted = []
+                for prompt in batch:  # looked up and taken together, offered after both are written
+                    hits = cache.match(prompt)
+                    for position, block in enumerate(hits):
+                        with self.subTest(index=index, step=step, block=block):
+                            self.assertEqual(held[block], tuple(prompt[position * BLOCK:(position + 1) * BLOCK]))
+                        checked += 1
+                    try:
+                        table = cache.take(prompt, hits, -(-len(prompt) // BLOCK) - len(hits))
+                    except PoolExhausted:
+                        continue
+                    for position in range(len(hits), len(table)):  # the prefill writes what the hits do not hold
+                        held[table[position]] = tuple(prompt[position * BLOCK:(position + 1) * BLOCK])
+                    admitted.append((prompt, table))
+                for prompt, table in admitted:
+                    cache.offer(prompt, table)
+                running += admitted
+            self.assertGreater(checked, 100)
+            self.assertGreater(cache.stats.evictions, 10)
+
+
 class Release(unittest.TestCase):
     def test_releasing_a_block_not_in_use_names_it(self) -> None:
         cache = pool(4)
