@@ -50,7 +50,7 @@ def prompts_sent(workload: dict[str, Any], run: dict[str, Any]) -> dict[tuple[in
     return built
 
 
-def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: int) -> int:
+def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: int, whole_blocks: bool = True) -> int:
     """Prompt tokens the prefix rule finds cached if nothing is evicted and every earlier request's blocks are in
     the cache when a request arrives (an upper bound: requests prefilled in one batch do not see each other's
     blocks, so a run may find fewer): per request, in the order sent, its longest common prefix with what an earlier
@@ -61,7 +61,8 @@ def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: in
     for r in sorted(run["requests"], key=lambda r: r["sent_s"]):
         prompt = prompts[(r["session"], r["turn"])]
         shared = max((common_prefix(prompt, earlier) for earlier in stored), default=0)
-        found += min(shared, len(prompt) - 1) // block_size * block_size
+        usable = min(shared, len(prompt) - 1)
+        found += usable // block_size * block_size if whole_blocks else usable  # a tree of single tokens: all of it
         stored.append(prompt + r["output"][:-1])
     return found
 
@@ -173,6 +174,8 @@ def derive(record: dict[str, Any]) -> Figures:
         summary: dict[str, Any] = {
             "shared_head_tokens": head, "shared_head_whole_block_tokens": head // block * block,
             "predicted_hit_rate": predicted_hits(workload, off, block) / sum(r["prompt_tokens"] for r in off["requests"]),
+            "predicted_token_hit_rate": (predicted_hits(workload, off, block, whole_blocks=False)
+                                         / sum(r["prompt_tokens"] for r in off["requests"])),
             "requests": len(off["requests"]), "first_prompt_tokens_min": min(first),
             "first_prompt_tokens_max": max(first)}
         groups = order_groups(workload, runs[run_key("hash", "fcfs", "holds")])

@@ -24,6 +24,7 @@ from .tables import (
     few_shot_view,
     indexes_view,
     order_view,
+    partial_view,
     runs_view,
     unshared_view,
     workloads_view,
@@ -43,7 +44,7 @@ VIEWS: dict[str, View] = {
     "block-cost": block_cost_view, "radix-tree": tree_view, "indexes": indexes_view, "equivalence": equivalence_view,
     "shared-system": runs_view("shared_system", legend=True), "answer-eviction": answer_eviction_view,
     "multi-turn": runs_view("multi_turn"), "order": order_view, "few-shot": few_shot_view,
-    "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "accelerator": accelerator_view,
+    "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "partial": partial_view, "accelerator": accelerator_view,
     # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
     "config": config_view,
 }

@@ -156,3 +156,13 @@ def unshared_view(record: dict[str, Any]) -> Block:
         f"({evicts['evictions']:,} blocks evicted), against {format_percent(holds['hit_rate'])} with room for "
         f"everything. Admitting the longest cached prefix first, the same small pool found "
         f"{format_percent(ranked['hit_rate'])} ({ranked['evictions']:,} evicted)."])
+
+
+def partial_view(record: dict[str, Any]) -> Block:
+    """What matching single tokens would add over whole blocks: the prefix rule's hit rate both ways, per workload."""
+    parts = [f"{NAMES[name]} {format_percent(summary(record, name)['predicted_hit_rate'])} in whole blocks against "
+             f"{format_percent(summary(record, name)['predicted_token_hit_rate'])} token by token"
+             for name in record["workloads"]]
+    return Block(paragraphs=[f"By the prefix rule on this page's workloads: {'; '.join(parts)}. The difference is "
+                             f"each shared prefix's last partial block, at most {record['config']['block_size'] - 1} "
+                             f"tokens a request."])
