@@ -89,6 +89,15 @@ class Views(unittest.TestCase):
         self.assertIn("even where the pool held every block", said)
         self.assertIn("few-shot prompts, examples reordered, first come, in the pool that holds the working set", said)
 
+    def test_warm_against_cold_is_said_once_where_both_indexes_agree_and_per_index_where_not(self) -> None:
+        record = copy.deepcopy(self.record)
+        record["equivalence"]["radix"] = dict(record["equivalence"]["hash"])
+        self.assertIn("under either index", render_block(VIEWS["equivalence"](record)))
+        record["equivalence"]["radix"]["max_abs_difference"] = 1e-4
+        said = render_block(VIEWS["equivalence"](record))
+        self.assertIn("under the hash chain", said)
+        self.assertIn("under the radix tree", said)
+
     def test_outputs_that_differ_from_the_uncached_run_are_named(self) -> None:
         record = copy.deepcopy(self.record)
         record["workloads"]["multi_turn"]["runs"]["radix-fcfs-holds"]["requests"][0]["output"][0] += 1

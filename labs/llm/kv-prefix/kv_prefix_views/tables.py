@@ -44,16 +44,20 @@ def block_cost_view(record: dict[str, Any]) -> Block:
 
 
 def equivalence_view(record: dict[str, Any]) -> Block:
+    """Warm against cold under each index, said once where both indexes gave the same comparison."""
     checked = record["equivalence"]
-    parts = []
-    for index in ("hash", "radix"):
-        c = checked[index]
-        parts.append(f"under the {CACHING[index]}, the request found {c['cached_tokens']} of its {c['prompt_tokens']} "
-                     f"prompt tokens cached, and over {c['steps']} rows of logits (its first token's and each decode "
-                     f"step's) the largest |warm − cold| was {c['max_abs_difference']:.1e}, where the tolerance allows "
-                     f"{c['allowed_there']:.1e}")
+
+    def said(c: dict[str, Any]) -> str:
+        return (f"the request found {c['cached_tokens']} of its {c['prompt_tokens']} prompt tokens cached, and over "
+                f"{c['steps']} rows of logits (its first token's and each decode step's) the largest |warm − cold| "
+                f"was {c['max_abs_difference']:.1e}, where the tolerance allows {c['allowed_there']:.1e}")
+
+    if checked["hash"] == checked["radix"]:
+        parts = f"under either index (the same blocks, the same numbers), {said(checked['hash'])}"
+    else:
+        parts = "; ".join(f"under the {CACHING[index]}, {said(checked[index])}" for index in ("hash", "radix"))
     tolerance = checked["tolerance"]
-    return Block(paragraphs=[f"On the trained model in float32, {'; '.join(parts)} (atol {tolerance['atol']:g} + rtol "
+    return Block(paragraphs=[f"On the trained model in float32, {parts} (atol {tolerance['atol']:g} + rtol "
                              f"{tolerance['rtol']:g} × |cold|, the serving lab's trained float32 tolerance). The "
                              f"benchmark times nothing unless this holds."])
 
