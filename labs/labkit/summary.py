@@ -149,6 +149,18 @@ def middle_half(values: Sequence[float]) -> tuple[float, float]:
     return percentile(values, low), percentile(values, high)
 
 
+def halves_below(a: Sequence[float], b: Sequence[float]) -> bool | None:
+    """True where ``a``'s middle half lies wholly below ``b``'s, False where wholly above, None where they overlap:
+    the rule for comparing two runs of one measurement each (their requests' times to first token, say), where the
+    requests' own spread is the noise a difference must clear."""
+    low, high = middle_half(a), middle_half(b)
+    if low[1] < high[0]:
+        return True
+    if high[1] < low[0]:
+        return False
+    return None
+
+
 def derived_figures(record: dict[str, Any], derive: Derive | None) -> list[Figure]:
     """Every figure that follows from a record's raw data, in with_figures' order: a sweep's statistics, then the
     lab's own ``derive`` over the record with them."""

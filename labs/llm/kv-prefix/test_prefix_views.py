@@ -9,9 +9,10 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from kv_prefix.figures import check_invariants, derive, lower, predicted_hits
+from kv_prefix.figures import check_invariants, derive, predicted_hits
 from labkit.figures import fill
 from labkit.records import RecordError
+from labkit.summary import halves_below
 from labkit.testing import committed_record
 
 HERE = Path(__file__).resolve().parent
@@ -58,10 +59,10 @@ class Views(unittest.TestCase):
                 record = with_ttfts(self.record, "shared_system", "hash-fcfs-holds", ttfts)
                 self.assertIn(word, ttft_sentence(record, "shared_system"))
 
-    def test_lower_reads_the_middle_halves(self) -> None:
-        self.assertIs(lower([1, 1, 1, 1], [2, 2, 2, 2]), True)
-        self.assertIs(lower([2, 2, 2, 2], [1, 1, 1, 1]), False)
-        self.assertIsNone(lower([1, 2, 3, 4], [2, 3, 4, 5]))  # quartiles 1.75-3.25 and 2.75-4.25 overlap
+    def test_halves_below_reads_the_middle_halves(self) -> None:
+        self.assertIs(halves_below([1, 1, 1, 1], [2, 2, 2, 2]), True)
+        self.assertIs(halves_below([2, 2, 2, 2], [1, 1, 1, 1]), False)
+        self.assertIsNone(halves_below([1, 2, 3, 4], [2, 3, 4, 5]))  # quartiles 1.75-3.25 and 2.75-4.25 overlap
 
     def test_the_eviction_answer_says_what_eviction_cost(self) -> None:
         runs = self.record["workloads"]["shared_system"]["runs"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from kv_serving.sizes import block_bytes
 from labkit.figures import Figures, refuse
-from labkit.summary import middle_half, percentile
+from labkit.summary import halves_below, percentile
 from llm_models.hardware import H100_SXM
 from llm_models.published import model
 
@@ -65,16 +65,6 @@ def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: in
         found += usable // block_size * block_size if whole_blocks else usable  # a tree of single tokens: all of it
         stored.append(prompt + r["output"][:-1])
     return found
-
-
-def lower(first: list[float], second: list[float]) -> bool | None:
-    """True where first's middle half lies below second's, False where above, None where they overlap."""
-    a, b = middle_half(first), middle_half(second)
-    if a[1] < b[0]:
-        return True
-    if b[1] < a[0]:
-        return False
-    return None
 
 
 def run_figures(run: dict[str, Any]) -> dict[str, Any]:
@@ -190,12 +180,12 @@ def derive(record: dict[str, Any]) -> Figures:
                     run = runs[run_key(caching, order, pool)]
                     key = run_key(caching, order, pool)
                     summary[f"{key}_ttft_p50_over_off"] = (percentile(ttfts(run), 0.5) / percentile(ttfts(off), 0.5))
-                    summary[f"{key}_ttft_lower"] = lower(ttfts(run), ttfts(off))
+                    summary[f"{key}_ttft_lower"] = halves_below(ttfts(run), ttfts(off))
                     summary[f"{key}_outputs_equal"] = all(by_request.get((r["session"], r["turn"])) == r["output"]
                                                          for r in run["requests"])
             for caching in ("hash", "radix"):  # the cache-aware order against first come, same cache and pool
                 fcfs, lpm = (runs[run_key(caching, order, pool)] for order in ORDERS)
-                summary[f"{caching}-{pool}_longest_prefix_ttft_lower"] = lower(ttfts(lpm), ttfts(fcfs))
+                summary[f"{caching}-{pool}_longest_prefix_ttft_lower"] = halves_below(ttfts(lpm), ttfts(fcfs))
             for order in ORDERS:
                 hits = [sum(r["cached_tokens"] for r in runs[run_key(c, order, pool)]["requests"])
                         for c in ("hash", "radix")]

@@ -18,7 +18,7 @@ from typing import Any
 
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
-from labkit.summary import middle_half, parted
+from labkit.summary import halves_below, middle_half, parted
 
 from ..client_stats import (  # noqa: F401  (re-exported)
     LATENCIES,
@@ -330,10 +330,6 @@ def growth_over_decode(rows: Sequence[BesideDecode]) -> tuple[float, float, floa
 def ttft_order(first: dict[str, Any], second: dict[str, Any]) -> str | None:
     """'sooner' or 'later' where the middle halves of two runs' times to first token (their completed requests)
     do not overlap, else None: one run each, so a difference inside the runs' own spread is not one."""
-    halves = [middle_half([r["ttft_s"] for r in run["requests"] if r["outcome"] == "completed" and r["ttft_s"] is not None])
-              for run in (first, second)]
-    if halves[0][1] < halves[1][0]:
-        return "sooner"
-    if halves[1][1] < halves[0][0]:
-        return "later"
-    return None
+    ttfts = [[r["ttft_s"] for r in run["requests"] if r["outcome"] == "completed" and r["ttft_s"] is not None]
+             for run in (first, second)]
+    return {True: "sooner", False: "later", None: None}[halves_below(*ttfts)]
