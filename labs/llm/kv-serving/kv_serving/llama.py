@@ -3,8 +3,9 @@
 The decoder's own pieces (``rms_norm``, ``rotate`` by each token's absolute position, ``causal_attention``) around
 the pool's blocks in place of the contiguous cache, over the decoder's own weights arranged for a server: q, k and
 v side by side in one matrix and gate and up in another (``ServedLayer``), so a step makes four weight products
-per layer instead of seven, each a longer stream of one matrix for the whole batch; several rows multiply a copy
-packed once for oneDNN where this PyTorch has it, one row the matrix itself (``Weight``). Keys are stored after rotation, as the decoder's own cache stores them,
+per layer instead of seven, each a longer stream of one matrix for the whole batch; each multiplied by the kernel
+timed fastest here for its kind, at one row and at several (``kv_serving.kernels``). Keys are stored after
+rotation, as the decoder's own cache stores them,
 so a block never needs to know where its request started.
 
 * ``reference_logits``: the decoder's own forward over the whole prefix, no cache (the oracle);
@@ -18,7 +19,7 @@ so a block never needs to know where its request started.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -28,43 +29,9 @@ from torch import Tensor
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.model import LlamaDecoder, LlamaLayer, rms_norm, rotary_angles, rotate
 
+from .kernels import LAYER_KINDS, KernelTable, Weight, measure
 from .model import PackedPrompts, PagedRows
 from .pool import LayeredPool
-
-PACK_ROWS = 16  # the batch oneDNN lays the packed weights out for; any number of rows multiplies them
-
-
-@functools.cache
-def onednn_packs() -> bool:
-    """Whether this PyTorch packs and multiplies a float32 matrix with oneDNN (a deliberate cache: asked once)."""
-    try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(4, 8), PACK_ROWS)
-        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8), packed, None, "none", [], "")
-    except (RuntimeError, AttributeError):
-        return False
-    return True
-
-
-class Weight:
-    """One (out, in) weight matrix as the server multiplies it, by the kernel that suits the number of rows. One
-    row (a decode step alone) goes through F.linear, BLAS's matrix-vector path. Several rows (a batch, a packed
-    prefill) go, in float32 where oneDNN is there, through a copy packed once into oneDNN's blocked layout (the
-    decode lab's ``onednn`` kernel): BLAS multiplies a few rows far below its large-matrix rate (on the reference
-    machine's kind, eleven rows by a 3072 x 576 matrix took about 2.4x longer through F.linear than through the
-    packed copy), while for one row the packed copy is the slower."""
-
-    def __init__(self, weight: Tensor) -> None:
-        self.weight, self.out_features = weight, weight.shape[0]
-        self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
-                       if weight.dtype == torch.float32 and onednn_packs() else None)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        """x (..., in) -> (..., out)."""
-        rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        if self.packed is None or rows.shape[0] == 1:
-            return F.linear(x, self.weight)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, None, "none", [], "")
-        return out.view(*x.shape[:-1], self.out_features)
 
 
 @dataclass(frozen=True)
@@ -79,9 +46,12 @@ class ServedLayer:
     down: Weight  # (C, F)
 
     @classmethod
-    def of(cls, layer: LlamaLayer) -> ServedLayer:
-        return cls(layer.attention_norm, Weight(torch.cat([layer.q, layer.k, layer.v])), Weight(layer.o),
-                   layer.mlp_norm, Weight(torch.cat([layer.gate, layer.up])), Weight(layer.down))
+    def of(cls, layer: LlamaLayer, matrices: Mapping[str, Tensor], chosen: Mapping[str, Mapping[int, str]]
+           ) -> ServedLayer:
+        """``layer``'s norms and its fused ``matrices`` (fused_matrices), each multiplied by its kind's ``chosen``
+        kernels."""
+        weight = {kind: Weight(matrices[kind], chosen[kind]) for kind in LAYER_KINDS}
+        return cls(layer.attention_norm, weight["qkv"], weight["o"], layer.mlp_norm, weight["gate_up"], weight["down"])
 
     def project(self, x: Tensor, config: LlamaDecoderConfig) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated (LlamaLayer.project)."""
@@ -101,16 +71,29 @@ class ServedLayer:
         return x + self.down(F.silu(gate) * up)
 
 
-class LlamaServingModel:
-    """``decoder``'s weights behind the interface the scheduler drives (``check_ids``, ``prefill``, ``decode``)."""
+def fused_matrices(layer: LlamaLayer) -> dict[str, Tensor]:
+    """One layer's matrices as the server multiplies them: q, k and v in one, gate and up in another."""
+    return {"qkv": torch.cat([layer.q, layer.k, layer.v]), "o": layer.o, "gate_up": torch.cat([layer.gate, layer.up]),
+            "down": layer.down}
 
-    def __init__(self, decoder: LlamaDecoder) -> None:
+
+class LlamaServingModel:
+    """``decoder``'s weights behind the interface the scheduler drives (``check_ids``, ``prefill``, ``decode``),
+    each matrix multiplied by the kernel timed fastest here for its kind and number of rows (kv_serving.kernels);
+    ``kernel_ns`` (kind -> rows -> kernel -> ns) supplies those timings instead (a test fixing the outcome)."""
+
+    def __init__(self, decoder: LlamaDecoder,
+                 kernel_ns: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> None:
         self.decoder = decoder
         self.config: LlamaDecoderConfig = decoder.config
         self.layers = decoder.config.layers
         with torch.inference_mode():
-            self.served = [ServedLayer.of(layer) for layer in decoder.layers]
-            self.head = Weight(decoder.head)  # the tied embedding, (vocab, C)
+            fused = [fused_matrices(layer) for layer in decoder.layers]
+            kinds = {kind: [matrices[kind] for matrices in fused] for kind in LAYER_KINDS}
+            self.kernels: KernelTable = measure({**kinds, "head": [decoder.head]}, kernel_ns)
+            chosen = self.kernels.chosen
+            self.served = [ServedLayer.of(layer, matrices, chosen) for layer, matrices in zip(decoder.layers, fused)]
+            self.head = Weight(decoder.head, chosen["head"])  # the tied embedding, (vocab, C)
 
     def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
                 check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:

@@ -30,6 +30,8 @@ from .sizes import blocks_for
 
 
 class ServingModel:
+    kernels = None  # its layers' own nn.Linear modules multiply; the trained model times a kernel table (KernelTable)
+
     def __init__(self, config: ModelConfig, layers: int) -> None:
         if layers < 1:
             raise ValueError(f"layers must be at least 1, got {layers}")

@@ -530,6 +530,8 @@ class Scheduler:
             "ttft_target_s": self.ttft_target_s,  # None: the queue is bounded by count alone
             "prefill_tokens_per_s": None if self.prefill_rate is None else self.prefill_rate.tokens_per_s,
             "prefix_caching": None if self.prefix is None else self.prefix_metrics(),
+            # the trained model's kernel per matrix kind and row count, timed when it was arranged (kv_serving.kernels)
+            "kernels": None if self.model.kernels is None else self.model.kernels.as_record(),
             **vars(self.counters),
         }
 

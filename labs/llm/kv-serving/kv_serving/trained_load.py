@@ -132,7 +132,8 @@ def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed:
     contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
     bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}")
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
-            "equivalence": result, "solo_steps": solo_steps(model, args, contexts, timed)}
+            "equivalence": result, "kernels": model.kernels.as_record(),
+            "solo_steps": solo_steps(model, args, contexts, timed)}
 
 
 def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], timed: Any) -> list[dict[str, Any]]:

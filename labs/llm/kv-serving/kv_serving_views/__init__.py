@@ -15,6 +15,7 @@ from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, ac
 from .admission import admission_detail_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
 from .checks import checks_view
+from .kernels import kernels_view
 from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
@@ -54,6 +55,7 @@ VIEWS: dict[str, View] = {
     "model-cost": model_cost_view,
     "steps": step_view,
     "solo-steps": solo_view,
+    "kernels": kernels_view,
     "admission": admission_view,
     "cancellation": cancellation_view,
     "rates": rates_view,

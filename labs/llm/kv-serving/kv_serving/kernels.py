@@ -1,0 +1,160 @@
+"""Which kernel multiplies each of the served Llama's weight matrices: the fastest on this machine, per matrix kind
+and per number of rows, timed once when the model is arranged for serving.
+
+A decode step alone multiplies one row by each matrix (a matrix-vector product: the matrix's bytes decide it); a
+batch or a packed prefill multiplies several (the matrix is read once for all of them). Which kernel streams a
+matrix fastest depends on the CPU, the BLAS, the shape and the number of rows: on one thread of a 2-core AMD EPYC
+(Zen 4) ``addmm`` over an (in, out) copy multiplied one row by the (49152, 576) output head in 4.2 ms where
+``F.linear`` over the (out, in) matrix took 9.3 ms, while on an Intel Xeon ``F.linear`` was the faster; with eight
+rows oneDNN's packed copy beat both on both machines. So the server times the decode lab's kernels
+(``decode_bandwidth.matvec``: ``out_in``, ``in_out``, ``onednn``) over every matrix of each fused kind at one row and
+at ``SEVERAL`` rows, and each ``Weight`` keeps a copy only for the kernels chosen.
+
+The choice is a timing, so it differs between machines and runs: ``measure(..., supplied_ns=...)`` takes the
+timings from a caller instead (a test fixing which kernel wins), and every kernel is checked against ``F.linear``
+for any number of rows, whichever is chosen (test_serving_kernels).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from decode_bandwidth import matvec
+
+LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (kv_serving.llama)
+KINDS = (*LAYER_KINDS, "head")  # and the output head, the tied embedding
+# The row counts timed: one (a stream alone) and SEVERAL, which stands for every batch or prefill of two rows or
+# more. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a kernel's ranking moved
+# little between 4 and 32 rows on the machines tried, while between one row and two it flipped.
+ONE, SEVERAL = 1, 8
+ROWS = (ONE, SEVERAL)
+PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept (matvec.best_pass_ns)
+CANDIDATES = ("out_in", "in_out", "onednn")  # decode_bandwidth.matvec's kernels that multiply any number of rows
+PACK_ROWS = 16  # the batch oneDNN lays out its packed copy for at several rows; any number of rows multiplies it
+
+
+def pack_for_rows(weight: Tensor, bias: Tensor | None) -> matvec.Prepared:
+    """oneDNN's packed copy laid out for a batch of PACK_ROWS rows (matvec's own is laid out for one row)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS), bias
+
+
+@dataclass(frozen=True)
+class Way:
+    """One kernel at one row count: how it copies a matrix, and how it multiplies rows by that copy."""
+
+    kernel: str  # a decode_bandwidth.matvec.KERNELS name
+    prepare: Callable[[Tensor, Tensor | None], matvec.Prepared]
+    multiply: Callable[..., Tensor]  # (x (N, in), *prepared) -> (N, out)
+
+
+@functools.cache
+def onednn_runs() -> bool:
+    """Whether this PyTorch packs and multiplies a float32 matrix with oneDNN (asked once: a deliberate cache)."""
+    return matvec.onednn_available() is None
+
+
+def candidates(dtype: torch.dtype, rows: int) -> dict[str, Way]:
+    """The kernels that can multiply ``rows`` rows by a ``dtype`` matrix here. oneDNN's packed copy is float32 only."""
+    ways = {}
+    for name in CANDIDATES:
+        if name != "onednn":
+            ways[name] = Way(name, matvec.KERNELS[name].prepare, matvec.KERNELS[name].eager)
+        elif dtype == torch.float32 and onednn_runs():
+            ways[name] = Way(name, matvec.onednn_pack if rows == ONE else pack_for_rows, matvec.onednn)
+    return ways
+
+
+@dataclass
+class KernelTable:
+    """Per kind and row count, each candidate's ns per matrix and the one chosen (the least; the first on a tie)."""
+
+    dtype: str
+    threads: int
+    timings: str  # "timed" here, or "supplied" by the caller
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> dict[str, dict[int, str]]:
+        picks: dict[str, dict[int, str]] = {}
+        for row in self.rows:
+            ns = row["ns"]
+            picks.setdefault(row["kind"], {})[row["rows"]] = min(ns, key=lambda name: ns[name])
+        return picks
+
+    def as_record(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "threads": self.threads, "passes": PASSES, "timings": self.timings,
+                "rows": self.rows, "chosen": {kind: {str(rows): name for rows, name in picks.items()}
+                                              for kind, picks in self.chosen.items()}}
+
+
+def measure(kinds: Mapping[str, Sequence[Tensor]], supplied_ns: Mapping[str, Mapping[int, Mapping[str, float]]]
+            | None = None, seed: int = 0) -> KernelTable:
+    """Every candidate over every matrix of each kind, at one row and at SEVERAL, at the thread count in force.
+    ``supplied_ns`` (kind -> rows -> kernel -> ns) stands in for the timings (a test setting the winner)."""
+    dtype = next(iter(kinds.values()))[0].dtype
+    table = KernelTable(str(dtype).removeprefix("torch."), torch.get_num_threads(),
+                        "timed" if supplied_ns is None else "supplied")
+    generator = torch.Generator().manual_seed(seed)
+    for kind, matrices in kinds.items():
+        out, inner = matrices[0].shape
+        for rows in ROWS:
+            ways = candidates(dtype, rows)
+            if supplied_ns is not None:
+                ns = {name: float(supplied_ns[kind][rows][name]) for name in ways}
+            else:
+                x = torch.randn(rows, inner, generator=generator).to(dtype)
+                ns = {name: time_way(way, matrices, x) for name, way in ways.items()}
+            table.rows.append({"kind": kind, "rows": rows, "shape_out_in": [out, inner], "matrices": len(matrices),
+                               "ns": ns})
+    return table
+
+
+def time_way(way: Way, matrices: Sequence[Tensor], x: Tensor) -> float:
+    """ns per matrix of ``way`` over every matrix of a kind (best of PASSES passes): weights streamed from memory
+    as in a step, the copies made only for this timing."""
+    prepared = [way.prepare(matrix, None) for matrix in matrices]
+
+    def work() -> None:
+        for tensors in prepared:
+            way.multiply(x, *tensors)
+
+    with torch.inference_mode():
+        return matvec.best_pass_ns(work, PASSES) / len(matrices)
+
+
+def ranking(one: str, several: str) -> dict[str, dict[int, dict[str, float]]]:
+    """Timings that make ``one`` win at one row and ``several`` at several, for every kind: what
+    ``measure(supplied_ns=...)`` takes so a test runs each outcome of the choice on any CPU. A winner that cannot
+    run here (oneDNN in bfloat16, or without oneDNN) leaves the choice to the runner-up, ``out_in``."""
+    def times(winner: str) -> dict[str, float]:
+        return {name: 1.0 if name == winner else 2.0 if name == "out_in" else 3.0 for name in CANDIDATES}
+    return {kind: {ONE: times(one), SEVERAL: times(several)} for kind in KINDS}
+
+
+class Weight:
+    """One (out, in) matrix as the server multiplies it: the kernel chosen for one row, or for several, over that
+    kernel's own copy (one copy when both counts chose the same kernel, none when it is ``out_in``)."""
+
+    def __init__(self, weight: Tensor, chosen: Mapping[int, str]) -> None:
+        self.out_features = weight.shape[0]
+        ways = {rows: candidates(weight.dtype, rows)[chosen[rows]] for rows in ROWS}
+        copies: dict[tuple[str, Callable[..., Any]], matvec.Prepared] = {}
+        self.ways: dict[int, tuple[Callable[..., Tensor], matvec.Prepared]] = {}
+        for rows, way in ways.items():
+            key = (way.kernel, way.prepare)
+            if key not in copies:
+                copies[key] = way.prepare(weight, None)
+            self.ways[rows] = (way.multiply, copies[key])
+        self.kernels = {rows: way.kernel for rows, way in ways.items()}
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (..., in) -> (..., out)."""
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        multiply, prepared = self.ways[ONE if rows.shape[0] == 1 else SEVERAL]
+        return multiply(rows, *prepared).view(*x.shape[:-1], self.out_features)
