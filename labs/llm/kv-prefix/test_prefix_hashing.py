@@ -130,3 +130,40 @@ class Properties(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class KeptHashes(unittest.TestCase):
+    """A request's BlockKeys keeps the hashes it computed: the same chain as block_hashes, each block hashed once
+    however often it is looked up, extended as tokens are appended, and computed again for another hasher."""
+
+    def counting(self) -> tuple[list[int], hashing.Hasher]:
+        calls: list[int] = []
+
+        def hasher(parent: bytes, page: object) -> bytes:
+            calls.append(1)
+            return hash_block(parent, page)  # type: ignore[arg-type]
+        return calls, hasher
+
+    def test_kept_hashes_equal_the_chain_and_each_block_is_hashed_once(self) -> None:
+        calls, hasher = self.counting()
+        keys = hashing.BlockKeys(DOC)
+        for count in (1, 3, 2, 3, 5):  # 5: only three blocks are full
+            self.assertEqual(keys.hashes(BLOCK, count, hasher), block_hashes(DOC, BLOCK)[:count])
+        self.assertEqual(len(calls), 3)
+
+    def test_appended_tokens_extend_the_chain_and_a_slice_is_a_plain_list(self) -> None:
+        calls, hasher = self.counting()
+        keys = hashing.BlockKeys(DOC[:6])
+        self.assertEqual(len(keys.hashes(BLOCK, 9, hasher)), 1)
+        keys.extend(DOC[6:])
+        self.assertEqual(keys.hashes(BLOCK, 9, hasher), block_hashes(DOC, BLOCK))
+        self.assertEqual(len(calls), 3)
+        self.assertEqual((len(keys), keys[0], keys[4:8]), (len(DOC), DOC[0], DOC[4:8]))
+        self.assertIs(type(keys[4:8]), list)
+
+    def test_another_hasher_or_block_size_computes_the_chain_again(self) -> None:
+        keys = hashing.BlockKeys(DOC)
+        keys.hashes(BLOCK, 3, hash_block)
+        self.assertEqual(keys.hashes(BLOCK, 3, lambda parent, page: hash_block(NONE_HASH, page)),
+                         [hash_block(NONE_HASH, DOC[i:i + BLOCK]) for i in range(0, 12, BLOCK)])
+        self.assertEqual(keys.hashes(6, 2, hash_block), block_hashes(DOC, 6))

@@ -114,6 +114,29 @@ class PrefixScheduling(SchedulerTestCase):
                     await within(finished(request), "every request to finish")
                 self.assertEqual(admitted, names)
 
+    async def test_a_waiting_prompt_is_hashed_once_however_often_it_is_looked_up(self) -> None:
+        # a queue behind a request that holds most of the pool: every submit prices the queue (the TTFT bound),
+        # every iteration sorts it by cached prefix and looks at its head; each full block is still hashed once
+        scheduler = self.start(num_blocks=30, prefix_index="hash", order="longest-prefix",
+                               policy=KVBudget(30 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
+        await self.run_one(scheduler, SHARED + [1])
+        hashed: list[int] = []
+        index = scheduler.pool.index
+        chain = index.hash_next
+
+        def counting(parent: bytes, page: list[int], chain=chain, hashed=hashed) -> bytes:
+            hashed.append(1)
+            return chain(parent, page)
+
+        index.hash_next = counting  # type: ignore[method-assign]
+        prompts = [[9] * 80, *[SHARED + [2, i] for i in range(6)]]
+        requests = [scheduler.submit(prompt, 10 if len(prompt) == 80 else 2) for prompt in prompts]
+        for request in requests:
+            await within(finished(request), "every request to finish")
+        stored = sum(len(r.keys) for r in requests)  # every position each request wrote, prompt and fed-back tokens
+        self.assertGreater(scheduler.counters.iterations, 10)
+        self.assertLessEqual(len(hashed), stored // TINY_BLOCK)
+
     def test_the_server_refuses_a_cache_aware_order_without_a_cache(self) -> None:
         with self.assertRaises(SystemExit):
             parse_args(["--schedule", "longest-prefix"])

@@ -22,10 +22,8 @@ class UnchainedHashIndex(HashIndex):
     in their first block but share the second give that block the same hash, so a lookup can hand a request
     keys and values computed after another prefix."""
 
-    def hashes(self, tokens: Sequence[int]) -> list[BlockHash]:
-        size = self.block_size
-        return [hash_block(NONE_HASH, tokens[start:start + size])
-                for start in range(0, len(tokens) - size + 1, size)]
+    def hash_next(self, parent: BlockHash, page: Sequence[int]) -> BlockHash:
+        return hash_block(NONE_HASH, page)  # the parent ignored: the bug
 
 
 class EagerFreePool(CachingPool):

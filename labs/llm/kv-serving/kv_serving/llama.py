@@ -19,7 +19,7 @@ so a block never needs to know where its request started.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,7 @@ from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.model import LlamaDecoder, LlamaLayer, rms_norm, rotary_angles, rotate
 
 from .kernels import LAYER_KINDS, KernelTable, Weight, measure
-from .model import PackedPrompts, PagedRows
+from .model import PacksPrompts, PagedRows
 from .pool import LayeredPool
 
 
@@ -77,7 +77,7 @@ def fused_matrices(layer: LlamaLayer) -> dict[str, Tensor]:
             "down": layer.down}
 
 
-class LlamaServingModel:
+class LlamaServingModel(PacksPrompts):
     """``decoder``'s weights behind the interface the scheduler drives (``check_ids``, ``prefill``, ``decode``),
     each matrix multiplied by the kernel timed fastest here for its kind and number of rows (kv_serving.kernels);
     ``kernel_ns`` (kind -> rows -> kernel -> ns) supplies those timings instead (a test fixing the outcome)."""
@@ -94,11 +94,6 @@ class LlamaServingModel:
             chosen = self.kernels.chosen
             self.served = [ServedLayer.of(layer, matrices, chosen) for layer, matrices in zip(decoder.layers, fused)]
             self.head = Weight(decoder.head, chosen["head"])  # the tied embedding, (vocab, C)
-
-    def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
-                check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
-        """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
-        return PackedPrompts(pool, prompts, tables, check_ids, starts)
 
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size

@@ -29,7 +29,16 @@ from .pool import LayeredPool
 from .sizes import blocks_for
 
 
-class ServingModel:
+class PacksPrompts:
+    """What both serving models (this one and ``kv_serving.llama``'s) share: how a prefill packs its prompts."""
+
+    def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
+                check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
+        """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
+        return PackedPrompts(pool, prompts, tables, check_ids, starts)
+
+
+class ServingModel(PacksPrompts):
     kernels = None  # its layers' own nn.Linear modules multiply; the trained model times a kernel table (KernelTable)
 
     def __init__(self, config: ModelConfig, layers: int) -> None:
@@ -57,10 +66,6 @@ class ServingModel:
         x = x + block.out(attended.transpose(1, 2).reshape(batch, length, width))
         return x + block.ffn(block.norm_ffn(x))
 
-    def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
-                check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
-        """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
-        return PackedPrompts(pool, prompts, tables, check_ids, starts)
 
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size
@@ -120,12 +125,11 @@ class PromptSlots:
         if not 0 <= start < length:
             raise ValueError(f"a prompt of {length} positions can start computing at 0 .. {length - 1}, got {start}")
         self.pool, self.start = pool, start
-        self.positions = torch.arange(start, length)  # (T - start,): the positions this prefill computes
-        self.blocks = torch.tensor(table)[self.positions // pool.block_size]  # (T - start,)
-        self.slots = self.positions % pool.block_size
-        before = torch.arange(start)  # (start,): the positions found cached
-        self.cached_blocks = torch.tensor(table)[before // pool.block_size]
-        self.cached_slots = before % pool.block_size
+        every = torch.arange(length)  # (T,): block and slot of each position, split at ``start`` below
+        blocks, slots = torch.tensor(table)[every // pool.block_size], every % pool.block_size
+        self.positions = every[start:]  # (T - start,): the positions this prefill computes
+        self.blocks, self.slots = blocks[start:], slots[start:]
+        self.cached_blocks, self.cached_slots = blocks[:start], slots[:start]  # (start,): the positions found cached
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> None:
         """k and v (1, Hkv, T - start, D) into their slots."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .admission import kv_positions
+from .prefix.hashing import BlockKeys
 from .text import TextStream
 
 
@@ -59,6 +60,16 @@ class Request:
     decode_steps_after_gone: int = 0
     gone_reason: str = "the client disconnected"
     text: TextStream | None = None  # the output as text, with its stops (None: token ids only)
+    # the positions stored so far as the prefix cache looks them up, their block hashes kept (prefix.BlockKeys)
+    keys: BlockKeys = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = BlockKeys(self.prompt)
+
+    def stored_keys(self) -> BlockKeys:
+        """``keys`` brought up to every position written so far: the prompt, then each generated token fed back."""
+        self.keys.extend(self.output[len(self.keys) - len(self.prompt):])
+        return self.keys
 
     @property
     def kv_positions(self) -> int:

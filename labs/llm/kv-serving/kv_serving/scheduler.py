@@ -195,24 +195,25 @@ class Scheduler:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", 503, "queue_full")
+        request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
+                          text=text)
         if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
-            refusal = over_bound(self.waiting_prompt_tokens, self._uncached(prompt), self.ttft_target_s,
+            refusal = over_bound(self.waiting_prompt_tokens, self._uncached(request), self.ttft_target_s,
                                  self.prefill_rate)
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
                 raise RequestRefused(refusal.message, 503, "prefill_queue_full", retry_after_s=refusal.retry_after_s)
-        request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
-                          text=text)
         self.counters.submitted += 1
         self.waiting.append(request)
         self._idle.clear()
         self._wake.set()
         return request
 
-    def _uncached(self, prompt: list[int]) -> int:
+    def _uncached(self, request: Request) -> int:
         """The prompt tokens a prefill would compute now: all of them, less what the prefix cache holds (the rate the
         bound uses is measured in computed tokens too)."""
-        return len(prompt) - (0 if self.prefix is None else len(self.prefix.match(prompt)) * self.pool.block_size)
+        found = 0 if self.prefix is None else len(self.prefix.match(request.keys))
+        return len(request.prompt) - found * self.pool.block_size
 
     @property
     def waiting_prompt_tokens(self) -> int:
@@ -220,7 +221,7 @@ class Scheduler:
         has not returned (no first token yet), less what each finds cached. A new request waits behind all of them
         for its own first token."""
         admitted = sum(len(r.prompt) - r.cached_tokens for r in self.running if not r.output)
-        return admitted + sum(self._uncached(request.prompt) for request in self.waiting)
+        return admitted + sum(self._uncached(request) for request in self.waiting)
 
     def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
         """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
@@ -324,11 +325,11 @@ class Scheduler:
         admitted = []
         if self.prefix is not None and self.order == "longest-prefix":  # ties: the earlier arrival first
             prefix = self.prefix
-            self.waiting = deque(sorted(self.waiting, key=lambda r: (-len(prefix.match(r.prompt)), r.arrival_s)))
+            self.waiting = deque(sorted(self.waiting, key=lambda r: (-len(prefix.match(r.keys)), r.arrival_s)))
         while self.waiting:
             request = self.waiting[0]
             needed = blocks_for(request.kv_positions, self.pool.block_size)
-            hits = [] if self.prefix is None else self.prefix.match(request.prompt)
+            hits = [] if self.prefix is None else self.prefix.match(request.keys)
             # A cached block some running request holds is stored once: admitting this one adds only the rest.
             grows = needed - (0 if self.prefix is None else self.prefix.shared(hits))
             if not self.policy.admits(len(self.running), self.pool.num_used_blocks, grows, self.pool):
@@ -338,7 +339,7 @@ class Scheduler:
                 if self.prefix is None:
                     request.table = self.pool.allocate(needed)
                 else:
-                    request.table = self.prefix.take(request.prompt, hits, needed - len(hits))
+                    request.table = self.prefix.take(request.keys, hits, needed - len(hits))
                     request.cached_tokens = len(hits) * self.pool.block_size
             except PoolExhausted as error:  # admitted by count, but the memory is not there
                 self.counters.failed_for_memory += 1
@@ -388,7 +389,7 @@ class Scheduler:
             self.prefill_rate.observe(computed, seconds)
         if self.prefix is not None:  # before any first token: one that finishes its request returns its blocks
             for request in group:
-                self.prefix.offer(request.prompt, request.table)
+                self.prefix.offer(request.keys, request.table)
         for request, token in zip(group, logits.argmax(-1).tolist()):
             self.counters.prefills += 1
             if request.client_gone:
@@ -424,7 +425,7 @@ class Scheduler:
         self.counters.decode_rows += len(batch)
         if self.prefix is not None:  # a block the fed-back tokens just filled is cached too (a chat's next turn)
             for request in batch:
-                stored = [*request.prompt, *request.output]  # every position written so far
+                stored = request.stored_keys()  # every position written so far
                 if len(stored) % self.pool.block_size == 0 and request.table:
                     self.prefix.offer(stored, request.table)
         departed = 0

@@ -17,7 +17,7 @@ and is imported when ``CachingPool`` or ``PrefixStats`` is first asked for.
 
 from typing import Any
 
-from .hashing import NONE_HASH, BlockHash, block_hashes, hash_block
+from .hashing import NONE_HASH, BlockHash, BlockKeys, block_hashes, hash_block
 from .indexes import INDEXES, HashIndex, PrefixIndex, RadixIndex
 
 
@@ -28,5 +28,5 @@ def __getattr__(name: str) -> Any:
         return getattr(pool, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["INDEXES", "NONE_HASH", "BlockHash", "CachingPool", "HashIndex", "PrefixIndex", "PrefixStats",
+__all__ = ["INDEXES", "NONE_HASH", "BlockHash", "BlockKeys", "CachingPool", "HashIndex", "PrefixIndex", "PrefixStats",
            "RadixIndex", "block_hashes", "hash_block"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import overload
 
 BlockHash = bytes
 # The first block's parent (vLLM seeds it; a constant here: one server, one model, nothing to separate).
@@ -31,10 +32,54 @@ def hash_block(parent: BlockHash, tokens: Sequence[int], extra: tuple[str, ...] 
 
 def block_hashes(tokens: Sequence[int], block_size: int, extra: tuple[str, ...] = ()) -> list[BlockHash]:
     """The chained hashes of every full block of ``tokens``, first block first (a partial tail has none)."""
+    return chained(tokens, block_size, len(tokens), lambda parent, page: hash_block(parent, page, extra))
+
+
+Hasher = Callable[[BlockHash, Sequence[int]], BlockHash]  # (parent's hash, a full block's tokens) -> its hash
+
+
+def chained(tokens: Sequence[int], block_size: int, count: int, hasher: Hasher,
+            known: Sequence[BlockHash] = ()) -> list[BlockHash]:
+    """The first ``count`` full blocks' hashes of ``tokens`` (fewer if it holds fewer), each from its parent's by
+    ``hasher``; ``known``: the first ones, already computed, extended rather than computed again."""
     if block_size < 1:
         raise ValueError(f"block_size must be at least 1, got {block_size}")
-    hashes, parent = [], NONE_HASH
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash_block(parent, tokens[start:start + block_size], extra)
+    hashes = list(known)
+    parent = hashes[-1] if hashes else NONE_HASH
+    for index in range(len(hashes), min(count, len(tokens) // block_size)):
+        parent = hasher(parent, tokens[index * block_size:(index + 1) * block_size])
         hashes.append(parent)
     return hashes
+
+
+class BlockKeys(Sequence[int]):
+    """A request's tokens with their full blocks' hashes kept as they are computed, as vLLM keeps each request's
+    block hashes: a waiting prompt is looked up on every submit (the TTFT bound), on every admission pass and in
+    every longest-prefix sort, and each lookup would otherwise hash the whole prompt again. Tokens are only ever
+    appended (a decode step's fed-back token), so a hash, once computed, stays right."""
+
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
+        self.tokens: list[int] = list(tokens)
+        self._hashes: list[BlockHash] = []
+        self._by: tuple[int, Hasher] | None = None  # the block size and hasher the kept hashes were made with
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        return self.tokens[index]  # a slice is a plain list: it keeps no hashes
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        self.tokens.extend(tokens)
+
+    def hashes(self, block_size: int, count: int, hasher: Hasher) -> list[BlockHash]:
+        """The first ``count`` full blocks' hashes, computing only those not kept yet (all of them again for another
+        block size or hasher)."""
+        if self._by != (block_size, hasher):
+            self._by, self._hashes = (block_size, hasher), []
+        self._hashes = chained(self.tokens, block_size, count, hasher, self._hashes)
+        return self._hashes[:count]

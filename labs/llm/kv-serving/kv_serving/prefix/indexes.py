@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .hashing import BlockHash, block_hashes
+from .hashing import BlockHash, BlockKeys, chained, hash_block
 
 
 class PrefixIndex(Protocol):
@@ -64,12 +64,19 @@ class HashIndex:
         self.block_of: dict[BlockHash, int] = {}
         self.hash_of: dict[int, BlockHash] = {}
 
-    def hashes(self, tokens: Sequence[int]) -> list[BlockHash]:
-        return block_hashes(tokens, self.block_size)
+    def hash_next(self, parent: BlockHash, page: Sequence[int]) -> BlockHash:
+        """A full block's hash from its parent's and its own tokens (the chain: hashing.hash_block)."""
+        return hash_block(parent, page)
+
+    def hashes(self, tokens: Sequence[int], count: int) -> list[BlockHash]:
+        """The first ``count`` full blocks' hashes; those a request's ``BlockKeys`` kept are not computed again."""
+        if isinstance(tokens, BlockKeys):
+            return tokens.hashes(self.block_size, count, self.hash_next)
+        return chained(tokens, self.block_size, count, self.hash_next)
 
     def match(self, tokens: Sequence[int], limit: int) -> list[int]:
         found = []
-        for digest in self.hashes(tokens[:limit * self.block_size]):
+        for digest in self.hashes(tokens, limit):
             block = self.block_of.get(digest)
             if block is None:
                 break  # the chain breaks at the first miss: what follows was computed after another prefix
@@ -81,7 +88,7 @@ class HashIndex:
 
     def insert(self, tokens: Sequence[int], table: Sequence[int]) -> int:
         added = 0
-        for digest, block in zip(self.hashes(tokens), table):
+        for digest, block in zip(self.hashes(tokens, len(table)), table):
             if digest in self.block_of or block in self.hash_of:
                 continue  # cached already (a hit, or a block computed twice in one batch: the first one stays)
             self.block_of[digest], self.hash_of[block] = block, digest
