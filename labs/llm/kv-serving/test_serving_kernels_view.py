@@ -13,11 +13,11 @@ from site_hooks.blocks import render_block
 def record(timings: str = "timed", with_onednn: bool = True, kind: str = "qkv") -> dict[str, Any]:
     def ns(out_in: float, in_out: float, onednn: float) -> dict[str, float]:
         return {"out_in": out_in, "in_out": in_out, **({"onednn": onednn} if with_onednn else {})}
-    return {"trained": {"kernels": {
+    return {"trained": {"kernels": [{
         "dtype": "float32" if with_onednn else "bfloat16", "threads": 1, "passes": 3, "timings": timings,
         "rows": [{"kind": kind, "rows": 1, "shape_out_in": [960, 576], "matrices": 30, "ns": ns(154e3, 132e3, 169e3)},
                  {"kind": kind, "rows": 8, "shape_out_in": [960, 576], "matrices": 30, "ns": ns(324e3, 276e3, 251e3)}],
-        "chosen": {kind: {"1": "in_out", "8": "onednn" if with_onednn else "in_out"}}}}}
+        "chosen": {kind: {"1": "in_out", "8": "onednn" if with_onednn else "in_out"}}}]}}
 
 
 class KernelsView(unittest.TestCase):
@@ -25,7 +25,7 @@ class KernelsView(unittest.TestCase):
         html = render_block(kernels_view(record()))
         self.assertIn("q, k and v (fused)", html)
         self.assertIn("960 × 576", html)
-        for shown in ("0.154", "0.132", "0.169", "0.324", "0.276", "0.251", "timed on this run"):
+        for shown in ("0.154", "0.132", "0.169", "0.324", "0.276", "0.251", "timed on this run", "1 thread, float32"):
             self.assertIn(shown, html)
         self.assertEqual(html.count("<td>in_out</td>"), 1)
         self.assertEqual(html.count("<td>onednn</td>"), 1)

@@ -16,7 +16,7 @@ from site_hooks.blocks import render_block
 def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
     return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}}, "environment": CPU,
-            "trained": {"solo_steps": [{"context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
+            "trained": {"solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
                                         "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
@@ -72,6 +72,26 @@ class SoloView(unittest.TestCase):
                       text)
         self.assertNotIn("Served ÷ fastest", text)
         self.assertIn("60.00 ms (59.00–61.00)", text)
+
+    def test_two_thread_counts_are_each_set_beside_their_own_and_their_growth_said_apart(self) -> None:
+        one = serving({128: (60 * MS, 59 * MS, 61 * MS), 1024: (70 * MS, 69 * MS, 71 * MS)})
+        two = serving({128: (40 * MS, 39 * MS, 41 * MS), 1024: (44 * MS, 43 * MS, 45 * MS)}, threads=2)
+        one["trained"]["solo_steps"] += two["trained"]["solo_steps"]
+        fastest = decode({128: (50 * MS, 49 * MS, 51 * MS), 1024: (55 * MS, 54 * MS, 56 * MS)})
+        fastest2 = decode({128: (30 * MS, 29 * MS, 31 * MS), 1024: (31 * MS, 30 * MS, 32 * MS)}, threads=2)
+        for key in ("groups", "cells"):
+            fastest["llama"][key] += fastest2["llama"][key]
+        rows = formulas.beside_decode(one, fastest)
+        self.assertEqual([(row.threads, row.context, round(row.ratio, 3)) for row in rows],
+                         [(1, 128, 1.2), (1, 1024, 1.273), (2, 128, 1.333), (2, 1024, 1.419)])
+        with self.assertRaisesRegex(ValueError, "one thread count"):
+            formulas.growth_over_decode(rows)
+        with mock.patch.object(solo, "reference_record", lambda name: fastest):
+            text = render_block(solo.solo_view(one))
+        self.assertIn("At 1 thread, by medians, the served step took 10.00 ms more at 1,024 positions than at 128, "
+                      "and the decode lab&#39;s fastest 5.000 ms more", text)
+        self.assertIn("At 2 threads, by medians, the served step took 4.000 ms more at 1,024 positions than at 128, "
+                      "and the decode lab&#39;s fastest 1.000 ms more", text)
 
     def test_a_decode_record_without_these_contexts_is_said_in_one_sentence(self) -> None:
         text = self.text({16: (1 * MS, 1 * MS, 1 * MS)}, {128: (50 * MS, 49 * MS, 51 * MS)})

@@ -21,7 +21,7 @@ from labkit import bench
 from llm_models.llama.generate import smollm2
 
 from .dtypes import TRAINED_TOLERANCES
-from .llama import served
+from .llama import LlamaServingModel, served
 from .pool import LayeredPool, block_bytes
 from .sizes import blocks_for
 from .workload import PROMPTS, real_prompts, real_workload
@@ -38,6 +38,9 @@ GATE_PROMPTS, GATE_STEPS = 3, 8  # the in-process gate: the first real prompts, 
 # so the serving page can set the served step beside that lab's fastest (each page reads its own record).
 SOLO_CONTEXTS = (128, 512, 1024)
 QUICK_SOLO_CONTEXTS = (16, 64)
+# ...and at these thread counts (a full run; a quick one at the run's own): the server's default and two, the
+# decode lab's other count. Each count's model times its own kernel table (kv_serving.kernels) at that count.
+SOLO_THREADS = (1, 2)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
 
 
@@ -130,16 +133,28 @@ def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed:
     bench.progress(f"trained model: equivalence in {args.dtype}, batched paged decode vs each request alone")
     result = gate_fn(model, model.layers, planned["ids"][:GATE_PROMPTS], GATE_STEPS, args.block_size, TRAINED_TOLERANCES)
     contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
-    bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}")
+    counts = (args.threads,) if args.quick else tuple(dict.fromkeys((args.threads, *SOLO_THREADS)))
+    tables, steps = [], []
+    for threads in counts:
+        bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}, "
+                       f"{threads} thread(s)")
+        torch.set_num_threads(threads)
+        # the run's own count serves the model the gate checked; another count times its own kernel table
+        at = model if threads == args.threads else LlamaServingModel(chat.model)
+        tables.append(at.kernels.as_record())
+        steps += solo_steps(at, args, contexts, timed, threads)
+        del at
+    torch.set_num_threads(args.threads)
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
-            "equivalence": result, "kernels": model.kernels.as_record(),
-            "solo_steps": solo_steps(model, args, contexts, timed)}
+            "equivalence": result, "kernels": tables, "solo_steps": steps}
 
 
-def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], timed: Any) -> list[dict[str, Any]]:
-    """One request's decode step (batch 1, the served dtype) attending over ``contexts`` positions: what a stream
-    alone on the server waits for per token. Its cache holds zeros: a step's time depends on how many positions it
-    reads, not on their values (both models' equivalence is proven before this on real prompts)."""
+def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], timed: Any,
+               threads: int) -> list[dict[str, Any]]:
+    """One request's decode step (batch 1, the served dtype) attending over ``contexts`` positions, at the
+    ``threads`` in force: what a stream alone on the server waits for per token. Its cache holds zeros: a step's time
+    depends on how many positions it reads, not on their values (both models' equivalence is proven before this on
+    real prompts)."""
     rows = []
     for context in contexts:
         pool = LayeredPool(model.config, model.layers, blocks_for(context, args.block_size), args.block_size)
@@ -148,5 +163,5 @@ def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], 
         def step(pool: LayeredPool = pool, table: list[int] = table, position: int = context - 1) -> None:
             model.decode(pool, [0], [position], [table])
 
-        rows.append({"context": context, **timed(step, args.repeats)})
+        rows.append({"threads": threads, "context": context, **timed(step, args.repeats)})
     return rows

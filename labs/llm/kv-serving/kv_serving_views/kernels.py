@@ -13,27 +13,34 @@ KIND_NAMES = {"qkv": "q, k and v (fused)", "o": "attention output", "gate_up": "
 
 
 def kernels_view(record: dict[str, Any]) -> Block:
-    table = record["trained"]["kernels"]
+    tables = record["trained"]["kernels"]
+    first = tables[0]
+    counts = sorted({row["rows"] for table in tables for row in table["rows"]})
+    how = {"timed": "timed on this run's machine", "supplied": "supplied by the caller, not measured (a test run)"}
+    threads = join([str(table["threads"]) for table in tables])
+    return Block(paragraphs=[
+        "A decode step alone multiplies one row by each weight matrix, a batch or a packed prefill several, and "
+        "which kernel streams a matrix fastest depends on the CPU, its BLAS, the matrix's shape and the number of "
+        "rows. So the server times the decode lab's kernels over every matrix of each kind when it arranges the "
+        f"weights, at {join([str(count) for count in counts])} rows (more than one standing for any batch), and "
+        "multiplies by the one with the least time: out_in is F.linear over the (out, in) matrix, in_out addmm over "
+        f"an (in, out) copy, onednn oneDNN's packed copy. Here, at {threads} thread(s), {first['dtype']}, best of "
+        f"{plural(first['passes'], 'pass', 'passes')} over every matrix of the kind, "
+        f"{join(list(dict.fromkeys(how.get(table['timings'], table['timings']) for table in tables)))}; ms per "
+        "matrix:"],
+        tables=[kernel_table(table) for table in tables],
+        notes=["Each server process times its own table when it starts (the kernels entry of its /metrics), so two "
+               "servers on one machine may pick differently where two kernels take about the same time."])
+
+
+def kernel_table(table: dict[str, Any]) -> Table:
     names = list(dict.fromkeys(name for row in table["rows"] for name in row["ns"]))  # in the order timed
     chosen = table["chosen"]
-    counts = sorted({row["rows"] for row in table["rows"]})
     rows = []
     for row in table["rows"]:
         out, inner = row["shape_out_in"]
         rows.append((KIND_NAMES.get(row["kind"], row["kind"]), f"{out:,} × {inner:,}", f"{row['rows']}",
                      *(format_ms(row["ns"][name]) if name in row["ns"] else "–" for name in names),
                      chosen[row["kind"]][str(row["rows"])]))
-    how = ("timed on this run's machine" if table["timings"] == "timed"
-           else "supplied by the caller, not measured (a test run)")
-    return Block(paragraphs=[
-        "A decode step alone multiplies one row by each weight matrix, a batch or a packed prefill several, and "
-        "which kernel streams a matrix fastest depends on the CPU, its BLAS, the matrix's shape and the number of "
-        "rows. So the server times the decode lab's kernels over every matrix of each kind when it arranges the "
-        f"weights, at {join([str(count) for count in counts])} rows (more than one standing for any batch), "
-        f"and multiplies by the one with the least time: out_in is F.linear over the (out, in) matrix, in_out "
-        f"addmm over an (in, out) copy, onednn oneDNN's packed copy. Here, {plural(table['threads'], 'thread')}, "
-        f"{table['dtype']}, best of {plural(table['passes'], 'pass', 'passes')} over every matrix of the kind, "
-        f"{how}; ms per matrix:"],
-        tables=[Table(["Matrix", "Shape (out × in)", "Rows", *names, "Chosen"], rows)],
-        notes=["Each server process times its own table when it starts (the kernels entry of its /metrics), so two servers "
-               "on one machine may pick differently where two kernels take about the same time."])
+    return Table(["Matrix", "Shape (out × in)", "Rows", *names, "Chosen"], rows,
+                 caption=f"{plural(table['threads'], 'thread')}, {table['dtype']}")

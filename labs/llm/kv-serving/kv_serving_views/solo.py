@@ -35,35 +35,40 @@ def order_words(row: formulas.BesideDecode) -> str:
 def solo_view(record: dict[str, Any]) -> Block:
     decode = reference_record(DECODE_LAB)
     rows = formulas.beside_decode(record, decode)
-    bench = record["config"]["benchmark"]
-    dtype = bench["dtype_choice"]["chosen"]
+    steps = record["trained"]["solo_steps"]
+    dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
+    counts = list(dict.fromkeys(s["threads"] for s in steps))
+    threads = join([str(count) for count in counts])
     here, there = formulas.cpu_of(record), formulas.cpu_of(decode)
     if here != there:  # NOTE: a step time belongs to its machine: two machines' steps are never set side by side
-        table = Table(["Context", f"Served step, {dtype}"],
-                      [(f"{s['context']:,}", ms_range((s["median_ns"], s["min_ns"], s["max_ns"])))
-                       for s in record["trained"]["solo_steps"]])
+        table = Table(["Threads", "Context", f"Served step, {dtype}"],
+                      [(f"{s['threads']}", f"{s['context']:,}", ms_range((s["median_ns"], s["min_ns"], s["max_ns"])))
+                       for s in steps])
         return Block(paragraphs=[
-            f"One request alone on the trained model: the server's own decode step at each context, "
-            f"{plural(bench['threads'], 'thread')}, in {dtype}, its blocks read in place (medians, with each cell's "
-            f"min–max). The decode lab's record, whose fastest float32 step this table would stand beside, was "
-            f"measured on another machine ({there}; this one: {here}); a step time belongs to its machine, so the two "
-            f"are set side by side only when both records come from one."], tables=[table])
+            f"One request alone on the trained model: the server's own decode step at each context, at {threads} "
+            f"thread(s), in {dtype}, its blocks read in place (medians, with each cell's min–max). The decode lab's "
+            f"record, whose fastest float32 step this table would stand beside, was measured on another machine "
+            f"({there}; this one: {here}); a step time belongs to its machine, so the two are set side by side only "
+            f"when both records come from one."], tables=[table])
     if not rows:
-        contexts = join([str(s["context"]) for s in record["trained"]["solo_steps"]])
+        contexts = join(list(dict.fromkeys(str(s["context"]) for s in steps)))
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
-                                 f"{plural(bench['threads'], 'thread')}, so there is nothing to set the served step beside."])
-    table = Table(["Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode", "Served ÷ fastest",
-                   "Ranges"],
-                  [(f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
+                                 f"{threads} thread(s), so there is nothing to set the served step beside."])
+    table = Table(["Threads", "Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode",
+                   "Served ÷ fastest", "Ranges"],
+                  [(f"{row.threads}", f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
                     format_ratio(row.ratio), order_words(row)) for row in rows])
-    growth = formulas.growth_over_decode(rows)
     paragraphs = [
-        f"One request alone on the trained model: the server's own decode step at each context, "
-        f"{plural(bench['threads'], 'thread')}, in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
+        f"One request alone on the trained model: the server's own decode step at each context, at {threads} "
+        f"thread(s), in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
         f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
         f"{decode['created_utc'][:10]}). Medians, with each cell's min–max."]
-    if growth is not None:
-        served, fastest, _ = growth
-        paragraphs.append(f"By medians, the served step took {more_or_less(served)} at {rows[-1].context:,} positions "
-                          f"than at {rows[0].context:,}, and the decode lab's fastest {more_or_less(fastest)}.")
+    for count in dict.fromkeys(row.threads for row in rows):
+        same = [row for row in rows if row.threads == count]
+        growth = formulas.growth_over_decode(same)
+        if growth is not None:
+            served, fastest, _ = growth
+            paragraphs.append(f"At {plural(count, 'thread')}, by medians, the served step took {more_or_less(served)} "
+                              f"at {same[-1].context:,} positions than at {same[0].context:,}, and the decode lab's "
+                              f"fastest {more_or_less(fastest)}.")
     return Block(paragraphs=paragraphs, tables=[table])

@@ -284,6 +284,7 @@ class BesideDecode:
     """One context's served step (one request, the served dtype) beside the decode lab's fastest float32 step on the
     same trained model at the same thread count, each as (median, min, max) ns, and their ratio of medians."""
 
+    threads: int
     context: int
     served: tuple[float, float, float]
     decode_mode: str
@@ -299,28 +300,29 @@ def cpu_of(record: dict[str, Any]) -> str:
 
 
 def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[BesideDecode]:
-    """Each context both records timed (the serving record's solo steps, the decode record's trained groups at the
-    serving run's thread count), the decode side being that group's fastest float32 mode. Both records with their
-    figures (labkit.summary.with_figures)."""
-    threads = serving["config"]["benchmark"]["threads"]
+    """Each (thread count, context) both records timed (the serving record's solo steps, the decode record's
+    trained groups), the decode side being that group's fastest float32 mode. Both records with their figures
+    (labkit.summary.with_figures)."""
     cells = {(c["threads"], c["context"], c["mode"]): c for c in decode["llama"]["cells"]}
-    groups = {g["context"]: g for g in decode["llama"]["groups"] if g["threads"] == threads}
+    groups = {(g["threads"], g["context"]): g for g in decode["llama"]["groups"]}
     rows = []
     for step in serving["trained"]["solo_steps"]:
-        group = groups.get(step["context"])
+        group = groups.get((step["threads"], step["context"]))
         if group is None:
             continue
-        best = cells[(threads, step["context"], group["best_float32_mode"])]
+        best = cells[(step["threads"], step["context"], group["best_float32_mode"])]
         served = (step["median_ns"], step["min_ns"], step["max_ns"])
         fastest = (best["median_ns_per_step"], best["min_ns_per_step"], best["max_ns_per_step"])
-        rows.append(BesideDecode(step["context"], served, group["best_float32_mode"], fastest, served[0] / fastest[0],
-                                 parted(step["durations_ns"], best["durations_ns"])))
+        rows.append(BesideDecode(step["threads"], step["context"], served, group["best_float32_mode"], fastest,
+                                 served[0] / fastest[0], parted(step["durations_ns"], best["durations_ns"])))
     return rows
 
 
 def growth_over_decode(rows: Sequence[BesideDecode]) -> tuple[float, float, float] | None:
     """How much the served step and the decode lab's grew from the first context both timed to the last (ns, by
-    medians), and the first over the second; None with fewer than two contexts."""
+    medians), and the first over the second, over ``rows`` of one thread count; None with fewer than two contexts."""
+    if len({row.threads for row in rows}) > 1:
+        raise ValueError(f"growth is read at one thread count, got rows at {sorted({row.threads for row in rows})}")
     if len(rows) < 2:
         return None
     served, decode = rows[-1].served[0] - rows[0].served[0], rows[-1].decode[0] - rows[0].decode[0]
