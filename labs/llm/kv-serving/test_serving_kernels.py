@@ -103,3 +103,18 @@ class ServedLlamaTest(unittest.TestCase):
                 self.assertEqual(tokens, reference_tokens)
                 for got, expected in zip(logits, reference_logits):
                     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+class ServedNorm(unittest.TestCase):
+    def test_the_fused_float32_norm_equals_the_decoders_and_bfloat16_takes_the_decoders_own(self) -> None:
+        from kv_serving.llama import served_norm
+        from llm_models.llama.model import rms_norm
+
+        generator = torch.Generator().manual_seed(11)
+        x, weight = torch.randn(3, 5, 576, generator=generator) * 4, torch.rand(576, generator=generator)
+        # float32 sums of 576 squares in another order: a few units in the seventh digit
+        torch.testing.assert_close(served_norm(x, weight, 1e-5), rms_norm(x, weight, 1e-5), atol=1e-6, rtol=1e-6)
+        self.assertGreater(float((served_norm(x, weight, 1e-5) - rms_norm(x, weight * 1.001, 1e-5)).abs().max()), 1e-4)
+        half = x.to(torch.bfloat16)
+        torch.testing.assert_close(served_norm(half, weight.to(torch.bfloat16), 1e-5),
+                                   rms_norm(half, weight.to(torch.bfloat16), 1e-5), atol=0, rtol=0)

@@ -90,9 +90,30 @@ class DecodeStep(unittest.TestCase):
                                     max_positions=64)
         pool = LayeredPool(config, 2, 8, 4)
         rows = PagedRows(pool, [1, 2], [5, 0], [[3, 4], [6]])
-        self.assertIs(rows.attention, paged.gathered if paged.unavailable() else paged.in_place)
+        self.assertEqual(rows.way, "gathered" if paged.unavailable() else "in place")
         with mock.patch.object(paged, "unavailable", lambda: "no C compiler: set CC, or install gcc"):
-            self.assertIs(PagedRows(pool, [1, 2], [5, 0], [[3, 4], [6]]).attention, paged.gathered)
+            gathering = PagedRows(pool, [1, 2], [5, 0], [[3, 4], [6]])
+        self.assertEqual(gathering.way, "gathered")
+        q, k = torch.zeros(2, 6, 1, 8), torch.zeros(2, 2, 1, 8)
+        with mock.patch.object(paged, "gathered", side_effect=AssertionError("gathered")):
+            with self.assertRaisesRegex(AssertionError, "gathered"):
+                gathering.attend(0, q, k, k)
+
+    def test_a_steps_tables_are_checked_once_for_every_layer_and_refused_for_another_pool(self) -> None:
+        if paged.unavailable():
+            self.skipTest(f"the in-place loop is not built here: {paged.unavailable()}")
+        config = LlamaDecoderConfig(vocab_size=32, width=48, layers=2, heads=6, kv_heads=2, head_dim=8, hidden=64,
+                                    max_positions=64)
+        pool = LayeredPool(config, 2, 8, 4)
+        with mock.patch.object(paged, "check_tables", wraps=paged.check_tables) as checked:
+            rows = PagedRows(pool, [1, 2], [5, 0], [[3, 4], [6]])
+            q, k = torch.zeros(2, 6, 1, 8), torch.zeros(2, 2, 1, 8)
+            for layer in range(2):
+                rows.attend(layer, q, k, k)
+        self.assertEqual(checked.call_count, 1)
+        other = LayeredPool(config, 2, 12, 4)
+        with self.assertRaisesRegex(ValueError, "checked for 2 rows over 8 blocks of 4"):
+            paged.in_place_over(q, other.layer_keys(0), other.layer_values(0), rows.step)
 
 
 if __name__ == "__main__":

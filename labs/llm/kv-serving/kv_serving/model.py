@@ -200,14 +200,19 @@ class PagedRows:
                                    for table, count in zip(tables, needed)])
         self.write_block = self.index[torch.arange(self.batch), self.position // size]  # (B,)
         self.write_slot = self.position % size
-        self.attention = paged.gathered if paged.unavailable() else paged.in_place
+        self.way = "gathered" if paged.unavailable() else "in place"
+        # NOTE: the tables are checked and laid out once here: every layer of the step reads the same ones
+        self.step = None if self.way == "gathered" else paged.step_tables(self.index, self.lengths, pool.num_blocks,
+                                                                          size)
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Store k and v (B, Hkv, 1, D) in each row's slot, then q (B, H, 1, D) over each row's keys."""
         keys, values = self.pool.layer_keys(layer), self.pool.layer_values(layer)
         keys[self.write_block, :, self.write_slot] = k[:, :, 0]  # (B, Hkv, D): each row into its own slot
         values[self.write_block, :, self.write_slot] = v[:, :, 0]
-        return self.attention(q, keys, values, self.index, self.lengths)  # (B, H, 1, D)
+        if self.step is None:
+            return paged.gathered(q, keys, values, self.index, self.lengths)  # (B, H, 1, D)
+        return paged.in_place_over(q, keys, values, self.step)
 
 
 def greedy_together(model: ServingModel, pool: LayeredPool, batch: list[list[int]], steps: int,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,11 +53,19 @@ def unavailable() -> str | None:
 
 def check(q: Tensor, keys: Tensor, values: Tensor, tables: Tensor, lengths: Tensor) -> None:
     """What both ways need, named where it is wrong."""
-    batch, heads, one, dim = q.shape
-    blocks, kv_heads, size, kv_dim = keys.shape
+    check_shapes(q, keys, values)
+    check_tables(q.shape[0], tables, lengths, keys.shape[0], keys.shape[2])
+
+
+def check_shapes(q: Tensor, keys: Tensor, values: Tensor) -> None:
+    _, heads, one, dim = q.shape
+    _, kv_heads, _, kv_dim = keys.shape
     if one != 1 or kv_dim != dim or keys.shape != values.shape or heads % kv_heads:
         raise ValueError(f"paged attention takes q (B, H, 1, D) over keys and values (blocks, Hkv, S, D) with H a "
                          f"multiple of Hkv, got q {tuple(q.shape)}, keys {tuple(keys.shape)}, values {tuple(values.shape)}")
+
+
+def check_tables(batch: int, tables: Tensor, lengths: Tensor, blocks: int, size: int) -> None:
     if tables.dim() != 2 or tables.shape[0] != batch or lengths.shape != (batch,):
         raise ValueError(f"paged attention needs one table row and one length per request ({batch}), got tables "
                          f"{tuple(tables.shape)} and lengths {tuple(lengths.shape)}")
@@ -65,6 +74,25 @@ def check(q: Tensor, keys: Tensor, values: Tensor, tables: Tensor, lengths: Tens
                          f"(the tables' {tables.shape[1]} blocks of {size} positions)")
     if int(tables.min()) < 0 or int(tables.max()) >= blocks:
         raise ValueError(f"paged attention: the tables name blocks outside 0 .. {blocks - 1}")
+
+
+@dataclass(frozen=True)
+class StepTables:
+    """One decode step's block tables and lengths, checked and laid out as the loop reads them once for every layer:
+    each layer's call then costs the loop and its output, not four reductions and two copies (``step_tables``)."""
+
+    tables: Tensor  # (B, width) int64, contiguous
+    lengths: Tensor  # (B,) int64
+    longest: int  # the most positions any row reads
+    blocks: int  # the pool's blocks and positions per block the tables were checked against
+    size: int
+
+
+def step_tables(tables: Tensor, lengths: Tensor, blocks: int, size: int) -> StepTables:
+    """``tables`` (B, width) and ``lengths`` (B,) checked against a pool of ``blocks`` blocks of ``size``."""
+    check_tables(tables.shape[0], tables, lengths, blocks, size)
+    lengths = lengths.to(torch.int64).contiguous()
+    return StepTables(tables.to(torch.int64).contiguous(), lengths, int(lengths.max()), blocks, size)
 
 
 def gathered(q: Tensor, keys: Tensor, values: Tensor, tables: Tensor, lengths: Tensor) -> Tensor:
@@ -91,7 +119,15 @@ def in_place(q: Tensor, keys: Tensor, values: Tensor, tables: Tensor, lengths: T
     """The same attention, each stored row read once where it lies (attend_blocks.c) -> (B, H, 1, D). ``keys``
     and ``values`` may be views with a larger step between blocks (the serving pool keeps every layer's heads side
     by side); within a block their rows must be contiguous."""
-    check(q, keys, values, tables, lengths)
+    return in_place_over(q, keys, values, step_tables(tables, lengths, keys.shape[0], keys.shape[2]))
+
+
+def in_place_over(q: Tensor, keys: Tensor, values: Tensor, step: StepTables) -> Tensor:
+    """``in_place`` over tables already checked for this step (``step_tables``), the way every layer calls it."""
+    check_shapes(q, keys, values)
+    if (keys.shape[0], keys.shape[2]) != (step.blocks, step.size) or q.shape[0] != step.tables.shape[0]:
+        raise ValueError(f"paged attention: the step's tables were checked for {step.tables.shape[0]} rows over "
+                         f"{step.blocks} blocks of {step.size}, got q {tuple(q.shape)} over keys {tuple(keys.shape)}")
     if keys.dtype not in CACHE_DTYPES or values.dtype != keys.dtype:
         raise ValueError(f"the in-place loop reads float32 or bfloat16 caches, got {keys.dtype} and {values.dtype}")
     batch, heads, _, dim = q.shape
@@ -104,12 +140,10 @@ def in_place(q: Tensor, keys: Tensor, values: Tensor, tables: Tensor, lengths: T
     if library is None:
         raise RuntimeError(f"the in-place loop cannot run: {loops().reason}")
     grouped = q.reshape(batch, kv_heads, heads // kv_heads, dim).float().contiguous()  # (B, Hkv, G, D)
-    tables, lengths = tables.to(torch.int64).contiguous(), lengths.to(torch.int64).contiguous()
-    longest = int(lengths.max())
     out = torch.empty_like(grouped)
-    scores = torch.empty(batch, kv_heads, grouped.shape[2], longest, dtype=torch.float32)
-    library.attend_blocks(grouped.data_ptr(), keys.data_ptr(), values.data_ptr(), tables.data_ptr(),
-                          lengths.data_ptr(), out.data_ptr(), scores.data_ptr(), batch, kv_heads, grouped.shape[2],
-                          dim, size, keys.stride(0), tables.shape[1], longest, CACHE_DTYPES[keys.dtype],
-                          torch.get_num_threads())
+    scores = torch.empty(batch, kv_heads, grouped.shape[2], step.longest, dtype=torch.float32)
+    library.attend_blocks(grouped.data_ptr(), keys.data_ptr(), values.data_ptr(), step.tables.data_ptr(),
+                          step.lengths.data_ptr(), out.data_ptr(), scores.data_ptr(), batch, kv_heads,
+                          grouped.shape[2], dim, size, keys.stride(0), step.tables.shape[1], step.longest,
+                          CACHE_DTYPES[keys.dtype], torch.get_num_threads())
     return out.to(q.dtype).reshape(batch, heads, 1, dim)
