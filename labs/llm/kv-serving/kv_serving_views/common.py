@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from site_hooks.formatting import format_latency, format_percent
+from site_hooks.formatting import format_latency, format_percent, join
 from site_hooks.timeline_chart import timeline
 
 
@@ -37,3 +37,8 @@ def blocks_timeline(runs: Sequence[tuple[str, dict[str, Any]]], limits: Sequence
     lines = [(label, [(s["t_s"], s["used_blocks"]) for s in run["occupancy"]]) for label, run in runs]
     return timeline(lines, limits, title, description, x_label="seconds since the first request",
                     y_label="KV blocks in use")
+
+
+def thread_counts(counts: Sequence[int]) -> str:
+    """'1 thread', '1 and 2 threads': the thread counts a table's rows were timed at."""
+    return join([f"{count:,}" for count in counts]) + (" thread" if list(counts) == [1] else " threads")

@@ -8,6 +8,8 @@ from typing import Any
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, join, plural
 
+from .common import thread_counts
+
 KIND_NAMES = {"qkv": "q, k and v (fused)", "o": "attention output", "gate_up": "gate and up (fused)",
               "down": "down", "head": "output head (tied embedding)"}
 
@@ -17,14 +19,14 @@ def kernels_view(record: dict[str, Any]) -> Block:
     first = tables[0]
     counts = sorted({row["rows"] for table in tables for row in table["rows"]})
     how = {"timed": "timed on this run's machine", "supplied": "supplied by the caller, not measured (a test run)"}
-    threads = join([str(table["threads"]) for table in tables])
+    threads = thread_counts([table["threads"] for table in tables])
     return Block(paragraphs=[
         "A decode step alone multiplies one row by each weight matrix, a batch or a packed prefill several, and "
         "which kernel streams a matrix fastest depends on the CPU, its BLAS, the matrix's shape and the number of "
         "rows. So the server times the decode lab's kernels over every matrix of each kind when it arranges the "
         f"weights, at {join([str(count) for count in counts])} rows (more than one standing for any batch), and "
         "multiplies by the one with the least time: out_in is F.linear over the (out, in) matrix, in_out addmm over "
-        f"an (in, out) copy, onednn oneDNN's packed copy. Here, at {threads} thread(s), {first['dtype']}, best of "
+        f"an (in, out) copy, onednn oneDNN's packed copy. Here, at {threads}, {first['dtype']}, best of "
         f"{plural(first['passes'], 'pass', 'passes')} over every matrix of the kind, "
         f"{join(list(dict.fromkeys(how.get(table['timings'], table['timings']) for table in tables)))}; ms per "
         "matrix:"],

@@ -11,6 +11,8 @@ from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join, plural
 from site_hooks.other_records import reference_record
 
+from .common import thread_counts
+
 DECODE_LAB = "decode-bandwidth"
 
 
@@ -38,29 +40,29 @@ def solo_view(record: dict[str, Any]) -> Block:
     steps = record["trained"]["solo_steps"]
     dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
     counts = list(dict.fromkeys(s["threads"] for s in steps))
-    threads = join([str(count) for count in counts])
+    threads = thread_counts(counts)
     here, there = formulas.cpu_of(record), formulas.cpu_of(decode)
     if here != there:  # NOTE: a step time belongs to its machine: two machines' steps are never set side by side
         table = Table(["Threads", "Context", f"Served step, {dtype}"],
                       [(f"{s['threads']}", f"{s['context']:,}", ms_range((s["median_ns"], s["min_ns"], s["max_ns"])))
                        for s in steps])
         return Block(paragraphs=[
-            f"One request alone on the trained model: the server's own decode step at each context, at {threads} "
-            f"thread(s), in {dtype}, its blocks read in place (medians, with each cell's min–max). The decode lab's "
+            f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
+            f"in {dtype}, its blocks read in place (medians, with each cell's min–max). The decode lab's "
             f"record, whose fastest float32 step this table would stand beside, was measured on another machine "
             f"({there}; this one: {here}); a step time belongs to its machine, so the two are set side by side only "
             f"when both records come from one."], tables=[table])
     if not rows:
         contexts = join(list(dict.fromkeys(str(s["context"]) for s in steps)))
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
-                                 f"{threads} thread(s), so there is nothing to set the served step beside."])
+                                 f"{threads}, so there is nothing to set the served step beside."])
     table = Table(["Threads", "Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode",
                    "Served ÷ fastest", "Ranges"],
                   [(f"{row.threads}", f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
                     format_ratio(row.ratio), order_words(row)) for row in rows])
     paragraphs = [
-        f"One request alone on the trained model: the server's own decode step at each context, at {threads} "
-        f"thread(s), in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
+        f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
+        f"in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
         f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
         f"{decode['created_utc'][:10]}). Medians, with each cell's min–max."]
     for count in dict.fromkeys(row.threads for row in rows):
