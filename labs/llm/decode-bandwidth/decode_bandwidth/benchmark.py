@@ -224,17 +224,11 @@ def compiled_twin(model: Decoder, threads: list[int], compile_s: dict[str, float
     return twin
 
 
-# Passes of each read kernel beside a group, the best kept. NOTE: one pass read a 2-core AMD EPYC VM's floor 19 to
-# 26 GB/s from group to group at one thread, a pass's own dips as much as the machine's; the best of three reads
-# what the memory gives at that moment, and a drift past the reference limits still refuses the record.
-BESIDE_PASSES = 3
-
-
 def beside_floor(reader: ReadProbe) -> dict[str, int]:
-    """The best of BESIDE_PASSES passes of each read kernel at the thread count in force, just before a group's
-    steps: the floor that group's ratios use (a machine whose memory is shared with neighbours it cannot see reads
-    differently through a run, and a floor measured once would price every group by one moment)."""
-    return {name: min(durations) for name, durations in reader.durations(BESIDE_PASSES).items()}
+    """One pass of each read kernel at the thread count in force, just before a group's steps: the floor that
+    group's ratios use (a machine whose memory is shared with neighbours it cannot see reads differently through a
+    run, and a floor measured once would price every group by one moment)."""
+    return {name: durations[0] for name, durations in reader.durations(1).items()}
 
 
 def time_groups(args: argparse.Namespace, models: dict[str, Models], reader: ReadProbe,

@@ -380,8 +380,7 @@ def check_quality(record: dict[str, Any], source: str) -> None:
 
 
 def check_beside(machine: dict[str, Any], group: dict[str, Any], where: JsonPath, source: str) -> None:
-    """A group's floor was read by the same kernels as the hardware section's at its thread count (the best of a few
-    passes each)."""
+    """A group's floor was read by the same kernels as the hardware section's at its thread count, one pass each."""
     measured = sorted(machine["bandwidth"][str(group["threads"])]["kernels"])
     if sorted(group["floor_ns"]) != measured:
         refuse(source, (*where, "floor_ns"), f"names the read kernels {sorted(group['floor_ns'])}; the hardware section "
