@@ -11,7 +11,7 @@ from kv_prefix.broken import EagerFreePool, restarting, unchained
 from kv_prefix.equivalence import Compared, Prompts, warm_against_cold
 from kv_serving.dtypes import TOLERANCES, TRAINED_TOLERANCES
 from kv_serving.model import ServingModel
-from kv_serving.testing import TINY_LAYERS, TINY_MODEL
+from kv_serving.testing import KERNEL_NS, TINY_LAYERS, TINY_MODEL
 
 STEPS = 6
 RANDOM = Prompts(shared=[(7 * i + 3) % TINY_MODEL.vocab_size for i in range(40)], decoy_head=[11] * 16,
@@ -62,7 +62,7 @@ class TrainedModel(unittest.TestCase):
         from llm_models.llama.generate import smollm2
 
         chat = smollm2()
-        cls.model = served(chat.model)
+        cls.model = served(chat.model, KERNEL_NS)
         cls.prompts = trained_prompts(chat)
 
     def test_a_warm_request_gives_the_cold_logits_at_every_step(self) -> None:

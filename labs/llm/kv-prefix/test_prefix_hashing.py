@@ -128,10 +128,6 @@ class Properties(unittest.TestCase):
         self.assertNotEqual(hash_block(NONE_HASH, [1, 2, 3]), hash_block(NONE_HASH, [1, 2, 3, 0]))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class KeptHashes(unittest.TestCase):
     """A request's BlockKeys keeps the hashes it computed: the same chain as block_hashes, each block hashed once
     however often it is looked up, extended as tokens are appended, and computed again for another hasher."""
@@ -167,3 +163,7 @@ class KeptHashes(unittest.TestCase):
         self.assertEqual(keys.hashes(BLOCK, 3, lambda parent, page: hash_block(NONE_HASH, page)),
                          [hash_block(NONE_HASH, DOC[i:i + BLOCK]) for i in range(0, 12, BLOCK)])
         self.assertEqual(keys.hashes(6, 2, hash_block), block_hashes(DOC, 6))
+
+
+if __name__ == "__main__":
+    unittest.main()

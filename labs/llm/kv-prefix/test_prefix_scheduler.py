@@ -135,6 +135,8 @@ class PrefixScheduling(SchedulerTestCase):
             await within(finished(request), "every request to finish")
         stored = sum(len(r.keys) for r in requests)  # every position each request wrote, prompt and fed-back tokens
         self.assertGreater(scheduler.counters.iterations, 10)
+        self.assertGreater(scheduler.pool.stats.hit_tokens, 0)  # the shared blocks were found: lookups hashed
+        self.assertGreater(len(hashed), 0)
         self.assertLessEqual(len(hashed), stored // TINY_BLOCK)
 
     def test_the_server_refuses_a_cache_aware_order_without_a_cache(self) -> None:

@@ -105,6 +105,33 @@ class ServedLlamaTest(unittest.TestCase):
                     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+class ChosenKernelsUsed(unittest.TestCase):
+    def test_each_kind_multiplies_by_its_own_pick_at_one_row_and_at_several(self) -> None:
+        _, decoder = tiny_pair(seed=5)
+        picks = {"qkv": ("in_out", "out_in"), "o": ("out_in", "in_out"), "gate_up": ("in_out", "in_out"),
+                 "down": ("out_in", "out_in"), "head": ("in_out", "out_in")}
+        timings = {kind: {ONE: {"out_in": 2.0, "in_out": 3.0, "onednn": 9.0, one: 1.0},
+                          SEVERAL: {"out_in": 2.0, "in_out": 3.0, "onednn": 9.0, several: 1.0}}
+                   for kind, (one, several) in picks.items()}
+        model = LlamaServingModel(decoder, timings)
+        for layer in model.served:
+            for kind in ("qkv", "o", "gate_up", "down"):
+                with self.subTest(kind=kind):
+                    self.assertEqual(getattr(layer, kind).kernels, dict(zip(ROWS, picks[kind])))
+        self.assertEqual(model.head.kernels, dict(zip(ROWS, picks["head"])))
+
+    def test_timings_round_trip_through_json_and_bad_ones_are_named(self) -> None:
+        timings = ranking("in_out", "onednn")
+        self.assertEqual(kernels.parse_timings(kernels.dump_timings(timings)), timings)
+        for text, named in (("[1]", "an object of kinds"), ('{"qkvv": {}}', "'qkvv'"),
+                            ('{"qkv": {"3": {}}}', "qkv.3"), ('{"qkv": {"1": {"out_in": -1}}}', "qkv.1.out_in"),
+                            ("{", "not JSON")):
+            with self.subTest(text=text), self.assertRaisesRegex(ValueError, named):
+                kernels.parse_timings(text)
+        with self.assertRaisesRegex(ValueError, "no ns for"):
+            measure({"qkv": [torch.randn(4, 4)]}, {"qkv": {ONE: {"out_in": 1.0}}})
+
+
 class ServedNorm(unittest.TestCase):
     def test_the_fused_float32_norm_equals_the_decoders_and_bfloat16_takes_the_decoders_own(self) -> None:
         from kv_serving.llama import served_norm

@@ -19,7 +19,7 @@ from kv_serving.engine import EngineConfig
 from kv_serving.pool import block_bytes
 from kv_serving.scheduler import Scheduler
 from kv_serving.server import create_app
-from kv_serving.testing import StepGate, serve_in_thread, tiny_chat, tiny_chat_engine, tiny_engine
+from kv_serving.testing import KERNEL_NS, StepGate, serve_in_thread, tiny_chat, tiny_chat_engine, tiny_engine
 from labkit.waiting import HANG_S, until
 from llm_models.llama.generate import ChatModel, smollm2
 
@@ -106,7 +106,7 @@ class OpenAIClientOnTheLoadServer(unittest.TestCase):
 class TrainedModelThroughTheClient(unittest.TestCase):
     def test_two_official_clients_are_answered_in_one_batch_each_with_the_text_it_gets_alone(self) -> None:
         chat = smollm2()
-        config = EngineConfig.for_chat(chat, 16, 64, policy_for(chat, 64))
+        config = EngineConfig.for_chat(chat, 16, 64, policy_for(chat, 64), kernel_ns=KERNEL_NS)
         app = create_app(config)
         questions = [[{"role": "user", "content": "What is the capital of France?"}],
                      [{"role": "user", "content": "Name a primary colour."}]]

@@ -28,7 +28,7 @@ from labkit import bench, harness
 from labkit.manifest import lab_for
 from llm_models import paged
 
-from . import dtypes, figures, trained_load
+from . import dtypes, figures, kernels, trained_load
 from .dtypes import (
     CHOSEN_BY_FLAG,
     CHOSEN_BY_SUPPLIED_PROBES,
@@ -398,7 +398,10 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
     # Two rounds of servers, each started together and stopped before the next: the trained model's (each holds
     # its own copy of SmolLM2's weights), then the random model's. Starting every process at once made their
     # startups compete for the two cores long enough to outlast the startup bound on a busy machine.
-    servers = planned["servers"]
+    # NOTE: every trained server chooses its kernels by the table the gate timed quietly, in process, at this run's
+    # thread count: timed by each server while the others start, the servers of one run could multiply differently
+    handed = kernels.dump_timings(kernels.timings_of(trained["kernels"][0]["rows"]))
+    servers = {name: [*options, "--kernel-ns", handed] for name, options in planned["servers"].items()}
     bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
     with launch(list(servers.values())) as addresses:
         # the trained model first: what a reader would see from a real server

@@ -18,6 +18,7 @@ for any number of rows, whichever is chosen (test_serving_kernels).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +30,11 @@ from decode_bandwidth import matvec
 
 LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (kv_serving.llama)
 KINDS = (*LAYER_KINDS, "head")  # and the output head, the tied embedding
-# The row counts timed: one (a stream alone) and SEVERAL, which stands for every batch or prefill of two rows or
-# more. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a kernel's ranking moved
-# little between 4 and 32 rows on the machines tried, while between one row and two it flipped.
+# The row counts timed: one (a stream alone) and SEVERAL, whose pick serves every call of two rows or more, batches
+# and packed prefills alike. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a
+# kernel's ranking moved little between 4 and 32 rows on the machines tried, while between one row and two it
+# flipped. Prefills of hundreds of rows were not timed apart: oneDNN's packed copy (laid out for PACK_ROWS) or the
+# BLAS multiplies them either way.
 ONE, SEVERAL = 1, 8
 ROWS = (ONE, SEVERAL)
 PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept (matvec.best_pass_ns)
@@ -106,7 +109,12 @@ def measure(kinds: Mapping[str, Sequence[Tensor]], supplied_ns: Mapping[str, Map
         for rows in ROWS:
             ways = candidates(dtype, rows)
             if supplied_ns is not None:
-                ns = {name: float(supplied_ns[kind][rows][name]) for name in ways}
+                given = supplied_ns.get(kind, {}).get(rows, {})
+                missing = [name for name in ways if name not in given]
+                if missing:
+                    raise ValueError(f"the supplied kernel timings give no ns for {missing} at kind {kind!r}, "
+                                     f"{rows} row(s); every kernel that runs here needs one")
+                ns = {name: float(given[name]) for name in ways}
             else:
                 x = torch.randn(rows, inner, generator=generator).to(dtype)
                 ns = {name: time_way(way, matrices, x) for name, way in ways.items()}
@@ -137,9 +145,49 @@ def ranking(one: str, several: str) -> dict[str, dict[int, dict[str, float]]]:
     return {kind: {ONE: times(one), SEVERAL: times(several)} for kind in KINDS}
 
 
+def parse_timings(text: str, where: str = "--kernel-ns") -> dict[str, dict[int, dict[str, float]]]:
+    """Kernel timings as JSON (kind -> rows -> kernel -> ns, rows as strings: what ``KernelTable.timings`` gives,
+    dumped), checked; a clear error naming ``where`` and the field otherwise."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object of kinds, got {type(data).__name__}")
+    found: dict[str, dict[int, dict[str, float]]] = {}
+    for kind, counts in data.items():
+        if kind not in KINDS or not isinstance(counts, dict):
+            raise ValueError(f"{where}: {kind!r} is not one of {list(KINDS)} with an object of row counts")
+        for rows, times in counts.items():
+            if rows not in {str(count) for count in ROWS} or not isinstance(times, dict):
+                raise ValueError(f"{where}: {kind}.{rows}: row counts are {list(map(str, ROWS))}, each an object")
+            for name, ns in times.items():
+                if name not in CANDIDATES or isinstance(ns, bool) or not isinstance(ns, (int, float)) or not ns > 0:
+                    raise ValueError(f"{where}: {kind}.{rows}.{name}: a kernel of {list(CANDIDATES)} with ns > 0, "
+                                     f"got {ns!r}")
+            found.setdefault(kind, {})[int(rows)] = {name: float(ns) for name, ns in times.items()}
+    return found
+
+
+def timings_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, dict[str, float]]]:
+    """kind -> rows -> kernel -> ns of a table's rows (``KernelTable.rows``, or a record's): what
+    ``measure(supplied_ns=...)`` takes to choose as that table did."""
+    found: dict[str, dict[int, dict[str, float]]] = {}
+    for row in rows:
+        found.setdefault(row["kind"], {})[row["rows"]] = dict(row["ns"])
+    return found
+
+
+def dump_timings(timings: Mapping[str, Mapping[int, Mapping[str, float]]]) -> str:
+    """``timings`` as the JSON ``parse_timings`` reads (sorted keys: the same timings give the same text)."""
+    return json.dumps({kind: {str(rows): dict(times) for rows, times in counts.items()}
+                       for kind, counts in timings.items()}, sort_keys=True)
+
+
 class Weight:
     """One (out, in) matrix as the server multiplies it: the kernel chosen for one row, or for several, over that
-    kernel's own copy (one copy when both counts chose the same kernel, none when it is ``out_in``)."""
+    kernel's own copy (one copy when both counts chose the same BLAS kernel, none when it is ``out_in``; oneDNN packs
+    one copy for one row and another for several)."""
 
     def __init__(self, weight: Tensor, chosen: Mapping[int, str]) -> None:
         self.out_features = weight.shape[0]

@@ -29,7 +29,7 @@ from torch import Tensor
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.model import LlamaDecoder, LlamaLayer, rms_norm, rotary_angles, rotate
 
-from .kernels import LAYER_KINDS, KernelTable, Weight, measure
+from .kernels import LAYER_KINDS, KernelTable, Weight, measure, parse_timings
 from .model import PacksPrompts, PagedRows
 from .pool import LayeredPool
 
@@ -156,9 +156,9 @@ class LlamaServingModel(PacksPrompts):
 
 
 @functools.cache
-def served(decoder: LlamaDecoder) -> LlamaServingModel:
-    """``decoder`` arranged for serving, once per process and decoder (a deliberate cache): the fused and packed
-    copies take seconds to build and only ever read, so servers sharing a process (the quick run's threads, the
-    tests) share them. Each server process of a timed run builds its own."""
-    return LlamaServingModel(decoder)
-
+def served(decoder: LlamaDecoder, kernel_ns: str | None = None) -> LlamaServingModel:
+    """``decoder`` arranged for serving, once per process, decoder and kernel timings (a deliberate cache): the fused
+    and packed copies take seconds to build and only ever read, so servers sharing a process (the quick run's
+    threads, the tests) share them. Each server process of a timed run builds its own. ``kernel_ns``: the kernel
+    table's timings as JSON (kv_serving.kernels.dump_timings), so it chooses as they say instead of timing."""
+    return LlamaServingModel(decoder, None if kernel_ns is None else parse_timings(kernel_ns))

@@ -69,6 +69,7 @@ from .bounds import (
 )
 from .dtypes import DTYPES
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
+from .kernels import parse_timings
 from .pool import block_bytes
 from .prefill_bound import TTFT_TARGET_S
 from .prefix import INDEXES
@@ -377,6 +378,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the waiting queue's order: fcfs, or longest-prefix (the request with the longest cached prefix "
              "first; needs --prefix-caching) (default: %(default)s)")
     add("--threads", type=int, default=1, help="torch threads of the decode worker (default: 1)")
+    add("--kernel-ns", default=None,
+        help="the trained model's kernel timings as JSON (kind -> rows -> kernel -> ns, as /metrics kernels lists "
+             "them): its kernels are chosen by these instead of timed at start (default: timed)")
     add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
         help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
@@ -396,6 +400,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("num_blocks", "block_size", "max_waiting", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.kernel_ns is not None:
+        try:
+            parse_timings(args.kernel_ns)
+        except ValueError as error:
+            parser.error(str(error))
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 to 65535, got {args.port}")
     if args.schedule != "fcfs" and args.prefix_caching == "off":
@@ -457,7 +466,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     options = dict(block_size=args.block_size, num_blocks=args.num_blocks, policy=policy,
                    max_waiting=args.max_waiting, ttft_target_s=args.ttft_target_s or None,
                    honor_disconnect=not args.ignore_disconnects, threads=args.threads,
-                   prefix_index=None if args.prefix_caching == "off" else args.prefix_caching, order=args.schedule)
+                   prefix_index=None if args.prefix_caching == "off" else args.prefix_caching, order=args.schedule,
+                   kernel_ns=args.kernel_ns)
     if args.model == "smollm2":
         from llm_models.llama.generate import smollm2
 

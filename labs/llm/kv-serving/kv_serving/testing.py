@@ -26,6 +26,7 @@ from llm_models.llama.generate import ChatModel
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
 from .engine import EngineConfig
+from .kernels import dump_timings, ranking
 from .model import ServingModel
 from .pool import block_bytes
 from .request import Failed, Finished, Request, Token
@@ -89,12 +90,19 @@ def tiny_chat(name: str = "tiny") -> ChatModel:
     return ChatModel(model, trained().tokenizer, name)
 
 
+# The trained-model tests' kernel timings (kv_serving.kernels): one row by an (in, out) copy, several by oneDNN's
+# packed copy where it runs, on every host, so no test's tokens ride on what a timing picked (each pick is tested
+# against the others in test_serving_kernels).
+KERNEL_NS = dump_timings(ranking("in_out", "onednn"))
+
+
 def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPolicy | None = None,
                      **changes: object) -> EngineConfig:
     """The engine serving ``chat`` (tiny_chat) with a pool of ``num_blocks`` blocks of TINY_BLOCK positions."""
     config = chat.model.config
     budget = KVBudget(num_blocks * block_bytes(config, config.layers, TINY_BLOCK))
-    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget, ttft_target_s=None), **changes)
+    return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget, ttft_target_s=None,
+                                         kernel_ns=KERNEL_NS), **changes)
 
 
 @asynccontextmanager

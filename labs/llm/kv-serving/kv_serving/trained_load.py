@@ -135,16 +135,19 @@ def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed:
     contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
     counts = (args.threads,) if args.quick else tuple(dict.fromkeys((args.threads, *SOLO_THREADS)))
     tables, steps = [], []
-    for threads in counts:
-        bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}, "
-                       f"{threads} thread(s)")
-        torch.set_num_threads(threads)
-        # the run's own count serves the model the gate checked; another count times its own kernel table
-        at = model if threads == args.threads else LlamaServingModel(chat.model)
-        tables.append(at.kernels.as_record())
-        steps += solo_steps(at, args, contexts, timed, threads)
-        del at
-    torch.set_num_threads(args.threads)
+    try:
+        for threads in counts:
+            bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}, "
+                           f"{threads} thread{'s' if threads > 1 else ''}")
+            torch.set_num_threads(threads)
+            # the run's own count serves the model the gate checked; another count times its own kernel table (its
+            # picks are not gated again: every kernel multiplies as F.linear does, test_serving_kernels)
+            at = model if threads == args.threads else LlamaServingModel(chat.model)
+            tables.append(at.kernels.as_record())
+            steps += solo_steps(at, args, contexts, timed, threads)
+            del at
+    finally:
+        torch.set_num_threads(args.threads)
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
             "equivalence": result, "kernels": tables, "solo_steps": steps}
 

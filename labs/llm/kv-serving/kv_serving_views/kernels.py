@@ -26,13 +26,15 @@ def kernels_view(record: dict[str, Any]) -> Block:
         "rows. So the server times the decode lab's kernels over every matrix of each kind when it arranges the "
         f"weights, at {join([str(count) for count in counts])} rows (more than one standing for any batch), and "
         "multiplies by the one with the least time: out_in is F.linear over the (out, in) matrix, in_out addmm over "
-        f"an (in, out) copy, onednn oneDNN's packed copy. Here, at {threads}, {first['dtype']}, best of "
+        f"an (in, out) copy, onednn oneDNN's packed copy. Here, at {threads}, best of "
         f"{plural(first['passes'], 'pass', 'passes')} over every matrix of the kind, "
         f"{join(list(dict.fromkeys(how.get(table['timings'], table['timings']) for table in tables)))}; ms per "
         "matrix:"],
         tables=[kernel_table(table) for table in tables],
-        notes=["Each server process times its own table when it starts (the kernels entry of its /metrics), so two "
-               "servers on one machine may pick differently where two kernels take about the same time."])
+        notes=[f"Every trained server of this run chose by the {first['threads']}-thread table above, timed in "
+               "process before they started, so all of them multiply alike. A server started by hand times its own "
+               "table when it starts (the kernels entry of its /metrics); two such servers may pick differently "
+               "where two kernels take about the same time."])
 
 
 def kernel_table(table: dict[str, Any]) -> Table:

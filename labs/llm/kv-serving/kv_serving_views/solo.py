@@ -39,7 +39,7 @@ def solo_view(record: dict[str, Any]) -> Block:
     rows = formulas.beside_decode(record, decode)
     steps = record["trained"]["solo_steps"]
     dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
-    counts = list(dict.fromkeys(s["threads"] for s in steps))
+    counts = sorted({s["threads"] for s in steps})
     threads = thread_counts(counts)
     here, there = formulas.cpu_of(record), formulas.cpu_of(decode)
     if here != there:  # NOTE: a step time belongs to its machine: two machines' steps are never set side by side
