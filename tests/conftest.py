@@ -31,8 +31,9 @@ OUTPUT = ROOT / "test-output"
 
 def build_env(**extra: str) -> dict[str, str]:
     """The caller's environment without the variables that steer a build (a LAB_BENCH exported in the
-    shell must not decide what a test measures), plus ``extra``."""
-    inherited = {k: v for k, v in os.environ.items() if k != "LAB_BENCH"}
+    shell must not decide what a test measures, nor a LABKIT_RUN which run a test's record belongs to), plus
+    ``extra``."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("LAB_BENCH", "LABKIT_RUN")}
     return inherited | {"NO_MKDOCS_2_WARNING": "1", "PYTHONDONTWRITEBYTECODE": "1"} | extra
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import harness, quiet, run_benchmarks
+from labkit import harness, quiet, run_benchmarks, runs
 from labkit.environment import git_state
 from labkit.machines import LabelError, check_label
 from labkit.records import atomic_write_json
@@ -73,10 +73,13 @@ def test_an_untracked_measured_source_makes_the_tree_dirty(tmp_path: Path) -> No
 
 # A stand-in for a lab's benchmark: says it is ready, then either sleeps (until a signal ends it in one
 # line, as labkit.launch does) or kills itself with the signal named by --die; only a run left alone
-# writes its record, its own command line, to --output.
+# writes its record, its own command line, to --output. --run-to names a file for the LABKIT_RUN it was handed.
 FAKE_BENCHMARK = textwrap.dedent('''
     import json, os, signal, sys, time
     output = sys.argv[sys.argv.index("--output") + 1]
+    if "--run-to" in sys.argv:
+        with open(sys.argv[sys.argv.index("--run-to") + 1], "w") as stream:
+            stream.write(os.environ.get("LABKIT_RUN", "none handed down"))
     if "--die" in sys.argv:  # no handler: the return code is minus the signal number
         os.kill(os.getpid(), getattr(signal, sys.argv[sys.argv.index("--die") + 1]))
     def stop(signum, frame):
@@ -275,6 +278,21 @@ def test_make_bench_of_one_lab_quick_under_a_label_writes_that_machines_record(
     assert "never replaces a reference record" in capsys.readouterr().err
 
 
+def test_one_make_bench_hands_every_benchmark_the_same_run_and_the_next_one_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fake_root(tmp_path, ("first-lab", ["--run-to", "first.run"]), ("second-lab", ["--run-to", "second.run"]))
+    assert in_process(monkeypatch, root, ["--machine", "box"]) == 0
+    first, second = (runs.parse_run((root / name).read_text()) for name in ("first.run", "second.run"))
+    assert first == second and first["labs"] == ["first-lab", "second-lab"] and first["reference"] is False
+    assert f"run_benchmarks: writing the records of machine 'box', run {first['id']}" in capsys.readouterr().err
+    assert in_process(monkeypatch, root, ["--machine", "box", "second-lab"]) == 0
+    again = runs.parse_run((root / "second.run").read_text())
+    assert again["labs"] == ["second-lab"] and again["id"] != first["id"]
+    assert runs.same_run({"run": first}, {"run": second}) and not runs.same_run({"run": first}, {"run": again})
+    assert not runs.same_run({}, {})  # records made before runs were stored were measured in no shared run
+
+
 @pytest.mark.parametrize("label", ["", "abc\n", "Box", "a..b"])
 def test_a_machine_label_that_cannot_name_a_file_is_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], label: str
@@ -302,6 +320,15 @@ def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_lan
     finished = run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], "the launcher to exit",
                    capture_output=True, text=True, cwd=tmp_path, env=build_env(PYTHONPATH=str(tmp_path)))
     assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")
+
+
+def test_the_launcher_refuses_a_malformed_run_in_one_line_before_it_imports_the_benchmark(tmp_path: Path) -> None:
+    (tmp_path / "fake_benchmark.py").write_text("raise SystemExit('imported')\n")
+    finished = run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], "the launcher to refuse the run",
+                   capture_output=True, text=True, cwd=tmp_path,
+                   env=build_env(PYTHONPATH=str(tmp_path), LABKIT_RUN='["not", "a", "run"]'))
+    assert (finished.returncode, finished.stderr) == (1, "benchmark: LABKIT_RUN must be a JSON object of exactly id, "
+                                                         "started_utc, labs, reference, got list; nothing was measured\n")
 
 
 # A signal at the record's write, run through the launcher: the interrupt is placed where it is hard to

@@ -521,26 +521,47 @@ def test_a_bar_chart_legend_of_more_than_one_line_sits_above_the_plot_not_off_th
     assert max(legend_ys) < bars_top - 12, (legend_ys, bars_top)
 
 
-def test_the_landing_pages_machines_say_one_machine_only_when_every_record_agrees(
+def test_the_landing_pages_machines_say_one_machine_only_when_one_run_made_every_record(
         evidence: Evidence, storage_evidence: Evidence) -> None:
     from site_hooks.site_views import SITE_VIEWS, render_site_view
 
     evidences = {"kv-cache": evidence, "kv-storage": storage_evidence}
+    run = {"id": "20260103T201500Z-3fa9c1", "started_utc": "2026-01-03T20:15:00Z", "labs": ["kv-cache", "kv-storage"],
+           "reference": True}
     for e in evidences.values():
         e.record["environment"]["cpu"].update(model="AMD EPYC", logical_cores=2)
         e.record["environment"]["torch"]["threads"] = 1
+        e.record["run"] = dict(run)
     evidence.record["wall_time_s"] = 95.4
     storage_evidence.record.pop("wall_time_s", None)
     block = SITE_VIEWS["machines"](evidences)
-    assert block.paragraphs[0] == ("Every reference record on this site was measured on one machine: AMD EPYC with "
+    assert block.paragraphs[0] == ("Every reference record on this site was measured in one run, "
+                                   "20260103T201500Z-3fa9c1, started 2026-01-03, on one machine: AMD EPYC with "
                                    "2 logical cores, PyTorch at 1 thread.")
+    assert block.items == []
     rows = {row[0]: row for row in block.tables[0].rows}
-    assert rows[evidence.lab.title][-1] == "1 min 35 s"
+    assert rows[evidence.lab.title][-1] == "1 min 35 s" and rows[evidence.lab.title][2] == run["id"]
     assert rows[storage_evidence.lab.title][-1] == "not stored; time make bench LAB=kv-storage"
-    storage_evidence.record["environment"]["torch"]["threads"] = 2
-    assert SITE_VIEWS["machines"](evidences).paragraphs[0].startswith("The reference records come from 2 machines: ")
+    storage_evidence.record["environment"]["torch"]["threads"] = 2  # a setting of the run, not another machine
+    assert SITE_VIEWS["machines"](evidences).paragraphs[0].endswith("AMD EPYC with 2 logical cores, PyTorch at 1 and "
+                                                                    "2 threads.")
+    storage_evidence.record["run"].update(id="20260105T090000Z-0b1c2d", started_utc="2026-01-05T09:00:00Z")
+    block = SITE_VIEWS["machines"](evidences)  # one CPU model, two runs: never "2 machines", never "one machine"
+    assert block.paragraphs[0] == "The reference records were not measured in one run: they come from 2 runs, on 1 CPU model."
+    assert block.items == [
+        "Run 20260103T201500Z-3fa9c1, started 2026-01-03, on AMD EPYC with 2 logical cores, PyTorch at 1 thread: "
+        "kv-cache.",
+        "Run 20260105T090000Z-0b1c2d, started 2026-01-05, on AMD EPYC with 2 logical cores, PyTorch at 2 threads: "
+        "kv-storage."]
+    del storage_evidence.record["run"]  # a record made before records stored their run
+    assert SITE_VIEWS["machines"](evidences).paragraphs[0] == (
+        "The reference records were not measured in one run: they come from 1 run and 1 record that names no run, "
+        "on 1 CPU model.")
+    del evidence.record["run"]
+    assert SITE_VIEWS["machines"](evidences).paragraphs[0].startswith("The reference records name no run")
     storage_evidence.record["environment"]["cpu"]["model"] = HOSTILE
-    assert "<script>" not in render_site_view("machines", evidences)
+    html = render_site_view("machines", evidences)
+    assert "<script>" not in html and "on 2 CPU models" in html
 
 
 def test_the_landing_pages_test_durations_come_from_the_reports(evidence: Evidence, storage_evidence: Evidence) -> None:

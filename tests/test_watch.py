@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from labkit import watch, writing
+from labkit import runs, watch, writing
 from labkit.manifest import Lab, load_lab
 from labkit.records import load_json
 from labkit.waiting import HANG_S
@@ -188,7 +188,7 @@ def toy_lab(root: Path) -> Lab:
         "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "toy.schema.json", "type": "object",
         "allOf": [{"$ref": "record-common.schema.json#/$defs/header"}], "required": ["answer"],
         "additionalProperties": False,
-        "properties": {**dict.fromkeys(header, True), "machine_state": True, "answer": {"type": "integer"}}}))
+        "properties": {**dict.fromkeys(header, True), "machine_state": True, "run": True, "answer": {"type": "integer"}}}))
     (root / "results" / "toy.json").write_bytes(PREVIOUS)
     return load_lab(folder / "lab.toml", root)
 
@@ -243,3 +243,34 @@ def test_a_reason_of_the_labs_own_refuses_a_reference_record_from_a_quiet_run(
     assert given[0]["answer"] == 42 and len(given[0]["machine_state"]["samples"]) == 3
     assert write(monkeypatch, tmp_path / "quiet", "results/toy.json", FakeMachine(other_cores=0.02),
                  refuse_reference=lambda record: None) == 0
+
+
+def test_the_record_names_the_run_make_bench_handed_down_or_a_run_of_its_own(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    given = runs.new_run(["kv-cache", "toy"], reference=True)
+    monkeypatch.setenv(runs.ENV, runs.to_env(given))
+    assert write(monkeypatch, tmp_path / "handed", "results/toy.json", FakeMachine()) == 0
+    assert load_json(tmp_path / "handed" / "results" / "toy.json", "record")["run"] == given
+    monkeypatch.delenv(runs.ENV)  # run directly: a run of its own, this lab alone
+    assert write(monkeypatch, tmp_path / "alone", "results/machines/toy/toybox.json", FakeMachine()) == 0
+    alone = load_json(tmp_path / "alone" / "results" / "machines" / "toy" / "toybox.json", "record")["run"]
+    assert alone["labs"] == ["toy"] and alone["reference"] is False and alone["id"] != given["id"]
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("{not json", "LABKIT_RUN is not JSON"),
+    ('{"id": "x"}', "LABKIT_RUN must be a JSON object of exactly id, started_utc, labs, reference"),
+    ('{"id": "2026-01-03", "started_utc": "2026-01-03T20:15:00Z", "labs": ["toy"], "reference": false}',
+     "LABKIT_RUN: id '2026-01-03' is not a UTC start"),
+    ('{"id": "20260103T201500Z-3fa9c1", "started_utc": "2026-01-03T20:15:00Z", "labs": ["kv-cache"], '
+     '"reference": false}', "LABKIT_RUN: run 20260103T201500Z-3fa9c1 measures kv-cache, not this benchmark's lab toy"),
+])
+def test_a_malformed_run_stops_the_benchmark_in_one_line_before_it_measures(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str,
+        said: str) -> None:
+    monkeypatch.setenv(runs.ENV, value)
+    machine = FakeMachine()
+    assert write(monkeypatch, tmp_path, "results/toy.json", machine) == 1
+    assert (tmp_path / "results" / "toy.json").read_bytes() == PREVIOUS and machine.calls == 0  # never watched
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"benchmark: {said}") and "nothing was measured" in err

@@ -25,12 +25,13 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-# labkit's modules that never touch a measured number: records, derivations, manifests, provenance, signals, and
-# the samples of the machine a record keeps (labkit.watch: it reads the kernel's counters beside the measurement).
+# labkit's modules that never touch a measured number: records, derivations, manifests, provenance (labkit.runs: the run
+# a record was measured in), signals, and the samples of the machine a record keeps (labkit.watch: it reads the
+# kernel's counters beside the measurement).
 UNMEASURED = frozenset({
     "labkit.bootstrap", "labkit.closure", "labkit.environment", "labkit.exit", "labkit.figures",
     "labkit.fingerprint", "labkit.launch", "labkit.machines", "labkit.manifest", "labkit.records", "labkit.regimes",
-    "labkit.run_benchmarks", "labkit.signals", "labkit.summary", "labkit.testing", "labkit.testreport",
+    "labkit.run_benchmarks", "labkit.runs", "labkit.signals", "labkit.summary", "labkit.testing", "labkit.testreport",
     "labkit.watch", "labkit.writing",
 })
 TEST_HELPERS = ("testing", "broken", "conftest")  # seeded fixtures and deliberately wrong variants: never measured

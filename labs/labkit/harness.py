@@ -138,18 +138,31 @@ class Progress:
 def time_rotated(modes: Sequence[str], run: Callable[[str], int], repeats: int, warmup: int,
                  progress: Progress, label: str) -> tuple[list[list[str]], dict[str, list[int]]]:
     """Warm every mode up, then time ``repeats`` rounds; round r starts with mode r mod len(modes)."""
+    order, durations, _ = time_rounds(modes, run, repeats, warmup, progress, label)
+    return order, durations
+
+
+def time_rounds(modes: Sequence[str], run: Callable[[str], int], rounds: int, warmup: int, progress: Progress,
+                label: str, before_round: Callable[[], Any] | None = None
+                ) -> tuple[list[list[str]], dict[str, list[int]], list[Any]]:
+    """Paired rounds: warm every mode up, then ``rounds`` rounds, each ``before_round()`` (a floor's read pass, say;
+    its results are returned one per round) and then every mode once, round r starting with mode r mod len(modes).
+    Whatever the machine does during a round it does to every party of it, so a ratio of two of them in one round
+    (labkit.summary.paired) cancels the drift a whole run has."""
     for mode in modes:
         for _ in range(warmup):
             run(mode)
     durations: dict[str, list[int]] = {mode: [] for mode in modes}
-    orders = []
-    for repetition in range(repeats):
+    orders, beside = [], []
+    for repetition in range(rounds):
         order = bench.run_order(modes, repetition)
-        progress.step(f"{label}: repetition {repetition + 1}/{repeats}, {order[0]} first")
+        progress.step(f"{label}: repetition {repetition + 1}/{rounds}, {order[0]} first")
+        if before_round is not None:
+            beside.append(before_round())
         for mode in order:
             durations[mode].append(run(mode))
         orders.append(order)
-    return orders, durations
+    return orders, durations, beside
 
 
 def timed_entry(length: int, steps: int, equivalence: dict[str, Any], modes: Sequence[str],

@@ -11,6 +11,9 @@ without an interpreter shutdown, so there is no window after the last line. The 
 milliseconds of interpreter startup come before any project code and cannot be caught: a signal there ends
 the process with Python's own behaviour (no line, or a ``KeyboardInterrupt`` traceback), and the previous
 record is untouched all the same.
+
+A malformed LABKIT_RUN (the run make bench hands each benchmark, labkit.runs) ends the process in one line with
+status 1, before the module is imported and anything is measured.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 from typing import NoReturn
 
 from .exit import exit_now
+from .runs import RunError, from_env
 from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
 
 
@@ -28,6 +32,11 @@ def launch(module: str, argv: list[str] | None = None) -> NoReturn:
     line from the moment this runs, and during the record's write it unwinds through the write's cleanup
     (labkit.records)."""
     exit_quietly_on_interrupt()
+    try:  # the run make bench handed down (labkit.runs), checked before anything heavy loads; the record reads it again
+        from_env()
+    except RunError as error:
+        print(f"benchmark: {error}; nothing was measured", file=sys.stderr, flush=True)
+        exit_now(1)
     try:
         main = importlib.import_module(module).main
         code = int(main(argv))

@@ -7,6 +7,8 @@ committed reference record stays as it is; --reference (make bench REFERENCE=1) 
 reference instead. The label is --machine (make bench MACHINE=...) or derived from the CPU model and
 thread count; a label equal to the reference record's is refused before anything is measured. --quick
 (make bench QUICK=1) passes --quick to each benchmark: a smoke test, marked as such in its record.
+One invocation is one run (labkit.runs): its id, start and labs are made once, before the first benchmark, and
+handed to each benchmark in the environment variable LABKIT_RUN, so every record it writes carries the same run.
 Each benchmark writes its record atomically; one failing does not stop the others, and the exit status
 is non-zero if any failed. With --reference, each benchmark starts only on a quiet machine (labkit.quiet: what
 other work used the CPUs over a few seconds just before); on a busy one it is refused in one line naming what was
@@ -32,6 +34,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
 
 def _stop_outside_main(signum: int, frame: FrameType | None) -> None:
@@ -56,7 +59,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from labkit import quiet
+from labkit import quiet, runs
 from labkit.exit import exit_now
 from labkit.machines import LabelError, check_label, derived_label, machine_record_path, reference_label
 from labkit.manifest import Lab, ManifestError, discover_labs
@@ -140,11 +143,13 @@ def stop_on_signals() -> Iterator[Stop]:
             signal.signal(signum, handler)
 
 
-def run_one(arguments: list[str], stop: Stop) -> int:
+def run_one(arguments: list[str], stop: Stop, run: dict[str, Any]) -> int:
     """The benchmark's exit status. It runs in a process group of its own, so a Ctrl-C at the terminal
-    reaches it once, forwarded from here, not twice; one that outlives CHILD_GRACE_S after that is killed."""
+    reaches it once, forwarded from here, not twice; one that outlives CHILD_GRACE_S after that is killed.
+    ``run``: the run it belongs to, handed down in LABKIT_RUN (labkit.runs)."""
     parent = os.getpid()
     process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, process_group=0,
+                               env={**os.environ, runs.ENV: runs.to_env(run)},
                                preexec_fn=lambda: stop_when_parent_dies(parent))
     forwarded = False
     while True:
@@ -209,12 +214,14 @@ def main(argv: list[str]) -> int:
         if refusal:
             say(refusal)
             return 2
+        run = runs.new_run([lab.name for lab in chosen], args.reference)
         say(f"writing {'the reference records' if args.reference else f'the records of machine {label!r}'}"
-            + (" (quick runs)" if args.quick else ""))
-        return run_all(chosen, args.reference, label, args.quick, stop)
+            + (" (quick runs)" if args.quick else "") + f", run {run['id']}")
+        return run_all(chosen, args.reference, label, args.quick, stop, run)
 
 
-def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Stop) -> int:
+def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Stop, run: dict[str, Any]) -> int:
+    """Each lab's benchmark in turn, every one handed the same ``run`` (labkit.runs)."""
     failed = []
     for lab in labs:
         if stop.signum is not None:
@@ -235,7 +242,7 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
         if created:
             folder.mkdir(parents=True)
         say(f"{lab.name}: python {' '.join(arguments)}")
-        code = run_one(arguments, stop)
+        code = run_one(arguments, stop, run)
         for empty in (f for f in created if code != 0 and not any(f.iterdir())):
             empty.rmdir()
         signum = stop.signum if stop.signum is not None else STOPPED.get(code)

@@ -206,3 +206,41 @@ def with_figures(record: dict[str, Any], derive: Derive | None) -> dict[str, Any
     if derive is not None:
         fill(derived, derive(derived))
     return derived
+
+
+# ---- paired rounds: every comparison a page draws is a ratio of two things timed in the same round ----
+# A machine's speed drifts through a run (a shared host's memory, its neighbours, its clock): absolute times moved by
+# a fifth to a half between runs on the machines this site is measured on, while the ratio of two things timed
+# seconds apart in one round barely moved. So a comparison is the median of per-round ratios, and its noise is
+# their middle half (Kalibera and Jones, "Rigorous Benchmarking in Reasonable Time", 2013; asv's interleaved rounds).
+
+
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Round r's ``numerators[r] / denominators[r]``: both lists hold one value per round, in round order."""
+    if len(numerators) != len(denominators):
+        raise ValueError(f"paired ratios need one value per round on both sides, got {len(numerators)} and "
+                         f"{len(denominators)}")
+    if not numerators:
+        raise ValueError("paired ratios of no rounds")
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
+
+
+def paired(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, float | int]:
+    """The median of the per-round ratios, with their lower and upper quartiles and the rounds they come from: the
+    figure a page quotes for 'A against B' and the range its wording must clear."""
+    ratios = paired_ratios(numerators, denominators)
+    low, high = middle_half(ratios)
+    return {"median": median(ratios), "low": low, "high": high, "rounds": len(ratios)}
+
+
+def side_of_one(ratio: dict[str, float | int]) -> str:
+    """'below' where a paired ratio's middle half lies wholly under 1 (the numerator took less time in most rounds),
+    'above' where wholly over, 'within' where it holds 1 or has fewer than MIN_PARTED rounds: only the first two
+    let a page say faster or slower."""
+    if ratio["rounds"] < MIN_PARTED:
+        return "within"
+    if ratio["high"] < 1:
+        return "below"
+    if ratio["low"] > 1:
+        return "above"
+    return "within"

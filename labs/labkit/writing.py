@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench, watch
+from . import bench, runs, watch
 from .figures import Derive
 from .manifest import Lab
 from .records import load_json
@@ -36,9 +36,9 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
         body: Callable[[], dict[str, Any]], summary: Callable[[dict[str, Any]], list[str]],
         derive: Derive | None = None,
         refuse_reference: Callable[[dict[str, Any]], str | None] | None = None) -> int:
-    """Header + the machine's state + ``body()``'s sections, validated and written atomically: what was measured,
-    nothing that follows from it (the build derives every figure when it reads the record); then the summary
-    lines, read from the record with its figures derived (summary.with_figures).
+    """Header + the run it belongs to (labkit.runs) + the machine's state + ``body()``'s sections, validated and
+    written atomically: what was measured, nothing that follows from it (the build derives every figure when it
+    reads the record); then the summary lines, read from the record with its figures derived (summary.with_figures).
 
     Written to the lab's reference record (not --quick), a run under load (labkit.watch.load_of) is refused, and
     so is one for which ``refuse_reference``, given the record with its figures, returns a reason: status 1, the
@@ -47,12 +47,20 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
     # NOTE: a --quick record is a smoke test, never the figures of a page, wherever it is written (the test of a new
     # lab writes one to its reference path, on a machine as busy as the suite makes it)
     reference = args.output.resolve() == (root / lab.record).resolve() and not args.quick
+    try:  # before body(): a run the record could not name is nothing to measure for
+        run_identity = runs.current_run(lab.name, reference)
+    except runs.RunError as error:
+        kept = " and still holds the previous record" if args.output.exists() else ""
+        bench.progress(f"{error}; nothing was measured, {args.output} was not written{kept}")
+        return 1
 
     def build() -> dict[str, Any]:
         with machine_watch(bool(args.quick)) as watching:
             sections = body()  # first: the header records the environment the measurement left (its torch threads)
+        # NOTE: the run joins the header here, not in bench.record_header: bench.py is measured code, and a record
+        # stales when it changes
         record = {**bench.record_header(lab, root, str(script), argv, args.output, args.machine),
-                  "machine_state": watching.state(), **sections}
+                  "run": run_identity, "machine_state": watching.state(), **sections}
         figured = with_figures(record, derive)  # a record the derivations cannot read is refused before it is written
         if reference:
             refuse(figured, refuse_reference)

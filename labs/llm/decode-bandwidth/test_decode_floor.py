@@ -180,34 +180,84 @@ class FloorBesideEachGroup(unittest.TestCase):
         record = beside_record([125_000_000])
         self.assertAlmostEqual(beside_rate(record["hardware"], record["groups"][0]), 10**9 / 0.125)
 
-    def test_floors_that_hold_within_the_limits_are_steady(self) -> None:
+    def test_the_floors_drift_is_derived_from_every_read(self) -> None:
         record = with_stability(beside_record([100_000_000, 104_000_000, 108_000_000]))
         beside = record["hardware"]["bandwidth"]["1"]["beside"]
-        self.assertTrue(beside["stable"])
+        self.assertNotIn("stable", beside)  # drift is stated, never judged against a limit
         self.assertAlmostEqual(beside["drift"], 1 - 100 / 108)
         self.assertAlmostEqual(beside["median_over_best"], 1.04)
-        self.assertIsNone(formulas.unsteady_floor(record))
 
-    def test_a_floor_that_drifts_between_groups_is_unsteady_and_the_reason_says_by_how_much(self) -> None:
-        record = with_stability(beside_record([100_000_000, 104_000_000, 150_000_000]))
-        self.assertFalse(record["hardware"]["bandwidth"]["1"]["beside"]["stable"])
-        reason = formulas.unsteady_floor(record)
-        self.assertIn("drifted 33%", reason)
-        self.assertIn("6.7 to 10.0 GB/s", reason)
+    def test_a_trained_groups_rounds_count_in_the_drift(self) -> None:
+        record = beside_record([100_000_000])
+        record["llama"]["groups"] = [{"threads": 1, "round_floor": {"kernel": "sum",
+                                                                   "durations_ns": [100_000_000, 150_000_000]}}]
+        beside = with_stability(record)["hardware"]["bandwidth"]["1"]["beside"]
+        self.assertEqual(beside["groups"], 3)
+        self.assertAlmostEqual(beside["drift"], 1 - 100 / 150)
 
-    def test_groups_whose_median_lags_the_best_pass_are_unsteady(self) -> None:
-        record = with_stability(beside_record([120_000_000, 121_000_000, 122_000_000]))  # steady, all slow
-        reason = formulas.unsteady_floor(record)
-        self.assertIn("1.21x the groups' median floor", reason)
-        self.assertNotIn("drifted", reason)
+    def test_no_drift_refuses_a_reference_run(self) -> None:
+        import inspect
 
-    def test_the_page_calls_the_memory_steady_only_within_both_limits(self) -> None:
+        from decode_bandwidth import benchmark
+
+        self.assertFalse(hasattr(formulas, "unsteady_floor"))
+        self.assertNotIn("refuse_reference", inspect.getsource(benchmark.main))
+
+    def test_the_page_states_the_drift_in_both_cases(self) -> None:
         from decode_bandwidth_views.floor import beside_sentence
 
         steady = beside_sentence(with_stability(beside_record([100_000_000, 108_000_000]))["hardware"])
-        self.assertIn(": steady by the limits", steady)
-        self.assertIn("9.3–10.0 GB/s at 1 thread (drift 7%", steady)
-        for groups in ([100_000_000, 150_000_000], [120_000_000, 122_000_000]):
-            wandered = beside_sentence(with_stability(beside_record(groups))["hardware"])
-            self.assertIn("unsteady: the memory these cells had changed during the run", wandered)
-            self.assertNotIn(": steady", wandered)
+        self.assertIn("9.3–10.0 GB/s at 1 thread (drift 7% over 2 reads", steady)
+        wandered = beside_sentence(with_stability(beside_record([100_000_000, 150_000_000]))["hardware"])
+        self.assertIn("6.7–10.0 GB/s at 1 thread (drift 33% over 2 reads", wandered)
+        for sentence in (steady, wandered):
+            self.assertIn("moves both sides of it", sentence)
+            self.assertNotIn("steady", sentence)
+
+
+def sized_record(step_ns: list[int], large_ns: list[int], llc: int | None) -> dict:
+    """A record with one thread count's step-sized and large reads (one kernel, 1 GB each) and its figures."""
+    from decode_bandwidth.figures.derivation import step_sized_figures
+    from llm_models.llama.config import LlamaDecoderConfig
+
+    record = {"hardware": {"last_level_cache_bytes": llc, "buffer_bytes": 10**9,
+                           "step_sized": {"step_bytes": 10**9, "buffer_bytes": 10**9,
+                                          "threads": {"1": {"rounds": len(step_ns), "step_ns": {"sum": step_ns},
+                                                            "large_ns": {"sum": large_ns}}}}},
+              "llama": {"model": LlamaDecoderConfig().as_record()}}
+    found = Figures()
+    step_sized_figures(record, found)
+    for figure in found:
+        *parents, name = figure.path
+        place = record
+        for key in parents:
+            place = place[key]
+        place[name] = figure.value
+    return record
+
+
+class StepSizedFloor(unittest.TestCase):
+    """Which floor bounds the trained step: said from the paired reads, in each of the three cases."""
+
+    def sentence(self, step_ns: list[int], large_ns: list[int], llc: int | None = 32 * 2**20) -> str:
+        from decode_bandwidth_views.floor import step_sized_sentence
+
+        return step_sized_sentence({"hardware": sized_record(step_ns, large_ns, llc)["hardware"]})
+
+    def test_reads_that_agree_leave_the_large_buffers_floor_as_the_bound(self) -> None:
+        text = self.sentence([100, 102, 98, 101, 99], [100, 99, 101, 100, 102])
+        self.assertIn("agree within their rounds' middle half, so the large buffer's floor bounds the step", text)
+        self.assertIn("larger than the 32 MiB last-level cache: no step can keep them there", text)
+
+    def test_a_faster_step_sized_read_is_the_safer_bound(self) -> None:
+        text = self.sentence([80, 82, 79, 81, 80], [100, 99, 101, 100, 102])
+        self.assertIn("the read the size of the step ran faster", text)
+        self.assertIn("1.25×", text)
+
+    def test_a_slower_step_sized_read_leaves_the_large_floor_lower(self) -> None:
+        self.assertIn("ran slower, so the large buffer's floor is the lower", self.sentence([120] * 5, [100] * 5))
+
+    def test_weights_that_fit_in_the_cache_are_said_to(self) -> None:
+        self.assertIn("they fit in it, so part of a step's bytes can come from cache",
+                      self.sentence([100] * 5, [100] * 5, llc=2**30))
+        self.assertNotIn("last-level cache", self.sentence([100] * 5, [100] * 5, llc=None))

@@ -1,6 +1,7 @@
-"""The served step of one request beside the decode lab's fastest trained step: matched by context and thread
-count, called faster or slower only where the two cells' min–max ranges part, contexts the decode lab did not time
-left out, and a decode record with none of them said in one sentence."""
+"""The served step of one request beside the decode lab's fastest trained step: set beside it only when both records
+were measured in one run, matched by context and thread count, called faster or slower only where the two cells'
+min–max ranges part, contexts the decode lab did not time left out, and a decode record with none of them said in
+one sentence."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from site_hooks.blocks import render_block
 
 def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
-    return {"config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}}, "environment": CPU,
+    return {"created_utc": "2026-12-03T21:00:00Z", "run": RUN, "environment": CPU,
+            "config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
             "trained": {"solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
                                         "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
 def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> dict[str, Any]:
     """A decode record's trained groups at ``threads``, each one's fastest float32 mode ours-fused."""
-    return {"created_utc": "2026-12-03T20:00:00Z", "environment": CPU,
+    return {"created_utc": "2026-12-03T20:00:00Z", "run": RUN, "environment": CPU,
             "llama": {"groups": [{"threads": threads, "context": c, "best_float32_mode": "ours-fused"} for c in cells],
                       "cells": [{"threads": threads, "context": c, "mode": "ours-fused", "median_ns_per_step": m,
                                  "min_ns_per_step": lo, "max_ns_per_step": hi, "durations_ns": [lo, m, hi]}
@@ -31,6 +33,8 @@ def decode(cells: dict[int, tuple[float, float, float]], threads: int = 1) -> di
 
 MS = 1e6
 CPU = {"cpu": {"model": "A CPU", "logical_cores": 2}}
+RUN = {"id": "20261203T195500Z-3fa9c1", "started_utc": "2026-12-03T19:55:00Z",
+       "labs": ["decode-bandwidth", "kv-serving"], "reference": True}
 
 
 class BesideDecode(unittest.TestCase):
@@ -60,18 +64,23 @@ class SoloView(unittest.TestCase):
         self.assertIn("slower", rows[0])
         self.assertIn("faster", rows[1])
         self.assertIn("within both cells&#39; ranges", rows[2])
+        self.assertIn("its record of 2026-12-03, measured in the same run", text)
         self.assertIn("took 10.00 ms less at 1,024 positions than at 128, and the decode lab&#39;s fastest 0.000 ms more",
                       text)
 
-    def test_a_decode_record_from_another_machine_is_not_set_beside(self) -> None:
-        other = decode({128: (50 * MS, 49 * MS, 51 * MS)})
-        other["environment"] = {"cpu": {"model": "Another CPU", "logical_cores": 2}}
-        with mock.patch.object(solo, "reference_record", lambda name: other):
-            text = render_block(solo.solo_view(serving({128: (60 * MS, 59 * MS, 61 * MS)})))
-        self.assertIn("measured on another machine (Another CPU, 2 logical cores; this one: A CPU, 2 logical cores)",
-                      text)
-        self.assertNotIn("Served ÷ fastest", text)
-        self.assertIn("60.00 ms (59.00–61.00)", text)
+    def test_a_decode_record_from_another_run_is_not_set_beside_even_on_the_same_cpu(self) -> None:
+        for other_run in ({**RUN, "id": "20261201T080000Z-0b1c2d", "labs": ["decode-bandwidth"]}, None):
+            other = decode({128: (50 * MS, 49 * MS, 51 * MS)})
+            other.update(created_utc="2026-12-01T08:30:00Z", run=other_run)
+            if other_run is None:  # a record made before runs were stored was measured in no shared run
+                del other["run"]
+            with mock.patch.object(solo, "reference_record", lambda name, other=other: other):
+                text = render_block(solo.solo_view(serving({128: (60 * MS, 59 * MS, 61 * MS)})))
+            self.assertIn("comes from a different run (A CPU, 2 logical cores, 2026-12-01; this one: A CPU, 2 logical "
+                          "cores, 2026-12-03); a step time is set beside another only when both were measured in one "
+                          "run.", text)
+            self.assertNotIn("Served ÷ fastest", text)
+            self.assertIn("60.00 ms (59.00–61.00)", text)
 
     def test_two_thread_counts_are_each_set_beside_their_own_and_their_growth_said_apart(self) -> None:
         one = serving({128: (60 * MS, 59 * MS, 61 * MS), 1024: (70 * MS, 69 * MS, 71 * MS)})

@@ -96,11 +96,13 @@ def last_level_cache_bytes(folder: Path = CACHE_SYSFS) -> tuple[int | None, str]
     return None, "unavailable (no sysfs cache entries, no sysconf value)"
 
 
-def stream_buffer_bytes(llc: int | None, quick: bool = False) -> int:
-    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES (QUICK_STREAM_BYTES for a smoke run); a
-    whole number of float32 matrix rows for every read kernel's view of it."""
+def stream_buffer_bytes(llc: int | None, quick: bool = False, least: int | None = None) -> int:
+    """At least 4 x the last-level cache, and never under MIN_STREAM_BYTES (QUICK_STREAM_BYTES for a smoke run); or,
+    with ``least``, at least that many bytes (a buffer the size of a step's own); a whole number of float32 matrix
+    rows for every read kernel's view of it."""
     unit = 4 * STREAMS * MATVEC_COLUMNS
-    least = QUICK_STREAM_BYTES if quick else max(4 * (llc or 0), MIN_STREAM_BYTES)
+    if least is None:
+        least = QUICK_STREAM_BYTES if quick else max(4 * (llc or 0), MIN_STREAM_BYTES)
     return -(-least // unit) * unit
 
 
@@ -158,6 +160,18 @@ class ReadProbe:
                 self.synchronize()
                 durations[name].append(time.perf_counter_ns() - start)
         return durations
+
+    def one(self, kernel: str) -> int:
+        """One timed pass of one read kernel, already warmed at this thread count by ``durations``: the floor read
+        at the start of each paired round, the fastest kernel of the group's own passes."""
+        if torch.get_num_threads() not in self.warmed:
+            raise RuntimeError(f"read kernel {kernel!r} at {torch.get_num_threads()} thread(s) before its warm-up pass")
+        run = self.kernels[kernel]
+        self.synchronize()
+        start = time.perf_counter_ns()
+        run()
+        self.synchronize()
+        return time.perf_counter_ns() - start
 
     def passes(self, passes: int) -> dict[str, object]:
         """Sustained read bandwidth, STREAM-style: the passes only, with the bytes each kernel moves;

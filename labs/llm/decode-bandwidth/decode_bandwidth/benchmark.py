@@ -31,18 +31,19 @@ from decode_bandwidth.config import PRESETS, preset
 from decode_bandwidth.equivalence import check_modes
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import WALL_TIME_TARGET_S
-from decode_bandwidth.floors import MATMUL_SIZES, MIN_BANDWIDTH_PASSES, READ_KERNELS
+from decode_bandwidth.floors import MATMUL_SIZES, MIN_BANDWIDTH_PASSES, READ_KERNELS, STEP_SIZED_ROUNDS
 from decode_bandwidth.grid import ATOL, BASELINE, MODES, RTOL, Group
 from decode_bandwidth.grid import grid as timed_groups
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
-from decode_bandwidth.llama_modes import LLAMA_PRESETS
+from decode_bandwidth.llama_modes import LLAMA_DTYPE, LLAMA_PRESETS, LLAMA_ROUNDS
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.profile import minor_faults, profile_step
 from decode_bandwidth.workloads import client_run, step_runners
 from labkit import bench, harness
 from labkit.manifest import lab_for
-from labkit.summary import median
+from labkit.summary import MIN_PARTED, median
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 
 LAB, ROOT = lab_for(__file__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -55,7 +56,7 @@ COMPILED_KERNEL = ("torch.compile (inductor, C++ for the CPU, static shapes) of 
 QUICK = {"preset": "tiny", "batches": [1, 2], "contexts": [16, 32], "variant_batches": [1], "repeats": 2,
          "warmup": 1, "equivalence_prefix": 8, "equivalence_steps": 2, "prompt": 8, "new_tokens": 4,
          "client_runs": 1, "bandwidth_passes": MIN_BANDWIDTH_PASSES, "profile_steps": 1,
-         "llama_preset": "tiny", "compile_cache": "reuse"}
+         "llama_preset": "tiny", "compile_cache": "reuse", "llama_rounds": MIN_PARTED}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -87,7 +88,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "cache, faster for smoke runs (default: %(default)s)")
     add("--llama-preset", default="smollm2", help=f"the Llama model timed beside the grid at batch 1, float32, over "
         f"--contexts at --threads and --variant-threads: {', '.join(LLAMA_PRESETS)} (default: %(default)s)")
-    bounds = {"batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
+    add("--llama-rounds", type=int, default=LLAMA_ROUNDS, help="paired rounds per trained-model group: each round one "
+        "pass of the floor's fastest read kernel and one step of every mode, rotated; every ratio is per round "
+        "(default: %(default)s)")
+    bounds = {"llama_rounds": (MIN_PARTED, 1000), "batches": (1, 256), "contexts": (1, 1 << 20), "variant_threads": (0, 256),
               "variant_batches": (1, 256), "equivalence_prefix": (1, 1 << 20), "equivalence_steps": (1, 1024),
               "prompt": (1, 1 << 20), "new_tokens": (1, 4096), "client_runs": (1, 100),
               "bandwidth_passes": (MIN_BANDWIDTH_PASSES, 1000), "profile_steps": (1, 100)}
@@ -166,6 +170,28 @@ def measure_hardware(args: argparse.Namespace, probe: tuple[ReadProbe, int | Non
     torch.set_num_threads(args.threads)
     return {"last_level_cache_bytes": llc, "last_level_cache_source": source, "buffer_bytes": buffer,
             "bandwidth": bandwidth, "matmul": arithmetic}
+
+
+def step_sized_reads(large: ReadProbe, step_bytes: int, threads: list[int], rounds: int,
+                     device: str) -> dict[str, Any]:
+    """The floor read over a buffer the size of the trained model's float32 step (its weights and KV at the longest
+    context) beside the same kernels over the large buffer, in paired rounds at each thread count: where the
+    step-sized read runs faster, part of a step's bytes can come from cache, and the large buffer's floor does not
+    bound it. The step-sized buffer is freed when this returns."""
+    small = ReadProbe(stream_buffer_bytes(None, quick=False, least=step_bytes), device)
+    entries: dict[str, Any] = {}
+    for count in threads:
+        torch.set_num_threads(count)
+        bench.progress(f"floor: {rounds} paired rounds of the read kernels over {small.read / 2**20:.0f} MiB (the "
+                       f"trained step's bytes) and {large.read / 2**20:.0f} MiB at {count} thread(s)")
+        passes: dict[str, dict[str, list[int]]] = {"step": {}, "large": {}}
+        for _ in range(rounds):
+            for name, probe in (("step", small), ("large", large)):
+                for kernel, durations in probe.durations(1).items():
+                    passes[name].setdefault(kernel, []).extend(durations)
+        entries[str(count)] = {"rounds": rounds, "step_ns": passes["step"], "large_ns": passes["large"]}
+    del small
+    return {"step_bytes": step_bytes, "threads": entries}
 
 
 def merge_hardware(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -303,6 +329,10 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
     half = args.bandwidth_passes // 2
     probe = read_probe(args)
     before = measure_hardware(args, probe, threads, dtypes, half)
+    step_total = formulas.llama_step_bytes(prepared["model"].config.as_record(), BYTES_PER_ELEMENT[LLAMA_DTYPE], 1,
+                                           args.contexts[-1])["total"]
+    step_sized = step_sized_reads(probe[0], step_total, threads, STEP_SIZED_ROUNDS, args.device)
+    torch.set_num_threads(args.threads)
     bench.progress("layout: each matrix kind at batch 1: (in, out) addmm, (out, in) F.linear, oneDNN, compiled")
     with torch.inference_mode():
         layout = measure_layouts(model32, 5, compiled=compiled32.kernel)
@@ -334,9 +364,10 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
         timed = time_groups(args, models, probe[0], progress)
     finally:
         progress.close()
-    trained = llama.section(args, threads, prepared, functools.partial(beside_floor, probe[0]))
+    trained = llama.section(args, threads, prepared, probe[0], functools.partial(beside_floor, probe[0]))
     del prepared
     hardware = merge_hardware(before, measure_hardware(args, probe, threads, dtypes, args.bandwidth_passes - half))
+    hardware["step_sized"] = {**step_sized, "buffer_bytes": stream_buffer_bytes(None, quick=False, least=step_total)}
     groups, cells = groups_and_cells(timed)
 
     model, compiled, reference = models[args.dtype]
@@ -408,5 +439,4 @@ def main(argv: Sequence[str] | None = None, kernel_ns: Mapping[str, Mapping[str,
     the Llama kernel table's timings (llama.kernel_table): tests only, never the command line."""
     args = parse_args(argv)
     with cold_inductor_cache() if args.compile_cache == "cold" else contextlib.nullcontext():
-        return harness.run(LAB, ROOT, args, argv, lambda: sections(args, kernel_ns), summary, derive=figures.derive,
-                           refuse_reference=formulas.unsteady_floor)
+        return harness.run(LAB, ROOT, args, argv, lambda: sections(args, kernel_ns), summary, derive=figures.derive)

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 # The square matmul that measures arithmetic, n per dtype: 1,024 in float32; 512 where the CPU has no bfloat16
 # units, so that one product (2 x 512^3 flops, seconds when emulated) leaves time for the steps it prices.
 MATMUL_SIZES = {"float32": 1024, "bfloat16": 512, "float16": 512}
+# Paired rounds of the read kernels over a buffer of the trained step's own bytes and over the large buffer, per
+# thread count: 5, the fewest whose middle half (the noise a 'faster' must clear) spans more than two rounds.
+STEP_SIZED_ROUNDS = 5
 MIN_BANDWIDTH_PASSES = 10  # the floor is the best of at least ten passes of each read kernel
 STREAMS = 16  # the multi-stream read sums this many equal slices of the buffer, element by element
 MATVEC_COLUMNS = 4096  # the BLAS read: the buffer as a matrix this wide, times a vector

@@ -21,6 +21,7 @@ from the float32 model is measured after the timing (``int8_quality``).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,7 +38,9 @@ from llm_models.llama.model import LlamaDecoder
 from llm_models.texts import PYTHON_REFERENCE
 
 from . import attention, llama_modes, matvec, native
+from .bandwidth import ReadProbe
 from .fast_llama import FastLlama, fused_matrices
+from .floors import kernel_bytes
 from .hf import rewind
 from .int8_quality import int8_quality
 from .quantize import dequantized_state_dict
@@ -258,13 +261,21 @@ def attention_table(model: LlamaDecoder, contexts: list[int], seed: int,
                              contexts, seed, supplied)
 
 
-def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any],
+def fastest_read(floor_ns: Mapping[str, int], buffer_bytes: int) -> str:
+    """The read kernel whose pass in ``floor_ns`` moved its bytes fastest: the one each paired round reads again."""
+    return max(floor_ns, key=lambda name: kernel_bytes(name, buffer_bytes) / floor_ns[name])
+
+
+def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any], reader: ReadProbe,
             floor: Callable[[], dict[str, int]]) -> dict[str, Any]:
-    """Rotated repetitions of one step per mode at every (threads, context), each group after one pass of the
-    floor's read kernels (``floor``): the record's raw Llama section."""
+    """Paired rounds at every (threads, context): one pass of each of the floor's read kernels (``floor``) before
+    the group, then ``args.llama_rounds`` rounds, each one pass of the fastest of those kernels and one step of
+    every mode in rotated order. Every ratio the page draws (a step over its floor, over transformers', int8 over
+    its own floor) is a ratio within one round (labkit.summary.paired): the record's raw Llama section."""
     started = time.perf_counter_ns()
     groups, cells = [], []
-    progress = harness.Progress(len(threads) * len(args.contexts) * args.repeats)
+    rounds = args.llama_rounds
+    progress = harness.Progress(len(threads) * len(args.contexts) * rounds)
     try:
         for count in threads:
             torch.set_num_threads(count)
@@ -279,10 +290,13 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
 
                 label = f"Llama {count}t context {context}"
                 beside = floor()
+                kernel = fastest_read(beside, reader.read)
                 with torch.inference_mode():
-                    order, durations = harness.time_rotated(llama_modes.LLAMA_MODES, run, args.repeats, args.warmup, progress,
-                                                            label)
-                groups.append({"threads": count, "context": context, "order": order, "floor_ns": beside})
+                    order, durations, round_floor = harness.time_rounds(
+                        llama_modes.LLAMA_MODES, run, rounds, args.warmup, progress, label,
+                        before_round=functools.partial(reader.one, kernel))
+                groups.append({"threads": count, "context": context, "order": order, "floor_ns": beside,
+                               "round_floor": {"kernel": kernel, "durations_ns": round_floor}})
                 cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
                           for mode in llama_modes.LLAMA_MODES]
                 progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
@@ -294,7 +308,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
     return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
             "reference": "transformers' LlamaForCausalLM on the same tensors, with its DynamicCache",
             "batch": llama_modes.LLAMA_BATCH, "dtype": llama_modes.LLAMA_DTYPE, "threads": threads, "contexts": args.contexts,
-            "repeats": args.repeats, "warmup": args.warmup, "modes": llama_modes.LLAMA_MODES, "baseline": llama_modes.LLAMA_BASELINE,
+            "repeats": rounds, "warmup": args.warmup, "modes": llama_modes.LLAMA_MODES, "baseline": llama_modes.LLAMA_BASELINE,
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": llama_modes.LLAMA_ATOL, "rtol": llama_modes.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "fast_tolerance": {"atol": llama_modes.LLAMA_FAST_ATOL, "rtol": llama_modes.LLAMA_FAST_RTOL},

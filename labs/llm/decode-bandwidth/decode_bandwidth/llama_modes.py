@@ -33,6 +33,10 @@ LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic" and LLAM
 LLAMA_BASELINE = "hf-dynamic"
 LLAMA_DTYPE = "float32"
 LLAMA_BATCH = 1
+# Paired rounds per (threads, context) group: 11, odd so the median is one round's ratio, and enough that the middle
+# half of the per-round ratios (the noise a 'faster' must clear) is read over 5 rounds, not 2. Each round costs one
+# step of every mode and one pass of the floor's read kernel: about 0.4 s at 1,024 positions on a 2-core machine.
+LLAMA_ROUNDS = 11
 # float32 through 30 layers: the two step logits differ only in summation order; the KV-cache lab's parity tests
 # on the same weights use the same bounds (logits reach about 40).
 LLAMA_ATOL = 1e-3

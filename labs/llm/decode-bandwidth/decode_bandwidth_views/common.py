@@ -38,16 +38,27 @@ def format_count(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
 
 
-def against(ratios: Sequence[float], parted: Sequence[bool], contexts: Sequence[int], them: str) -> str:
-    """'faster than {them}', 'slower than {them}' or 'within this run's noise of {them}', from the per-context ratios
-    of the medians and whether the two cells' repetitions parted at each context: a direction is named at a context
-    only where the two parted there, and contexts that differ are named, the first with ``them``, the rest with 'it'
-    ('faster than transformers at contexts 512 and 1,024, within this run's noise of it at 128')."""
-    states: dict[str, list[int]] = {}
-    for ratio, apart, context in zip(ratios, parted, contexts, strict=True):
-        state = ("faster than" if ratio < 1 else "slower than") if apart else "within this run's noise of"
-        states.setdefault(state, []).append(context)
+STATES = {"below": "faster than", "above": "slower than", "within": "within this run's noise of"}
+
+
+def parted_side(ratio: float, apart: bool) -> str:
+    """A side (labkit.summary.side_of_one's words) from a ratio of medians and whether the two cells' repetitions
+    parted: for comparisons timed as cells rather than as paired rounds."""
+    return ("below" if ratio < 1 else "above") if apart else "within"
+
+
+def against(ratios: Sequence[float], sides: Sequence[str], contexts: Sequence[int], them: str) -> str:
+    """'faster than {them} (0.77–0.80×)', from the per-context ratios and their sides ('below', 'above' or 'within',
+    as labkit.summary.side_of_one reads a paired ratio's middle half): a direction is named at a context only where
+    its side says so, and each state carries the range of its own contexts' ratios, never the others'; contexts
+    that differ are named, the first with ``them``, the rest with 'it' ('faster than transformers at contexts 128
+    and 512 (0.77–0.80×), within this run's noise of it at 1,024 (0.85×)')."""
+    states: dict[str, list[tuple[int, float]]] = {}
+    for ratio, side, context in zip(ratios, sides, contexts, strict=True):
+        states.setdefault(STATES[side], []).append((context, ratio))
     if len(states) == 1:
-        return f"{next(iter(states))} {them}"
-    return ", ".join(f"{state} {them if index == 0 else 'it'} at context{'s' if len(at) > 1 else ''} "
-                     f"{join([f'{c:,}' for c in at])}" for index, (state, at) in enumerate(states.items()))
+        state, found = next(iter(states.items()))
+        return f"{state} {them} ({ratio_range([ratio for _, ratio in found])})"
+    return ", ".join(f"{state} {them if index == 0 else 'it'} at context{'s' if len(found) > 1 else ''} "
+                     f"{join([f'{c:,}' for c, _ in found])} ({ratio_range([ratio for _, ratio in found])})"
+                     for index, (state, found) in enumerate(states.items()))

@@ -7,13 +7,11 @@ from typing import Any
 
 from decode_bandwidth.figures.formulas import (
     BYTES_PER_ELEMENT,
-    FLOOR_DRIFT_LIMIT,
-    FLOOR_MEDIAN_OVER_BEST_LIMIT,
     READ_KERNELS,
     headline_key,
 )
 from site_hooks.blocks import Block, Table
-from site_hooks.formatting import format_ms, format_number, format_ratio, join
+from site_hooks.formatting import format_bytes, format_ms, format_number, format_ratio, join
 
 from .common import gbs, threads_text
 
@@ -44,16 +42,15 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
 
 
 def beside_sentence(machine: dict[str, Any]) -> str:
-    """How the floors read beside the groups wandered at each thread count, and whether that is within the limits
-    a reference record must meet (figures.derivation.floor_stability)."""
+    """How the floor read through the run wandered at each thread count (figures.derivation.floor_stability):
+    stated, as what this machine did while it was measured, never a reason to refuse the run."""
     parts = [f"{gbs(e['beside']['lowest_bytes_per_s']).removesuffix(' GB/s')}–{gbs(e['beside']['highest_bytes_per_s'])} "
-             f"at {threads_text(int(t))} (drift {e['beside']['drift']:.0%}, best pass "
-             f"{format_ratio(e['beside']['median_over_best'])} the median)" for t, e in machine["bandwidth"].items()]
-    steady = all(entry["beside"]["stable"] for entry in machine["bandwidth"].values())
-    verdict = "steady" if steady else "unsteady: the memory these cells had changed during the run"
-    return (f"Read again before each group of cells, the floor gave {join(parts)}: {verdict} by the limits a "
-            f"reference record must meet (drift at most {FLOOR_DRIFT_LIMIT:.0%}, best at most "
-            f"{format_ratio(FLOOR_MEDIAN_OVER_BEST_LIMIT)} the median). Each cell's ratio uses its group's floor.")
+             f"at {threads_text(int(t))} (drift {e['beside']['drift']:.0%} over {e['beside']['groups']} reads, best "
+             f"pass {format_ratio(e['beside']['median_over_best'])} the median)" for t, e in machine["bandwidth"].items()]
+    return (f"Read again through the run, before each group of cells and at the start of every round of the "
+            f"trained model's steps, the floor gave {join(parts)}. That is how much this machine's memory moved while "
+            "it was measured. Each ratio to a floor divides a step by the floor read in its own group (and, for the "
+            "trained model, its own round), so the drift moves both sides of it; absolute times are this run's.")
 
 
 def kernels_table(machine: dict[str, Any]) -> Table:
@@ -87,9 +84,41 @@ def floor_view(record: dict[str, Any]) -> Block:
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
               "read bandwidth measured beside its group; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
-    return Block(paragraphs=[*machine_paragraphs(record["hardware"]), beside_sentence(record["hardware"])],
+    sized = step_sized_sentence(record)
+    return Block(paragraphs=[*machine_paragraphs(record["hardware"]), beside_sentence(record["hardware"]),
+                             *([sized] if sized else [])],
                  tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
+
+
+SIZED_VERDICTS = {  # labkit.summary.side_of_one of the step-sized read's rate over the large one's
+    "above": "the read the size of the step ran faster, so the large buffer's floor may sit above what a step could "
+             "reach here, and the step-sized read's rate is the safer bound",
+    "within": "the two reads agree within their rounds' middle half, so the large buffer's floor bounds the step",
+    "below": "the read the size of the step ran slower, so the large buffer's floor is the lower of the two and "
+             "bounds the step",
+}
+CACHED = {True: "they fit in it, so part of a step's bytes can come from cache rather than memory",
+          False: "no step can keep them there, so each step streams them from memory"}
+
+
+def step_sized_sentence(record: dict[str, Any]) -> str | None:
+    """Which floor bounds the trained step: whether its weights fit in the last-level cache, and its own bytes read
+    against the large buffer in paired rounds, per thread count (figures.derivation.step_sized_figures)."""
+    hardware = record["hardware"]
+    sized = hardware.get("step_sized")
+    if sized is None:
+        return None
+    llc, weights = hardware["last_level_cache_bytes"], sized["weight_bytes"]
+    fit = ("" if llc is None else
+           f", {'within' if sized['weights_fit_in_cache'] else 'larger than'} the {llc / MIB:g} MiB last-level cache: "
+           f"{CACHED[sized['weights_fit_in_cache']]}")
+    parts = [f"at {threads_text(int(t))} {gbs(e['step_bytes_per_s'])} against {gbs(e['large_bytes_per_s'])} "
+             f"({format_ratio(e['step_over_large']['median'])}, middle half {e['step_over_large']['low']:.2f}–"
+             f"{e['step_over_large']['high']:.2f}): {SIZED_VERDICTS[e['side']]}" for t, e in sized["threads"].items()]
+    return (f"Does this floor bound the trained model's step? Its float32 weights are {format_bytes(weights)}{fit}. "
+            f"Read in alternating rounds over a buffer of the step's own {format_bytes(sized['step_bytes'])} and over "
+            f"the {hardware['buffer_bytes'] / MIB:g} MiB buffer, the fastest kernels gave " + "; ".join(parts) + ".")
 
 
 def bound_sentence(groups: list[dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ from decode_bandwidth.figures.formulas import (
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, join, spelled
 
-from .common import against, gbs, ratio_range, threads_text
+from .common import against, gbs, parted_side, ratio_range, threads_text
 from .pictures import headline_groups
 from .trained import trained_item
 
@@ -78,10 +78,10 @@ def versus_item(record: dict[str, Any]) -> str:
     contexts = record["config"]["benchmark"]["contexts"]
     groups = headline_groups(record)
     ratios = [groups[(1, c)]["best_over_hf_dynamic"] for c in contexts]
-    word = against(ratios, [groups[(1, c)]["best_parted_from_hf_dynamic"] for c in contexts], contexts, "transformers")
-    verdict = f"{word[0].upper()}{word[1:]}"
-    return (f"{verdict}: at batch 1 the fastest of this lab's modes took {ratio_range(ratios)} the step time of "
-            f"transformers' GPT-2 with its dynamic cache, over contexts {contexts[0]:,} to {contexts[-1]:,}.")
+    sides = [parted_side(ratio, groups[(1, c)]["best_parted_from_hf_dynamic"]) for ratio, c in zip(ratios, contexts)]
+    word = against(ratios, sides, contexts, "transformers' GPT-2 with its dynamic cache")
+    return (f"At batch 1, over contexts {contexts[0]:,} to {contexts[-1]:,}, the fastest of this lab's modes was "
+            f"{word}, as a ratio of step times.")
 
 
 def batching_item(record: dict[str, Any]) -> str:

@@ -280,9 +280,11 @@ def ladder_sentences(record: dict[str, Any]) -> list[str]:
     floor, theirs, int8 = (ratio_range([g[field] for g in groups]) for field in (
         "best_over_floor", "best_over_transformers", "int8_over_best_float32"))
     int8_floor = ratio_range([g["int8_floor_over_float32_floor"] for g in groups])
+    own = ratio_range([g["int8_over_floor"] for g in groups])
     return [f"The fastest of this project's float32 modes ({best}) took {floor} its floor and {theirs} "
             "transformers' step time.",
-            f"{LLAMA_INT8} took {int8} the time of that float32 step, where its floor is {int8_floor} the float32 one."]
+            f"{LLAMA_INT8} took {int8} the time of that float32 step and {own} its own floor, where that floor is "
+            f"{int8_floor} the float32 one."]
 
 
 def threads_sentence(record: dict[str, Any]) -> str | None:
@@ -318,13 +320,13 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
     ours = [cells[(threads, c, OURS)] for c in contexts]
     theirs = [cells[(threads, c, LLAMA_BASELINE)] for c in contexts]
     ratios = [groups[(threads, c)]["ours_over_transformers"] for c in contexts]
-    verdict = against(ratios, [groups[(threads, c)]["ours_parted_from_transformers"] for c in contexts], contexts,
+    verdict = against(ratios, [groups[(threads, c)]["sides"]["ours_over_transformers"] for c in contexts], contexts,
                       "transformers")
     regimes = join(sorted({REGIMES[cell["regime"]] for cell in ours}))
     text = (f"At {threads_text(threads)}, over contexts {contexts[0]:,} to {contexts[-1]:,}, this decoder's step took "
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
-            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict}, "
-            f"{ratio_range(ratios)} its step time.")
+            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} in its step time, each "
+            f"ratio the median of its rounds'.")
     second = threads_sentence(record)
     return answer(text, *ladder_sentences(record), *([second] if second else []))
 
@@ -377,13 +379,44 @@ def trained_item(record: dict[str, Any]) -> str:
     groups = [llama_groups(record)[(threads, c)] for c in section["contexts"]]
     contexts = section["contexts"]
     ratios = [g["best_over_transformers"] for g in groups]
-    verdict = against(ratios, [g["best_parted_from_transformers"] for g in groups], contexts,
+    verdict = against(ratios, [g["sides"]["best_over_transformers"] for g in groups], contexts,
                       "transformers' Llama on the same weights")
     named = f"The trained {llama_name(record)}" if section["weights"]["trained"] else f"A {llama_name(record)}"
     return (f"{named}: at batch 1 on {threads_text(threads)} this project's fastest Llama step "
             f"({join(sorted({g['best_float32_mode'] for g in groups}))}) took "
             f"{ratio_range([g['best_over_floor'] for g in groups])} its floor over contexts {contexts[0]:,} to "
-            f"{contexts[-1]:,}, {verdict} ({ratio_range(ratios)} its step "
-            f"time), after every mode matched its reference logits at every context; over int8 weights "
+            f"{contexts[-1]:,}, {verdict} in step "
+            f"time (medians of ratios within paired rounds), after every mode matched its reference logits at every context; over int8 weights "
             f"{ratio_range([g['int8_over_best_float32'] for g in groups])} the best float32 step, with a mean KL of "
             f"{format_sci(section['quality']['figures']['int8']['kl_mean'])} nats from float32.")
+
+
+# The comparisons the paired rounds give, in the order the page draws them: (figure, column heading).
+PAIRED = (("best_over_floor", "best float32 ÷ its floor"), ("best_over_transformers", f"best float32 ÷ {LLAMA_BASELINE}"),
+          ("ours_over_transformers", f"{OURS} ÷ {LLAMA_BASELINE}"), ("int8_over_floor", f"{LLAMA_INT8} ÷ its int8 floor"),
+          ("int8_over_best_float32", f"{LLAMA_INT8} ÷ best float32"))
+
+
+def paired_text(ratio: dict[str, Any]) -> str:
+    """'0.81× (0.79–0.83)': a paired ratio's median with its rounds' middle half."""
+    return f"{format_ratio(ratio['median'])} ({ratio['low']:.2f}–{ratio['high']:.2f})"
+
+
+def trained_paired_view(record: dict[str, Any]) -> Block:
+    """Every comparison of the trained model's steps as timed: the median of its per-round ratios and their middle
+    half, per thread count and context, and how far the floor's read moved across each group's rounds."""
+    section = record["llama"]
+    groups = llama_groups(record)
+    rows = [(f"{threads}", f"{context:,}", *(paired_text(group["paired"][name]) for name, _ in PAIRED),
+             format_percent(group["round_floor"]["drift"]))
+            for (threads, context), group in groups.items()]
+    table = Table(headings=["Threads", "Context", *(heading for _, heading in PAIRED), "floor's drift over the rounds"],
+                  rows=rows, caption=f"{llama_name(record)}: per group, the median of {section['repeats']} "
+                                     "per-round ratios, with their lower and upper quartiles")
+    return Block(paragraphs=[
+        f"Each group ran {section['repeats']} rounds. A round reads the memory floor once (the fastest of the "
+        "read kernels, as the group's own pass found it) and then takes one step of every mode, in an order that "
+        "rotates from round to round. A ratio is taken within a round, where whatever the machine was doing at "
+        "that moment slowed both of its sides, and the page quotes the median of those ratios. It calls one step "
+        "faster than another only where their middle half lies wholly on one side of 1; absolute times in the "
+        "tables are this run's."], tables=[table])

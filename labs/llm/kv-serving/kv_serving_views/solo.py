@@ -1,12 +1,14 @@
 """One request's decode step on the trained model, as the server runs it, beside the decode lab's fastest float32
 step at the same contexts and thread count (that lab's record): what a stream alone waits for per token here,
-against the fastest step this site measured for the same model."""
+against the fastest step this site measured for the same model. Set side by side only when both records were
+measured in one run (labkit.runs.same_run): one CPU model on two days is not one machine state."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kv_serving.figures import formulas
+from labkit.runs import same_run
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join, plural
 from site_hooks.other_records import reference_record
@@ -41,17 +43,17 @@ def solo_view(record: dict[str, Any]) -> Block:
     dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
     counts = sorted({s["threads"] for s in steps})
     threads = thread_counts(counts)
-    here, there = formulas.cpu_of(record), formulas.cpu_of(decode)
-    if here != there:  # NOTE: a step time belongs to its machine: two machines' steps are never set side by side
+    if not same_run(record, decode):  # NOTE: two runs' step times are never set side by side
         table = Table(["Threads", "Context", f"Served step, {dtype}"],
                       [(f"{s['threads']}", f"{s['context']:,}", ms_range((s["median_ns"], s["min_ns"], s["max_ns"])))
                        for s in steps])
         return Block(paragraphs=[
             f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
             f"in {dtype}, its blocks read in place (medians, with each cell's min–max). The decode lab's "
-            f"record, whose fastest float32 step this table would stand beside, was measured on another machine "
-            f"({there}; this one: {here}); a step time belongs to its machine, so the two are set side by side only "
-            f"when both records come from one."], tables=[table])
+            f"record, whose fastest float32 step this table would stand beside, comes from a different run "
+            f"({formulas.cpu_of(decode)}, {decode['created_utc'][:10]}; this one: {formulas.cpu_of(record)}, "
+            f"{record['created_utc'][:10]}); a step time is set beside another only when both were measured in "
+            f"one run."], tables=[table])
     if not rows:
         contexts = join(list(dict.fromkeys(str(s["context"]) for s in steps)))
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
@@ -64,7 +66,7 @@ def solo_view(record: dict[str, Any]) -> Block:
         f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
         f"in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
         f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
-        f"{decode['created_utc'][:10]}). Medians, with each cell's min–max."]
+        f"{decode['created_utc'][:10]}, measured in the same run). Medians, with each cell's min–max."]
     for count in dict.fromkeys(row.threads for row in rows):
         same = [row for row in rows if row.threads == count]
         growth = formulas.growth_over_decode(same)

@@ -12,17 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from labkit.figures import Figures, JsonPath, tolerance_bound
-from labkit.summary import as_number, median
+from labkit.summary import as_number, median, paired, side_of_one
 from llm_models.generations import first_departure
 
 from .formulas import (
     BASELINE,
     BYTES_PER_ELEMENT,
     COMPILED,
-    FLOOR_DRIFT_LIMIT,
-    FLOOR_MEDIAN_OVER_BEST_LIMIT,
     LAYOUT_KERNELS,
     LLAMA_BASELINE,
+    LLAMA_DTYPE,
     LLAMA_INT8,
     LLAMA_LADDER,
     LLAMA_OURS,
@@ -39,6 +38,7 @@ from .formulas import (
     dims,
     group_key,
     headline_key,
+    kernel_bytes,
     kind_bytes,
     kv_crossover,
     llama_step_bytes,
@@ -82,6 +82,7 @@ def derive(record: dict[str, Any]) -> Figures:
     profile_figures(record, rates, medians, figures)
     variant_figures(record, rates, medians, figures)
     llama_figures(record, rates, figures)
+    step_sized_figures(record, figures)
     client = record["client"]
     summaries = {mode: client_summary(entry["token_times_ns"], client["new_tokens"])
                  for mode, entry in client["modes"].items()}
@@ -298,9 +299,18 @@ def variant_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Ce
     figures.add(("variants", "dtype", "matrix_share_of_extra"), shares, how)
 
 
+def round_rates(machine: Mapping[str, Any], group: Mapping[str, Any]) -> list[float]:
+    """The read rate of each paired round of a trained-model group: its kernel's bytes over that round's pass."""
+    threads, read = str(group["threads"]), group["round_floor"]
+    moved = machine["bandwidth"][threads]["kernels"][read["kernel"]]["bytes"]
+    return [moved / ns * 1e9 for ns in read["durations_ns"]]
+
+
 def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:
     """The trained model's steps: each group's bytes and two floors, each cell's statistics, its ratio to the
-    floor and its regime, ours against transformers per group; and the two models' bytes per step side by side."""
+    floor and its regime, ours against transformers per group; and the two models' bytes per step side by side.
+    Every comparison is paired (labkit.summary.paired): the median of the per-round ratios, with their middle half,
+    a step over its floor dividing by the floor read at the start of the same round."""
     section = record["llama"]
     model, size = section["model"], BYTES_PER_ELEMENT[section["dtype"]]
     medians: dict[tuple[int, int, str], float] = {}
@@ -313,39 +323,49 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
             figures.add(("llama", "cells", index, name), value, "its raw durations")
     floors: dict[tuple[int, int, str], tuple[float, float]] = {}  # (threads, context, weight format)
     bounds: dict[tuple[int, int, str], float] = {}  # the same bytes at the run's best read
+    per_round: dict[tuple[int, int, str], list[float]] = {}  # the memory floor of each round
     for index, group in enumerate(section["groups"]):
         key, where = (group["threads"], group["context"]), ("llama", "groups", index)
+        read = round_rates(record["hardware"], group)
+        figures.add((*where, "round_floor", "median_bytes_per_s"), median(read), "its rounds' read rates")
+        figures.add((*where, "round_floor", "drift"), (max(read) - min(read)) / max(read),
+                    "(fastest - slowest) / fastest of its rounds' read rates")
         for weights in sorted(set(LLAMA_WEIGHTS.values()), key=lambda name: name != "float32"):  # float32 first
             needed = llama_step_bytes(model, size, section["batch"], group["context"], weights)
             prefix = () if weights == "float32" else (weights,)  # float32's figures keep their plain names
             for name, value in needed.items():
                 figures.add((*where, "_".join((*prefix, "bytes")), name), value, f"the Llama config, {weights} weights")
-            memory = memory_floor_ns(needed, beside_rate(record["hardware"], group))
+            per_round[(*key, weights)] = [memory_floor_ns(needed, rate) for rate in read]
+            memory = memory_floor_ns(needed, median(read))
             compute = needed["flops"] / rates[("matmul", f"{section['dtype']}/{group['threads']}")] * 1e9
             floors[(*key, weights)] = (memory, compute)
             bounds[(*key, weights)] = memory_floor_ns(needed, rates[("bandwidth", str(group["threads"]))])
             name = "_".join((*prefix, "floor_ns_per_step"))
-            figures.add((*where, name), memory, f"its {weights} bytes / the read bandwidth beside it")
+            figures.add((*where, name), memory, f"its {weights} bytes / the median read rate of its rounds")
             if weights == "float32":
                 figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
-        memory = floors[(*key, "float32")][0]
-        ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
-        figures.add((*where, "ours_over_transformers"), ours / theirs, "its two cells' medians")
-        figures.add((*where, "ours_parted_from_transformers"),
-                    parted(repetitions[(*key, "ours-prealloc")], repetitions[(*key, LLAMA_BASELINE)]),
-                    "whether its two cells' repetitions overlap")
-        figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
         best = min(LLAMA_OURS, key=lambda mode: medians[(*key, mode)])
         figures.add((*where, "best_float32_mode"), best, "the lowest median of this lab's float32 modes")
-        figures.add((*where, "best_over_floor"), medians[(*key, best)] / memory, "that mode's median / the floor")
-        figures.add((*where, "best_over_transformers"), medians[(*key, best)] / theirs, "that mode's median / "
-                    "transformers'")
-        figures.add((*where, "best_parted_from_transformers"),
-                    parted(repetitions[(*key, best)], repetitions[(*key, LLAMA_BASELINE)]),
-                    "whether that mode's repetitions and transformers' overlap")
-        figures.add((*where, "int8_over_best_float32"), medians[(*key, LLAMA_INT8)] / medians[(*key, best)],
-                    f"{LLAMA_INT8}'s median / the best float32 mode's")
-        figures.add((*where, "int8_floor_over_float32_floor"), floors[(*key, "int8")][0] / memory,
+        steps = {mode: repetitions[(*key, mode)] for mode in (*LLAMA_OURS, LLAMA_INT8, LLAMA_BASELINE)}
+        comparisons = {
+            "best_over_floor": (steps[best], per_round[(*key, "float32")], "that mode's step / the round's floor"),
+            "best_over_transformers": (steps[best], steps[LLAMA_BASELINE], "that mode's step / transformers'"),
+            "ours_over_transformers": (steps["ours-prealloc"], steps[LLAMA_BASELINE], "ours-prealloc's step / "
+                                       "transformers'"),
+            "int8_over_floor": (steps[LLAMA_INT8], per_round[(*key, "int8")], f"{LLAMA_INT8}'s step / the round's "
+                                "int8 floor"),
+            "int8_over_best_float32": (steps[LLAMA_INT8], steps[best], f"{LLAMA_INT8}'s step / the best float32 "
+                                       "mode's"),
+        }
+        for name, (numerators, denominators, how) in comparisons.items():
+            ratio = paired(numerators, denominators)
+            figures.add((*where, "paired", name), ratio, f"per round, {how}: median and middle half")
+            figures.add((*where, name), ratio["median"], f"the median over rounds of {how}")
+            figures.add((*where, "sides", name), side_of_one(ratio), "whether its rounds' middle half lies wholly "
+                        "below 1, wholly above, or holds it")
+        ours, theirs = medians[(*key, "ours-prealloc")], medians[(*key, LLAMA_BASELINE)]
+        figures.add((*where, "faster"), "ours-prealloc" if ours < theirs else LLAMA_BASELINE, "its two cells' medians")
+        figures.add((*where, "int8_floor_over_float32_floor"), floors[(*key, "int8")][0] / floors[(*key, "float32")][0],
                     "its int8 floor / its float32 floor")
         rungs = list(LLAMA_LADDER)
         for before, mode in zip(rungs, rungs[1:]):  # what each rung of the ladder removed from the one before
@@ -356,8 +376,10 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
-        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the read bandwidth beside it")
-        figures.add((*where, "step_over_floor"), ns / memory, "its median / its group's floor")
+        figures.add((*where, "floor_ns_per_step"), memory, "its group's bytes / the median read rate of its rounds")
+        figures.add((*where, "step_over_floor"),
+                    paired(cell["durations_ns"], per_round[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])])[
+                        "median"], "the median over rounds of its step / the round's floor")
         bound = bounds[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         figures.add((*where, "regime"), regime(cell["durations_ns"], memory, compute, bound), "its quartiles against its "
                     "group's two floors")
@@ -422,26 +444,58 @@ def beside_rate(machine: Mapping[str, Any], group: Mapping[str, Any]) -> float:
 
 
 def floor_stability(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:
-    """Per thread count, how the floors read beside the groups (headline grid and trained model) wandered: the
-    slowest and fastest, the drift between them, their median against the run's best pass, and whether both are
-    within the limits (formulas.FLOOR_DRIFT_LIMIT, FLOOR_MEDIAN_OVER_BEST_LIMIT)."""
+    """Per thread count, how the floors read through the run wandered (the pass beside each headline group, each
+    trained-model round's): the slowest and fastest, the drift between them and their median against the run's
+    best pass. Stated on the page, never a reason to refuse a run: every machine this site runs on moves, and every
+    comparison divides by a floor read in the same group or round, so the drift moves both sides of it."""
     beside: dict[str, list[float]] = {}
-    for group in (*record["groups"], *record["llama"]["groups"]):
+    for group in record["groups"]:
         beside.setdefault(str(group["threads"]), []).append(beside_rate(record["hardware"], group))
+    for group in record["llama"]["groups"]:
+        beside.setdefault(str(group["threads"]), []).extend(round_rates(record["hardware"], group))
     for threads, found in sorted(beside.items()):
         lowest, highest, middle = min(found), max(found), median(found)
         drift, over_best = (highest - lowest) / highest, rates[("bandwidth", threads)] / middle
         where = ("hardware", "bandwidth", threads, "beside")
         for name, value, how in (
-                ("groups", len(found), "the groups timed at this thread count"),
-                ("lowest_bytes_per_s", lowest, "the slowest floor read beside a group"),
-                ("highest_bytes_per_s", highest, "the fastest floor read beside a group"),
-                ("median_bytes_per_s", middle, "the median floor read beside a group"),
-                ("drift", drift, "(fastest - slowest) / fastest of the floors beside the groups"),
-                ("median_over_best", over_best, "the run's best rate / the groups' median rate"),
-                ("stable", drift <= FLOOR_DRIFT_LIMIT and over_best <= FLOOR_MEDIAN_OVER_BEST_LIMIT,
-                 "the drift and the median against their limits")):
+                ("groups", len(found), "the floor reads through the run at this thread count"),
+                ("lowest_bytes_per_s", lowest, "the slowest floor read through the run"),
+                ("highest_bytes_per_s", highest, "the fastest floor read through the run"),
+                ("median_bytes_per_s", middle, "the median floor read through the run"),
+                ("drift", drift, "(fastest - slowest) / fastest of the floor reads through the run"),
+                ("median_over_best", over_best, "the run's best rate / the median floor read")):
             figures.add((*where, name), value, how)
+
+
+def best_round_rates(passes: Mapping[str, list[int]], buffer_bytes: int) -> list[float]:
+    """Per round, the fastest read kernel's rate: each kernel's bytes over that buffer / its pass of the round."""
+    rounds = len(next(iter(passes.values())))
+    return [max(kernel_bytes(name, buffer_bytes) / durations[index] * 1e9 for name, durations in passes.items())
+            for index in range(rounds)]
+
+
+def step_sized_figures(record: Mapping[str, Any], figures: Figures) -> None:
+    """Which floor bounds the trained step: per thread count, the read over a buffer of the step's own bytes
+    against the read over the large buffer, paired by round (their rates' ratio above 1 where the step-sized read
+    ran faster: cache held part of it); and whether the step's float32 weights fit in the last-level cache."""
+    hardware = record["hardware"]
+    if "step_sized" not in hardware:
+        return
+    sized, llc = hardware["step_sized"], hardware["last_level_cache_bytes"]
+    weights = llama_step_bytes(record["llama"]["model"], BYTES_PER_ELEMENT[LLAMA_DTYPE], 1, 1)["weights"]
+    figures.add(("hardware", "step_sized", "weight_bytes"), weights, "the trained model's float32 weights")
+    figures.add(("hardware", "step_sized", "weights_fit_in_cache"), None if llc is None else weights <= llc,
+                "its weight bytes against the last-level cache (none where the cache size was not read)")
+    for threads, entry in sized["threads"].items():
+        where = ("hardware", "step_sized", "threads", threads)
+        step = best_round_rates(entry["step_ns"], sized["buffer_bytes"])
+        large = best_round_rates(entry["large_ns"], hardware["buffer_bytes"])
+        figures.add((*where, "step_bytes_per_s"), median(step), "the median of its rounds' fastest step-sized reads")
+        figures.add((*where, "large_bytes_per_s"), median(large), "the median of its rounds' fastest large reads")
+        ratio = paired(step, large)
+        figures.add((*where, "step_over_large"), ratio, "per round, the step-sized read's rate / the large read's")
+        figures.add((*where, "side"), side_of_one(ratio), "whether its rounds' middle half lies wholly below 1, "
+                    "wholly above, or holds it")
 
 
 def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:

@@ -90,16 +90,6 @@ from ..traffic import (  # noqa: F401  (re-exported)
     weight_bytes,
 )
 
-# A floor read beside each timed group prices that group; how far those reads wander tells whether the memory the
-# cells had was the same through the run (neighbours sharing it are invisible to a load average).
-# - FLOOR_DRIFT_LIMIT = 0.20: the slowest group's floor at most a fifth under the fastest's. A step's ratio to its
-#   floor moves by as much as its floor does, and the page's comparisons between groups (a mode at 128 against
-#   1,024 positions, one thread against two) rest on differences of a fifth or more; a larger drift would decide
-#   them. On a quiet machine of the reference kind one pass of the fastest kernel varied by about 10%.
-# - FLOOR_MEDIAN_OVER_BEST_LIMIT = 1.10: the groups' median floor at most 10% slower than the best pass of the
-#   run (the floor the invariants hold every step to): most groups must have had the memory the best pass had.
-FLOOR_DRIFT_LIMIT = 0.20
-FLOOR_MEDIAN_OVER_BEST_LIMIT = 1.10
 WALL_TIME_TARGET_S = 300  # the whole benchmark within 5 minutes on the 2-core development machine
 CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_per_s")
 
@@ -222,19 +212,3 @@ def regime(durations_ns: Sequence[float], memory_floor_ns: float, compute_floor_
     memories = (memory_floor_ns,) if bound_ns is None else (memory_floor_ns, bound_ns)
     found = {one_regime(step, memory, compute_floor_ns) for step in (low, high) for memory in memories}
     return found.pop() if len(found) == 1 else "unresolved"
-
-
-def unsteady_floor(record: Mapping[str, Any]) -> str | None:
-    """Why the floors read beside the groups say the memory changed under the run, in one line, or None: a
-    reference record is not made from such a run (decode_bandwidth.benchmark passes this to labkit.writing)."""
-    reasons = []
-    for threads, entry in sorted(record["hardware"]["bandwidth"].items()):
-        beside = entry["beside"]
-        if beside["drift"] > FLOOR_DRIFT_LIMIT:
-            reasons.append(f"at {threads} thread(s) the floor read beside the groups drifted {beside['drift']:.0%} "
-                           f"({beside['lowest_bytes_per_s'] / 1e9:.1f} to {beside['highest_bytes_per_s'] / 1e9:.1f} "
-                           f"GB/s; at most {FLOOR_DRIFT_LIMIT:.0%})")
-        if beside["median_over_best"] > FLOOR_MEDIAN_OVER_BEST_LIMIT:
-            reasons.append(f"at {threads} thread(s) the run's best read was {beside['median_over_best']:.2f}x the "
-                           f"groups' median floor (at most {FLOOR_MEDIAN_OVER_BEST_LIMIT:.2f}x)")
-    return f"the memory floor was unstable: {'; '.join(reasons)}" if reasons else None

@@ -332,6 +332,13 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             refuse(source, (*where, "groups", index, "threads"), f"is {group['threads']}, a thread count the hardware "
                    f"section did not measure in {LLAMA_DTYPE}")
         check_beside(measured, group, (*where, "groups", index), source)
+        read = group["round_floor"]
+        if read["kernel"] not in group["floor_ns"]:
+            refuse(source, (*where, "groups", index, "round_floor", "kernel"), f"is {read['kernel']!r}, not one of the "
+                   f"read kernels of the group's own pass ({sorted(group['floor_ns'])})")
+        if len(read["durations_ns"]) != repeats:
+            refuse(source, (*where, "groups", index, "round_floor", "durations_ns"), f"holds "
+                   f"{len(read['durations_ns'])} passes; one per round needs repeats = {repeats}")
     cells = [(cell["threads"], cell["context"], cell["mode"]) for cell in section["cells"]]
     expected = [(*key, mode) for key in keys for mode in LLAMA_MODES]
     if cells != expected:
