@@ -23,7 +23,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
-from mkdocs.utils import get_relative_url
+from mkdocs.utils import get_relative_url, normalize_url
 
 from labkit.manifest import ManifestError, discover_labs
 from site_hooks.errors import SiteBuildError
@@ -31,7 +31,7 @@ from site_hooks.evidence import Evidence
 from site_hooks.orchestrate import bench_policy, check_machine_folders, gather_evidence, run_all_lab_tests
 from site_hooks.placeholders import after_title, labs_named, substitute, substitute_site
 from site_hooks.site_views import SITE_VIEWS, render_site_view
-from site_hooks.views import load_warning, render_view, views_for
+from site_hooks.views import load_warning, measured_note, render_view, views_for
 
 log = logging.getLogger("mkdocs.plugins.site_hooks")
 RECORDS_DIR = "results"  # where the built site keeps a copy of every record a page was built from
@@ -64,8 +64,9 @@ def on_pre_build(config: MkDocsConfig) -> None:
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Replace the page's lab placeholders with tokens; their HTML is rendered now, inserted later. A page that
-    renders a record measured under load says so under its title."""
+    """Replace the page's lab placeholders with tokens; their HTML is rendered now, inserted later. Under a lab
+    page's title, one line names its own record (the first lab it names), the machine and the run that measured it;
+    a page that renders a record measured under load says so there too."""
     source = f"docs/{page.file.src_uri}"
 
     def token_for(html: str) -> str:
@@ -88,6 +89,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         for lab in reversed(named):  # each goes right under the title: the first lab's warning ends up first
             warning = load_warning(_evidence[lab])
             markdown = after_title(markdown, token_for(warning)) if warning else markdown
+        if named:  # last, so it sits first: a lab page is its first-named lab's, whose record its numbers come from
+            markdown = after_title(markdown, token_for(measured_note(_evidence[named[0]])))
         return markdown
     except SiteBuildError as error:
         raise PluginError(str(error)) from None
@@ -104,6 +107,20 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
         view_html = _rendered.pop(token)
         html = html.replace(f"<p>{token}</p>", view_html).replace(token, view_html)
     return html
+
+
+def on_template_context(context: Any, template_name: str, config: MkDocsConfig) -> Any:
+    """Error pages (404.html) link relative to the site's root, as every other page links relative to itself.
+
+    MkDocs renders an error page with absolute links from ``site_url``'s path ('/' when it is empty, as here), so
+    a server can show it at any missing URL; those links break when the site is opened from disk or served under a
+    subpath. Relative to the root, 404.html works from disk and wherever a server shows it at the site's top level."""
+    if template_name != "404.html":
+        return context
+    context["base_url"] = "."
+    context["extra_css"] = [normalize_url(str(path), None, ".") for path in config.extra_css]
+    context["extra_javascript"] = [normalize_url(str(script), None, ".") for script in config.extra_javascript]
+    return context
 
 
 def on_serve(server: Any, config: MkDocsConfig, builder: Any) -> Any:

@@ -15,8 +15,8 @@ from labkit.summary import STATISTICS, repetitions_frame
 from labkit.watch import Load, load_of
 
 from . import prose
-from .blocks import render_block
-from .captions import source_line
+from .blocks import Block, render_block
+from .captions import measured_line, source_line
 from .chart import Series, line_chart
 from .errors import SiteBuildError
 from .evidence import Evidence
@@ -137,6 +137,11 @@ def machine_state_sentence(record: dict[str, Any], load: Load | None) -> str:
         return f"While it ran, {load_words(load)}: a quiet machine by this site's rule ({QUIET_RULE})."
     return (f"This record was measured under load: {load_words(load)}, beyond this site's rule for a quiet machine "
             f"({QUIET_RULE}). Its timings may be slower and noisier than the machine gives a benchmark alone.")
+
+
+def measured_note(evidence: Evidence) -> str:
+    """The line under a lab page's title naming where its numbers come from: record, machine and run (captions.py)."""
+    return render_block(Block(css="lab-measured-on", paragraphs=[measured_line(evidence)]))
 
 
 def load_warning(evidence: Evidence) -> str | None:

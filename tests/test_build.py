@@ -41,6 +41,22 @@ def test_article_shows_environment_raw_repetitions_medians_and_chart_from_the_re
     assert "<svg" in html and "{{ lab:" not in html
 
 
+def test_the_404_page_links_relative_to_the_site_so_it_works_opened_from_disk(built_site: tuple[Path, str]) -> None:
+    """MkDocs gives an error page root-absolute links ('/assets/...'); the hook makes them relative, and each one
+    reaches a file of the built site."""
+    site = built_site[0]
+    page = (site / "404.html").read_text(encoding="utf-8")
+    links = re.findall(r'(?:href|src)="([^"]*)"', page)
+    assert links, "404.html links nothing: not the theme's page"
+    absolute = [link for link in links if link.startswith("/")]
+    assert absolute == [], absolute
+    local = [link.split("#")[0].split("?")[0] for link in links if not re.match(r"[a-z][a-z0-9+.-]*:|#", link)]
+    assert any(link.endswith(".css") for link in local) and any(link.endswith(".js") for link in local), local
+    for link in filter(None, local):
+        target = (site / link).resolve()
+        assert (target / "index.html" if target.is_dir() else target).is_file(), link
+
+
 def test_article_includes_the_real_forward_source(built_site: tuple[Path, str]) -> None:
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", article(built_site)))
     source = (Path(__file__).parents[1] / "labs/llm/kv-cache/kv_cache/model.py").read_text()

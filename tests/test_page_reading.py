@@ -93,6 +93,27 @@ def test_every_lab_page_reads_as_an_explanation(built_site: tuple[Path, str], ch
     assert problems == []
 
 
+def test_every_lab_page_names_its_machine_and_run_once_where_a_reader_sees_it(built_site: tuple[Path, str]) -> None:
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    problems = []
+    for page in lab_pages(built_site[0]):
+        text = " ".join(reading(page).words)
+        lines = re.findall(r"Measured on (.+?), (?:run (\S+) started \S+ \S+ UTC|no run named, on \S+): (results/\S+\.json)\.",
+                           text)
+        if len(lines) != 1:
+            problems.append(f"{page.parent.name}: {len(lines)} lines naming its record, machine and run")
+            continue
+        machine, run, path = lines[0]
+        record = json.loads((root / path).read_text(encoding="utf-8"))
+        if not machine.startswith(record["environment"]["cpu"]["model"].strip()):
+            problems.append(f"{page.parent.name}: machine {machine!r}, its record says {record['environment']['cpu']}")
+        if run != ((record.get("run") or {}).get("id") or ""):
+            problems.append(f"{page.parent.name}: run {run!r}, its record says {record.get('run')}")
+    assert problems == []
+
+
 def test_the_reader_counts_visible_words_and_places_questions() -> None:
     html = ("<article><p>one two three</p><details class='note'><p>hidden words here</p></details>"
             "<details class='question'><summary>q</summary><p>answer words</p></details><svg><text>x</text></svg>"

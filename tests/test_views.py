@@ -19,7 +19,7 @@ from site_hooks import prose
 from site_hooks.errors import SiteBuildError
 from site_hooks.evidence import Evidence
 from site_hooks.formatting import format_ms, plural
-from site_hooks.views import render_view, views_for
+from site_hooks.views import measured_note, render_view, views_for
 
 from conftest import LAB, STORAGE_LAB
 
@@ -322,11 +322,46 @@ def test_a_page_says_under_its_title_that_its_record_was_measured_under_load_and
     if not warned:
         assert "Measured under load" not in text and "lab-config" in text
         return
-    title, warning, intro = (text.index(part) for part in ("<h1>The KV cache</h1>", "Measured under load",
-                                                           "What this page shows."))
-    assert title < warning < intro
+    title, measured, warning, intro = (text.index(part) for part in (
+        "<h1>The KV cache</h1>", "Measured on ", "Measured under load",
+        "What this page shows."))
+    assert title < measured < warning < intro
     assert ("The timings on this page, from <code>results/cache-results.json</code>, were measured while other work "
             "kept 1.18 of the machine's 2 cores busy on average over 24 s") in text
+
+
+def page_text(evidences: dict[str, Evidence], monkeypatch: pytest.MonkeyPatch, source: str) -> str:
+    """A page's Markdown through the hook and Markdown, as its reader gets the text."""
+    import markdown
+
+    from site_hooks import hooks
+
+    monkeypatch.setattr(hooks, "_evidence", evidences)
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="llm/kv-cache.md"), url="llm/kv-cache/")
+    converted = markdown.markdown(hooks.on_page_markdown(source, page, None, None))  # type: ignore[arg-type]
+    return html.unescape(hooks.on_page_content(converted, page, None, None))  # type: ignore[arg-type]
+
+
+def test_a_lab_page_names_its_machine_and_run_once_under_its_title(
+        evidence: Evidence, storage_evidence: Evidence, monkeypatch: pytest.MonkeyPatch) -> None:
+    evidence.record["environment"]["cpu"].update(model="AMD EPYC", logical_cores=2)
+    evidence.record["run"] = {"id": "20261206T055326Z-55c840", "started_utc": "2026-12-06T05:53:26Z",
+                              "labs": ["kv-cache", "kv-storage"], "reference": True}
+    storage_evidence.record["environment"]["cpu"].update(model="Another CPU", logical_cores=8)
+    source = "# The KV cache\n\nWhat this page shows.\n\n{{ lab:kv-cache:config }}\n\n{{ lab:kv-storage:config }}\n"
+    text = page_text({"kv-cache": evidence, "kv-storage": storage_evidence}, monkeypatch, source)
+    line = ("Measured on AMD EPYC, 2 logical cores, run 20261206T055326Z-55c840 started 2026-12-06 05:53:26 UTC: "
+            "results/cache-results.json.")
+    assert text.count(line) == 1 and text.count("Measured on ") == 1  # the page's own lab, the first it names
+    assert text.index("<h1>The KV cache</h1>") < text.index(line) < text.index("What this page shows.")
+    assert "Another CPU" not in text
+    del evidence.record["run"]  # a record made before records named their run
+    evidence.record["environment"]["cpu"].update(model=HOSTILE, logical_cores=None)
+    text = page_text({"kv-cache": evidence, "kv-storage": storage_evidence}, monkeypatch, source)
+    day = evidence.record["created_utc"].partition("T")[0]
+    assert f"Measured on {HOSTILE}, no run named, on {day}: results/cache-results.json." in text  # unescaped here
+    assert "<script>" not in measured_note(evidence)  # escaped as every block is
+    assert "Measured on" not in page_text({"kv-cache": evidence}, monkeypatch, "# Labs\n\nNo lab named here.\n")
 
 
 def test_line_chart_draws_any_number_of_series_with_a_wrapped_legend() -> None:

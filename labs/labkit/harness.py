@@ -92,7 +92,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, quick: di
     if args.machine is None:  # a record under results/machines/<lab>/ is named for its machine
         in_machines = args.output.resolve().parent.parent.name == "machines"
         try:
-            args.machine = check_label(args.output.stem, "--output") if in_machines else derived_label(threads=args.threads)
+            args.machine = check_label(args.output.stem, "--output") if in_machines else derived_label()
         except LabelError as error:
             parser.error(str(error))
     elif args.output.resolve().parent.parent.name == "machines" and args.output.stem != args.machine:

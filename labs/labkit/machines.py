@@ -1,7 +1,7 @@
 """Records from several machines: one reference per lab, and any number of others named by a label.
 
     results/cache-results.json                  the reference: the article's prose and tables
-    results/machines/kv-cache/<label>.json      one record per other machine, e.g. amd-epyc-1t.json
+    results/machines/kv-cache/<label>.json      one record per other machine, e.g. amd-epyc.json
 
 ``make bench`` writes this machine's record under its label and never touches the reference;
 ``make bench REFERENCE=1`` replaces the reference. A label is given (``MACHINE=...``) or derived from
@@ -21,7 +21,6 @@ from .records import RecordError, read_bounded
 
 MACHINES_DIR = Path("results") / "machines"
 LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # whole label (fullmatch): "$" would let "abc\n" through
-DEFAULT_THREADS = 1  # what every benchmark's --threads defaults to
 
 
 class LabelError(ValueError):
@@ -35,10 +34,12 @@ def check_label(label: str, where: str) -> str:
     return label
 
 
-def derived_label(cpu: str | None = None, threads: int = DEFAULT_THREADS) -> str:
-    """'AMD EPYC 7B13', 1 thread -> 'amd-epyc-7b13-1t'."""
+def derived_label(cpu: str | None = None) -> str:
+    """'AMD EPYC 7B13' -> 'amd-epyc-7b13'. NOTE: the machine, not a benchmark's settings: a label that carried a
+    thread count ('-1t') misnamed every lab that times at more than one (the decode lab at 1 and 2 threads, the
+    serving engine at 2); each record states its threads in its config and environment."""
     slug = re.sub(r"[^a-z0-9]+", "-", (cpu or cpu_model()).lower()).strip("-")[:56] or "cpu"
-    return f"{slug}-{threads}t"
+    return slug
 
 
 def machine_record_path(lab: Lab, label: str) -> Path:

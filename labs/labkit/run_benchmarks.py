@@ -221,8 +221,10 @@ def main(argv: list[str]) -> int:
 
 
 def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Stop, run: dict[str, Any]) -> int:
-    """Each lab's benchmark in turn, every one handed the same ``run`` (labkit.runs)."""
-    failed = []
+    """Each lab's benchmark in turn, every one handed the same ``run`` (labkit.runs); each lab's wall time and the
+    whole run's are said as they end (a reference run of every lab is meant to fit in 20 minutes on a 2-core
+    machine: the line says how close it came)."""
+    failed, started = [], time.monotonic()
     for lab in labs:
         if stop.signum is not None:
             say(f"{STOP_WORDS[stop.signum]} before {lab.name}; it and the labs after it were not measured")
@@ -242,6 +244,7 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
         if created:
             folder.mkdir(parents=True)
         say(f"{lab.name}: python {' '.join(arguments)}")
+        lab_started = time.monotonic()
         code = run_one(arguments, stop, run)
         for empty in (f for f in created if code != 0 and not any(f.iterdir())):
             empty.rmdir()
@@ -249,11 +252,20 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
         if signum is not None:  # the benchmark's own line said what became of its record
             say(f"{STOP_WORDS[signum]} during {lab.name}; the labs after it were not measured")
             return 128 + signum
+        say(f"{lab.name}: {'done' if code == 0 else f'exit status {code}'} after {clock(time.monotonic() - lab_started)}")
         if code != 0:
             failed.append(lab.name)
+    say(f"run {run['id']}: {len(labs) - len(failed)} of {len(labs)} benchmark(s) wrote a record in "
+        f"{clock(time.monotonic() - started)}")
     if failed:
         say(f"failed: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def clock(seconds: float) -> str:
+    """'19 min 59 s' or '42 s'."""
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ and each comparative sentence follows the data: fed the opposite case and a case
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the views package sits beside the tests, as the site build finds it
 
 from kv_prefix_views import VIEWS, headline  # noqa: E402
-from kv_prefix_views.common import ttft_sentence  # noqa: E402
+from kv_prefix_views.common import NAMES, times, ttft_sentence  # noqa: E402
 from kv_prefix_views.pictures import PROMPTS, tables  # noqa: E402
 from kv_serving.prefix.indexes import HashIndex, RadixIndex  # noqa: E402
 from site_hooks.blocks import render_block  # noqa: E402
@@ -31,12 +33,19 @@ def rederived(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def with_ttfts(record: dict[str, Any], workload: str, key: str, ttfts: list[float]) -> dict[str, Any]:
-    """A copy in which run ``key``'s requests took these times to first token (repeated over its requests)."""
+CACHED_HOLDS = [f"{caching}-{order}-holds" for caching in ("hash", "radix") for order in ("fcfs", "longest-prefix")]
+
+
+def same_work(record: dict[str, Any], workload: str) -> dict[str, Any]:
+    """A copy in which every cached run in the pool that holds the working set found, request by request, what the
+    hash chain found first come: four runs that did the same work."""
     record = copy.deepcopy(record)
-    for index, request in enumerate(record["workloads"][workload]["runs"][key]["requests"]):
-        request["ttft_s"] = ttfts[index % len(ttfts)]
-    return rederived(record)
+    runs = record["workloads"][workload]["runs"]
+    found = {(r["session"], r["turn"]): r["cached_tokens"] for r in runs["hash-fcfs-holds"]["requests"]}
+    for key in CACHED_HOLDS:
+        for request in runs[key]["requests"]:
+            request["cached_tokens"] = found[(request["session"], request["turn"])]
+    return record
 
 
 class Views(unittest.TestCase):
@@ -51,13 +60,151 @@ class Views(unittest.TestCase):
                 self.assertGreater(len(html), 100)
         self.assertEqual(len(headline(self.record)), 1)
 
-    def test_cached_ttft_is_called_lower_only_where_the_middle_halves_part(self) -> None:
-        off = [r["ttft_s"] for r in self.record["workloads"]["shared_system"]["runs"]["off-fcfs-holds"]["requests"]]
-        cases = {"cut": [t / 10 for t in off], "raised": [t * 10 for t in off], "cannot tell": off}
-        for word, ttfts in cases.items():
-            with self.subTest(case=word):
-                record = with_ttfts(self.record, "shared_system", "hash-fcfs-holds", ttfts)
-                self.assertIn(word, ttft_sentence(record, "shared_system"))
+    def test_the_ttft_verdict_reads_every_cached_run_that_did_the_same_work(self) -> None:
+        off = [r["ttft_s"] for r in self.record["workloads"]["few_shot"]["runs"]["off-fcfs-holds"]["requests"]]
+
+        def said(factors: list[float]) -> str:
+            """The sentence where the four cached runs' requests took the uncached run's TTFTs times these."""
+            record = same_work(self.record, "few_shot")
+            for key, factor in zip(CACHED_HOLDS, factors):
+                for request, ttft in zip(record["workloads"]["few_shot"]["runs"][key]["requests"], off):
+                    request["ttft_s"] = ttft * factor
+            return ttft_sentence(rederived(record), "few_shot")
+
+        cut, raised, same = said([0.1] * 4), said([10] * 4), said([1] * 4)
+        self.assertIn("caching cut the time to first token: in all 4 cached runs that did the same work", cut)
+        self.assertIn("lay wholly below the uncached run's", cut)
+        self.assertIn("caching raised the time to first token", raised)
+        self.assertIn("lay wholly above", raised)
+        self.assertIn("cannot tell", same)
+        self.assertNotIn("cut", same)
+        mixed = said([0.1, 0.1, 0.1, 1])
+        self.assertIn("in 3 of the 4 cached runs that did the same work", mixed)
+        self.assertIn("in 1 they overlapped", mixed)
+        self.assertNotIn("caching cut", mixed)
+        three_ways = said([0.1, 0.1, 1, 10])
+        self.assertIn("in 2 of the 4", three_ways)
+        self.assertIn("in 1 they overlapped and in 1 they lay wholly above", three_ways)
+
+    def test_a_cached_run_that_did_other_work_is_not_counted(self) -> None:
+        record = same_work(self.record, "few_shot")
+        alike = rederived(copy.deepcopy(record))["workloads"]["few_shot"]["figures"]["same_work_holds"]
+        self.assertEqual(alike["runs"], 4)
+        request = record["workloads"]["few_shot"]["runs"]["radix-longest-prefix-holds"]["requests"][-1]
+        request["cached_tokens"] = 0 if request["cached_tokens"] else 16
+        self.assertEqual(rederived(record)["workloads"]["few_shot"]["figures"]["same_work_holds"]["runs"], 3)
+        said = ttft_sentence(record, "few_shot")
+        self.assertRegex(said, r"(in all|of the) 3 cached runs")
+        self.assertNotIn("4 cached runs", said)
+
+    def test_times_side_by_side_share_one_unit_and_precision(self) -> None:
+        self.assertEqual(times([1.0, 7.0]), ["1.00 s", "7.00 s"])
+        self.assertEqual(times([0.929, 8.33]), ["0.93 s", "8.33 s"])
+        self.assertEqual(times([0.25]), ["250 ms"])
+        self.assertEqual(times([0.0379, 0.0012]), ["37.9 ms", "1.2 ms"])
+        for name in ("shared-system", "multi-turn", "few-shot-runs", "order", "order-price"):
+            with self.subTest(view=name):
+                cells = [cell for row in VIEWS[name](self.record).tables[0].rows for cell in row[2:]]
+                shown = re.findall(r"(\d+(?:\.(\d+))?) (s|ms|µs)\b", " ".join(str(cell) for cell in cells))
+                self.assertGreater(len(shown), 3)
+                self.assertEqual(len({(len(decimals), unit) for _, decimals, unit in shown}), 1, shown)
+
+    def test_the_queue_sentence_weighs_the_uncached_prefill_against_the_arrivals(self) -> None:
+        span = self.record["workloads"]["shared_system"]["figures"]["queue"]["arrival_span_s"]
+
+        def said(prefill_s: float) -> str:
+            record = copy.deepcopy(self.record)
+            record["workloads"]["shared_system"]["runs"]["off-fcfs-holds"]["server"]["prefill_seconds"] = prefill_s
+            for entry in record["workloads"]["shared_system"]["runs"].values():  # a record without admission times
+                for request in entry["requests"]:
+                    request.pop("waited_s", None)
+            return render_block(VIEWS["queue"](rederived(record)))
+
+        long, some, short = said(span * 10), said(span * 1.5), said(span / 2)
+        self.assertIn("still to do", long)
+        self.assertIn("much of the cut", long)
+        self.assertIn("part of the cut", some)
+        self.assertIn("fitted within the span", short)
+        self.assertNotIn("still to do", short)
+        for text in (long, some, short):
+            self.assertIn("cannot say how the cut splits", text)
+
+    def test_with_admission_times_the_wait_and_the_own_prefill_are_said_apart(self) -> None:
+        record = copy.deepcopy(self.record)
+        for key, (waited, ttft) in (("off-fcfs-holds", (6.0, 7.0)), ("hash-fcfs-holds", (0.75, 1.0))):
+            for request in record["workloads"]["shared_system"]["runs"][key]["requests"]:
+                request["waited_s"], request["ttft_s"] = waited, ttft
+        text = render_block(VIEWS["queue"](rederived(record)))
+        self.assertIn("uncached, a request waited 6.00 s in the queue, then 1.00 s to its first token; with the "
+                      "cache, 0.75 s, then 0.25 s", text)
+        self.assertNotIn("cannot say", text)
+
+    def test_the_indexes_are_said_to_part_under_eviction_only_where_the_record_says_so(self) -> None:
+        def evicting(edit: Callable[[dict[str, Any]], None]) -> str:
+            record = copy.deepcopy(self.record)
+            edit(record)
+            return render_block(VIEWS["indexes"](rederived(record)))
+
+        def alike(record: dict[str, Any]) -> None:
+            """Every radix run under eviction made to evict and find what the hash chain's did."""
+            for workload in record["workloads"].values():
+                for order in ("fcfs", "longest-prefix"):
+                    hashed, tree = (workload["runs"][f"{c}-{order}-evicts"] for c in ("hash", "radix"))
+                    tree["prefix"]["evictions"] = hashed["prefix"]["evictions"]
+                    found = {(r["session"], r["turn"]): r["cached_tokens"] for r in hashed["requests"]}
+                    for request in tree["requests"]:
+                        request["cached_tokens"] = found[(request["session"], request["turn"])]
+
+        def one_apart(record: dict[str, Any]) -> None:
+            alike(record)
+            record["workloads"]["multi_turn"]["runs"]["radix-fcfs-evicts"]["prefix"]["evictions"] += 5
+
+        same, apart = evicting(alike), evicting(one_apart)
+        self.assertIn("coincided here", same)
+        self.assertNotIn("parted in 1", same)
+        self.assertIn("parted in 1 setting of the 6 settings", apart)
+        self.assertIn("multi-turn chats, first come", apart)
+        self.assertNotIn("coincided", apart)
+
+    def test_the_order_price_is_worded_from_the_requests_it_ranks_last(self) -> None:
+        def row(factor: float) -> tuple[Any, ...]:
+            """The few-shot hash-chain row where the head-only requests took their first-come TTFT times this
+            under longest prefix first."""
+            record = copy.deepcopy(self.record)
+            runs = record["workloads"]["few_shot"]["runs"]
+            head = self.record["workloads"]["few_shot"]["figures"]["shared_head_whole_block_tokens"]
+            before = {(r["session"], r["turn"]): r["ttft_s"] for r in runs["hash-fcfs-evicts"]["requests"]}
+            for request in runs["hash-longest-prefix-evicts"]["requests"]:
+                if request["cached_tokens"] <= head:
+                    request["ttft_s"] = before[(request["session"], request["turn"])] * factor
+            rows = VIEWS["order-price"](rederived(record)).tables[0].rows
+            return next(r for r in rows if r[0] == NAMES["few_shot"] and r[1] == "hash chain")
+
+        self.assertIn("(higher in this run)", row(10)[3])
+        self.assertIn(" → ", row(10)[4])  # the most delayed of them, no verdict
+        self.assertIn("(lower in this run)", row(0.1)[3])
+        self.assertEqual(row(0.1)[4], "none waited longer")
+        self.assertIn("(within the spread)", row(1)[3])
+
+        def unranked(factor: float) -> tuple[tuple[Any, ...], str]:
+            """The multi-turn radix-tree row, and the notes, where no request found anything cached under longest
+            prefix first and each took its first-come TTFT times this."""
+            record = copy.deepcopy(self.record)
+            runs = record["workloads"]["multi_turn"]["runs"]
+            before = {(r["session"], r["turn"]): r["ttft_s"] for r in runs["radix-fcfs-evicts"]["requests"]}
+            for request in runs["radix-longest-prefix-evicts"]["requests"]:
+                request["cached_tokens"] = 0
+                request["ttft_s"] = before[(request["session"], request["turn"])] * factor
+            block = VIEWS["order-price"](rederived(record))
+            found = next(r for r in block.tables[0].rows if r[0] == NAMES["multi_turn"] and r[1] == "radix tree")
+            return found, " ".join(block.notes)
+
+        (apart, apart_notes), (alike, alike_notes) = unranked(10), unranked(1)
+        self.assertIn("nothing to rank", apart[6])
+        self.assertIn("(higher in this run)", apart[3])
+        self.assertIn("multi-turn chats, radix tree", apart_notes)  # a difference with nothing ranked: the runs' own
+        self.assertIn("(within the spread)", alike[3])
+        self.assertNotIn("multi-turn chats, radix tree", alike_notes)
 
     def test_halves_below_reads_the_middle_halves(self) -> None:
         self.assertIs(halves_below([1, 1, 1, 1], [2, 2, 2, 2]), True)

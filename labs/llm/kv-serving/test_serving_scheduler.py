@@ -8,7 +8,7 @@ import unittest
 
 from kv_serving.admission import KVBudget, MaxRunning
 from kv_serving.prefill_bound import DECAY, PrefillRate
-from kv_serving.request import Failed, Finished, Request, Status
+from kv_serving.request import Failed, Finished, Request, Status, Token
 from kv_serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
 from kv_serving.testing import TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
 from labkit.waiting import HANG_S, bounded, eventually, within
@@ -317,6 +317,25 @@ class SchedulerTest(SchedulerTestCase):
             self.assertIsInstance(end, Failed)
             self.assertEqual(request.output, [])
         self.assert_idle_with_every_block_free(scheduler)
+
+    async def test_a_request_is_stamped_when_admitted_never_while_it_waits(self) -> None:
+        scheduler = self.start(num_blocks=8, policy=KVBudget(8 * tiny_engine().block_bytes))
+        first = scheduler.submit([1] * 20, 12)  # 8 blocks: the whole budget
+        second = scheduler.submit([2] * 4, 4)  # waits until the first has ended
+        cancelled = scheduler.submit([3] * 4, 4)
+        scheduler.disconnect(cancelled)
+        event = await within(first.events.get(), "the first request's first token")
+        self.assertIsInstance(event, Token)
+        self.assertIsNone(second.admitted_s)  # the pool is full while the first runs: the second still waits
+        tokens, _ = await within(drain(first), "the first request to finish")
+        self.assertEqual(len(tokens), 11)  # its other tokens: it ran on while the second waited
+        await within(drain(second), "the queued request to finish")
+        await within(drain(cancelled), "the cancelled request to fail")
+        self.assertIsNotNone(first.admitted_s)
+        self.assertGreaterEqual(first.admitted_s, first.arrival_s)
+        # admitted only once the first had ended and given its blocks back
+        self.assertGreater(second.admitted_s, first.admitted_s)
+        self.assertIsNone(cancelled.admitted_s)
 
 
 if __name__ == "__main__":

@@ -61,12 +61,15 @@ class SoloView(unittest.TestCase):
         text = self.text({128: (60 * MS, 59 * MS, 61 * MS), 512: (40 * MS, 39 * MS, 41 * MS), 1024: (50 * MS, 40 * MS, 60 * MS)},
                          {128: (50 * MS, 49 * MS, 51 * MS), 512: (50 * MS, 49 * MS, 51 * MS), 1024: (50 * MS, 49 * MS, 51 * MS)})
         rows = text.split("<tr>")[2:]
-        self.assertIn("slower", rows[0])
-        self.assertIn("faster", rows[1])
-        self.assertIn("within both cells&#39; ranges", rows[2])
+        self.assertIn("apart: served slower", rows[0])
+        self.assertIn("apart: served faster", rows[1])
+        self.assertIn("ranges overlap: neither faster", rows[2])  # 40-60 ms holds 49-51 ms
+        self.assertNotIn("slower", rows[2] + rows[1])
+        self.assertNotIn("faster", rows[0])
         self.assertIn("its record of 2026-12-03, measured in the same run", text)
-        self.assertIn("took 10.00 ms less at 1,024 positions than at 128, and the decode lab&#39;s fastest 0.000 ms more",
-                      text)
+        self.assertIn("At 1 thread, the served step at 128 and at 1,024 positions: ranges overlap, medians 10.00 ms apart; "
+                      "the decode lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 0.000 ms "
+                      "apart.", text)  # 40-60 ms holds 59-61 ms: neither more nor less
 
     def test_a_decode_record_from_another_run_is_not_set_beside_even_on_the_same_cpu(self) -> None:
         for other_run in ({**RUN, "id": "20261201T080000Z-0b1c2d", "labs": ["decode-bandwidth"]}, None):
@@ -97,10 +100,19 @@ class SoloView(unittest.TestCase):
             formulas.growth_over_decode(rows)
         with mock.patch.object(solo, "reference_record", lambda name: fastest):
             text = render_block(solo.solo_view(one))
-        self.assertIn("At 1 thread, by medians, the served step took 10.00 ms more at 1,024 positions than at 128, "
-                      "and the decode lab&#39;s fastest 5.000 ms more", text)
-        self.assertIn("At 2 threads, by medians, the served step took 4.000 ms more at 1,024 positions than at 128, "
-                      "and the decode lab&#39;s fastest 1.000 ms more", text)
+        self.assertIn("At 1 thread, the served step took 10.00 ms more at 1,024 positions than at 128; the decode "
+                      "lab&#39;s fastest step took 5.000 ms more at 1,024 positions than at 128.", text)
+        self.assertIn("At 2 threads, the served step took 4.000 ms more at 1,024 positions than at 128; the decode "
+                      "lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 1.000 ms apart.",
+                      text)  # 29-31 ms against 30-32 ms
+
+    def test_cells_of_too_few_steps_are_called_neither_slower_nor_faster(self) -> None:
+        record = serving({128: (60 * MS, 59 * MS, 61 * MS)})
+        record["trained"]["solo_steps"][0]["durations_ns"] = [59 * MS, 61 * MS]  # apart from 49-51 ms, but two steps
+        with mock.patch.object(solo, "reference_record", lambda name: decode({128: (50 * MS, 49 * MS, 51 * MS)})):
+            row = render_block(solo.solo_view(record)).split("<tr>")[2]
+        self.assertIn(f"too few steps to tell (fewer than {formulas.MIN_PARTED} in a cell)", row)
+        self.assertNotIn("slower", row)
 
     def test_a_decode_record_without_these_contexts_is_said_in_one_sentence(self) -> None:
         text = self.text({16: (1 * MS, 1 * MS, 1 * MS)}, {128: (50 * MS, 49 * MS, 51 * MS)})

@@ -11,7 +11,15 @@ from decode_bandwidth.accelerator import LONG_CONTEXT, full_budget
 from kv_serving.accelerator import served_here
 from kv_serving_views import VIEWS
 from kv_serving_views.accelerator import lessons
-from kv_serving_views.trained import admission_note, answer_concurrent_view, matching_sentence, speedup_sentence
+from kv_serving_views.trained import (
+    admission_note,
+    answer_concurrent_view,
+    arrivals_sentence,
+    budget_sentence,
+    matching_sentence,
+    prompts_sentence,
+    speedup_sentence,
+)
 from labkit.manifest import lab_for
 from labkit.testing import committed_record
 from llm_models.hardware import H100_SXM
@@ -67,6 +75,50 @@ class TrainedSentences(unittest.TestCase):
         self.assertIn("11 of its 12 completed requests wrote the same tokens as alone", batched)
         self.assertIn("On this run they did: at 64 arrivals per second no decode step carried more than one",
                       render_block(answer_concurrent_view(record(1))))
+
+    def test_the_prompts_are_said_by_their_own_lengths_and_the_output_bound_apart(self) -> None:
+        text = prompts_sentence({"requests": 3, "prompt_tokens": [40, 36, 53], "max_tokens": 28,
+                                 "prompt_file": "prompts.json", "prompts_sha256": "ab" * 32,
+                                 "model": {"layers": 30, "dtype": "float32"}})
+        self.assertTrue(text.startswith("3 real prompts of 36 to 53 tokens from prompts.json"))
+        self.assertIn("each answered with at most 28 tokens", text)
+
+    @staticmethod
+    def arrivals(*runs: tuple[float, float, float]) -> dict:
+        """(rate, arrival span, run duration) per run; the share is derived as the figures module does."""
+        return {"points": [{"rate": rate, "arrival_span_s": span, "arrival_share": span / duration,
+                            "summary": {"requests": 16, "duration_s": duration}} for rate, span, duration in runs]}
+
+    def test_arrivals_name_each_rate_and_span_and_call_a_run_a_burst_only_when_they_end_early(self) -> None:
+        both = arrivals_sentence(self.arrivals((64.0, 0.107, 5.8), (4.0, 1.686, 5.9)))
+        self.assertTrue(both.startswith("The load generator sent them at 2 Poisson rates, 4 and 64 per second: at 4/s "
+                                        "the 16 arrivals took 1.69 s of a 5.9 s run and at 64/s the 16 arrivals took "
+                                        "0.11 s of a 5.8 s run."))
+        self.assertIn("At every rate the arrivals were over before half the run had passed: each run is a burst", both)
+        steady = arrivals_sentence(self.arrivals((0.5, 30.0, 36.0), (1.0, 15.0, 21.0)))  # the opposite: streams
+        self.assertNotIn("burst", steady)
+        mixed = arrivals_sentence(self.arrivals((0.5, 30.0, 36.0), (64.0, 0.1, 6.0)))
+        self.assertIn("At 64/s the arrivals were over before half the run had passed: a burst", mixed)
+        self.assertNotIn("every rate", mixed)
+        edge = arrivals_sentence(self.arrivals((4.0, 3.0, 6.0)))  # arrivals end exactly at half the run: no burst
+        self.assertNotIn("burst", edge)
+        self.assertIn("burst", arrivals_sentence(self.arrivals((4.0, 2.9, 6.0))))
+
+    def test_the_byte_budget_is_said_as_its_share_of_the_pool_and_called_smaller_only_when_it_is(self) -> None:
+        def policies(budget: int, pool: int = 40) -> dict:
+            server = {"budget_blocks": budget, "num_blocks": pool, "budget_share_of_pool": budget / pool,
+                      "peak_running": 6}
+            return {"admission": {"policies": [
+                {"name": "kv_budget_bytes", "server": server},
+                {"name": "count_safe", "server": {"peak_running": 8}},
+                {"name": "count_average", "server": {"peak_running": 8}}]}}
+        smaller = budget_sentence(policies(30))
+        self.assertIn("The byte server's budget is 75% of the pool, 30 of its 40 blocks, and it ran up to 6 requests "
+                      "at once; the count servers, limited only by the pool, ran up to 8.", smaller)
+        self.assertIn("a smaller budget beside the whole pool", smaller)
+        whole = budget_sentence(policies(40))
+        self.assertIn("budget is 100% of the pool, 40 of its 40 blocks", whole)
+        self.assertNotIn("smaller budget", whole)
 
 
 if __name__ == "__main__":

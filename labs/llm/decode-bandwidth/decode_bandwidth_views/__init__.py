@@ -17,7 +17,7 @@ from .client import client_view
 from .comparison import comparison_view
 from .compiled import compiled_summary_view, compiled_view
 from .equivalence import equivalence_view
-from .floor import floor_view
+from .floor import floor_drift_view, floor_view
 from .layout import kernel_chart_view, layout_view
 from .model import model_view
 from .pictures import regime_grid_view, roofline_picture_view, step_bytes_view
@@ -39,7 +39,7 @@ from .trained import (
 from .variants import variants_view
 
 VIEWS: dict[str, View] = {
-    "model": model_view, "floor": floor_view, "layout": layout_view, "decode-equivalence": equivalence_view,
+    "model": model_view, "floor": floor_view, "floor-drift": floor_drift_view, "layout": layout_view, "decode-equivalence": equivalence_view,
     "roofline": roofline_view, "roofline-picture": roofline_picture_view, "comparison": comparison_view, "batches": batches_view, "batch-one": batch_one_view,
     "variants": variants_view, "profile": profile_view, "client": client_view, "key-results": key_results_view,
     "step-bytes": step_bytes_view, "regimes": regime_grid_view, "answer-gap": answer_gap_view,

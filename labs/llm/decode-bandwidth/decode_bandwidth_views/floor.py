@@ -41,6 +41,12 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
     ]
 
 
+def floor_drift_view(record: dict[str, Any]) -> Block:
+    """How the floor moved through the run, and which floor bounds the trained step: the page folds it away."""
+    sized = step_sized_sentence(record)
+    return Block(paragraphs=[beside_sentence(record["hardware"]), *([sized] if sized else [])])
+
+
 def beside_sentence(machine: dict[str, Any]) -> str:
     """How the floor read through the run wandered at each thread count (figures.derivation.floor_stability):
     stated, as what this machine did while it was measured, never a reason to refuse the run."""
@@ -84,9 +90,7 @@ def floor_view(record: dict[str, Any]) -> Block:
               f"model's configuration ({model['layers']} layers, width {model['width']}, {model['kv_heads']} key/value "
               f"heads of {model['head_dim']}, vocabulary {model['vocab_size']:,}): the memory floor is the total ÷ the "
               "read bandwidth measured beside its group; the arithmetic floor is the step's flops ÷ the measured matmul rate.")
-    sized = step_sized_sentence(record)
-    return Block(paragraphs=[*machine_paragraphs(record["hardware"]), beside_sentence(record["hardware"]),
-                             *([sized] if sized else [])],
+    return Block(paragraphs=machine_paragraphs(record["hardware"]),
                  tables=[kernels_table(record["hardware"]), table],
                  notes=[legend, crossing, bound_sentence(groups), activations_sentence(record, groups)])
 

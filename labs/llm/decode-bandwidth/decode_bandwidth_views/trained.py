@@ -325,8 +325,7 @@ def trained_verdict_view(record: dict[str, Any]) -> Block:
     regimes = join(sorted({REGIMES[cell["regime"]] for cell in ours}))
     text = (f"At {threads_text(threads)}, over contexts {contexts[0]:,} to {contexts[-1]:,}, this decoder's step took "
             f"{ratio_range([c['step_over_floor'] for c in ours])} its floor ({regimes}) and transformers' "
-            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} in its step time, each "
-            f"ratio the median of its rounds'.")
+            f"{ratio_range([c['step_over_floor'] for c in theirs])}; ours was {verdict} in its step time.")
     second = threads_sentence(record)
     return answer(text, *ladder_sentences(record), *([second] if second else []))
 
@@ -386,7 +385,7 @@ def trained_item(record: dict[str, Any]) -> str:
             f"({join(sorted({g['best_float32_mode'] for g in groups}))}) took "
             f"{ratio_range([g['best_over_floor'] for g in groups])} its floor over contexts {contexts[0]:,} to "
             f"{contexts[-1]:,}, {verdict} in step "
-            f"time (medians of ratios within paired rounds), after every mode matched its reference logits at every context; over int8 weights "
+            f"time, after every mode matched its reference logits at every context; over int8 weights "
             f"{ratio_range([g['int8_over_best_float32'] for g in groups])} the best float32 step, with a mean KL of "
             f"{format_sci(section['quality']['figures']['int8']['kl_mean'])} nats from float32.")
 

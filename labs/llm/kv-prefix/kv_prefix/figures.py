@@ -4,7 +4,10 @@ Per run: the share of prompt tokens found cached, the prompt tokens prefilled, t
 percentile of its requests), output tokens per second over the run, evictions and the blocks the cache held at most.
 Per workload: each cached run's median TTFT over the uncached run's at the same pool, whether every request generated
 what it generated uncached, whether the two indexes found the same tokens, and the hits the prefix rule predicts
-(each request finds the longest run of full blocks it shares from position 0 with an earlier request).
+(each request finds the longest run of full blocks it shares from position 0 with an earlier request); per pool, the
+TTFT verdicts of every cached run that did the same work (same_work); the uncached run's prefill seconds against the
+span its requests were sent over (queue); per index, what the cache-aware order did to the requests that found only
+the shared head (order_price). Across workloads: where the two indexes evicted or found differently under eviction.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ ORDERS = ("fcfs", "longest-prefix")
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 CACHINGS = ("off", "hash", "radix")
 POOLS = ("holds", "evicts")
+# Where at least this share of the uncached run's prefill was still to do when its last request arrived, the page
+# says "much of" the cut in time to first token is the queue clearing (else "part of").
+QUEUE_MOSTLY = 0.5
 
 
 def run_key(caching: str, order: str, pool: str) -> str:
@@ -115,6 +121,76 @@ def block_cost(record: dict[str, Any]) -> dict[str, Any]:
             "shared_head_bytes": shared // size * one, "shared_head_prefill_s": shared // size * size * per_token}
 
 
+def work(run: dict[str, Any]) -> tuple[int, int]:
+    """What a run computed: prompt tokens found cached and prompt tokens prefilled, over all its requests."""
+    cached = sum(r["cached_tokens"] for r in run["requests"])
+    return cached, sum(r["prompt_tokens"] for r in run["requests"]) - cached
+
+
+def same_work(runs: dict[str, Any], pool: str) -> dict[str, Any]:
+    """The cached runs in ``pool`` that did the work the hash chain did first come (the same tokens found, the same
+    prefilled): how many, and in how many the middle half of the requests' TTFTs lay wholly below the uncached
+    run's, overlapped it, or lay wholly above (halves_below); their medians' range beside the uncached median. A
+    verdict that held in one of them only is one run's."""
+    off = runs[run_key("off", "fcfs", pool)]
+    done = work(runs[run_key("hash", "fcfs", pool)])
+    alike = [runs[run_key(caching, order, pool)] for caching in ("hash", "radix") for order in ORDERS
+             if work(runs[run_key(caching, order, pool)]) == done]
+    verdicts = [halves_below(ttfts(run), ttfts(off)) for run in alike]
+    medians = [percentile(ttfts(run), 0.5) for run in alike]
+    return {"runs": len(alike), "below": verdicts.count(True), "overlap": verdicts.count(None),
+            "above": verdicts.count(False), "ttft_p50_min_s": min(medians), "ttft_p50_max_s": max(medians),
+            "off_ttft_p50_s": percentile(ttfts(off), 0.5)}
+
+
+def queue(runs: dict[str, Any]) -> dict[str, Any]:
+    """How much prefill the uncached run (first come, the pool that holds everything) needed in all against the span
+    over which its requests were sent, and the same for the hash chain's run: the server's own prefill seconds
+    (time the worker spent in prefills, no request advancing meanwhile). One worker cannot prefill before the first
+    request arrives, so when the last one arrives at least the prefill seconds less the span are still to do: work
+    requests wait behind. Where the record times each request's admission (``waited_s``), the medians of its wait
+    and of the rest of its time to first token (its own prefill, and the first token) for both runs."""
+    off, cached = runs[run_key("off", "fcfs", "holds")], runs[run_key("hash", "fcfs", "holds")]
+    sent = [r["sent_s"] for r in off["requests"]]
+    span, prefill = max(sent) - min(sent), off["server"]["prefill_seconds"]
+    left = max(0.0, prefill - span)  # one worker: by the last arrival it can have prefilled for the span at most
+    found = {"requests": len(sent), "arrival_span_s": span, "off_prefill_s": prefill,
+             "off_prefilled_tokens": work(off)[1], "cached_prefill_s": cached["server"]["prefill_seconds"],
+             "cached_prefilled_tokens": work(cached)[1], "off_prefill_left_at_last_arrival_min_s": left,
+             "off_prefill_left_share_min": left / prefill if prefill else 0.0}
+    if all("waited_s" in r for run in (off, cached) for r in run["requests"]):  # records that time the admission
+        for name, entry in (("off", off), ("cached", cached)):
+            waits = [r["waited_s"] for r in entry["requests"]]
+            after = [r["ttft_s"] - r["waited_s"] for r in entry["requests"]]
+            found[f"{name}_waited_p50_s"] = percentile(waits, 0.5)
+            found[f"{name}_after_admission_p50_s"] = percentile(after, 0.5)
+    return found
+
+
+def order_price(fcfs: dict[str, Any], ranked: dict[str, Any], head: int) -> dict[str, Any]:
+    """What the cache-aware order did to the requests it ranks last, against first come (same cache, same pool):
+    the requests that found no more than the head every prompt shares under longest prefix first (``head_only``),
+    and the others (``more``). Per group: how many, their TTFTs' median under each order, and whether the middle
+    half under longest prefix first lay wholly below first come's (True), above (False) or overlapped (None; also
+    where a group is empty); of the head-only requests, the one whose TTFT rose most, its TTFT under each order
+    (None where none rose)."""
+    before = {(r["session"], r["turn"]): r["ttft_s"] for r in fcfs["requests"]}
+    groups: dict[str, tuple[list[float], list[float]]] = {"head_only": ([], []), "more": ([], [])}
+    for r in ranked["requests"]:
+        first, then = groups["head_only" if r["cached_tokens"] <= head else "more"]
+        first.append(before[(r["session"], r["turn"])])
+        then.append(r["ttft_s"])
+    price: dict[str, Any] = {}
+    for name, (first, then) in groups.items():
+        price[f"{name}_requests"] = len(then)
+        for order, times in (("fcfs", first), ("lpf", then)):
+            price[f"{name}_{order}_p50_s"] = percentile(times, 0.5) if times else None
+        price[f"{name}_lower"] = halves_below(then, first) if then else None
+    rises = [(later - earlier, earlier, later) for earlier, later in zip(*groups["head_only"]) if later > earlier]
+    _, price["head_only_most_delayed_fcfs_s"], price["head_only_most_delayed_lpf_s"] = max(rises, default=(0, None, None))
+    return price
+
+
 def order_groups(workload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any] | None:
     """Few-shot only: the tokens found cached by requests whose examples are in the shared order (the first of them,
     which found nothing to share, apart) and by those in an order of their own (None for a workload whose sessions
@@ -153,6 +229,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
 def derive(record: dict[str, Any]) -> Figures:
     figures = Figures()
     block = record["config"]["block_size"]
+    evicting: list[dict[str, Any]] = []  # each workload and order in the pool that forces eviction, both indexes
     for name, workload in record["workloads"].items():
         runs = workload["runs"]
         for key, run in runs.items():
@@ -192,8 +269,24 @@ def derive(record: dict[str, Any]) -> Figures:
                 summary[f"indexes_agree_{order}_{pool}"] = hits[0] == hits[1]
                 if hits[0] != hits[1]:
                     differ.append({"order": order, "pool": pool, "hash_hit_tokens": hits[0], "radix_hit_tokens": hits[1]})
+                if pool == "evicts":
+                    evicted = [(runs[run_key(c, order, pool)]["prefix"] or {}).get("evictions", 0)
+                               for c in ("hash", "radix")]
+                    evicting.append({"workload": name, "order": order, "hash_evictions": evicted[0],
+                                     "radix_evictions": evicted[1], "hash_hit_tokens": hits[0],
+                                     "radix_hit_tokens": hits[1]})
+            summary[f"same_work_{pool}"] = same_work(runs, pool)
         summary["indexes_differ"] = differ
+        summary["queue"] = queue(runs)
+        for caching in ("hash", "radix"):
+            summary[f"{caching}_order_price"] = order_price(
+                runs[run_key(caching, "fcfs", "evicts")], runs[run_key(caching, "longest-prefix", "evicts")],
+                summary["shared_head_whole_block_tokens"])
         figures.add_each(("workloads", name, "figures"), summary, "its runs")
+    parted = [e for e in evicting
+              if (e["hash_evictions"], e["hash_hit_tokens"]) != (e["radix_evictions"], e["radix_hit_tokens"])]
+    figures.add_each(("indexes",), {"evicting_settings": len(evicting), "evicting_parted": parted},
+                     "the runs in the pool that forces eviction")
     figures.add_each(("block",), block_cost(record), "the model's shape and the uncached shared-system run")
     figures.add_each(("accelerator",), accelerator(), "the published model configuration and the datasheet")
     return figures

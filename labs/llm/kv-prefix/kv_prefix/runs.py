@@ -102,6 +102,8 @@ async def serve(chat: Any, workload: Workload, setting: Setting, max_tokens: int
             output = list(request.output)
             rows.append({"session": index, "turn": turn, "prompt_tokens": len(prompt),
                          "cached_tokens": request.cached_tokens, "sent_s": sent - start,
+                         # the scheduler's own clock, both ends: how long it waited before admission
+                         "waited_s": request.admitted_s - request.arrival_s,
                          "ttft_s": None if first is None else first - sent, "end_s": end - start,
                          "output": output})
 

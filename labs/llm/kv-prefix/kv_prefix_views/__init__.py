@@ -2,7 +2,8 @@
 the record's stored figures, already checked against kv_prefix.figures by the build.
 
 - pictures.py: the hash chain over three prompts' blocks and the radix tree they build, drawn by the engine's indexes
-- tables.py: the workloads, warm against cold, each workload's runs, the two indexes, the two orders
+- tables.py: the workloads, warm against cold, each workload's runs, the uncached prefill against the arrivals, the
+  two indexes (and how they evicted), the two orders and what the cache-aware one costs the requests it ranks last
 - results.py: the key results and the check-yourself answers
 - accelerator.py: what one hit saves on a published model and an H100 (arithmetic)
 - reproduce.py: the record's settings for the Reproduce appendix
@@ -23,8 +24,10 @@ from .tables import (
     equivalence_view,
     few_shot_view,
     indexes_view,
+    order_price_view,
     order_view,
     partial_view,
+    queue_view,
     runs_view,
     unshared_view,
     workloads_view,
@@ -43,8 +46,9 @@ VIEWS: dict[str, View] = {
     "key-results": key_results_view, "workloads": workloads_view, "hash-chain": hash_chain_view,
     "block-cost": block_cost_view, "radix-tree": tree_view, "indexes": indexes_view, "equivalence": equivalence_view,
     "shared-system": runs_view("shared_system", legend=True), "answer-eviction": answer_eviction_view,
-    "multi-turn": runs_view("multi_turn"), "order": order_view, "few-shot": few_shot_view,
-    "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "partial": partial_view, "accelerator": accelerator_view,
+    "queue": queue_view, "multi-turn": runs_view("multi_turn"), "order": order_view, "order-price": order_price_view,
+    "few-shot": few_shot_view, "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "partial": partial_view,
+    "accelerator": accelerator_view,
     # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
     "config": config_view,
 }

@@ -1,16 +1,47 @@
-"""Names the lab's views share, and the runs they read."""
+"""Names the lab's views share, the runs they read, and times written alike within one sentence or table."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from site_hooks.formatting import format_ratio, format_seconds
+from site_hooks.formatting import join
 
 NAMES = {"shared_system": "one shared system prompt", "multi_turn": "multi-turn chats",
          "few_shot": "few-shot prompts, examples reordered"}
 CACHING = {"off": "off", "hash": "hash chain", "radix": "radix tree"}
 ORDER = {"fcfs": "first come", "longest-prefix": "longest prefix first"}
 POOL = {"holds": "holds the working set", "evicts": "forces eviction"}
+MILLI, MICRO = 1e-3, 1e-6
+
+# How the middle halves of a cached run's TTFTs lay against the uncached run's (labkit.summary.halves_below), said
+# first in a sentence and said again after it.
+FIRST = {"below": "lay wholly below the uncached run's", "overlap": "overlapped the uncached run's",
+         "above": "lay wholly above the uncached run's"}
+AGAIN = {"below": "they lay wholly below", "overlap": "they overlapped", "above": "they lay wholly above"}
+LEAD = {"below": "caching cut the time to first token", "above": "caching raised the time to first token",
+        "overlap": "the time to first token moved within the runs' own spread"}
+
+
+def times(values: Sequence[float]) -> list[str]:
+    """Durations that stand side by side (one sentence, one table) in one unit and one precision, so that a
+    sentence never reads '1 s against 7 s' beside '929 ms': seconds to the hundredth once the largest reaches a
+    second; else milliseconds (or microseconds) to three figures of the largest."""
+    top = max(abs(value) for value in values)
+    if top >= 1:
+        return [f"{value:.2f} s" for value in values]
+    if top >= MILLI:
+        shown, unit = [value / MILLI for value in values], "ms"
+    else:
+        shown, unit = [value / MICRO for value in values], "µs"
+    peak = max(abs(value) for value in shown)
+    decimals = 0 if peak >= 100 else 1 if peak >= 10 else 2
+    return [f"{value:.{decimals}f} {unit}" for value in shown]
+
+
+def one_time(value: float) -> str:
+    """A duration alone in its sentence, written as ``times`` writes it."""
+    return times([value])[0]
 
 
 def run(record: dict[str, Any], workload: str, caching: str, order: str = "fcfs", pool: str = "holds") -> dict[str, Any]:
@@ -22,13 +53,22 @@ def summary(record: dict[str, Any], workload: str) -> dict[str, Any]:
 
 
 def ttft_sentence(record: dict[str, Any], workload: str, pool: str = "holds") -> str:
-    """Median TTFT with the hash-chain cache against without, worded by whether the middle halves part."""
-    off, on = run(record, workload, "off", pool=pool)["figures"], run(record, workload, "hash", pool=pool)["figures"]
-    lower = summary(record, workload)[f"hash-fcfs-{pool}_ttft_lower"]
-    ratio = format_ratio(summary(record, workload)[f"hash-fcfs-{pool}_ttft_p50_over_off"])
-    numbers = f"median {format_seconds(on['ttft_p50_s'])} against {format_seconds(off['ttft_p50_s'])}, {ratio}"
-    if lower is True:
-        return f"caching cut the time to first token ({numbers}; the middle halves of the two runs do not overlap)"
-    if lower is False:
-        return f"caching raised the time to first token ({numbers}; the middle halves of the two runs do not overlap)"
-    return f"the time to first token moved within the runs' own spread ({numbers}): this run cannot tell"
+    """Time to first token with the cache against without, read over every cached run in ``pool`` that did the
+    same work (same tokens found and prefilled): in how many the middle half of the requests' TTFTs lay wholly
+    below the uncached run's, overlapped it or lay above it. One verdict only where all of them agree, so the
+    verdict never depends on which of them a table shows."""
+    alike = summary(record, workload)[f"same_work_{pool}"]
+    low, high, off = times([alike["ttft_p50_min_s"], alike["ttft_p50_max_s"], alike["off_ttft_p50_s"]])
+    unit = f" {high.split()[-1]}"  # one unit for the range: "1.34–1.67 s"
+    medians = f"median {low} against {off}" if low == high else f"medians {low.removesuffix(unit)}–{high} against {off}"
+    counted = {kind: alike[kind] for kind in ("below", "overlap", "above") if alike[kind]}
+    if len(counted) == 1:
+        (kind,) = counted
+        group = ("in the one cached run that did this work the middle half of TTFT" if alike["runs"] == 1 else
+                 f"in all {alike['runs']} cached runs that did the same work the middle halves of TTFT")
+        tail = ": these runs cannot tell" if kind == "overlap" else ""
+        return f"{LEAD[kind]}: {group} {FIRST[kind]} ({medians}){tail}"
+    first, *rest = counted
+    parts = [f"in {counted[first]} of the {alike['runs']} cached runs that did the same work the middle halves of TTFT "
+             f"{FIRST[first]}", *(f"in {counted[kind]} {AGAIN[kind]}" for kind in rest)]
+    return f"the cached runs part on time to first token: {join(parts)} ({medians})"

@@ -11,10 +11,13 @@ from .common import NAMES, run, summary, ttft_sentence
 
 
 def key_results_view(record: dict[str, Any]) -> Block:
-    items = []
+    items: list[str] = []
     for name in record["workloads"]:
         on, off = run(record, name, "hash")["figures"], run(record, name, "off")["figures"]
-        items.append(f"{NAMES[name].capitalize()}: {ttft_sentence(record, name)}; "
+        said = ttft_sentence(record, name)
+        if not items:  # the first verdict says what the same work is
+            said = said.replace("did the same work", "did the same work (same pool, same tokens found and prefilled)", 1)
+        items.append(f"{NAMES[name].capitalize()}: {said}; "
                      f"{format_percent(on['hit_rate'])} of prompt tokens found cached (the prefix rule allows at most "
                      f"{format_percent(summary(record, name)['predicted_hit_rate'])}), {on['prefilled_tokens']:,} "
                      f"tokens prefilled instead of {off['prefilled_tokens']:,}.")

@@ -52,6 +52,9 @@ class Request:
     cached_tokens: int = 0  # leading prompt positions found in the prefix cache at admission: not computed again
     output: list[int] = field(default_factory=list)
     arrival_s: float = field(default_factory=time.monotonic)
+    # monotonic time the scheduler admitted it: its wait in the queue ends, its prefill can start (a client's time
+    # to first token is this wait plus its own prefill, which share no cause)
+    admitted_s: float | None = None
     created: int = field(default_factory=lambda: int(time.time()))  # OpenAI's ``created``: one value per request
     client_gone: bool = False  # the client disconnected (whether or not the server honours it)
     gone_s: float | None = None  # monotonic time the server noticed the client had left (not the client's own)

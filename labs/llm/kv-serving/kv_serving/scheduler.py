@@ -349,6 +349,7 @@ class Scheduler:
                     f"but {error}"))
                 continue
             request.status = Status.RUNNING
+            request.admitted_s = time.monotonic()
             self.running.append(request)
             admitted.append(request)
         self.counters.peak_used_blocks = max(self.counters.peak_used_blocks, self.pool.num_used_blocks)

@@ -12,7 +12,7 @@ from typing import Any
 from site_hooks.blocks import View
 
 from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
-from .admission import admission_detail_view, admission_view
+from .admission import admission_detail_view, admission_outcome_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
 from .checks import checks_view
 from .kernels import kernels_view
@@ -22,7 +22,7 @@ from .rates import rates_detail_view, rates_view
 from .results import answer_fit_view, answer_stall_view, key_results_view
 from .solo import solo_view
 from .steps import step_view, steps_detail_view
-from .trained import answer_concurrent_view, trained_view
+from .trained import answer_concurrent_view, trained_admission_view, trained_view
 
 
 def headline(record: dict[str, Any]) -> list[tuple[str, float]]:
@@ -45,6 +45,7 @@ VIEWS: dict[str, View] = {
     "accelerator-lessons": accelerator_lessons_view,
     "accelerator-takeaway": accelerator_takeaway_view,
     "trained": trained_view,
+    "trained-admission": trained_admission_view,
     "answer-concurrent": answer_concurrent_view,
     "iteration": iteration_view,
     "iterations": iterations_view,
@@ -57,6 +58,7 @@ VIEWS: dict[str, View] = {
     "solo-steps": solo_view,
     "kernels": kernels_view,
     "admission": admission_view,
+    "admission-outcome": admission_outcome_view,
     "cancellation": cancellation_view,
     "rates": rates_view,
     "checks": checks_view,

@@ -45,6 +45,38 @@ def admission_view(record: dict[str, Any]) -> Block:
                                       "and is in none of these percentiles")])
 
 
+def outcome_sentences(record: dict[str, Any]) -> list[str]:
+    """What the two count limits did in this run, from their servers' counters: the safe count's blocks beside the
+    byte server's, and whether the count sized for the mean request over-committed, filled the pool, or neither."""
+    pool = record["admission"]["pool_blocks"]
+    by_bytes, safe, average = (policy(record, n) for n in ("kv_budget_bytes", "count_safe", "count_average"))
+    s, a = safe["server"], average["server"]
+    safe_text = (
+        f"The count safe for the longest request ({safe['options'][-1]} running) "
+        + ("never ran out of memory" if s["failed_for_memory"] == 0 else
+           f"still saw {plural(s['failed_for_memory'], 'request')} fail for memory")
+        + f": it peaked at {s['peak_used_blocks']} of the pool's {pool} blocks and held "
+          f"{safe['mean_used_blocks']:.0f} on average, against {by_bytes['mean_used_blocks']:.0f} admitted by bytes "
+          f"within a budget of {by_bytes['server']['budget_blocks']}.")
+    count = f"The count sized for the mean request ({average['options'][-1]} running)"
+    if a["failed_for_memory"]:
+        average_text = (f"{count} over-committed: {plural(a['failed_for_memory'], 'request')} found the pool without "
+                        f"their blocks and failed at admission, before any token.")
+    elif a["peak_used_blocks"] >= pool:
+        average_text = (f"{count} filled all {pool} blocks of the pool at its peak, yet no request failed for memory "
+                        f"in this run.")
+    else:
+        average_text = (f"{count} can over-commit when long requests arrive together, but in this run it peaked at "
+                        f"{a['peak_used_blocks']} of the pool's {pool} blocks and no request failed for memory: the "
+                        f"risk it takes did not come due.")
+    return [safe_text, average_text]
+
+
+def admission_outcome_view(record: dict[str, Any]) -> Block:
+    """The admission table's two count rows in words, as this run's counters show them."""
+    return Block(paragraphs=outcome_sentences(record))
+
+
 def admission_detail_view(record: dict[str, Any]) -> Block:
     """The admission experiment in sentences: the workload and budget, each policy's outcome, what the latency
     table leaves out."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.figures import formulas
 from kv_serving.figures.formulas import best_point
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
@@ -105,7 +106,7 @@ def burst_sentence(record: dict[str, Any]) -> str:
         f"own; the table's second column gives how long arrivals lasted in each. "
         + (f"At {top['rate']:g}/s requests kept arriving for only {arriving:.0%} of the run: such a run is a burst "
            f"and then a drain of the queue, not a steady state at that rate, and its tokens per second say how fast "
-           f"the server worked through a backlog of {rates['requests']}." if arriving < 0.5 else
+           f"the server worked through a backlog of {rates['requests']}." if arriving < formulas.BURST_SHARE else
            f"Even at {top['rate']:g}/s requests kept arriving for {arriving:.0%} of the run."))
 
 

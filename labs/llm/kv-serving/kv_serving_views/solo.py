@@ -30,10 +30,23 @@ def more_or_less(nanoseconds: float) -> str:
 
 
 def order_words(row: formulas.BesideDecode) -> str:
-    """Faster or slower only where the two cells' min–max ranges part."""
+    """Faster or slower only where the two cells' min–max ranges lie apart; overlapping ranges, or too few timed steps
+    for a range to mean anything, call neither faster."""
+    if row.repeats < formulas.MIN_PARTED:
+        return f"too few steps to tell (fewer than {formulas.MIN_PARTED} in a cell)"
     if not row.parted:
-        return "within both cells' ranges"
-    return "slower" if row.ratio > 1 else "faster"
+        return "ranges overlap: neither faster"
+    return "apart: served slower" if row.ratio > 1 else "apart: served faster"
+
+
+def growth_words(what: str, nanoseconds: float, first: tuple[float, float, float], last: tuple[float, float, float],
+                 repeats: int, contexts: tuple[int, int]) -> str:
+    """'the served step took 6.120 ms more at 1,024 positions than at 128' where the two cells lie apart; otherwise
+    that their ranges overlap, with the medians' gap, never called more or less."""
+    if formulas.ranges_apart(first, last, repeats):
+        return f"{what} took {more_or_less(nanoseconds)} at {contexts[1]:,} positions than at {contexts[0]:,}"
+    return (f"{what} at {contexts[0]:,} and at {contexts[1]:,} positions: ranges overlap, medians "
+            f"{format_ms(abs(nanoseconds))} ms apart")
 
 
 def solo_view(record: dict[str, Any]) -> Block:
@@ -59,20 +72,27 @@ def solo_view(record: dict[str, Any]) -> Block:
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
                                  f"{threads}, so there is nothing to set the served step beside."])
     table = Table(["Threads", "Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode",
-                   "Served ÷ fastest", "Ranges"],
+                   "Served ÷ fastest", "Min–max ranges"],
                   [(f"{row.threads}", f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
                     format_ratio(row.ratio), order_words(row)) for row in rows])
     paragraphs = [
         f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
         f"in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
         f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
-        f"{decode['created_utc'][:10]}, measured in the same run). Medians, with each cell's min–max."]
+        f"{decode['created_utc'][:10]}, measured in the same run).",
+        "Medians, with each cell's min–max: a row calls the served step slower or faster only where every one of its "
+        "timed steps lies beyond every one of the other cell's."]
     for count in dict.fromkeys(row.threads for row in rows):
         same = [row for row in rows if row.threads == count]
         growth = formulas.growth_over_decode(same)
         if growth is not None:
             served, fastest, _ = growth
-            paragraphs.append(f"At {plural(count, 'thread')}, by medians, the served step took {more_or_less(served)} "
-                              f"at {same[-1].context:,} positions than at {same[0].context:,}, and the decode lab's "
-                              f"fastest {more_or_less(fastest)}.")
+            first, last = same[0], same[-1]
+            contexts = (first.context, last.context)
+            modes = (f" (its fastest mode {first.decode_mode} at {first.context:,}, {last.decode_mode} at "
+                     f"{last.context:,})" if first.decode_mode != last.decode_mode else "")
+            repeats = min(first.repeats, last.repeats)
+            served_words = growth_words("the served step", served, first.served, last.served, repeats, contexts)
+            decode_words = growth_words("the decode lab's fastest step", fastest, first.decode, last.decode, repeats, contexts)
+            paragraphs.append(f"At {plural(count, 'thread')}, {served_words}; {decode_words}{modes}.")
     return Block(paragraphs=paragraphs, tables=[table])

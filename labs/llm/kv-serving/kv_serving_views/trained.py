@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.figures import formulas
 from site_hooks.blocks import Block, Chart, Table, answer
-from site_hooks.formatting import format_bytes, plural
+from site_hooks.formatting import format_bytes, join, plural
 from site_hooks.timeline_chart import timeline
 
-from .common import spread
+from .common import percent, spread
 
 
 def speedup_sentence(trained: dict[str, Any]) -> str:
@@ -49,6 +50,57 @@ def admission_note(trained: dict[str, Any]) -> str | None:
             f"in length, is where the two counts part.")
 
 
+def prompts_sentence(trained: dict[str, Any]) -> str:
+    """The prompts as the record lists them: how many, their lengths in tokens, the output each may write."""
+    model, tokens = trained["model"], trained["prompt_tokens"]
+    return (f"{plural(trained['requests'], 'real prompt')} of {min(tokens)} to {max(tokens)} tokens from "
+            f"{trained['prompt_file']} (SHA-256 {trained['prompts_sha256'][:12]}…), chat questions through the "
+            f"model's chat template and text continuations, each answered with at most {trained['max_tokens']} tokens "
+            f"by kv_serving.server --model smollm2 ({model['layers']} layers, {model['dtype']}), a fresh server per "
+            f"run.")
+
+
+def arrivals_sentence(trained: dict[str, Any]) -> str:
+    """The rates the prompts were sent at, how long each run's arrivals lasted against the run, and whether each run
+    was a burst (arrivals over before formulas.BURST_SHARE of it had passed) rather than a steady stream."""
+    points = sorted(trained["points"], key=lambda p: p["rate"])
+    spans = join([f"at {p['rate']:g}/s the {p['summary']['requests']} arrivals took {p['arrival_span_s']:.2f} s of a "
+                  f"{p['summary']['duration_s']:.1f} s run" for p in points])
+    bursts = [f"{p['rate']:g}/s" for p in points if p["arrival_share"] < formulas.BURST_SHARE]
+    if len(bursts) == len(points):
+        verdict = (" At every rate the arrivals were over before half the run had passed: each run is a burst and "
+                   "then a drain of the queue, not a steady stream at its rate.")
+    elif bursts:
+        verdict = (f" At {join(bursts)} the arrivals were over before half the run had passed: a burst and then a "
+                   f"drain of the queue, not a steady stream at its rate.")
+    else:
+        verdict = ""
+    rates = join([f"{p['rate']:g}" for p in points])
+    return (f"The load generator sent them at {plural(len(points), 'Poisson rate')}, {rates} per second: "
+            f"{spans}.{verdict}")
+
+
+def byte_server(trained: dict[str, Any]) -> dict[str, Any]:
+    """The server counters of the trained admission run that admitted by KV bytes."""
+    return next(p for p in trained["admission"]["policies"] if p["name"] == "kv_budget_bytes")["server"]
+
+
+def budget_sentence(trained: dict[str, Any]) -> str:
+    """The byte server's budget as a share of the trained admission pool, against the count servers' whole pool;
+    only where the budget is smaller than the pool, that the table compares a smaller budget too."""
+    policies = trained["admission"]["policies"]
+    by_bytes = byte_server(trained)
+    counts = sorted({p["server"]["peak_running"] for p in policies if p["name"] != "kv_budget_bytes"})
+    share = by_bytes["budget_share_of_pool"]
+    lead = (f"The byte server's budget is {percent(share)} of the pool, "
+            f"{by_bytes['budget_blocks']} of its {by_bytes['num_blocks']} blocks, and it ran up to "
+            f"{plural(by_bytes['peak_running'], 'request')} at once; the count servers, limited only by the pool, ran "
+            f"up to {join([f'{c:,}' for c in counts], 'or')}.")
+    if share < 1:
+        return lead + " So the table sets a smaller budget beside the whole pool, not only one policy beside another."
+    return lead
+
+
 def answer_concurrent_view(record: dict[str, Any]) -> Block:
     """Whether clients asking at once waited for each other, from the highest rate's batch and its solo runs."""
     trained = record["trained"]
@@ -65,15 +117,25 @@ def answer_concurrent_view(record: dict[str, Any]) -> Block:
     return answer(text)
 
 
+def trained_admission_view(record: dict[str, Any]) -> Block:
+    """The trained model under the three admission policies, over one pool at the highest rate: the byte budget's
+    share of that pool said first, since the count servers have the whole of it."""
+    trained = record["trained"]
+    policies = [(run["label"], run["summary"]["completed"], run["server"]["peak_running"],
+                 f"{format_bytes(run['peak_kv_bytes'])} of {format_bytes(run['budget_kv_bytes'])}",
+                 run["server"]["failed_for_memory"], f"{run['summary']['throughput_tokens_per_s']:,.1f}",
+                 spread(run["summary"], "ttft_s")) for run in trained["admission"]["policies"]]
+    return Block(css="lab-medians", paragraphs=[budget_sentence(trained), *filter(None, [admission_note(trained)])],
+                 tables=[Table(["Admission", "Completed", "Peak running", "Peak KV of budget", "Failed for memory",
+                                "Tokens/s", "Time to first token p50 / p99"], policies,
+                               caption=f"Admission on the trained model, a pool of {trained['admission_blocks']} "
+                                       f"blocks, at {trained['serial']['rate']:g} arrivals per second; the byte "
+                                       f"budget {percent(byte_server(trained)['budget_share_of_pool'])} of the pool")])
+
+
 def trained_view(record: dict[str, Any]) -> Block:
     trained = record["trained"]
     points, serial = trained["points"], trained["serial"]
-    model = trained["model"]
-    lead = (f"{plural(trained['requests'], 'real prompt')} from {trained['prompt_file']} (SHA-256 "
-            f"{trained['prompts_sha256'][:12]}…), chat questions through the model's chat template and text "
-            f"continuations, each up to {trained['max_tokens']} tokens, sent by the load generator to "
-            f"kv_serving.server --model smollm2 ({model['layers']} layers, {model['dtype']}) at each rate, a fresh "
-            f"server per run.")
     rows, latencies = [], []
     for p in [*points, serial]:
         s, server = p["summary"], p["server"]
@@ -89,22 +151,14 @@ def trained_view(record: dict[str, Any]) -> Block:
                            "Requests in the decode batch over time, per arrival rate",
                            "; ".join(f"{p['rate']:g}/s: peak {p['server']['peak_running']} running" for p in points),
                            x_label="seconds since the first request", y_label="requests running")
-    policies = [(run["label"], run["summary"]["completed"], run["server"]["peak_running"],
-                 f"{format_bytes(run['peak_kv_bytes'])} of {format_bytes(run['budget_kv_bytes'])}",
-                 run["server"]["failed_for_memory"], f"{run['summary']['throughput_tokens_per_s']:,.1f}",
-                 spread(run["summary"], "ttft_s")) for run in trained["admission"]["policies"]]
     return Block(css="lab-medians",
-                 paragraphs=[lead, speedup_sentence(trained),
-                             matching_sentence(trained), *filter(None, [admission_note(trained)])],
+                 paragraphs=[prompts_sentence(trained), arrivals_sentence(trained), speedup_sentence(trained),
+                             matching_sentence(trained)],
                  charts=[Chart(batch_chart, "Each run's own /metrics samples: how many requests one decode step "
                                             "carried as the prompts arrived and finished.")],
                  tables=[Table(["Rate (/s)", "Completed", "Ended their turn", "Mean batch", "Peak running",
                                 "Peak KV of budget", "Tokens/s", "Same tokens as alone"], rows,
                                caption="The trained model under load: batching and throughput per run"),
                          Table(["Rate (/s)", "Time to first token p50 / p99", "Between tokens p50 / p99"], latencies,
-                               caption="The trained model under load: latency measured by the client"),
-                         Table(["Admission", "Completed", "Peak running", "Peak KV of budget", "Failed for memory",
-                                "Tokens/s", "Time to first token p50 / p99"], policies,
-                               caption=f"Admission on the trained model, a pool of {trained['admission_blocks']} "
-                                       f"blocks, at {serial['rate']:g} arrivals per second")])
+                               caption="The trained model under load: latency measured by the client")])
 

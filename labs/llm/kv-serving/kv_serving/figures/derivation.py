@@ -113,7 +113,8 @@ def run_figures(path: JsonPath, run: dict[str, Any], figures: Figures) -> dict[s
             ("stalled_gap_s", step + call), ("prefill_over_step", call / step if step > 0 else None),
             ("prefill_share", server["prefill_seconds"] / model_s if model_s > 0 else None),
             ("decode_rows_per_s", server["decode_rows"] / server["decode_seconds"] if server["decode_seconds"] > 0 else 0.0),
-            ("peak_share_of_pool", server["peak_used_blocks"] / server["num_blocks"])):
+            ("peak_share_of_pool", server["peak_used_blocks"] / server["num_blocks"]),
+            ("budget_share_of_pool", server["budget_blocks"] / server["num_blocks"])):
         figures.add((*path, "server", name), value, "its server's counters")
     used = mean_used(run)
     span = arrival_span(run)

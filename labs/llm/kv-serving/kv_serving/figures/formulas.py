@@ -18,7 +18,7 @@ from typing import Any
 
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
-from labkit.summary import halves_below, middle_half, parted
+from labkit.summary import MIN_PARTED, halves_below, middle_half, parted
 
 from ..client_stats import (  # noqa: F401  (re-exported)
     LATENCIES,
@@ -56,6 +56,11 @@ def record_block_bytes(record: dict[str, Any], block_size: int) -> int:
 
 
 # ---- one run, as its client saw it (kv_serving.client_stats summarises it) ---------------------------------------
+# A run whose arrivals end before this share of it has passed (its arrival_share) is a burst: its requests queue
+# together, whatever the rate they were drawn at, rather than arrive as a steady stream.
+BURST_SHARE = 0.5
+
+
 def arrival_span(run: dict[str, Any]) -> float:
     """Seconds from the first request sent to the last: how long arrivals lasted."""
     sent = [r["sent_s"] for r in run["requests"]]
@@ -291,6 +296,7 @@ class BesideDecode:
     decode: tuple[float, float, float]
     ratio: float
     parted: bool  # the two cells' min–max ranges do not overlap: only then is one called faster
+    repeats: int = MIN_PARTED  # the fewer of the two cells' timed steps: below MIN_PARTED their ranges say nothing
 
 
 def cpu_of(record: dict[str, Any]) -> str:
@@ -314,8 +320,16 @@ def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[Besid
         served = (step["median_ns"], step["min_ns"], step["max_ns"])
         fastest = (best["median_ns_per_step"], best["min_ns_per_step"], best["max_ns_per_step"])
         rows.append(BesideDecode(step["threads"], step["context"], served, group["best_float32_mode"], fastest,
-                                 served[0] / fastest[0], parted(step["durations_ns"], best["durations_ns"])))
+                                 served[0] / fastest[0], parted(step["durations_ns"], best["durations_ns"]),
+                                 min(len(step["durations_ns"]), len(best["durations_ns"]))))
     return rows
+
+
+def ranges_apart(first: tuple[float, float, float], last: tuple[float, float, float], repeats: int) -> bool:
+    """Whether two cells given as (median, min, max) lie apart, every timing of one beyond every timing of the other
+    (labkit.summary.parted on their extremes), with at least MIN_PARTED timings in each: only then may a page say one
+    took more or less than the other."""
+    return repeats >= MIN_PARTED and (first[2] < last[1] or last[2] < first[1])
 
 
 def growth_over_decode(rows: Sequence[BesideDecode]) -> tuple[float, float, float] | None:
