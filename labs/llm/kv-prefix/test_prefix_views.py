@@ -118,6 +118,7 @@ class Views(unittest.TestCase):
             for entry in record["workloads"]["shared_system"]["runs"].values():  # a record without admission times
                 for request in entry["requests"]:
                     request.pop("waited_s", None)
+            del record["workloads"]["shared_system"]["figures"]  # and without the figures they gave
             return render_block(VIEWS["queue"](rederived(record)))
 
         long, some, short = said(span * 10), said(span * 1.5), said(span / 2)
@@ -173,10 +174,14 @@ class Views(unittest.TestCase):
             record = copy.deepcopy(self.record)
             runs = record["workloads"]["few_shot"]["runs"]
             head = self.record["workloads"]["few_shot"]["figures"]["shared_head_whole_block_tokens"]
-            before = {(r["session"], r["turn"]): r["ttft_s"] for r in runs["hash-fcfs-evicts"]["requests"]}
+            ranked_last = {(r["session"], r["turn"]) for r in runs["hash-longest-prefix-evicts"]["requests"]
+                           if r["cached_tokens"] <= head}
+            for request in runs["hash-fcfs-evicts"]["requests"]:  # one first-come time for all of them: no spread
+                if (request["session"], request["turn"]) in ranked_last:
+                    request["ttft_s"] = 1.0
             for request in runs["hash-longest-prefix-evicts"]["requests"]:
                 if request["cached_tokens"] <= head:
-                    request["ttft_s"] = before[(request["session"], request["turn"])] * factor
+                    request["ttft_s"] = factor
             rows = VIEWS["order-price"](rederived(record)).tables[0].rows
             return next(r for r in rows if r[0] == NAMES["few_shot"] and r[1] == "hash chain")
 
@@ -191,10 +196,11 @@ class Views(unittest.TestCase):
             prefix first and each took its first-come TTFT times this."""
             record = copy.deepcopy(self.record)
             runs = record["workloads"]["multi_turn"]["runs"]
-            before = {(r["session"], r["turn"]): r["ttft_s"] for r in runs["radix-fcfs-evicts"]["requests"]}
+            for request in runs["radix-fcfs-evicts"]["requests"]:  # one first-come time for all: no spread
+                request["ttft_s"] = 1.0
             for request in runs["radix-longest-prefix-evicts"]["requests"]:
                 request["cached_tokens"] = 0
-                request["ttft_s"] = before[(request["session"], request["turn"])] * factor
+                request["ttft_s"] = factor
             block = VIEWS["order-price"](rederived(record))
             found = next(r for r in block.tables[0].rows if r[0] == NAMES["multi_turn"] and r[1] == "radix tree")
             return found, " ".join(block.notes)
