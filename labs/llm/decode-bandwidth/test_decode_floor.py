@@ -247,7 +247,7 @@ class StepSizedFloor(unittest.TestCase):
     def test_reads_that_agree_leave_the_large_buffers_floor_as_the_bound(self) -> None:
         text = self.sentence([100, 102, 98, 101, 99], [100, 99, 101, 100, 102])
         self.assertIn("agree within their rounds' middle half, so the large buffer's floor bounds the step", text)
-        self.assertIn("larger than the 32 MiB last-level cache: no step can keep them there", text)
+        self.assertIn("larger than the 33.6 MB last-level cache: no step can keep them there", text)
 
     def test_a_faster_step_sized_read_is_the_safer_bound(self) -> None:
         text = self.sentence([80, 82, 79, 81, 80], [100, 99, 101, 100, 102])

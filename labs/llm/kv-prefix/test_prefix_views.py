@@ -138,7 +138,14 @@ class Views(unittest.TestCase):
         text = render_block(VIEWS["queue"](rederived(record)))
         self.assertIn("uncached, a request waited 6.00 s in the queue, then 1.00 s to its first token; with the "
                       "cache, 0.75 s, then 0.25 s", text)
+        self.assertIn("Most of the cut in the median came before admission, in the queue", text)
         self.assertNotIn("cannot say", text)
+        self.assertNotIn("much of the cut", text)  # the split, not the arrival arithmetic, says where the cut came
+        for key, (waited, ttft) in (("off-fcfs-holds", (1.0, 7.0)), ("hash-fcfs-holds", (0.75, 1.0))):
+            for request in record["workloads"]["shared_system"]["runs"][key]["requests"]:
+                request["waited_s"], request["ttft_s"] = waited, ttft
+        text = render_block(VIEWS["queue"](rederived(record)))
+        self.assertIn("Most of the cut in the median came after admission", text)
 
     def test_the_indexes_are_said_to_part_under_eviction_only_where_the_record_says_so(self) -> None:
         def evicting(edit: Callable[[dict[str, Any]], None]) -> str:

@@ -68,7 +68,7 @@ class SoloView(unittest.TestCase):
         self.assertNotIn("faster", rows[0])
         self.assertIn("its record of 2026-12-03, measured in the same run", text)
         self.assertIn("At 1 thread, the served step at 128 and at 1,024 positions: ranges overlap, medians 10.00 ms apart; "
-                      "the decode lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 0.000 ms "
+                      "the decode lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 0.00 ms "
                       "apart.", text)  # 40-60 ms holds 59-61 ms: neither more nor less
 
     def test_a_decode_record_from_another_run_is_not_set_beside_even_on_the_same_cpu(self) -> None:
@@ -101,9 +101,9 @@ class SoloView(unittest.TestCase):
         with mock.patch.object(solo, "reference_record", lambda name: fastest):
             text = render_block(solo.solo_view(one))
         self.assertIn("At 1 thread, the served step took 10.00 ms more at 1,024 positions than at 128; the decode "
-                      "lab&#39;s fastest step took 5.000 ms more at 1,024 positions than at 128.", text)
-        self.assertIn("At 2 threads, the served step took 4.000 ms more at 1,024 positions than at 128; the decode "
-                      "lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 1.000 ms apart.",
+                      "lab&#39;s fastest step took 5.00 ms more at 1,024 positions than at 128.", text)
+        self.assertIn("At 2 threads, the served step took 4.00 ms more at 1,024 positions than at 128; the decode "
+                      "lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 1.00 ms apart.",
                       text)  # 29-31 ms against 30-32 ms
 
     def test_cells_of_too_few_steps_are_called_neither_slower_nor_faster(self) -> None:

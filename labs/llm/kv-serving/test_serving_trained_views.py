@@ -35,7 +35,7 @@ def trained(speedup: float, compared: int = 12, matching: int = 12, unfinished: 
 
 class TrainedSentences(unittest.TestCase):
     def test_the_speedup_is_said_as_measured_and_no_gain_is_named(self) -> None:
-        self.assertIn("6.2× the output tokens per second", speedup_sentence(trained(6.2)))
+        self.assertIn("6.20× the output tokens per second", speedup_sentence(trained(6.2)))
         self.assertNotIn("bought nothing", speedup_sentence(trained(2.5)))
         self.assertIn("batching bought nothing", speedup_sentence(trained(0.9)))
         for speedup in (6.2, 2.5, 0.9):

@@ -53,9 +53,13 @@ def beside_sentence(machine: dict[str, Any]) -> str:
     parts = [f"{gbs(e['beside']['lowest_bytes_per_s']).removesuffix(' GB/s')}–{gbs(e['beside']['highest_bytes_per_s'])} "
              f"at {threads_text(int(t))} (drift {e['beside']['drift']:.0%} over {e['beside']['groups']} reads, best "
              f"pass {format_ratio(e['beside']['median_over_best'])} the median)" for t, e in machine["bandwidth"].items()]
+    faster = [t for t, e in machine["bandwidth"].items() if e["beside"]["highest_bytes_per_s"] > e["bytes_per_s"]]
+    beat = (f" At {join([threads_text(int(t)) for t in faster])} one of these single reads beat the best of the passes "
+            "before and after the timed steps, the rate the floor above is priced at: that floor allows a step a "
+            "little more time than the fastest read this run saw would." if faster else "")
     return (f"Read again through the run, before each group of cells and at the start of every round of the "
-            f"trained model's steps, the floor gave {join(parts)}. That is how much this machine's memory moved while "
-            "it was measured. Each ratio to a floor divides a step by the floor read in its own group (and, for the "
+            f"trained model's steps, the floor gave {join(parts)}.{beat} That is how much this machine's memory moved "
+            "while it was measured. Each ratio to a floor divides a step by the floor read in its own group (and, for the "
             "trained model, its own round), so the drift moves both sides of it; absolute times are this run's.")
 
 
@@ -115,14 +119,16 @@ def step_sized_sentence(record: dict[str, Any]) -> str | None:
         return None
     llc, weights = hardware["last_level_cache_bytes"], sized["weight_bytes"]
     fit = ("" if llc is None else
-           f", {'within' if sized['weights_fit_in_cache'] else 'larger than'} the {llc / MIB:g} MiB last-level cache: "
-           f"{CACHED[sized['weights_fit_in_cache']]}")
-    parts = [f"at {threads_text(int(t))} {gbs(e['step_bytes_per_s'])} against {gbs(e['large_bytes_per_s'])} "
-             f"({format_ratio(e['step_over_large']['median'])}, middle half {e['step_over_large']['low']:.2f}–"
-             f"{e['step_over_large']['high']:.2f}): {SIZED_VERDICTS[e['side']]}" for t, e in sized["threads"].items()]
+           f", {'within' if sized['weights_fit_in_cache'] else 'larger than'} the {format_bytes(llc)} last-level "
+           f"cache: {CACHED[sized['weights_fit_in_cache']]}")
+    parts = [f"at {threads_text(int(t))} the step-sized read ran {format_ratio(e['step_over_large']['median'])} the "
+             f"large one's rate (middle half {e['step_over_large']['low']:.2f}–{e['step_over_large']['high']:.2f}; "
+             f"medians {gbs(e['step_bytes_per_s'])} and {gbs(e['large_bytes_per_s'])}): {SIZED_VERDICTS[e['side']]}"
+             for t, e in sized["threads"].items()]
     return (f"Does this floor bound the trained model's step? Its float32 weights are {format_bytes(weights)}{fit}. "
             f"Read in alternating rounds over a buffer of the step's own {format_bytes(sized['step_bytes'])} and over "
-            f"the {hardware['buffer_bytes'] / MIB:g} MiB buffer, the fastest kernels gave " + "; ".join(parts) + ".")
+            f"the {format_bytes(hardware['buffer_bytes'])} one, each round's fastest kernels compared: "
+            + "; ".join(parts) + ".")
 
 
 def bound_sentence(groups: list[dict[str, Any]]) -> str:

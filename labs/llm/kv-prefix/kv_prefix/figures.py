@@ -164,6 +164,9 @@ def queue(runs: dict[str, Any]) -> dict[str, Any]:
             after = [r["ttft_s"] - r["waited_s"] for r in entry["requests"]]
             found[f"{name}_waited_p50_s"] = percentile(waits, 0.5)
             found[f"{name}_after_admission_p50_s"] = percentile(after, 0.5)
+        # where most of the cut in the median came: the wait's fall against the rest's
+        found["cut_mostly_in_queue"] = (found["off_waited_p50_s"] - found["cached_waited_p50_s"]
+                                        > found["off_after_admission_p50_s"] - found["cached_after_admission_p50_s"])
     return found
 
 

@@ -215,7 +215,11 @@ def queue_view(record: dict[str, Any]) -> Block:
     said = (f"Without the cache the server spent {spent} prefilling {q['off_prefilled_tokens']:,} prompt tokens for "
             f"{q['requests']} requests sent within {spread}; with the hash chain it prefilled "
             f"{q['cached_prefilled_tokens']:,} tokens in {cached}.")
-    if q["off_prefill_left_at_last_arrival_min_s"] > 0:
+    split = "off_waited_p50_s" in q
+    if q["off_prefill_left_at_last_arrival_min_s"] > 0 and split:
+        said += (f" One worker prefills, so when the last request arrived at least {left} of the uncached prefill "
+                 f"was still to do.")
+    elif q["off_prefill_left_at_last_arrival_min_s"] > 0:
         share = "much" if q["off_prefill_left_share_min"] >= QUEUE_MOSTLY else "part"
         said += (f" One worker prefills, so when the last request arrived at least {left} of the uncached prefill "
                  f"was still to do: requests waited behind each other's prefills, and {share} of the cut in time to "
@@ -223,12 +227,15 @@ def queue_view(record: dict[str, Any]) -> Block:
     else:
         said += (" Uncached, the prefill fitted within the span the requests arrived over, so the queue need not "
                  "have grown.")
-    if "off_waited_p50_s" in q:
+    if split:
         waited, after, cached_waited, cached_after = times([
             q["off_waited_p50_s"], q["off_after_admission_p50_s"], q["cached_waited_p50_s"],
             q["cached_after_admission_p50_s"]])
-        said += (f" Split at admission (medians): uncached, a request waited {waited} in the queue, then {after} to "
-                 f"its first token; with the cache, {cached_waited}, then {cached_after}.")
+        where = ("before admission, in the queue" if q["cut_mostly_in_queue"] else
+                 "after admission, in the request's own prefill and the prefills it shares a call with")
+        said += (f" Split at admission (medians, which need not add up to the median time to first token): "
+                 f"uncached, a request waited {waited} in the queue, then {after} to its first token; with the cache, "
+                 f"{cached_waited}, then {cached_after}. Most of the cut in the median came {where}.")
     else:
         said += (" Each request's time to first token holds its wait and its own prefill together; this record does "
                  "not time them apart, so it cannot say how the cut splits between the two.")

@@ -26,7 +26,7 @@ def ms_range(triple: tuple[float, float, float]) -> str:
 
 def more_or_less(nanoseconds: float) -> str:
     """'4.30 ms more' or '1.20 ms less'."""
-    return f"{format_ms(abs(nanoseconds))} ms {'less' if nanoseconds < 0 else 'more'}"
+    return f"{format_ms(abs(nanoseconds), 2)} ms {'less' if nanoseconds < 0 else 'more'}"
 
 
 def order_words(row: formulas.BesideDecode) -> str:
@@ -46,7 +46,7 @@ def growth_words(what: str, nanoseconds: float, first: tuple[float, float, float
     if formulas.ranges_apart(first, last, repeats):
         return f"{what} took {more_or_less(nanoseconds)} at {contexts[1]:,} positions than at {contexts[0]:,}"
     return (f"{what} at {contexts[0]:,} and at {contexts[1]:,} positions: ranges overlap, medians "
-            f"{format_ms(abs(nanoseconds))} ms apart")
+            f"{format_ms(abs(nanoseconds), 2)} ms apart")
 
 
 def solo_view(record: dict[str, Any]) -> Block:

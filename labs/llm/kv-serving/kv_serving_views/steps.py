@@ -73,7 +73,10 @@ def weights_sentence(record: dict[str, Any]) -> str:
     """What share of a one-request step its weight multiplications take, and what that does and does not name."""
     one = min(record["step_times"], key=lambda r: r["batch"])
     share = one["weights_share"]
-    return (f"For {plural(one['batch'], 'request')}, the weight multiplications alone took {share:.0%} of the step: "
+    took = (f"took {share:.0%} of the step" if share < 1 else
+            f"took about all of the step ({share:.0%}: two separate timings, the weights' with no attention around "
+            "them)")
+    return (f"For {plural(one['batch'], 'request')}, the weight multiplications alone {took}: "
             + ("a one-request step is mostly a pass over the weights, which more rows can share. Whether that pass is "
                "limited by memory bandwidth needs a floor measured on the same machine, as the decode page does."
                if share >= 0.5 else

@@ -7,7 +7,7 @@ from typing import Any
 
 from kv_serving.figures import formulas
 from site_hooks.blocks import Block, Chart, Table, answer
-from site_hooks.formatting import format_bytes, join, plural
+from site_hooks.formatting import format_bytes, format_ratio, join, plural
 from site_hooks.timeline_chart import timeline
 
 from .common import percent, spread
@@ -17,7 +17,7 @@ def speedup_sentence(trained: dict[str, Any]) -> str:
     """Batched over one at a time at the highest rate, and whether batching gained anything at all."""
     speedup, serial = trained["speedup_over_serial"], trained["serial"]
     verdict = "" if speedup > 1 else ": no gain at all, on this run batching bought nothing"
-    return (f"At {serial['rate']:g} arrivals per second, batching the requests wrote {speedup:.1f}× the output tokens "
+    return (f"At {serial['rate']:g} arrivals per second, batching the requests wrote {format_ratio(speedup)} the output tokens "
             f"per second of the same server admitting one request at a time{verdict}.")
 
 

@@ -371,8 +371,9 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
         for before, mode in zip(rungs, rungs[1:]):  # what each rung of the ladder removed from the one before
             figures.add((*where, "rung_removed_ns", mode), medians[(*key, before)] - medians[(*key, mode)],
                         "the rung before's median - its median")
-            figures.add((*where, "rung_parted", mode), parted(repetitions[(*key, before)], repetitions[(*key, mode)]),
-                        "whether the two rungs' repetitions overlap")
+            figures.add((*where, "rung_parted", mode),
+                        side_of_one(paired(repetitions[(*key, mode)], repetitions[(*key, before)])) != "within",
+                        "whether the rounds' ratio of the two rungs lies wholly on one side of 1")
     for index, cell in enumerate(section["cells"]):
         memory, compute = floors[(cell["threads"], cell["context"], LLAMA_WEIGHTS[cell["mode"]])]
         ns, where = medians[(cell["threads"], cell["context"], cell["mode"])], ("llama", "cells", index)
