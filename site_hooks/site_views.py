@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from labkit.runs import run_id
+from labkit.runs import minutes, run_id
 
 from .blocks import Block, Table, render_block
 from .evidence import Evidence
@@ -33,12 +33,6 @@ def machine_words(cpus: list[tuple[str, int | None]], threads: list[int]) -> str
                  for cpu, cores in cpus]
     counts = join([f"{count:,}" for count in threads]) + (" thread" if threads == [1] else " threads")
     return f"{join(described)}, PyTorch at {counts}"
-
-
-def minutes(seconds: float) -> str:
-    """'1 min 30 s', '45 s'."""
-    whole = round(seconds)
-    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 
 
 def by_run(evidence: Mapping[str, Evidence]) -> dict[tuple[str, ...], list[Evidence]]:

@@ -252,20 +252,15 @@ def run_all(labs: list[Lab], reference: bool, label: str, quick: bool, stop: Sto
         if signum is not None:  # the benchmark's own line said what became of its record
             say(f"{STOP_WORDS[signum]} during {lab.name}; the labs after it were not measured")
             return 128 + signum
-        say(f"{lab.name}: {'done' if code == 0 else f'exit status {code}'} after {clock(time.monotonic() - lab_started)}")
+        say(f"{lab.name}: {'done' if code == 0 else f'exit status {code}'} after {runs.minutes(time.monotonic() - lab_started)}")
         if code != 0:
             failed.append(lab.name)
     say(f"run {run['id']}: {len(labs) - len(failed)} of {len(labs)} benchmark(s) wrote a record in "
-        f"{clock(time.monotonic() - started)}")
+        f"{runs.minutes(time.monotonic() - started)}")
     if failed:
         say(f"failed: {', '.join(failed)}")
     return 1 if failed else 0
 
-
-def clock(seconds: float) -> str:
-    """'19 min 59 s' or '42 s'."""
-    whole = round(seconds)
-    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 
 
 if __name__ == "__main__":

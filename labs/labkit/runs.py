@@ -97,3 +97,10 @@ def same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two records were measured in one run (a record without a run was measured in none)."""
     first = run_id(a)
     return first is not None and first == run_id(b)
+
+
+def minutes(seconds: float) -> str:
+    """A run's or a benchmark's wall time as a reader reads it: '1 min 30 s', '45 s' (make bench's lines and the
+    landing page's table say it alike)."""
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
