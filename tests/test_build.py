@@ -59,7 +59,7 @@ def test_the_404_page_links_relative_to_the_site_so_it_works_opened_from_disk(bu
 
 def test_article_includes_the_real_forward_source(built_site: tuple[Path, str]) -> None:
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", article(built_site)))
-    source = (Path(__file__).parents[1] / "labs/llm/kv-cache/kv_cache/model.py").read_text()
+    source = (Path(__file__).parents[1] / "labs/llm/llm_models/toy/model.py").read_text()
     start = source.index("    def forward")
     body = source[start:source.index("# --8<-- [end:forward]")]
     for line in body.splitlines():

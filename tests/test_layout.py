@@ -171,7 +171,7 @@ def test_each_labs_measured_files_hold_its_mechanism_and_not_its_derivations() -
     serving = files["kv-serving"]
     assert {"labs/llm/kv-serving/kv_serving/scheduler.py", "labs/llm/kv-serving/kv_serving/server.py",
             "labs/llm/kv-serving/kv_serving/prompts.json", "labs/labkit/harness.py"} <= serving  # -m kv_serving.server
-    assert "labs/llm/decode-bandwidth/decode_bandwidth/int8_rows.c" in files["decode-bandwidth"]  # built at run time
+    assert "labs/llm/llm_models/kernels/int8_rows.c" in files["decode-bandwidth"]  # built at run time
     for name, measured in files.items():
         assert not {"labs/labkit/records.py", "labs/labkit/summary.py", "labs/labkit/figures.py"} & measured, name
         assert not [file for file in measured if file.endswith("/figures/derivation.py")], name

@@ -1,5 +1,5 @@
-// The KV-cache page's calculator: the formulas of kv_cache.memory (kv_bytes_per_token, whole_cache_bytes,
-// tokens_that_fit), in the same order of operations, so the browser and the Python table give identical numbers
+// The KV-cache page's calculator: the formulas of llm_models.kv_bytes (kv_bytes_per_token, tokens_that_fit) and
+// kv_cache.memory (whole_cache_bytes), in the same order of operations, so the browser and the Python table give identical numbers
 // (tests/test_browser.py checks), and the same refusals: a batch, a context, layers, heads and a head width are
 // whole numbers of at least 1. Each field also has a ceiling (LIMITS) far beyond any model or machine there is, so
 // an input like 1e300 is refused in one line instead of filling the page with a 300-digit result.

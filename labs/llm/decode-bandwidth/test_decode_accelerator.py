@@ -13,6 +13,7 @@ from decode_bandwidth_views import VIEWS
 from decode_bandwidth_views.accelerator import carry_over
 from labkit.manifest import lab_for
 from labkit.testing import committed_record
+from llm_models import accelerator as shared
 from llm_models.hardware import H100_SXM
 from llm_models.published import model as published_model
 from site_hooks.blocks import render_block
@@ -42,31 +43,31 @@ class Arithmetic(unittest.TestCase):
         self.assertTrue(cpu.measured and not device.measured)
 
     def test_the_turn_to_compute_bound_is_the_first_batch_whose_flops_outlast_its_bytes(self) -> None:
-        model = accelerator.llama_model(published_model(accelerator.MODEL))
-        device = accelerator.accelerator()
-        batch = accelerator.compute_bound_batch(device, model, accelerator.SHORT_CONTEXT)
+        model = shared.llama_model(published_model(shared.MODEL))
+        device = shared.accelerator()
+        batch = shared.compute_bound_batch(device, model, accelerator.SHORT_CONTEXT)
         assert batch is not None
         for b, bound in ((batch - 1, False), (batch, True)):
             needed = llama_step_bytes(model, 2, b, accelerator.SHORT_CONTEXT)
             self.assertEqual(needed["flops"] / device.flops_per_s >= needed["total"] / device.bandwidth_bytes_per_s,
                              bound, b)
         # At 8k tokens each sequence's own cache is read for its own flops: the ratio stays below the ridge.
-        self.assertIsNone(accelerator.compute_bound_batch(device, model, accelerator.LONG_CONTEXT))
+        self.assertIsNone(shared.compute_bound_batch(device, model, shared.LONG_CONTEXT))
 
     def test_sequences_that_fit_are_the_memory_left_beside_the_weights_over_one_sequences_cache(self) -> None:
-        entry = published_model(accelerator.MODEL)
-        model = accelerator.llama_model(entry)
-        device = accelerator.accelerator()
-        per_sequence = kv_bytes(model, BYTES_PER_ELEMENT["bfloat16"], 1, accelerator.LONG_CONTEXT)
+        entry = published_model(shared.MODEL)
+        model = shared.llama_model(entry)
+        device = shared.accelerator()
+        per_sequence = kv_bytes(model, BYTES_PER_ELEMENT["bfloat16"], 1, shared.LONG_CONTEXT)
         expected = int((H100_SXM.memory_bytes - entry["parameters"] * 2) // per_sequence)
-        self.assertEqual(accelerator.sequences_that_fit(device, entry, model, accelerator.LONG_CONTEXT), expected)
+        self.assertEqual(shared.sequences_that_fit(device, entry, model, shared.LONG_CONTEXT), expected)
         self.assertGreater(expected, 10)
-        self.assertIsNone(accelerator.sequences_that_fit(accelerator.this_cpu(RECORD), entry, model, 8192))
+        self.assertIsNone(shared.sequences_that_fit(accelerator.this_cpu(RECORD), entry, model, 8192))
 
     def test_a_step_reads_the_published_parameters_less_the_untied_embedding_table(self) -> None:
         """Capacity counts every parameter; a step reads all but the token embedding's unread rows."""
-        entry = published_model(accelerator.MODEL)
-        model = accelerator.llama_model(entry)
+        entry = published_model(shared.MODEL)
+        model = shared.llama_model(entry)
         self.assertFalse(model["tie_embeddings"])
         self.assertEqual(llama_weight_bytes(model, 2) + model["vocab_size"] * model["width"] * 2,
                          entry["parameters"] * 2)
@@ -75,7 +76,7 @@ class Arithmetic(unittest.TestCase):
         html = render_block(VIEWS["accelerator"](RECORD))
         self.assertIn("not a measurement", html)
         self.assertIn(f'href="{H100_SXM.source}"', html)
-        self.assertIn(f'href="{published_model(accelerator.MODEL)["config"]}"', html)
+        self.assertIn(f'href="{published_model(shared.MODEL)["config"]}"', html)
         self.assertIn("not recorded", html)  # this CPU's memory: no invented figure
 
 
@@ -127,11 +128,11 @@ class Wording(unittest.TestCase):
 
     def test_the_long_context_sentence_appears_only_where_no_batch_turns_the_accelerator(self) -> None:
         self.assertIn("no batch turns the accelerator compute-bound", self.lessons(FIXED))
-        device = accelerator.accelerator()
+        device = shared.accelerator()
         weak = dataclasses.replace(device, flops_per_s=device.bandwidth_bytes_per_s)  # a ridge of one flop per byte
         comparison = accelerator.compare(FIXED)
-        model = accelerator.llama_model(published_model(accelerator.MODEL))
-        long_batch = accelerator.compute_bound_batch(weak, model, accelerator.LONG_CONTEXT)
+        model = shared.llama_model(published_model(shared.MODEL))
+        long_batch = shared.compute_bound_batch(weak, model, shared.LONG_CONTEXT)
         self.assertIsNotNone(long_batch)
         changed = dataclasses.replace(comparison, machines=(comparison.machines[0], weak),
                                       long_batch=(comparison.long_batch[0], long_batch))

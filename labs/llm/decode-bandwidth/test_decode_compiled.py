@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from decode_bandwidth.cache import PreallocatedCache
-from decode_bandwidth.compiled import CACHE_VARIABLE, CompiledDecoder, cold_inductor_cache, row_dot
+from decode_bandwidth.compiled import CACHE_VARIABLE, CompiledDecoder, cold_inductor_cache
 from decode_bandwidth.equivalence import one_row_at_a_time
 from decode_bandwidth.testing import TOLERANCE, tiny_model, token_ids
+from llm_models.kernels.row_dot import row_dot
 
 
 class CountingKernel:

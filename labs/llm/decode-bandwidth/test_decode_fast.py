@@ -11,13 +11,14 @@ import unittest
 
 import torch
 
-from decode_bandwidth import llama, matvec, native
+from decode_bandwidth import llama
 from decode_bandwidth.fast_llama import FastLlama, fused_matrices
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
-from decode_bandwidth.quantize import dequantize, dequantized_state_dict, quantize_rows
 from decode_bandwidth.testing import ONEDNN_WINS, OUT_IN_WINS
 from labkit.bench import EquivalenceError
+from llm_models.kernels import int8_loop, matvec
+from llm_models.kernels.quantize import dequantize, dequantized_state_dict, quantize_rows
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
 
@@ -85,7 +86,7 @@ class SameLogits(unittest.TestCase):
                 for threads in (1, 2):
                     torch.set_num_threads(threads)
                     with self.subTest(rows=rows, cols=cols, threads=threads):
-                        torch.testing.assert_close(native.int8_rows(x, codes, scale, None), expected, atol=1e-5,
+                        torch.testing.assert_close(int8_loop.int8_rows(x, codes, scale, None), expected, atol=1e-5,
                                                    rtol=1e-5)
             finally:
                 torch.set_num_threads(before)
@@ -95,12 +96,12 @@ class SameLogits(unittest.TestCase):
         wide = torch.zeros(37, 2)  # a scale that is a strided view, and codes stored transposed
         wide[:, 0] = scale
         transposed = codes.t().contiguous().t()
-        torch.testing.assert_close(native.int8_rows(x, transposed, wide[:, 0], None), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(int8_loop.int8_rows(x, transposed, wide[:, 0], None), expected, atol=1e-5, rtol=1e-5)
         with self.assertRaises(ValueError) as refused:
-            native.int8_rows(x, codes, scale.double(), None)
+            int8_loop.int8_rows(x, codes, scale.double(), None)
         self.assertIn("float32 scales", str(refused.exception))
         with self.assertRaises(ValueError) as refused:
-            native.int8_rows(torch.randn(1, 52), codes, scale, None)
+            int8_loop.int8_rows(torch.randn(1, 52), codes, scale, None)
         self.assertIn("(37, 53)", str(refused.exception))
 
     def test_a_twin_cannot_compile_its_layers_around_an_eager_only_kernel(self) -> None:

@@ -22,13 +22,13 @@ from decode_bandwidth.bandwidth import (
     weight_bytes,
 )
 from decode_bandwidth.cache import PreallocatedCache
-from decode_bandwidth.compiled import row_dot
 from decode_bandwidth.config import preset
 from decode_bandwidth.figures import formulas, hardware_figures
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids
 from labkit.figures import Figures
+from llm_models.kernels.row_dot import row_dot
 
 
 class ByteAccounting(unittest.TestCase):

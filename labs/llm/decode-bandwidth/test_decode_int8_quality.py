@@ -10,7 +10,7 @@ from unittest import mock
 import torch
 
 from decode_bandwidth import int8_quality
-from decode_bandwidth.quantize import dequantized_state_dict
+from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
 

@@ -7,8 +7,8 @@ import unittest
 
 import torch
 
-import kv_cache.model
 import llm_models.attention
+import llm_models.toy.model
 from decode_bandwidth import model as model_module
 from decode_bandwidth.bandwidth import weight_bytes
 from decode_bandwidth.cache import PreallocatedCache
@@ -50,7 +50,7 @@ class Shape(unittest.TestCase):
         torch.testing.assert_close(torch.rand(3), expected)
 
     def test_offset_rule_and_attention_are_the_first_labs_own(self) -> None:
-        self.assertIs(Decoder.positions, kv_cache.model.DecoderBlock.positions)
+        self.assertIs(Decoder.positions, llm_models.toy.model.DecoderBlock.positions)
         self.assertIs(model_module.causal_attention, llm_models.attention.causal_attention)
 
 

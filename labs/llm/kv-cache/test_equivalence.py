@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from kv_cache.broken import PositionResetBlock, TopLeftMaskBlock, UnmaskedChunkBlock
 from kv_cache.decode import cached_step_logits
-from kv_cache.equivalence import ATOL, compare_paths
-from kv_cache.model import DecoderBlock
+from kv_cache.equivalence import compare_paths
 from kv_cache.testing import TINY, assert_chunk_matches, assert_steps_match, random_ids
+from llm_models.toy.equivalence import ATOL
+from llm_models.toy.model import DecoderBlock
 
 FLOAT64_BOUND = 1e-12  # observed ~1e-15 on the 12-token fixture; float32 sits near 1e-7
 

@@ -6,8 +6,8 @@ import unittest
 
 import torch
 
-from kv_cache.model import DecoderBlock
 from kv_cache.testing import TINY, random_ids
+from llm_models.toy.model import DecoderBlock
 
 
 class PositionCapacity(unittest.TestCase):

@@ -6,9 +6,9 @@ import unittest
 
 import torch
 
-from kv_cache.config import ModelConfig
-from kv_cache.memory import cache_storage_bytes, kv_cache_bytes
-from kv_cache.model import DecoderBlock
+from llm_models.kv_bytes import cache_storage_bytes, kv_cache_bytes
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.model import DecoderBlock
 
 
 class CacheBytes(unittest.TestCase):

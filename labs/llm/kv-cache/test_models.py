@@ -8,17 +8,11 @@ import unittest
 
 import torch
 
-from kv_cache.config import ModelConfig
-from kv_cache.memory import (
-    GROUP,
-    KV_FORMATS,
-    cache_storage_bytes,
-    kv_bytes_per_token,
-    tokens_that_fit,
-    whole_cache_bytes,
-)
-from kv_cache.model import DecoderBlock
+from kv_cache.memory import GROUP, KV_FORMATS, whole_cache_bytes
+from llm_models.kv_bytes import cache_storage_bytes, kv_bytes_per_token, tokens_that_fit
 from llm_models.published import MODELS_FILE
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.model import DecoderBlock
 
 MODELS = tomllib.loads(MODELS_FILE.read_text())["model"]
 

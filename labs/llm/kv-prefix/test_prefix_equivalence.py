@@ -71,5 +71,27 @@ class TrainedModel(unittest.TestCase):
         self.assertTrue(result.equal, result)
 
 
+class Bfloat16Hits(unittest.TestCase):
+    """In bfloat16 a hit must not change a single bit: the tail after the cached blocks attends exactly as the same
+    rows did in a cold prefill of the whole prompt. Found by a hostile pass: a one-token tail took the one-query
+    path while the cold prefill computed that row in the fused kernel, and the fused kernel's result depends on
+    how many query rows it takes at once, so greedy output parted on a hit. Tails of 1, 2 and 5 tokens."""
+
+    def test_a_warm_prefill_gives_the_cold_logits_bit_for_bit(self) -> None:
+        import torch
+
+        from kv_serving.llama import served
+        from llm_models.llama.tiny import tiny_pair
+
+        model = served(tiny_pair(0, torch.bfloat16)[1], KERNEL_NS)
+        shared = [(5 * i + 2) % 120 for i in range(32)]  # two full blocks of 16 (the tiny vocabulary: 128)
+        for tail in ([9], [9, 17], [9, 17, 4, 40, 23]):
+            with self.subTest(tail=len(tail)):
+                prompts = Prompts(shared=shared, decoy_head=[3] * 16, suffixes=([7, 7], tail, [8]), filler=5)
+                result = warm_against_cold(model, prompts, 0, atol=0.0, rtol=0.0)
+                self.assertEqual(result.cached_tokens, 32)
+                self.assertEqual(result.max_abs_difference, 0.0, result)
+
+
 if __name__ == "__main__":
     unittest.main()

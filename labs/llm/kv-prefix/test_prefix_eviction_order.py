@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kv_serving.prefix import CachingPool
-from kv_storage.paged import PoolExhausted
+from llm_models.paged.pool import PoolExhausted
 
 BLOCK = 4
 

@@ -1,6 +1,7 @@
 """The prefix cache behind the HTTP server: a second completion that starts with the first one's prompt finds its
-full blocks, gets the tokens it gets without the cache, and /metrics counts the lookup; the server's command line
-turns the cache on as the engine config describes it."""
+full blocks, gets the tokens it gets without the cache, its own reply says how many (and no other client's does),
+/metrics counts the lookup only where the operator serves it; the server's command line turns the cache on as the
+engine config describes it."""
 
 from __future__ import annotations
 
@@ -35,6 +36,20 @@ class PrefixOverHttp(QuietLoopTestCase):
             self.assertEqual((found["index"], found["requests"], found["query_tokens"], found["hit_tokens"]),
                              (index, 2, 2 * len(PROMPT) + 2, 3 * TINY_BLOCK))
             self.assertEqual(metrics[index]["prefill_tokens"], metrics[None]["prefill_tokens"] - 3 * TINY_BLOCK)
+
+    async def test_a_hit_is_told_only_to_its_own_request_and_metrics_are_off_by_default(self) -> None:
+        """The attack: read the hit counter around one probe to learn whether another client's prompt is cached.
+        By default /metrics is not served at all; each reply's usage names its own hit (OpenAI's cached_tokens)."""
+        async with serve_in_loop(tiny_engine(num_blocks=40, prefix_index="hash"), metrics=False) as (url, _), \
+                httpx.AsyncClient(timeout=HANG_S) as client:
+            closed = await client.get(f"{url}/metrics")
+            usages = []
+            for prompt in (PROMPT, PROMPT + [7, 8], [9] * len(PROMPT)):
+                reply = await client.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 2})
+                usages.append(reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(closed.status_code, 404)
+        self.assertIn("start it with --metrics", closed.json()["error"]["message"])
+        self.assertEqual(usages, [0, 3 * TINY_BLOCK, 0])  # the first prompt's three full blocks, found by the second
 
     def test_the_command_line_turns_the_cache_on(self) -> None:
         config = engine_config(parse_args(["--prefix-caching", "radix", "--schedule", "longest-prefix", "--port", "0"]))

@@ -14,7 +14,7 @@ import torch
 
 from kv_prefix.broken import EagerFreePool
 from kv_serving.prefix import CachingPool, PrefixStats
-from kv_storage.paged import PoolExhausted
+from llm_models.paged.pool import PoolExhausted
 
 BLOCK = 4
 INDEXES = ("hash", "radix")

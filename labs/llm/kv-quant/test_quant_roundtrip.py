@@ -7,11 +7,11 @@ import unittest
 
 import torch
 
-from kv_cache.model import DecoderBlock
 from kv_quant.cache import make_cache
 from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
 from kv_quant.testing import FORMATS, TINY, random_ids
+from llm_models.toy.model import DecoderBlock
 
 # Dequantizing computes code * scale (+ zero) in float32: a few roundings of 2^-24 relative to the value.
 FLOAT_SLACK = 2.0 ** -20

@@ -20,6 +20,7 @@ import httpx
 
 from kv_serving import server
 from kv_serving.admission import KVBudget, MaxRunning
+from kv_serving.bounds import TRANSPORT
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
 from kv_serving.scheduler import Scheduler
@@ -74,7 +75,8 @@ class ServerTest(QuietLoopTestCase):
         self.assertRegex(chunks[0]["id"], r"^cmpl-[0-9a-f]{32}$")  # a uuid4: unique across launches too
         self.assertNotEqual(plain["id"], chunks[0]["id"])
         self.assertEqual(plain["object"], "text_completion")
-        self.assertEqual(plain["usage"], {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14})
+        self.assertEqual(plain["usage"], {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14,
+                                          "prompt_tokens_details": {"cached_tokens": 0}})
         ids = [3, 1, 4, 1, 5]
         for _ in range(9):
             ids.append(int(scheduler.model.reference_logits(ids).argmax()))
@@ -305,6 +307,70 @@ class ServerTest(QuietLoopTestCase):
             self.assertLess(scheduler.counters.tokens_generated, 80)  # stopped long before its last token
             self.assertEqual((scheduler.running, list(scheduler.waiting)), ([], []))
 
+    async def test_a_client_that_keeps_taking_bytes_is_never_cut_however_long_each_write_waits(self) -> None:
+        """No write ever completes, but the bytes not yet taken fall at every look: the client reads, so it stays,
+        for as many looks as five stall timeouts hold. Then it stops taking anything, and it is cut."""
+        taking = True
+
+        class Draining(asyncio.WriteTransport):  # the connection as the server sees it: bytes not yet taken
+            def __init__(self) -> None:
+                super().__init__()
+                self.unsent, self.looks = 1_000_000, 0
+
+            def get_write_buffer_size(self) -> int:
+                self.looks += 1
+                self.unsent -= 1 if taking else 0
+                return self.unsent
+
+            def get_extra_info(self, name: str, default: object = None) -> object:
+                return default  # no socket: the transport's buffer alone
+
+        transport, stall_s = Draining(), 0.2
+        async with serve_in_loop(tiny_engine(), stall_timeout_s=stall_s) as (_, app):
+            scheduler: Scheduler = app.state.scheduler
+            with StepGate(scheduler.model):
+                async with unread_stream(app, "/v1/completions", {"prompt": [1] * 4, "max_tokens": 80, "stream": True},
+                                         state={TRANSPORT: transport}):
+                    await eventually(lambda: transport.looks >= 50, "five stall timeouts' worth of looks (10 each)")
+                    self.assertFalse(scheduler.running[0].client_gone)
+                    taking = False
+                    await eventually(lambda: scheduler.running[0].client_gone, "the stalled stream to be cut")
+        self.assertEqual(scheduler.counters.cancelled, 1)
+
+    async def test_a_cut_stream_ends_with_an_error_event_and_the_end_of_its_chunked_body(self) -> None:
+        """A real socket that reads nothing is cut; what it then reads is every event sent before the cut, whole,
+        a last error event naming the stall, ``[DONE]`` and the chunked body's end, not a reply broken off."""
+        body = {"prompt": [1] * 4, "max_tokens": 91, "stream": True}
+        async with serve_in_loop(tiny_engine(num_blocks=24), stall_timeout_s=1.0, send_buffer_bytes=1024) as (url, app):
+            scheduler: Scheduler = app.state.scheduler
+            with StepGate(scheduler.model) as gate:
+                async with never_reading_stream(url, "/v1/completions", body) as client:
+                    await eventually(lambda: scheduler.running, "the unread stream to start")
+                    await eventually(stepping_until_stalled(scheduler, gate, cancelled=1),
+                                     "the unread stream to back up, stall and be cut")
+                    loop, received = asyncio.get_running_loop(), bytearray()
+                    while part := await within(loop.sock_recv(client, 65536), "the rest of the cut stream"):
+                        received += part
+        head, _, chunked = bytes(received).partition(b"\r\n\r\n")
+        self.assertIn(b"transfer-encoding: chunked", head.lower())
+        payload, rest = bytearray(), chunked
+        while True:  # the chunks, whole, up to the zero-length last one
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            payload += rest[:size]
+            self.assertEqual(rest[size:size + 2], b"\r\n")
+            rest = rest[size + 2:]
+        self.assertEqual(rest, b"\r\n")  # nothing after the body's end
+        events = [line[6:] for line in payload.decode().split("\n\n") if line]
+        self.assertEqual(events[-1], "[DONE]")
+        error = json.loads(events[-2])["error"]
+        self.assertEqual(error["code"], "client_stalled")
+        self.assertIn("took nothing of its stream for 1 s", error["message"])
+        tokens = [json.loads(e)["choices"][0]["token_ids"] for e in events[:-2]]
+        self.assertTrue(tokens and len(tokens) < body["max_tokens"])  # cut before its end, each event whole
+
     async def test_a_socket_that_is_never_read_gets_its_request_cancelled_and_another_client_is_served_meanwhile(
             self) -> None:
         """A real socket with the smallest receive buffer, which never reads: its reply backs up through the kernel's
@@ -378,7 +444,8 @@ class ServerTest(QuietLoopTestCase):
         self.assertEqual((len(tokens), lines[-1]), (3, "[DONE]"))
         self.assertTrue(all(c["usage"] is None for c in chunks[:-1]))  # as OpenAI: null on every other chunk
         self.assertEqual(chunks[-1]["choices"], [])
-        self.assertEqual(chunks[-1]["usage"], {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+        self.assertEqual(chunks[-1]["usage"], {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
+                                             "prompt_tokens_details": {"cached_tokens": 0}})
         self.assertEqual(chunks[-2]["choices"][0]["finish_reason"], "length")
 
     async def test_wrong_media_type_oversized_bodies_and_unknown_routes_get_openai_error_objects(self) -> None:
@@ -473,6 +540,10 @@ class ServerTest(QuietLoopTestCase):
             self.assertEqual(huge.status_code, 400)
             self.assertIn("8 blocks of 4", huge.json()["error"]["message"])
             self.assertIn("KV budget is 4 blocks", huge.json()["error"]["message"])
+            long = await client.post(f"{url}/v1/completions", json={"prompt": [1] * 8, "max_tokens": 20})
+            # the field to change is named: the prompt when it cannot fit even to generate one token, else max_tokens
+            self.assertEqual([(r.json()["error"]["code"], r.json()["error"]["param"]) for r in (huge, long)],
+                             [("kv_budget_exceeded", "prompt"), ("kv_budget_exceeded", "max_tokens")])
             # a paused scheduler admits nobody: the first request waits, the second finds the queue full
             scheduler: Scheduler = app.state.scheduler
             await scheduler.stop()
@@ -592,7 +663,7 @@ class ShutdownTest(QuietLoopTestCase):
     async def stop_while_serving(self, sig: signal.Signals) -> dict[str, Any]:
         """Start the server, run two streams and queue a plain request, signal it; what each client saw."""
         with tempfile.TemporaryFile(mode="w+") as log:
-            process = subprocess.Popen([sys.executable, "-c", HELD_SERVER, "--port", "0", "--max-running", "2"],
+            process = subprocess.Popen([sys.executable, "-c", HELD_SERVER, "--port", "0", "--metrics", "--max-running", "2"],
                                        stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = await asyncio.to_thread(serving_url, process, log, HANG_S)  # importing torch: most of a start

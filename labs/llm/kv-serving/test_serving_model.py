@@ -8,9 +8,6 @@ import unittest.mock
 
 import torch
 
-from kv_cache.equivalence import ATOL, RTOL
-from kv_cache.memory import kv_cache_bytes
-from kv_cache.model import DecoderBlock
 from kv_serving import trained_load
 from kv_serving.benchmark import equivalence_gate
 from kv_serving.figures import formulas
@@ -23,8 +20,11 @@ from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 from kv_serving.trained_load import prompt_ids
 from labkit.bench import EquivalenceError
 from llm_models.attention import causal_attention
+from llm_models.kv_bytes import kv_cache_bytes
 from llm_models.llama.generate import smollm2
 from llm_models.llama.tiny import TINY, tiny_pair
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
 # NOTE: the kernel table's timings supplied, so every host runs the same kernels (each pick is tested against the
 # others in test_serving_kernels): one row by an (in, out) copy, several by oneDNN's packed copy where it runs.

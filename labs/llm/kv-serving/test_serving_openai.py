@@ -107,7 +107,7 @@ class TrainedModelThroughTheClient(unittest.TestCase):
     def test_two_official_clients_are_answered_in_one_batch_each_with_the_text_it_gets_alone(self) -> None:
         chat = smollm2()
         config = EngineConfig.for_chat(chat, 16, 64, policy_for(chat, 64), kernel_ns=KERNEL_NS)
-        app = create_app(config)
+        app = create_app(config, metrics=True)
         questions = [[{"role": "user", "content": "What is the capital of France?"}],
                      [{"role": "user", "content": "Name a primary colour."}]]
         with serve_in_thread(app) as url, client_for(url) as first, client_for(url) as second:

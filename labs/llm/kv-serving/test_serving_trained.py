@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import signal
 import socket
@@ -71,6 +72,11 @@ async def stream(client: httpx.AsyncClient, url: str, path: str, body: dict[str,
             if leave_after is not None and len(ids) >= leave_after:
                 break
     return text, ids, reason, chunks
+
+
+def listed(ids: list[int], chat: ChatModel) -> list[int]:
+    """The token ids a reply lists: a trailing end-of-turn id left out."""
+    return ids[:-1] if ids and ids[-1] in chat.stop_ids else ids
 
 
 class ChatFrontEnd(unittest.TestCase):
@@ -143,8 +149,26 @@ class TrainedEngineHTTP(QuietLoopTestCase):
         self.assertEqual((metrics["num_running"], metrics["peak_running"]), (2, 2))
         for (text, ids, reason, _), messages in zip(results, questions):
             expected_ids, expected_text = self.alone(messages, 12)
-            self.assertEqual((ids, text), (expected_ids, expected_text))
+            self.assertEqual((ids, text), (listed(expected_ids, self.chat), expected_text))
             self.assertEqual(reason, "stop" if expected_ids[-1] in self.chat.stop_ids else "length")
+
+    async def test_a_reply_ended_by_the_end_of_turn_token_lists_every_token_but_that_one(self) -> None:
+        """The fourth greedy token made the model's end of turn (a copy of the chat whose stop id it is): plain and
+        streamed replies list the three before it, say "stop", and usage counts all four generated."""
+        prompt = self.chat.encode("The capital of France is")
+        free = self.chat.generate(prompt, 8).ids
+        end = free[3]
+        self.assertNotIn(end, free[:3])  # the seeded tiny model's greedy run: the 4th token is new
+        ending = copy.copy(self.chat)
+        ending.stop_ids = frozenset({end})
+        body = {"prompt": "The capital of France is", "max_tokens": 8}
+        async with serve_in_loop(tiny_chat_engine(ending)) as (url, _), httpx.AsyncClient(timeout=HANG_S) as client:
+            plain = (await client.post(f"{url}/v1/completions", json=body)).json()
+            _, ids, reason, chunks = await stream(client, url, "/v1/completions",
+                                                  body | {"stream_options": {"include_usage": True}})
+        self.assertEqual((plain["choices"][0]["token_ids"], plain["choices"][0]["finish_reason"]), (free[:3], "stop"))
+        self.assertEqual((ids, reason), (free[:3], "stop"))
+        self.assertEqual((plain["usage"]["completion_tokens"], chunks[-1]["usage"]["completion_tokens"]), (4, 4))
 
     async def test_a_plain_chat_is_the_streamed_text_with_usage_in_openai_shapes(self) -> None:
         async with serve_in_loop(tiny_chat_engine(self.chat)) as (url, _), httpx.AsyncClient(timeout=HANG_S) as client:
@@ -157,7 +181,7 @@ class TrainedEngineHTTP(QuietLoopTestCase):
         self.assertEqual(plain["choices"][0]["message"], {"role": "assistant", "content": text})
         self.assertEqual(chunks[0]["choices"][0]["delta"], {"role": "assistant", "content": ""})
         self.assertEqual(chunks[-1]["usage"], plain["usage"])
-        self.assertEqual(plain["usage"]["completion_tokens"], len(ids))
+        self.assertEqual(plain["usage"]["completion_tokens"], len(ids) + (reason == "stop"))  # the end id counted
         self.assertEqual(plain["choices"][0]["finish_reason"], reason)
         self.assertEqual({c["object"] for c in chunks}, {"chat.completion.chunk"})
         prompt = self.chat.encode("The capital of France is")
@@ -371,7 +395,7 @@ class TrainedCommand(unittest.TestCase):
         with tempfile.TemporaryFile(mode="w+") as log:
             # One running at most: the second chat waits however close together the two arrive (by KV bytes both
             # could be admitted in one step, and the state waited on below would never come).
-            process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0",
+            process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0", "--metrics",
                                         "--max-running", "1"], stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = serving_url(process, log, HANG_S)  # loading the model is most of a start

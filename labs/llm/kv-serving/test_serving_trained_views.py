@@ -7,7 +7,6 @@ import dataclasses
 import unittest
 from typing import Any
 
-from decode_bandwidth.accelerator import LONG_CONTEXT, full_budget
 from kv_serving.accelerator import served_here
 from kv_serving_views import VIEWS
 from kv_serving_views.accelerator import lessons
@@ -22,6 +21,7 @@ from kv_serving_views.trained import (
 )
 from labkit.manifest import lab_for
 from labkit.testing import committed_record
+from llm_models.accelerator import LONG_CONTEXT, full_budget
 from llm_models.hardware import H100_SXM
 from site_hooks.blocks import render_block
 

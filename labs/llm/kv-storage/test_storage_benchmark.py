@@ -13,8 +13,6 @@ import torch
 
 import labkit.testing
 from kv_cache.broken import PositionResetBlock
-from kv_cache.memory import cache_storage_bytes
-from kv_cache.model import DecoderBlock
 from kv_storage import benchmark
 from kv_storage.figures import check_invariants, derive
 from kv_storage.paged import PagedSequence
@@ -23,6 +21,8 @@ from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
 from labkit import figures
 from labkit.records import RecordError
+from llm_models.kv_bytes import cache_storage_bytes
+from llm_models.toy.model import DecoderBlock
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
 

@@ -9,9 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kv_cache.equivalence import ATOL, RTOL
-from kv_cache.model import DecoderBlock
-from kv_storage.paged import BlockPool, PagedSequence
+from kv_storage.paged import PagedSequence
 from kv_storage.testing import (
     CHUNKINGS,
     FLOAT64_AGREEMENT,
@@ -24,6 +22,9 @@ from kv_storage.testing import (
     random_ids,
     with_kv_heads,
 )
+from llm_models.paged.pool import BlockPool
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
 
 class EveryLayoutMatchesFullPrefix(unittest.TestCase):

@@ -9,9 +9,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule, run_state_machine_as_test
 
-from kv_cache.model import DecoderBlock
-from kv_storage.paged import BlockPool, PagedSequence, PoolExhausted
+from kv_storage.paged import PagedSequence
 from kv_storage.testing import TINY, random_ids
+from llm_models.paged.pool import BlockPool, PoolExhausted
+from llm_models.toy.model import DecoderBlock
 
 HEADS, DIM = 2, 3
 

@@ -14,12 +14,13 @@ from typing import Any
 import torch
 
 from kv_storage.figures import FORK_EXAMPLE, TABLE_EXAMPLE, TableModel, forked, interleaved, locate
-from kv_storage.paged import BlockPool, PagedSequence
+from kv_storage.paged import PagedSequence
 from kv_storage_views.pictures import block_table_view, fork_view
 from kv_storage_views.results import answer_peak_view, answer_sharing_view, key_results_view, regime_item
 from labkit.figures import fill
 from labkit.summary import sweep_figures
 from labkit.testing import committed_record
+from llm_models.paged.pool import BlockPool
 
 RECORD = Path(__file__).resolve().parents[3] / "results" / "storage-results.json"
 HEADS, DIM = 1, 2

@@ -6,9 +6,9 @@ import unittest
 
 import torch
 
-from kv_cache.model import DecoderBlock
 from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
+from llm_models.toy.model import DecoderBlock
 
 
 class PreallocatedCache(unittest.TestCase):

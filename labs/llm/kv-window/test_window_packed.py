@@ -9,7 +9,6 @@ import unittest
 
 import torch
 
-from kv_cache.model import DecoderBlock
 from kv_window.broken import LeakyPackedStore
 from kv_window.config import Policy
 from kv_window.decoder import WindowCache, forward, new_cache
@@ -17,6 +16,7 @@ from kv_window.packing import alone_logits, pack, packed_logits, padded_logits, 
 from kv_window.rotary import Rotary
 from kv_window.testing import TOLERANCE, TOY, random_ids, tiny_llama
 from kv_window.toy import new_toy_cache, toy_forward
+from llm_models.toy.model import DecoderBlock
 
 LENGTHS = [5, 12, 3, 9]
 

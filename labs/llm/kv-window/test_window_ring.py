@@ -8,7 +8,6 @@ import unittest
 
 import torch
 
-from kv_cache.model import DecoderBlock
 from kv_window.broken import PhysicalLengthCache, TopLeftBandRing
 from kv_window.config import Policy
 from kv_window.decoder import WindowCache, forward, new_cache
@@ -16,6 +15,7 @@ from kv_window.rotary import Rotary
 from kv_window.rules import ring_slot
 from kv_window.testing import TOLERANCE, TOY, BandBlock, band_mask, masked_logits, random_ids, tiny_llama
 from kv_window.toy import new_toy_cache, toy_forward
+from llm_models.toy.model import DecoderBlock
 
 WINDOW, LENGTH = 8, 60
 

@@ -3,7 +3,9 @@
 Here, below the labs, because every lab counts with it: the KV-cache page derives and explains it
 (kv_cache.memory keeps that lab's table of formats beside it), the storage and window labs check their caches
 against it, the serving pool sizes its blocks with it, the quantized caches measure their bits against it, and
-the decode lab's floors and the accelerator arithmetic price a step's reads with ``kv_bytes``.
+the decode lab's floors and the accelerator arithmetic price a step's reads with ``kv_bytes``. Beside the formula,
+``cache_storage_bytes`` counts the same bytes from a cache's tensors, which the tests and benchmarks hold the
+formula to.
 
 Torch-free: the site build derives figures with these functions, and a mechanism that uses them needs no tensor.
 """
@@ -11,7 +13,10 @@ Torch-free: the site build derives figures with these functions, and a mechanism
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch-free at run time: the site build imports this module
+    from torch import Tensor
 
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}  # an element's size in each dtype a lab runs in
 
@@ -61,3 +66,8 @@ def kv_bytes(model: Mapping[str, Any], size: int, batch: int, positions: int) ->
     model config: ``layers``, ``kv_heads``, ``head_dim``): the one-layer formula (``kv_cache_bytes``, with its
     key/value heads) times the layers."""
     return model["layers"] * kv_cache_bytes(batch, model["kv_heads"], positions, model["head_dim"], size)
+
+
+def cache_storage_bytes(cache: tuple[Tensor, Tensor]) -> int:
+    """Bytes held by the cache tensors' elements, counted from the tensors themselves."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in cache)

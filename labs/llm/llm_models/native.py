@@ -30,6 +30,12 @@ class Build:
     seconds: float
     reason: str | None  # why they could not be built, in one line
 
+    def require(self, what: str) -> ctypes.CDLL:
+        """The loaded loops, or a RuntimeError saying why ``what`` cannot run."""
+        if self.library is None:
+            raise RuntimeError(f"{what} cannot run: {self.reason}")
+        return self.library
+
 
 @functools.cache
 def build(sources: tuple[Path, ...]) -> Build:

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
+from llm_models.kernels.row_dot import compiled_row_dot
+
 from . import traffic
-from .compiled import compiled_row_dot
 from .config import DecoderConfig
 from .floors import COMPILED_COLUMNS, MATVEC_COLUMNS, STREAMS, best_rate, kernel_bytes, square_matmul_flops
 

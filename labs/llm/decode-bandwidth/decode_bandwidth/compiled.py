@@ -4,8 +4,8 @@ At batch 1 every weight multiply is a matrix-vector product, and a step is
 bounded by how fast those products stream their matrices. The BLAS kernels
 behind ``addmm`` and ``F.linear`` do not always reach the rate of a plain read
 (the record's layout and floor rows show by how much). gpt-fast closes that
-gap on GPUs with ``torch.compile``; this module does it on the CPU: each
-product is written as the reduction it is, ``(x * W).sum(-1) + b`` over an
+gap on GPUs with ``torch.compile``; this module does it on the CPU with
+llm_models.kernels.row_dot: each product is written as the reduction it is, ``(x * W).sum(-1) + b`` over an
 (out, in) matrix, and inductor turns that into one vectorised C++ loop that
 reads each row of W once, contiguously, and keeps nothing else in memory.
 
@@ -27,13 +27,11 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from llm_models.kernels.row_dot import compiled_row_dot
+
 from .cache import PreallocatedCache
 from .model import Decoder, one_row
 
-# Each matrix kind in each dtype and thread count is a compiled variant of the one function below, and dynamo
-# counts variants of one function against a small limit (8) past which it would silently run it eagerly:
-# the limit is raised to cover every variant a run makes, and reaching it is made an error instead.
-RECOMPILE_LIMIT = 64
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps compiled kernels between processes
 
 
@@ -51,24 +49,6 @@ def cold_inductor_cache() -> Iterator[str]:
                 os.environ.pop(CACHE_VARIABLE, None)
             else:
                 os.environ[CACHE_VARIABLE] = before
-
-
-def row_dot(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x (1, in) times weight (out, in), plus bias: out dot products of contiguous rows, (1, out)."""
-    out = (x.unsqueeze(-2) * weight).sum(-1)  # (1, 1, in) * (out, in) -> (1, out, in) -> (1, out), fused
-    return out if bias is None else out + bias
-
-
-def compile_static(function: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """``function`` through inductor, static shapes; one compiled variant per (shape, dtype, threads)."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    return torch.compile(function, dynamic=False, fullgraph=True)
-
-
-def compiled_row_dot() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
-    """row_dot through inductor, static shapes; one compiled variant per (shape, dtype, threads)."""
-    return compile_static(row_dot)
 
 
 class CompiledDecoder(Decoder):

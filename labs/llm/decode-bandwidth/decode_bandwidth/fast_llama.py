@@ -5,7 +5,7 @@ per-layer ``LayerCache`` stores (so the shared decoder can prefill a cache the t
 
 - **fused matrices:** q, k and v are one (H*D + 2*Hkv*D, C) matrix and gate and up one (2F, C), so a layer makes
   four matrix products instead of seven, each a longer stream of one matrix;
-- **a kernel per kind:** each kind of matrix (``LLAMA_KINDS``) is multiplied by the kernel ``decode_bandwidth.matvec``
+- **a kernel per kind:** each kind of matrix (``LLAMA_KINDS``) is multiplied by the kernel ``llm_models.kernels.matvec``
   measured fastest for it in this run, over float32 weights or over int8 codes with row scales;
 - **compiled layers (``compiled=True``):** the step's thirty identical layers are one region for ``torch.compile``,
   compiled once and called per layer: inductor fuses each layer's norms, rotary turns, cache writes, softmax,
@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from llm_models.kernels.matvec import KERNELS, Kernel, Prepared
+from llm_models.kernels.row_dot import compile_static
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder, rms_norm
 
 from .attention import ATTENTION, attend
-from .compiled import compile_static
 from .llama_modes import LLAMA_KINDS
-from .matvec import KERNELS, Kernel, Prepared
 
 Region = Callable[..., Tensor]
 

@@ -1,12 +1,12 @@
 """What int8 weight-only codes cost the trained model in quality, measured as the quantized-cache lab measures a
-cache format (kv_quant.trained), with the weights quantized instead of the cache.
+cache format (llm_models.quality), with the weights quantized instead of the cache.
 
 The int8 timed mode equals our decoder on the int8 round trip of the weights (each matrix dequantized), checked
 at every context before timing; so the round trip stands in for it here, where whole chunks of text are run. The
 text is the long one nobody on this project wrote (llm_models.texts); the float32 decoder and the round trip read
 its first ``QUALITY_POSITIONS`` tokens in chunks, each into its own cache. At every position the record keeps,
 per model, the negative log-likelihood of the next token, KL(float32 || int8) between the two next-token
-distributions and whether the most likely token differs (kv_quant.trained.score_chunk). Then one prompt is
+distributions and whether the most likely token differs (llm_models.quality.score_chunk). Then one prompt is
 answered greedily by each: where the two answers first part is the departure point.
 """
 
@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kv_quant.trained import CHUNK, Scores, score_chunk
 from llm_models.llama.generate import greedy_tokens
 from llm_models.llama.model import LlamaDecoder
+from llm_models.quality import CHUNK, Scores, score_chunk
 
 
 def chunked_scores(model: LlamaDecoder, round_trip: LlamaDecoder, ids: Tensor, positions: int) -> dict[str, Scores]:

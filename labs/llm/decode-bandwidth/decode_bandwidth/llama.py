@@ -11,7 +11,7 @@ As in the grid, the timed caches hold random keys and values of the exact shape,
 caches. Beside them, the fast twin of our decoder (``decode_bandwidth.fast_llama``) on the same weights:
 ``ours-fused`` (q/k/v and gate/up fused, each matrix kind through the kernel the kernel table measured fastest in
 this run) and ``ours-fused-compiled`` (the same, each layer one region torch.compile generates; its compile time
-is recorded); and ``ours-int8``, the eager twin over int8 weight-only codes (decode_bandwidth.quantize) through
+is recorded); and ``ours-int8``, the eager twin over int8 weight-only codes (llm_models.kernels.quantize) through
 the int8 kernel measured fastest per kind. Before any timing, one untimed step per mode at every context is
 compared: ours must give transformers' logits, each float32 fast mode ours', and the int8 mode the logits of ours
 on the int8 round trip of the weights, within the stated tolerance, or the run stops. How far that round trip is
@@ -32,18 +32,19 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from labkit import bench, harness
 from labkit.summary import median
+from llm_models.kernels import int8_loop, matvec
+from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
 from llm_models.texts import PYTHON_REFERENCE
 
-from . import attention, llama_modes, matvec, native
+from . import attention, llama_modes, native
 from .bandwidth import ReadProbe
 from .fast_llama import FastLlama, fused_matrices
 from .floors import kernel_bytes
 from .hf import rewind
 from .int8_quality import int8_quality
-from .quantize import dequantized_state_dict
 from .workloads import Runner, synchronizer
 
 ROUND_TRIP = "ours-prealloc on the int8 round trip"  # the untimed step the int8 mode is checked against
@@ -239,7 +240,7 @@ def kernel_table(model: LlamaDecoder, threads: int,
     return {"threads": threads, "passes": llama_modes.KERNEL_PASSES, "timings": how, "unavailable": missing,
             "descriptions": {name: matvec.KERNELS[name].description for name in runs},
             "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
-            "chosen": chosen, "native_build_s": native.build().seconds, "warm_s": {}}
+            "chosen": chosen, "native_build_s": int8_loop.build().seconds + native.build().seconds, "warm_s": {}}
 
 
 def attention_table(model: LlamaDecoder, contexts: list[int], seed: int,

@@ -22,7 +22,7 @@ LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from it
 # our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled, and
 # eager over int8 weight-only codes.
 LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8"]
-# Each fast mode: the weights its kernels read (decode_bandwidth.matvec formats) and whether its layers are compiled.
+# Each fast mode: the weights its kernels read (llm_models.kernels.matvec formats) and whether its layers are compiled.
 LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True), "ours-int8": ("int8", False)}
 LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal (it equals transformers')
 # The int8 mode must equal ours-prealloc's step on the int8 round trip of the weights (each matrix dequantized):
@@ -51,12 +51,12 @@ LLAMA_FAST_RTOL = 1e-4
 # The kinds of weight matrix the fast twin's step multiplies by (decode_bandwidth.fast_llama): q, k and v as one
 # matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
 LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
-# The candidate kernels per weight format (decode_bandwidth.matvec.KERNELS, where each is described).
+# The candidate kernels per weight format (llm_models.kernels.matvec.KERNELS, where each is described).
 # int8-compiled (inductor's loop) is tested but not a candidate: its cold compile per matrix shape costs more of the
 # benchmark's five minutes than a kernel that loses could repay.
 KERNEL_CANDIDATES = {"float32": ("out_in", "in_out", "onednn", "compiled"), "int8": ("int8-c", "int8pack")}
 # The int8 model's quality against float32, measured as the quantized-cache lab measures a cache format
-# (kv_quant.trained): KL divergence and top-1 agreement at every position of the first QUALITY_POSITIONS tokens of
+# (llm_models.quality): KL divergence and top-1 agreement at every position of the first QUALITY_POSITIONS tokens of
 # llm_models.texts' long text, and where greedy decoding of one prompt first departs.
 QUALITY_POSITIONS = 512
 QUALITY_PROMPT = "Explain in two sentences why a language model keeps a cache of keys and values."

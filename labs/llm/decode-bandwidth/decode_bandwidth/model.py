@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kv_cache.model import DecoderBlock
 from llm_models.attention import causal_attention
+from llm_models.toy.model import DecoderBlock
 
 from .cache import ConcatCache, PreallocatedCache
 from .config import DecoderConfig

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.accelerator import LONG_CONTEXT, MAX_BATCH, SHORT_CONTEXT, Comparison, Machine, compare, sources
+from decode_bandwidth.accelerator import SHORT_CONTEXT, Comparison, compare
+from llm_models.accelerator import LONG_CONTEXT, MAX_BATCH, Machine, sources
 from site_hooks.blocks import Block, Table, takeaway
 from site_hooks.formatting import format_bytes, format_number, format_seconds
 

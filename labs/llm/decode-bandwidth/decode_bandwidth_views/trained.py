@@ -209,7 +209,8 @@ def trained_kernels_view(record: dict[str, Any]) -> Block:
     notes = [f"{name}: {text}." for name, text in kernels["descriptions"].items()]
     notes += [f"{name} does not run here: {why}." for name, why in kernels["unavailable"].items()]
     if "int8-c" in kernels["descriptions"]:
-        notes.append(f"The C loop was compiled and loaded in {kernels['native_build_s']:.2f} s.")
+        notes.append(f"The C loops (the int8 product and the attention) were compiled and loaded in "
+                     f"{kernels['native_build_s']:.2f} s.")
     eager = [name for name, traced in kernels["traceable"].items() if not traced]
     if eager:
         notes.append(f"{join(eager)} run in eager steps only, so the compiled mode chooses among the others "

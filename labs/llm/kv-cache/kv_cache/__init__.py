@@ -1,4 +1,5 @@
-"""One random-weight decoder block with a full-prefix path and an incremental KV-cached path."""
+"""The KV-cache lab: the toy decoder block (llm_models.toy) through its full-prefix and its cached path, compared
+step by step and timed, the same cache on the trained Llama, and the page's formats and figures."""
 
 # Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
-# import what you use from its module (kv_cache.model, kv_cache.memory, ...).
+# import what you use from its module (kv_cache.decode, kv_cache.memory, ...).

@@ -21,14 +21,15 @@ import torch
 
 from labkit import bench, harness
 from labkit.manifest import lab_for
+from llm_models.kv_bytes import cache_storage_bytes
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
 from . import trained
-from .config import ModelConfig
 from .decode import cached_step_logits, full_prefix_step_logits
-from .equivalence import ATOL, RTOL, compare_paths
+from .equivalence import compare_paths
 from .figures import BASELINE, derive
-from .memory import cache_storage_bytes
-from .model import DecoderBlock
 
 LAB, ROOT = lab_for(__file__)
 MODES: dict[str, Callable[[DecoderBlock, torch.Tensor], torch.Tensor]] = {

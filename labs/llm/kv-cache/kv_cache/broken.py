@@ -11,8 +11,7 @@ from torch import Tensor
 
 from llm_models.attention import causal_attention
 from llm_models.llama.model import LlamaDecoder
-
-from .model import DecoderBlock
+from llm_models.toy.model import DecoderBlock
 
 
 class PositionResetBlock(DecoderBlock):

@@ -1,4 +1,4 @@
-"""Teacher-forced decoding loops: the same predetermined ids through both paths.
+"""Teacher-forced decoding loops over the toy block (llm_models.toy): the same predetermined ids through both paths.
 
 Each loop returns the last-position logits after every step, (B, T, vocab),
 so the two paths can be compared position by position. The benchmark times
@@ -10,28 +10,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .model import Cache, DecoderBlock, KVStore
+from llm_models.toy.decode import decode_step
+from llm_models.toy.model import Cache, DecoderBlock, KVStore
 
 
 def full_prefix_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:
     """Step t recomputes the whole prefix ids[:, :t+1] from scratch."""
     steps = [model(ids[:, : t + 1])[0][:, -1] for t in range(ids.shape[1])]
     return torch.stack(steps, dim=1)
-
-
-def prefill(
-    model: DecoderBlock, ids: Tensor, cache: Cache | KVStore | None = None
-) -> tuple[Tensor, Cache | KVStore]:
-    """Process a chunk of one or more tokens (B, T), extending the cache; logits (B, T, vocab)."""
-    return model(ids, cache)
-
-
-def decode_step(
-    model: DecoderBlock, token: Tensor, cache: Cache | KVStore | None
-) -> tuple[Tensor, Cache | KVStore]:
-    """Process one new token (B, 1) and return its logits (B, vocab) and the grown cache."""
-    logits, cache = model(token, cache)
-    return logits[:, -1], cache
 
 
 def cached_step_logits(model: DecoderBlock, ids: Tensor) -> Tensor:

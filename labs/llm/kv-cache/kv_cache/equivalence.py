@@ -7,12 +7,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .decode import cached_step_logits, full_prefix_step_logits
-from .model import DecoderBlock
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
-# float32 tolerance for cached vs full-prefix logits, used by the tests and the benchmark.
-ATOL = 1e-5
-RTOL = 1e-5
+from .decode import cached_step_logits, full_prefix_step_logits
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from typing import Any
 from labkit.figures import Figures, refuse, tolerance_bound
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from llm_models.generations import first_departure
+from llm_models.kv_bytes import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 from llm_models.published import WEIGHT_BITS as WEIGHT_BITS
 from llm_models.published import model, models, weight_bytes
 
-from .memory import KV_FORMATS, kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
+from .memory import KV_FORMATS
 
 MODES = ("full", "cached")  # the benchmark's modes, in its run order: recompute the prefix, or read the cache
 BASELINE = "full"
@@ -71,7 +72,7 @@ def mask_row(row: int, example: tuple[int, int] = MASK_EXAMPLE) -> MaskRow:
 
 
 def cache_bytes(model: dict[str, Any], batch: int, length: int) -> int:
-    """The byte formula for a record's model config (kv_cache.memory.kv_cache_bytes)."""
+    """The byte formula for a record's model config (llm_models.kv_bytes.kv_cache_bytes)."""
     return kv_cache_bytes(batch, model["kv_heads"], length, model["head_dim"], model["bytes_per_element"])
 
 
@@ -87,7 +88,7 @@ def projections(steps: int) -> tuple[int, int]:
 
 
 def per_token(entry: dict[str, Any], fmt: str) -> float:
-    """Bytes one token adds to a real model's cache in ``fmt`` (kv_cache.memory.kv_bytes_per_token)."""
+    """Bytes one token adds to a real model's cache in ``fmt`` (llm_models.kv_bytes.kv_bytes_per_token)."""
     return kv_bytes_per_token(entry["layers"], entry["kv_heads"], entry["head_dim"], KV_FORMATS[fmt])
 
 

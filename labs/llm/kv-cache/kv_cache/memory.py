@@ -1,26 +1,11 @@
-"""How many bytes a KV cache keeps alive between decoding steps.
+"""The KV-cache page's formats: the bits per cached element of each format it prices, and a whole cache's bytes.
 
-The byte formula itself is shared by every lab and lives below them (llm_models.kv_bytes, which this page's
-article shows): it is imported here under the names this lab's modules and tests use. What is this lab's own:
-the bytes counted from the cache tensors, and the bits per element of each format the page prices.
+The byte formula itself, and the bytes counted from a cache's tensors, are shared by every lab and live below
+them (llm_models.kv_bytes, which this page's article shows). Torch-free: the site build imports this module
+through kv_cache.figures.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from llm_models.kv_bytes import kv_bytes_per_token as kv_bytes_per_token
-from llm_models.kv_bytes import kv_cache_bytes as kv_cache_bytes
-from llm_models.kv_bytes import tokens_that_fit as tokens_that_fit
-
-if TYPE_CHECKING:  # torch-free at run time: the site build imports this module through kv_cache.figures
-    from torch import Tensor
-
-
-def cache_storage_bytes(cache: tuple[Tensor, Tensor]) -> int:
-    """Bytes held by the cache tensors' elements, counted from the tensors themselves."""
-    return sum(tensor.numel() * tensor.element_size() for tensor in cache)
-
 
 # Bits one cached element takes in each format the pages price, scales included, under the names the quantized-cache
 # lab gives the same formats (llm_models.cache_formats; its test_quant_bytes holds these bits to their byte formulas).

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .config import ModelConfig
-from .equivalence import ATOL, RTOL
-from .memory import cache_storage_bytes, kv_cache_bytes
-from .model import DecoderBlock
+from llm_models.kv_bytes import cache_storage_bytes, kv_cache_bytes
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
 # Default 4 heads x 8 features, fewer positions and tokens so every test runs in milliseconds.
 TINY = ModelConfig(vocab_size=50, max_positions=32, seed=1)

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from kv_cache.config import ModelConfig
-from kv_cache.model import DecoderBlock
 from labkit import bench, harness
 from labkit.manifest import lab_for
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.model import DecoderBlock
 
 from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache

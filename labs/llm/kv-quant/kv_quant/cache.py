@@ -9,7 +9,7 @@
 Everything a format keeps is a tensor, listed by ``stored()``: codes, scales, zero points, kivi's
 full-precision residual, fp8's per-layer scales; ``stored_bytes`` adds up exactly those tensors' bytes.
 ``update(k, v)`` (append, then return ``keys_values()``) makes every cache a KVStore for
-kv_cache.model.DecoderBlock: that path dequantizes the whole cache at every step, as transformers'
+llm_models.toy.model.DecoderBlock: that path dequantizes the whole cache at every step, as transformers'
 QuantizedCache does; kv_quant.attention.blockwise_attention dequantizes one block at a time instead.
 Caches grow by concatenation along the token axis, like the first lab's cache: what they hold is what
 they use, so stored bytes can be compared with a formula without any capacity slack.
@@ -75,7 +75,7 @@ class QuantizedKVCache:
         self._length += keys.shape[2]
 
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """KVStore for kv_cache.model.DecoderBlock: append, then every position dequantized all at once."""
+        """KVStore for llm_models.toy.model.DecoderBlock: append, then every position dequantized all at once."""
         self.append(keys, values)
         return self.keys_values()
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from kv_cache.model import DecoderBlock
+from llm_models.toy.model import DecoderBlock
 
 from .cache import make_cache
 from .config import CacheFormat

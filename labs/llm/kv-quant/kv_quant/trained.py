@@ -11,7 +11,7 @@ float32 format, which equals the plain cache exactly.
 
 At every position t (predicting token t + 1) the pass keeps, per format: the negative log-likelihood of the
 next token, KL(float32 || format) between the two next-token distributions, and whether the most likely
-token differs from float32's. kv_quant.figures turns those into perplexity, KL and top-1 agreement over the
+token differs from float32's (llm_models.quality.score_chunk). kv_quant.figures turns those into perplexity, KL and top-1 agreement over the
 first L positions, with seeded bootstrap intervals (labkit.bootstrap).
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,25 +26,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from llm_models.llama.model import LlamaDecoder
+from llm_models.quality import CHUNK, Scores, score_chunk
 
 from .config import CacheFormat
 from .llama_cache import FormatLayerCache, format_cache
 
-CHUNK = 256  # tokens per prefill call for the formats that encode each token on its own
 KIVI_CHUNK = 32  # KIVI's group size G: the cadence its residual flushes at while decoding
 ROOM = 64  # positions each cache keeps free after the text, for the timed decode steps
-
-
-@dataclass
-class Scores:
-    """One format's per-position figures over the evaluated text, rounded as the record stores them."""
-
-    nll: list[float] = field(default_factory=list)  # -log p(next token), nats, 4 decimals
-    kl: list[float] = field(default_factory=list)  # KL(float32 || format), nats, 3 significant digits
-    top1_misses: list[int] = field(default_factory=list)  # positions whose most likely token is not float32's
-
-    def as_record(self) -> dict[str, Any]:
-        return {"nll": self.nll, "kl": self.kl, "top1_misses": self.top1_misses}
 
 
 def new_cache(model: LlamaDecoder, fmt: CacheFormat, capacity: int) -> list[FormatLayerCache]:
@@ -86,16 +73,6 @@ def evaluate(model: LlamaDecoder, ids: Tensor, formats: Sequence[CacheFormat], p
                 logits = chunked_logits(model, part, fmt, caches[fmt.label], chunk_for(fmt))
                 score_chunk(scores[fmt.label], F.log_softmax(logits, dim=-1), log_ref, top_ref, targets, start)
     return scores, caches
-
-
-def score_chunk(scores: Scores, log_p: Tensor, log_ref: Tensor, top_ref: Tensor, targets: Tensor, start: int) -> None:
-    """Append one chunk's positions (T, vocab log-probabilities) to ``scores``."""
-    nll = -log_p.gather(-1, targets[:, None])[:, 0]  # (T,)
-    kl = (log_ref.exp() * (log_ref - log_p)).sum(-1).clamp_min(0)  # (T,): >= 0, up to float rounding
-    misses = (log_p.argmax(-1) != top_ref).nonzero()[:, 0]
-    scores.nll += [round(float(value), 4) for value in nll]
-    scores.kl += [float(f"{float(value):.3g}") for value in kl]
-    scores.top1_misses += [start + int(index) for index in misses]
 
 
 def magnitudes(cache: list[FormatLayerCache], smallest_normal: float) -> dict[str, float]:

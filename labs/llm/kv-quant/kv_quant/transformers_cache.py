@@ -3,7 +3,7 @@
 Needs optimum-quanto (quanto backend) or hqq (HQQ backend), which requirements.txt does not pin yet:
 ``labs/.venv/bin/pip install optimum-quanto==0.2.7 hqq==0.2.8.post1``; the tests that use this module are
 skipped without them. A layer is driven directly (``layer.update(k, v)`` with (B, Hkv, T, D) entries), so
-no model config is needed, and ``TransformersStore`` lets kv_cache.model.DecoderBlock and
+no model config is needed, and ``TransformersStore`` lets llm_models.toy.model.DecoderBlock and
 kv_quant.errors.error_chain use it exactly as they use our caches.
 
 What the layers do, read from transformers 5.23.0 (cache_utils.QuantizedLayer.update): the first update

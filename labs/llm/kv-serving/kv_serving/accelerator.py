@@ -1,15 +1,15 @@
 """The trained server's KV budget in the units the accelerator arithmetic uses: bytes per cached token and the
-long sequences it holds (decode_bandwidth.accelerator prices the accelerator's side with the same formula).
+long sequences it holds (llm_models.accelerator prices the accelerator's side with the same formula).
 
 Torch-free, computed by the site build from the checked record; not a figure of the record (see
-decode_bandwidth.accelerator for why), and never run by the benchmark, so not in the record's fingerprint.
+llm_models.accelerator for why), and never run by the benchmark, so not in the record's fingerprint.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.accelerator import LONG_CONTEXT
+from llm_models.accelerator import LONG_CONTEXT
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes
 
 

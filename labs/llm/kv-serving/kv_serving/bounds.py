@@ -5,17 +5,24 @@ A connection that sends nothing, or its headers a byte at a time, gets a 408 and
 protocol class uvicorn runs): the first request's headers must be in within the timeout of the connection's accept,
 a later request's within the timeout of its first byte (uvicorn's keep-alive timeout closes a connection idle
 between requests). A body larger than the server reads is refused with a 413 before or while it arrives, and one
-that does not arrive within the timeout with a 408 (``read_body``). A stream whose client takes nothing for
-``STALL_TIMEOUT_S`` is cancelled and its connection aborted (``SEND_BUFFER_BYTES`` says why the buffers are small;
-kv_serving.server.EventStream does it). The lab's server (kv_serving.server, for
-either model) runs uvicorn with ``bounded_config``.
+that does not arrive within the timeout with a 408 (``read_body``). A stream whose client takes no byte for
+``STALL_TIMEOUT_S`` is cancelled, sent a last error event and the end of its body behind what it has not read, and
+closed (``SEND_BUFFER_BYTES`` says why the buffers are small, ``StallWatch`` how taking is seen;
+kv_serving.server.EventStream does it). The lab's server (kv_serving.server, for either model) runs uvicorn with
+``bounded_config``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import socket
+import struct
+import termios
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import h11
 import uvicorn
@@ -29,15 +36,66 @@ HOST = "127.0.0.1"  # never another interface: the lab servers have no authentic
 REQUEST_TIMEOUT_S = 30.0  # for a request's headers (from the accept, or a later request's first byte), then its body
 # A stream is bounded by what its client takes, not by what the server has queued. NOTE: left to itself, the kernel
 # grows a loopback connection's send buffer to megabytes, which holds a whole long reply (2,000 tokens are about
-# 500 KB of events), so a client that never reads would keep its request running, and its blocks held, to the end.
-# Each connection's buffers are therefore kept to SEND_BUFFER_BYTES (the socket's, which Linux doubles, and the
-# transport's high-water mark): an unread stream then backs up into the server's send within a few hundred events,
-# and a send that has not completed after STALL_TIMEOUT_S means the client took no byte for that long. The request
-# is then cancelled (its blocks go back at once) and the connection aborted. A client that reads, however slowly,
-# frees room with every read and is never cancelled.
+# 500 KB of events), so a client that never reads would hold its connection open to the end of a reply it never
+# takes. Each connection's buffers are therefore kept to SEND_BUFFER_BYTES (the socket's, which Linux doubles, and
+# the transport's high-water mark), so an unread stream backs up into the server within a few hundred events.
+# Whether the client takes anything is then judged by progress (StallWatch): the bytes written but not yet taken
+# shrink whenever it reads. NOTE: not by whether one write completed: a blocked write resumes only once the
+# transport has drained to its low-water mark (a quarter of the high), about 24 KB, so a client reading under about
+# 2.4 KB/s would look stalled while it reads.
 SEND_BUFFER_BYTES = 32 * 1024
-STALL_TIMEOUT_S = 10.0
+# A client that takes no byte for this long is cut. NOTE: a reader is seen only when its receive window reopens, and
+# a receiver advertises no window smaller than a segment (TCP's silly-window avoidance), so a client reading one
+# 240-byte event every 2.5 s through a 4 KiB buffer shows progress only once it has emptied that buffer: measured on
+# loopback, 24 s and then more than 60 s apart. A sender learns of a reopened window at the latest from its next
+# window probe, which Linux spaces at most 120 s apart (TCP_RTO_MAX); that is the bound used. The request itself
+# never waits for its reader (its tokens queue in memory, its blocks go back when it finishes), so what a client
+# that reads nothing costs is at most this long of decoding for nobody.
+STALL_TIMEOUT_S = 120.0
 TRANSPORT = "kv_serving.transport"  # the connection's transport in each request's scope["state"] (BoundedHeaders)
+FLOW = "kv_serving.flow"  # and uvicorn's write flow control for it: a cut stream's last event skips the wait
+
+
+def unsent_bytes(transport: asyncio.BaseTransport) -> int | None:
+    """Bytes written to this connection that its client has not taken: the transport's buffer plus the socket's
+    send queue not yet acknowledged (Linux's TIOCOUTQ); None when neither can be read (an in-process call)."""
+    buffered = transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else None
+    connection = transport.get_extra_info("socket")
+    if connection is None:
+        return buffered
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(connection.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except (OSError, ValueError):  # closed, or a kernel without the ioctl: the transport's buffer alone
+        return buffered
+    return (buffered or 0) + queued
+
+
+@dataclass
+class StallWatch:
+    """Whether a client has taken nothing for ``timeout_s``: ``poll`` it with the bytes not yet taken (``unsent``)
+    every ``poll_s``; any fall in them is the client reading. Without a measure (None), nothing is ever seen as
+    progress and a write that waits ``timeout_s`` is a stall, as it must be."""
+
+    timeout_s: float
+    clock: Callable[[], float] = time.monotonic
+    _lowest: int | None = field(default=None, init=False)
+    _since: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self._since = self.clock()
+
+    @property
+    def poll_s(self) -> float:
+        return min(1.0, self.timeout_s / 10)
+
+    def poll(self, unsent: int | None) -> bool:
+        """True once nothing has been taken for ``timeout_s``."""
+        now = self.clock()
+        if unsent is not None and (self._lowest is None or unsent < self._lowest):
+            if self._lowest is not None:
+                self._since = now  # the client took bytes since the last poll
+            self._lowest = unsent
+        return now - self._since >= self.timeout_s
 
 
 class BoundedHeaders(H11Protocol):
@@ -54,11 +112,11 @@ class BoundedHeaders(H11Protocol):
         super().connection_made(transport)
         self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
         connection = transport.get_extra_info("socket")
-        if connection is not None:  # small buffers, so an unread stream stalls the send (STALL_TIMEOUT_S)
+        if connection is not None:  # small buffers, so an unread stream backs up into the server (STALL_TIMEOUT_S)
             connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
         transport.set_write_buffer_limits(high=self.send_buffer_bytes)
-        # each request's scope["state"] is a copy of this: a stalled stream aborts its own connection (EventStream)
-        self.app_state = {**self.app_state, TRANSPORT: transport}
+        # each request's scope["state"] is a copy of this: a stream watches and ends its own connection (EventStream)
+        self.app_state = {**self.app_state, TRANSPORT: transport, FLOW: self.flow}
 
     def data_received(self, data: bytes) -> None:
         self._silent = self._silent and not data

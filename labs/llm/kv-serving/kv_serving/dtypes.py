@@ -15,7 +15,7 @@ from typing import Any
 from labkit.figures import tolerance_bound
 from labkit.summary import median
 
-# The equivalence gate's tolerance per dtype the model runs in. float32: the first lab's (kv_cache.equivalence).
+# The equivalence gate's tolerance per dtype the model runs in. float32: the toy block's (llm_models.toy.equivalence).
 # bfloat16 keeps 8 significant bits (a unit in the last place is 2^-7 of a value's magnitude, 0.0078 at 1 to 2):
 # batched and alone, a row's matrix products may round once differently, so one such unit is allowed, not more.
 TOLERANCES = {"float32": {"atol": 1e-5, "rtol": 1e-5}, "bfloat16": {"atol": 1e-2, "rtol": 1e-2}}

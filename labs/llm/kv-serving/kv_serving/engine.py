@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kv_cache.config import ModelConfig
+from llm_models.toy.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .dtypes import DTYPES

@@ -7,12 +7,16 @@ matrix fastest depends on the CPU, the BLAS, the shape and the number of rows: o
 (Zen 4) ``addmm`` over an (in, out) copy multiplied one row by the (49152, 576) output head in 4.2 ms where
 ``F.linear`` over the (out, in) matrix took 9.3 ms, while on an Intel Xeon ``F.linear`` was the faster; with eight
 rows oneDNN's packed copy beat both on both machines. So the server times the decode lab's kernels
-(``decode_bandwidth.matvec``: ``out_in``, ``in_out``, ``onednn``) over every matrix of each fused kind at one row and
+(``llm_models.kernels.matvec``: ``out_in``, ``in_out``, ``onednn``) over every matrix of each fused kind at one row and
 at ``SEVERAL`` rows, and each ``Weight`` keeps a copy only for the kernels chosen.
 
 The choice is a timing, so it differs between machines and runs: ``measure(..., supplied_ns=...)`` takes the
 timings from a caller instead (a test fixing which kernel wins), and every kernel is checked against ``F.linear``
 for any number of rows, whichever is chosen (test_serving_kernels).
+
+A prefill of more than ``PREFILL_PACKED_ROWS`` rows is the exception: it multiplies by a BLAS kernel whatever the
+table chose (``Weight.prefill``), because oneDNN's packed copy keeps state for every number of rows it has
+multiplied, and prompts of ever-new lengths would grow the server's memory without end (test_serving_prefill_memory).
 """
 
 from __future__ import annotations
@@ -26,20 +30,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from decode_bandwidth import matvec
+from llm_models.kernels import matvec
+
+from .kernel_rows import PREFILL_PACKED_ROWS
 
 LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (kv_serving.llama)
 KINDS = (*LAYER_KINDS, "head")  # and the output head, the tied embedding
 # The row counts timed: one (a stream alone) and SEVERAL, whose pick serves every call of two rows or more, batches
 # and packed prefills alike. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a
 # kernel's ranking moved little between 4 and 32 rows on the machines tried, while between one row and two it
-# flipped. Prefills of hundreds of rows were not timed apart: oneDNN's packed copy (laid out for PACK_ROWS) or the
-# BLAS multiplies them either way.
+# flipped. Prefills of more rows than PREFILL_PACKED_ROWS do not follow this table (below).
 ONE, SEVERAL = 1, 8
 ROWS = (ONE, SEVERAL)
 PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept (matvec.best_pass_ns)
-CANDIDATES = ("out_in", "in_out", "onednn")  # decode_bandwidth.matvec's kernels that multiply any number of rows
+CANDIDATES = ("out_in", "in_out", "onednn")  # llm_models.kernels.matvec's kernels that multiply any number of rows
 PACK_ROWS = 16  # the batch oneDNN lays out its packed copy for at several rows; any number of rows multiplies it
+STATELESS = ("out_in", "in_out")  # the BLAS kernels: a prefill of more than PREFILL_PACKED_ROWS rows takes one
 
 
 def pack_for_rows(weight: Tensor, bias: Tensor | None) -> matvec.Prepared:
@@ -51,7 +57,7 @@ def pack_for_rows(weight: Tensor, bias: Tensor | None) -> matvec.Prepared:
 class Way:
     """One kernel at one row count: how it copies a matrix, and how it multiplies rows by that copy."""
 
-    kernel: str  # a decode_bandwidth.matvec.KERNELS name
+    kernel: str  # a llm_models.kernels.matvec.KERNELS name
     prepare: Callable[[Tensor, Tensor | None], matvec.Prepared]
     multiply: Callable[..., Tensor]  # (x (N, in), *prepared) -> (N, out)
 
@@ -187,7 +193,9 @@ def dump_timings(timings: Mapping[str, Mapping[int, Mapping[str, float]]]) -> st
 class Weight:
     """One (out, in) matrix as the server multiplies it: the kernel chosen for one row, or for several, over that
     kernel's own copy (one copy when both counts chose the same BLAS kernel, none when it is ``out_in``; oneDNN packs
-    one copy for one row and another for several)."""
+    one copy for one row and another for several). A prefill of more than PREFILL_PACKED_ROWS rows takes a BLAS
+    kernel (``prefill``): the several-row one if the table chose one, else the one-row one, else ``out_in`` over the
+    matrix itself, which is then kept as well (the one case that holds one more copy: both counts chose oneDNN)."""
 
     def __init__(self, weight: Tensor, chosen: Mapping[int, str]) -> None:
         self.out_features = weight.shape[0]
@@ -200,9 +208,26 @@ class Weight:
                 copies[key] = way.prepare(weight, None)
             self.ways[rows] = (way.multiply, copies[key])
         self.kernels = {rows: way.kernel for rows, way in ways.items()}
+        # the kernel of a prefill of more than PREFILL_PACKED_ROWS rows: one that keeps nothing per number of rows
+        blas = [rows for rows in (SEVERAL, ONE) if self.kernels[rows] in STATELESS]
+        if blas:
+            self.prefill_kernel, self.prefill_way = self.kernels[blas[0]], self.ways[blas[0]]
+        else:
+            out_in = matvec.KERNELS["out_in"]
+            self.prefill_kernel, self.prefill_way = out_in.name, (out_in.eager, out_in.prepare(weight, None))
 
     def __call__(self, x: Tensor) -> Tensor:
         """x (..., in) -> (..., out)."""
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         multiply, prepared = self.ways[ONE if rows.shape[0] == 1 else SEVERAL]
+        return multiply(rows, *prepared).view(*x.shape[:-1], self.out_features)
+
+    def prefill(self, x: Tensor) -> Tensor:
+        """x (..., in) -> (..., out) for a prefill: as ``__call__`` up to PREFILL_PACKED_ROWS rows, by
+        ``prefill_kernel`` above, so prompts of ever-new lengths build no new oneDNN primitive (NOTE at
+        PREFILL_PACKED_ROWS). A decode step calls ``__call__``, untouched."""
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        if rows.shape[0] <= PREFILL_PACKED_ROWS:
+            return self(x)
+        multiply, prepared = self.prefill_way
         return multiply(rows, *prepared).view(*x.shape[:-1], self.out_features)

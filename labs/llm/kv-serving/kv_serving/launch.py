@@ -40,7 +40,8 @@ def free_port() -> int:
 @contextmanager
 def server_processes(argument_lists: list[list[str]], startup_timeout_s: float = 900.0,
                      stop_timeout_s: float = 60.0) -> Iterator[list[str]]:
-    """Run ``python -m kv_serving.server --port 0 *arguments`` for each list; yield their base URLs.
+    """Run ``python -m kv_serving.server --port 0 --metrics *arguments`` for each list (the load generator samples
+    /metrics); yield their base URLs.
 
     Each server picks a free port itself and names it in its log, so no other process can take it in between;
     a server is ready once it says it is listening (uvicorn says so after the app's startup). The bounds are for
@@ -62,7 +63,8 @@ def server_processes(argument_lists: list[list[str]], startup_timeout_s: float =
         stack.callback(stop_all)
         for arguments in argument_lists:
             log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", "0", *arguments],
+            process = subprocess.Popen([sys.executable, "-m", "kv_serving.server", "--port", "0", "--metrics",
+                                        *arguments],
                                        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
             started.append((process, log))
         deadline = time.monotonic() + startup_timeout_s
@@ -92,7 +94,7 @@ def server_threads(argument_lists: list[list[str]], startup_timeout_s: float = 3
         urls = []
         for arguments in argument_lists:
             config = engine_config(parse_args(["--port", "0", *arguments]))
-            server = Server(bounded_config(create_app(config), 0, log_level="warning",
+            server = Server(bounded_config(create_app(config, metrics=True), 0, log_level="warning",
                                            timeout_graceful_shutdown=GRACE_S))
             thread = threading.Thread(target=server.run, name="kv-serving-server", daemon=True)
             thread.start()

@@ -61,22 +61,27 @@ class ServedLayer:
         weight = {kind: Weight(matrices[kind], chosen[kind]) for kind in LAYER_KINDS}
         return cls(layer.attention_norm, weight["qkv"], weight["o"], layer.mlp_norm, weight["gate_up"], weight["down"])
 
-    def project(self, x: Tensor, config: LlamaDecoderConfig) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated (LlamaLayer.project)."""
+    def project(self, x: Tensor, config: LlamaDecoderConfig, prefill: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated (LlamaLayer.project).
+        ``prefill``: multiplied by ``Weight.prefill`` (a BLAS kernel above PREFILL_PACKED_ROWS rows), else as a
+        decode step."""
         batch, length, _ = x.shape
         heads, kv_heads, dim = config.heads, config.kv_heads, config.head_dim
-        qkv = self.qkv(served_norm(x, self.attention_norm, config.rms_norm_eps))  # (B, T, H*D + 2*Hkv*D)
+        multiply = Weight.prefill if prefill else Weight.__call__
+        qkv = multiply(self.qkv, served_norm(x, self.attention_norm, config.rms_norm_eps))  # (B, T, H*D + 2*Hkv*D)
         q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
         return (q.view(batch, length, heads, dim).transpose(1, 2),
                 k.view(batch, length, kv_heads, dim).transpose(1, 2),
                 v.view(batch, length, kv_heads, dim).transpose(1, 2))
 
-    def finish(self, x: Tensor, attended: Tensor, config: LlamaDecoderConfig) -> Tensor:
-        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and SwiGLU (LlamaLayer.finish)."""
+    def finish(self, x: Tensor, attended: Tensor, config: LlamaDecoderConfig, prefill: bool = False) -> Tensor:
+        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and SwiGLU (LlamaLayer.finish).
+        ``prefill`` as in ``project``."""
         batch, length, _ = x.shape
-        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
-        gate, up = self.gate_up(served_norm(x, self.mlp_norm, config.rms_norm_eps)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        multiply = Weight.prefill if prefill else Weight.__call__
+        x = x + multiply(self.o, attended.transpose(1, 2).reshape(batch, length, -1))
+        gate, up = multiply(self.gate_up, served_norm(x, self.mlp_norm, config.rms_norm_eps)).chunk(2, dim=-1)
+        return x + multiply(self.down, F.silu(gate) * up)
 
 
 def fused_matrices(layer: LlamaLayer) -> dict[str, Tensor]:
@@ -112,8 +117,9 @@ class LlamaServingModel(PacksPrompts):
     def _angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         return rotary_angles(positions, self.decoder.inverse_frequencies, self.config.dtype)
 
-    def _head(self, x: Tensor) -> Tensor:
-        return self.head(served_norm(x, self.decoder.norm_final, self.config.rms_norm_eps))
+    def _head(self, x: Tensor, prefill: bool = False) -> Tensor:
+        normed = served_norm(x, self.decoder.norm_final, self.config.rms_norm_eps)
+        return self.head.prefill(normed) if prefill else self.head(normed)
 
     @torch.inference_mode()
     def reference_logits(self, ids: list[int]) -> Tensor:
@@ -127,15 +133,17 @@ class LlamaServingModel(PacksPrompts):
         """Each prompt's rotated keys and values into its table's blocks; each one's last-position logits (N, vocab).
         The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
         its own keys only, rotated from its own position 0. ``starts``: positions of each prompt already in its
-        blocks (prefix caching), not computed again; the rest turn by their own positions from there."""
+        blocks (prefix caching), not computed again; the rest turn by their own positions from there. The weight
+        products go through ``Weight.prefill``: sum T is nearly always a row count never seen, and oneDNN's packed
+        kernel would keep a primitive for each (NOTE at kv_serving.kernels.PREFILL_PACKED_ROWS)."""
         packed = self.packing(pool, prompts, tables, self.check_ids, starts)
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
         for index, layer in enumerate(self.served):
-            q, k, v = layer.project(x, self.config)  # (1, H, sum T, D), k and v (1, Hkv, sum T, D)
+            q, k, v = layer.project(x, self.config, prefill=True)  # (1, H, sum T, D), k and v (1, Hkv, sum T, D)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            x = layer.finish(x, packed.attend(index, q, k, v), self.config)
-        return self._head(x[0, packed.last])  # (N, vocab)
+            x = layer.finish(x, packed.attend(index, q, k, v), self.config, prefill=True)
+        return self._head(x[0, packed.last], prefill=True)  # (N, vocab)
 
     # --8<-- [start:decode]
     @torch.inference_mode()

@@ -1,6 +1,6 @@
 """A small stack of the first lab's decoder blocks, decoding many requests of different lengths at once.
 
-Layer ``i`` is ``kv_cache.DecoderBlock`` seeded ``seed + i`` (its weights,
+Layer ``i`` is ``llm_models.toy.model.DecoderBlock`` seeded ``seed + i`` (its weights,
 not a copy of its code); the token and position tables come from layer 0
 and the final norm and output head from the last layer, so a one-layer
 stack is exactly the first lab's model. Three paths share those weights:
@@ -20,10 +20,10 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from kv_cache.config import ModelConfig
-from kv_cache.model import DecoderBlock
 from llm_models import paged
 from llm_models.attention import causal_attention
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.model import DecoderBlock
 
 from .pool import LayeredPool
 from .sizes import blocks_for
@@ -173,8 +173,25 @@ class PackedPrompts:
             if slot.start:  # its first positions were cached: their keys come from the pool
                 cached_k, cached_v = slot.cached(layer)
                 own_k, own_v = torch.cat([cached_k, own_k], dim=2), torch.cat([cached_v, own_v], dim=2)
-            attended.append(causal_attention(q[:, :, start:end], own_k, own_v, slot.start))
+            attended.append(block_aligned_attention(q[:, :, start:end], own_k, own_v, slot.start, slot.pool.block_size))
         return torch.cat(attended, dim=2)
+
+
+def block_aligned_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, block_size: int) -> Tensor:
+    """``causal_attention`` of q (1, H, T, D) at positions offset.. over k, v (1, Hkv, offset + T, D), one call per
+    block of the pool: each call takes the queries of positions [b * block_size, (b + 1) * block_size) and the keys
+    up to its last. NOTE: the result for a row depends on which rows are computed with it (the fused kernel cuts
+    queries into tiles and a lone query takes the one-query path; in bfloat16 that moves logits and can change a
+    greedy token). A prefix-cache hit always starts on a block boundary, so cutting at the boundaries gives the rows
+    after a hit exactly the calls a cold prefill of the whole prompt gives them: a hit changes no bit."""
+    if offset % block_size:
+        raise ValueError(f"a prefill starts on a block boundary, got position {offset} with blocks of {block_size}")
+    rows = q.shape[-2]
+    if rows <= block_size:
+        return causal_attention(q, k, v, offset)
+    return torch.cat([causal_attention(q[:, :, c:c + block_size], k[:, :, :offset + c + block_size],
+                                       v[:, :, :offset + c + block_size], offset + c)
+                      for c in range(0, rows, block_size)], dim=2)  # (1, H, T, D)
 
 
 class PagedRows:

@@ -1,7 +1,7 @@
-"""One block pool for every layer of the serving model, built on the storage lab's ``BlockPool``.
+"""One block pool for every layer of the serving model, built on the shared ``BlockPool`` (llm_models.paged.pool).
 
 A block id means the same positions in every layer, so the pool is a
-``kv_storage.BlockPool`` whose "heads" are ``layers x kv_heads``: its
+``BlockPool`` whose "heads" are ``layers x kv_heads``: its
 allocator (free list, reference counts) is reused as is, one allocation
 reserves a block in every layer at once, and its ``block_bytes`` is the
 cache formula summed over layers. ``layer_keys(l)`` is a view of layer
@@ -15,13 +15,13 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from kv_storage.paged import BlockPool, PoolExhausted
+from llm_models.paged.pool import BlockPool, PoolExhausted
 
 from . import sizes
 
 
 class CacheShape(Protocol):
-    """What the pool needs of a model's config: the random model's ``kv_cache.config.ModelConfig`` and the
+    """What the pool needs of a model's config: the random model's ``llm_models.toy.config.ModelConfig`` and the
     trained model's ``llm_models.llama.config.LlamaDecoderConfig`` both have it."""
 
     kv_heads: int

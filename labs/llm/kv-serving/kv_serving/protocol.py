@@ -209,15 +209,19 @@ def choice(token_ids: list[int], finish_reason: str | None) -> dict[str, Any]:
             "logprobs": None, "finish_reason": finish_reason}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object. ``completion_tokens`` counts every token the model generated, an end-of-turn token
+    that stopped the reply included; ``cached_tokens``: of this request's own prompt, the tokens found in the
+    prefix cache (the only place one client learns of the cache: /metrics is opt-in)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def completion_body(request_id: str, created: int, model: str, token_ids: list[int], prompt_tokens: int,
+def completion_body(request_id: str, created: int, model: str, token_ids: list[int], counts: dict[str, Any],
                     finish_reason: str) -> dict[str, Any]:
     return {"id": request_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [choice(token_ids, finish_reason)], "usage": usage(prompt_tokens, len(token_ids))}
+            "choices": [choice(token_ids, finish_reason)], "usage": counts}
 
 
 def sse(data: dict[str, Any] | str) -> str:
@@ -235,11 +239,10 @@ def chunk(request_id: str, created: int, model: str, token_ids: list[int], finis
     return sse(body)
 
 
-def usage_chunk(request_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int,
+def usage_chunk(request_id: str, created: int, model: str, counts: dict[str, Any],
                 kind: str = "text_completion") -> str:
     """The last chunk before ``[DONE]`` under ``stream_options.include_usage``: no choices, the whole usage."""
-    return sse({"id": request_id, "object": kind, "created": created, "model": model,
-                "choices": [], "usage": usage(prompt_tokens, completion_tokens)})
+    return sse({"id": request_id, "object": kind, "created": created, "model": model, "choices": [], "usage": counts})
 
 
 @dataclass(frozen=True)
@@ -254,14 +257,15 @@ class TokenReplies:
     def opening(self) -> list[str]:
         return []
 
-    def token(self, token_id: int, text: str | None) -> str:
-        return chunk(self.request_id, self.created, self.model, [token_id], None, self.include_usage)
+    def token(self, token_id: int, text: str | None, listed: bool = True) -> str:
+        return chunk(self.request_id, self.created, self.model, [token_id] if listed else [], None,
+                     self.include_usage)
 
     def finish(self, reason: str) -> str:
         return chunk(self.request_id, self.created, self.model, [], reason, self.include_usage)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
-        return usage_chunk(self.request_id, self.created, self.model, prompt_tokens, completion_tokens)
+    def usage(self, counts: dict[str, Any]) -> str:
+        return usage_chunk(self.request_id, self.created, self.model, counts)
 
-    def body(self, token_ids: list[int], text: str | None, prompt_tokens: int, reason: str) -> dict[str, Any]:
-        return completion_body(self.request_id, self.created, self.model, token_ids, prompt_tokens, reason)
+    def body(self, token_ids: list[int], text: str | None, counts: dict[str, Any], reason: str) -> dict[str, Any]:
+        return completion_body(self.request_id, self.created, self.model, token_ids, counts, reason)

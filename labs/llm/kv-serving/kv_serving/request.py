@@ -6,9 +6,11 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from .admission import kv_positions
 from .prefix.hashing import BlockKeys
+from .protocol import usage
 from .text import TextStream
 
 
@@ -24,6 +26,7 @@ class Status(Enum):
 class Token:
     token_id: int
     text: str | None = None  # what this token adds to the request's text (None: a model without a tokenizer)
+    listed: bool = True  # False for an end-of-turn token: it ends the reply, adds no text, and is not listed
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,17 @@ class Request:
         """``keys`` brought up to every position written so far: the prompt, then each generated token fed back."""
         self.keys.extend(self.output[len(self.keys) - len(self.prompt):])
         return self.keys
+
+    @property
+    def reply_ids(self) -> list[int]:
+        """The output a reply lists: without the end-of-turn token that stopped it (it is no part of the text)."""
+        if self.text is not None and self.output and self.output[-1] in self.text.stop_ids:
+            return self.output[:-1]
+        return self.output
+
+    def usage(self) -> dict[str, Any]:
+        """OpenAI's usage for this request: every generated token counted, its own cache hit named."""
+        return usage(len(self.prompt), len(self.output), self.cached_tokens)
 
     @property
     def kv_positions(self) -> int:

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kv_storage.paged import PoolExhausted
+from llm_models.paged.pool import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
 from .model import ServingModel
@@ -190,7 +190,9 @@ class Scheduler:
                 f"{len(prompt)} prompt tokens + max_tokens {max_tokens} need "
                 f"{kv_positions(len(prompt), max_tokens)} cached positions = {needed} blocks of {size} "
                 f"({needed * self.pool.block_bytes} bytes); the KV budget is {self.budget_blocks} blocks "
-                f"({self.budget_blocks * self.pool.block_bytes} bytes)", 400, "kv_budget_exceeded")
+                f"({self.budget_blocks * self.pool.block_bytes} bytes)", 400, "kv_budget_exceeded",
+                # the field to change: max_tokens when the prompt with one token to generate would fit
+                "max_tokens" if blocks_for(kv_positions(len(prompt), 1), size) <= self.budget_blocks else prompt_field)
         if len(self.waiting) >= self.max_waiting:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
@@ -471,7 +473,8 @@ class Scheduler:
         else:  # a stop token or string ends it now, and its blocks go back in this iteration
             piece, stopped = request.text.push(token)
             piece += request.text.flush() if last and not stopped else ""
-        request.events.put_nowait(Token(token, piece))
+        listed = request.text is None or token not in request.text.stop_ids  # an end-of-turn id is not listed
+        request.events.put_nowait(Token(token, piece, listed))
         if stopped or last:
             self.counters.completed += 1
             self._retire(request, Status.FINISHED, Finished("stop" if stopped else "length"))

@@ -4,7 +4,7 @@
     python -m kv_serving.server --max-running 8        # admission by request count instead
 
 ``POST /v1/completions`` (OpenAI subset, streaming or not), ``GET /v1/models``,
-``GET /health``, ``GET /metrics``. A client that disconnects mid-stream cancels its request
+``GET /health``, and ``GET /metrics`` when started with ``--metrics``. A client that disconnects mid-stream cancels its request
 (unless started with ``--ignore-disconnects``, the benchmark's baseline).
 SIGINT (Ctrl-C) or SIGTERM first fails every queued and running request, so
 each client gets an answer, then stops the server. Slow or oversized requests are bounded by
@@ -52,20 +52,23 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from kv_cache.config import ModelConfig
 from labkit.exit import exit_now
 from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
 from llm_models.cache_formats import block_bytes as format_block_bytes
+from llm_models.toy.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import (
+    FLOW,
     REQUEST_TIMEOUT_S,
     STALL_TIMEOUT_S,
     TRANSPORT,
     BodyTooLarge,
     BodyTooSlow,
+    StallWatch,
     bounded_config,
     read_body,
+    unsent_bytes,
 )
 from .dtypes import DTYPES
 from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
@@ -132,39 +135,72 @@ class Server(uvicorn.Server):
 
 
 class ClientStalled(Exception):
-    """A stream's write did not complete within the stall timeout: its client took no byte for that long."""
+    """A stream's client took no byte of it for the stall timeout (kv_serving.bounds.StallWatch)."""
 
 
 class EventStream(StreamingResponse):
     """A text/event-stream reply that ends quietly if uvicorn cancels it at shutdown, and that gives up on a client
-    taking nothing: when one write has waited ``stall_timeout_s`` (kv_serving.bounds says why that measures the
-    client), ``on_stall`` cancels the request and the connection is aborted, its unsent events dropped with it."""
+    taking nothing: while a write waits, the bytes its client has not taken are watched (kv_serving.bounds says
+    why progress and not a completed write is the measure); when none has been taken for ``stall_timeout_s``,
+    ``on_stall`` cancels the request, a last error event and the end of the body go out behind what the client
+    has not read, and the connection closes once it takes them (or is aborted after another timeout without)."""
 
     def __init__(self, content: AsyncIterator[str], stall_timeout_s: float, on_stall: Callable[[str], None]) -> None:
         super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self.stall_timeout_s, self.on_stall = stall_timeout_s, on_stall
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = scope.get("state", {})
+        transport, flow = state.get(TRANSPORT), state.get(FLOW)
+
+        def unsent() -> int | None:
+            return None if transport is None else unsent_bytes(transport)
+
         async def bounded(message: Message) -> None:
-            try:
-                async with asyncio.timeout(self.stall_timeout_s):
-                    await send(message)
-            except TimeoutError:
-                raise ClientStalled from None
+            if flow is not None and not flow.write_paused:  # uvicorn writes at once: nothing to wait for or watch
+                await send(message)
+                return
+            sending = asyncio.ensure_future(send(message))
+            watch = StallWatch(self.stall_timeout_s)
+            while not (await asyncio.wait((sending,), timeout=watch.poll_s))[0]:
+                if watch.poll(unsent()):
+                    sending.cancel()  # uvicorn waits for room before it writes: the message was not written
+                    await asyncio.gather(sending, return_exceptions=True)
+                    raise ClientStalled
+            sending.result()
 
         try:
             await super().__call__(scope, receive, bounded)
         except asyncio.CancelledError:  # uvicorn gave up on a reply at shutdown (a client not reading): just close
             pass
         except ClientStalled:
-            self.on_stall(f"the client took nothing of its stream for {self.stall_timeout_s:g} s")
-            transport = scope.get("state", {}).get(TRANSPORT)
-            if transport is not None:  # an in-process ASGI call (a test's) has no connection to abort
-                transport.abort()
+            why = f"the client took nothing of its stream for {self.stall_timeout_s:g} s"
+            self.on_stall(why)
+            if transport is None or flow is None:  # an in-process ASGI call (a test's) has no connection
+                return
+            # NOTE: the last event and the body's end skip uvicorn's wait for room (flow), so the reply ends as HTTP
+            # says (chunked, complete) without waiting on the client; the transport holds them behind the rest
+            flow.resume_writing()
+            last = sse(error_body(why, "client_stalled", "server_error")) + sse("[DONE]")
+            await send({"type": "http.response.body", "body": last.encode(), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            transport.close()  # sends what is buffered, then closes
+            asyncio.ensure_future(abort_when_stalled(transport, self.stall_timeout_s))
+
+
+async def abort_when_stalled(transport: asyncio.BaseTransport, timeout_s: float) -> None:
+    """Abort a closing connection whose client takes nothing of what is left for ``timeout_s``."""
+    watch = StallWatch(timeout_s)
+    while (left := unsent_bytes(transport)) and transport.get_extra_info("socket") is not None:
+        if watch.poll(left):
+            transport.abort()
+            return
+        await asyncio.sleep(watch.poll_s)
 
 
 def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
-               stall_timeout_s: float = STALL_TIMEOUT_S) -> FastAPI:
+               stall_timeout_s: float = STALL_TIMEOUT_S, metrics: bool = False) -> FastAPI:
+    """The app; ``metrics`` serves GET /metrics (the server's --metrics: off unless the operator opts in)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = config.build()
@@ -197,8 +233,11 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
             return {"status": "ok"}
         return JSONResponse({"status": "unavailable", "reason": problem}, status_code=503)
 
-    @app.get("/metrics")
-    async def metrics(http: HTTPRequest) -> dict[str, object]:
+    @app.get("/metrics", response_model=None)
+    async def metrics_json(http: HTTPRequest) -> dict[str, object] | JSONResponse:
+        if not metrics:  # NOTE: its counters move with other clients' cache hits (--metrics says why it is opt-in)
+            return JSONResponse(error_body("GET /metrics is off on this server: start it with --metrics to serve "
+                                           "it", "not_found"), status_code=404)
         return http.app.state.scheduler.metrics()
 
     @app.get("/v1/models")
@@ -300,11 +339,11 @@ async def stream_events(scheduler: Scheduler, request: Request,
         while True:
             event = await request.events.get()
             if isinstance(event, Token):
-                yield replies.token(event.token_id, event.text)
+                yield replies.token(event.token_id, event.text, event.listed)
             elif isinstance(event, Finished):
                 yield replies.finish(event.reason)
                 if replies.include_usage:
-                    yield replies.usage(len(request.prompt), len(request.output))
+                    yield replies.usage(request.usage())
                 yield sse("[DONE]")
                 return
             else:
@@ -342,7 +381,7 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request,
     result = finish.result() if finish.done() and not finish.cancelled() else None
     if isinstance(result, Finished):
         text = None if request.text is None else request.text.text
-        return JSONResponse(replies.body(request.output, text, len(request.prompt), result.reason))
+        return JSONResponse(replies.body(request.reply_ids, text, request.usage(), result.reason))
     scheduler.disconnect(request)
     if isinstance(result, Failed):
         return JSONResponse(error_body(result.message, result.code, "server_error"), status_code=result.status)
@@ -370,10 +409,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="refuse (503) a request whose prompt would take the tokens waiting for prefill beyond what the server "
              "prefills in this many seconds, at the rate it measures; 0: no such bound (default: %(default)s)")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
+    add("--metrics", action="store_true",
+        help="serve GET /metrics: pool, queue, counters and the prefix cache's queries and hits. Off by default: "
+             "with prefix caching, a hit counter read around one request tells any client whether another's "
+             "prompt is cached")
     add("--prefix-caching", choices=("off", *INDEXES), default="off",
         help="keep full blocks' keys and values after their requests end and reuse them for prompts that start with "
-             "the same tokens: hash (vLLM's chained block hashes) or radix (SGLang's tree of pages); /metrics reports "
-             "queries, hits and evictions (default: %(default)s)")
+             "the same tokens: hash (vLLM's chained block hashes) or radix (SGLang's tree of pages); each reply's "
+             "usage.prompt_tokens_details.cached_tokens says how much of its own prompt was found "
+             "(default: %(default)s)")
     add("--schedule", choices=ORDERS, default="fcfs",
         help="the waiting queue's order: fcfs, or longest-prefix (the request with the longest cached prefix "
              "first; needs --prefix-caching) (default: %(default)s)")
@@ -387,9 +431,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "body, may take to arrive before a 408 "
              "(default: %(default)s)")
     add("--stall-timeout-s", type=float, default=STALL_TIMEOUT_S,
-        help="seconds a stream's client may take no byte of it before its request is cancelled, its blocks freed "
-             "and its connection closed; a client that reads, however slowly, is never cancelled "
-             "(default: %(default)s)")
+        help="seconds a stream's client may take no byte of it before its request is cancelled, its blocks freed, "
+             "a last error event sent and its connection closed; a client whose socket takes bytes at least once "
+             "in that time is never cut (default: %(default)s)")
     args = parser.parse_args(argv)
     if not 0 <= args.ttft_target_s < float("inf"):
         parser.error(f"--ttft-target-s must be 0 (no bound) or a finite number of seconds, got {args.ttft_target_s}")
@@ -487,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
-    app = create_app(config, args.request_timeout_s, args.stall_timeout_s)
+    app = create_app(config, args.request_timeout_s, args.stall_timeout_s, args.metrics)
     Server(bounded_config(app, args.port, args.request_timeout_s, log_level="info",
                           timeout_graceful_shutdown=GRACE_S)).run()
     return 0

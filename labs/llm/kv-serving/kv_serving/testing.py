@@ -19,9 +19,9 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from kv_cache.config import ModelConfig
 from labkit.waiting import HANG_S, Hung, eventually, until, within
 from llm_models.llama.generate import ChatModel
+from llm_models.toy.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget
 from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
@@ -108,14 +108,14 @@ def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPol
 @asynccontextmanager
 async def serve_in_loop(config: EngineConfig, timeout_s: float = HANG_S,
                         request_timeout_s: float = REQUEST_TIMEOUT_S,
-                        stall_timeout_s: float = STALL_TIMEOUT_S, send_buffer_bytes: int = SEND_BUFFER_BYTES
-                        ) -> AsyncIterator[tuple[str, object]]:
+                        stall_timeout_s: float = STALL_TIMEOUT_S, send_buffer_bytes: int = SEND_BUFFER_BYTES,
+                        metrics: bool = True) -> AsyncIterator[tuple[str, object]]:
     """Start uvicorn on 127.0.0.1 with an ephemeral port inside the running loop; yield (base URL, app).
 
     The server is ready once uvicorn has started it, and stops when the block exits, giving replies still going
     out the servers' own grace (GRACE_S); ``timeout_s`` bounds the start and the stop, for a hang only.
     """
-    app = create_app(config, request_timeout_s, stall_timeout_s)
+    app = create_app(config, request_timeout_s, stall_timeout_s, metrics)  # tests read /metrics unless told not to
     server = Server(bounded_config(app, 0, request_timeout_s, send_buffer_bytes, log_level="warning", lifespan="on",
                                    timeout_graceful_shutdown=GRACE_S))
     server.capture_signals = contextlib.nullcontext  # the test runner owns signals
@@ -163,10 +163,12 @@ def serve_in_thread(app: ASGIApp, timeout_s: float = HANG_S,
 
 
 @asynccontextmanager
-async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any]) -> AsyncIterator[asyncio.Task[None]]:
+async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any],
+                        state: dict[str, Any] | None = None) -> AsyncIterator[asyncio.Task[None]]:
     """A client that sends ``body`` to ``path`` of ``app`` (called directly, as ASGI) and then takes nothing of the
     reply and never leaves: every write of a reply's body waits forever, as on a socket whose reader has stopped
-    reading. Yields the request's task; it is cancelled when the block exits."""
+    reading. ``state`` is the connection's scope state (a stand-in transport). Yields the request's task; it is
+    cancelled when the block exits."""
     delivered = False
 
     async def receive() -> dict[str, Any]:
@@ -184,7 +186,7 @@ async def unread_stream(app: ASGIApp, path: str, body: dict[str, Any]) -> AsyncI
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
              "headers": [(b"content-type", b"application/json")], "client": (HOST, 1), "server": (HOST, 80),
-             "state": {}}
+             "state": dict(state or {})}
     task = asyncio.get_running_loop().create_task(app(scope, receive, send))  # type: ignore[arg-type]
     try:
         yield task

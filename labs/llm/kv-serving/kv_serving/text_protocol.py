@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .protocol import BadRequest, _is_int, _shown, common_fields, load_object, sse, usage, usage_chunk
+from .protocol import BadRequest, _is_int, _shown, common_fields, load_object, sse, usage_chunk
 
 if TYPE_CHECKING:  # a type only: the random model's server never imports transformers
     from llm_models.llama.generate import ChatModel
@@ -126,21 +126,24 @@ class TextReplies:
             return []
         return [self._event({"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})]
 
-    def token(self, token_id: int, text: str | None) -> str:
+    def token(self, token_id: int, text: str | None, listed: bool = True) -> str:
+        """``listed`` False: an end-of-turn token, whose id the reply leaves out (its text, if a held-back part of
+        the output is released with it, is still sent)."""
+        ids = [token_id] if listed else []
         if self.chat:
-            return self._event({"delta": {"content": text or ""}, "token_ids": [token_id], "logprobs": None,
+            return self._event({"delta": {"content": text or ""}, "token_ids": ids, "logprobs": None,
                                 "finish_reason": None})
-        return self._event({"text": text or "", "token_ids": [token_id], "logprobs": None, "finish_reason": None})
+        return self._event({"text": text or "", "token_ids": ids, "logprobs": None, "finish_reason": None})
 
     def finish(self, reason: str) -> str:
         if self.chat:
             return self._event({"delta": {}, "logprobs": None, "finish_reason": reason})
         return self._event({"text": "", "token_ids": [], "logprobs": None, "finish_reason": reason})
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
-        return usage_chunk(self.request_id, self.created, self.model, prompt_tokens, completion_tokens, self.kind)
+    def usage(self, counts: dict[str, Any]) -> str:
+        return usage_chunk(self.request_id, self.created, self.model, counts, self.kind)
 
-    def body(self, token_ids: list[int], text: str | None, prompt_tokens: int, reason: str) -> dict[str, Any]:
+    def body(self, token_ids: list[int], text: str | None, counts: dict[str, Any], reason: str) -> dict[str, Any]:
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text or ""}, "logprobs": None,
                       "finish_reason": reason}
@@ -149,4 +152,4 @@ class TextReplies:
                       "finish_reason": reason}
         return {"id": self.request_id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [choice],
-                "usage": usage(prompt_tokens, len(token_ids))}
+                "usage": counts}

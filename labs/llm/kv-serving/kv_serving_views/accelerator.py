@@ -1,12 +1,12 @@
 """On an accelerator: the trained server's budget and batching gain beside the same quantities for Llama-3-8B on an
-H100, as arithmetic (kv_serving.accelerator and decode_bandwidth.accelerator compute them; no GPU ran here)."""
+H100, as arithmetic (kv_serving.accelerator and llm_models.accelerator compute them; no GPU ran here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.accelerator import LONG_CONTEXT, MODEL, FullBudget, full_budget, sources
 from kv_serving.accelerator import served_here
+from llm_models.accelerator import LONG_CONTEXT, MODEL, FullBudget, full_budget, sources
 from site_hooks.blocks import Block, Table, takeaway
 from site_hooks.formatting import format_bytes, format_number, plural
 

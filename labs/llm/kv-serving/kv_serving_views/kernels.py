@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.kernel_rows import PREFILL_PACKED_ROWS
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, join, plural
 
@@ -34,7 +35,11 @@ def kernels_view(record: dict[str, Any]) -> Block:
         notes=[f"Every trained server of this run chose by the {first['threads']}-thread table above, timed in "
                "process before they started, so all of them multiply alike. A server started by hand times its own "
                "table when it starts (the kernels entry of its /metrics); two such servers may pick differently "
-               "where two kernels take about the same time."])
+               "where two kernels take about the same time.",
+               f"A prefill of more than {PREFILL_PACKED_ROWS} rows (prompts packed together) multiplies by out_in "
+               "or in_out whatever the table chose: oneDNN keeps a compiled primitive for every number of rows it "
+               "has multiplied, never freed, and prompts of ever-new lengths would grow the server's memory by "
+               "megabytes each."])
 
 
 def kernel_table(table: dict[str, Any]) -> Table:

@@ -21,17 +21,18 @@ from typing import Any
 
 import torch
 
-from kv_cache.config import ModelConfig
-from kv_cache.decode import decode_step, prefill
-from kv_cache.equivalence import ATOL, RTOL
-from kv_cache.memory import cache_storage_bytes
-from kv_cache.model import DecoderBlock
 from labkit import bench, harness
 from labkit.figures import Figures, check
 from labkit.manifest import lab_for
+from llm_models.kv_bytes import cache_storage_bytes
+from llm_models.paged.pool import BlockPool
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.decode import decode_step, prefill
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock
 
 from .figures import BASELINE, CACHED, MODES, blocks, derive
-from .paged import BlockPool, PagedSequence
+from .paged import PagedSequence
 from .peak import profile_allocations
 from .preallocated import PreallocatedKVCache
 

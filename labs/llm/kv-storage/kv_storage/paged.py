@@ -1,4 +1,5 @@
-"""Paged KV storage: fixed-size blocks from a shared pool, a block table per request, shared prefixes.
+"""Paged KV storage: fixed-size blocks from a shared pool (llm_models.paged.pool), a block table per request,
+shared prefixes.
 
 A request's logical position p lives in block ``table[p // block_size]`` at
 slot ``p % block_size``. Blocks are reference-counted: a forked request
@@ -12,72 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kv_cache.config import ModelConfig
-
-
-class PoolExhausted(ValueError):
-    """Not enough free blocks; the request that asked is left exactly as it was."""
-
-
-class BlockPool:
-    """Key and value storage for every request: (blocks, Hkv, block_size, D) each."""
-
-    def __init__(self, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32) -> None:
-        if min(num_blocks, block_size, kv_heads, head_dim) < 1:
-            raise ValueError(f"num_blocks, block_size, kv_heads and head_dim must be >= 1, "
-                             f"got {num_blocks}, {block_size}, {kv_heads}, {head_dim}")
-        self.block_size = block_size
-        self.keys = torch.zeros(num_blocks, kv_heads, block_size, head_dim, dtype=dtype)
-        self.values = torch.zeros_like(self.keys)
-        self.refcount = [0] * num_blocks
-        self.free = list(range(num_blocks - 1, -1, -1))  # a stack: last released, first reused
-
-    @classmethod
-    def for_model(cls, config: ModelConfig, num_blocks: int, block_size: int) -> BlockPool:
-        return cls(num_blocks, block_size, config.kv_heads, config.head_dim, config.dtype)
-
-    @property
-    def num_blocks(self) -> int:
-        return len(self.refcount)
-
-    @property
-    def blocks_in_use(self) -> int:
-        return self.num_blocks - len(self.free)
-
-    @property
-    def block_bytes(self) -> int:
-        """Keys plus values of one block."""
-        return 2 * self.keys[0].numel() * self.keys.element_size()
-
-    def allocate(self) -> int:
-        if not self.free:
-            raise PoolExhausted(f"all {self.num_blocks} blocks of {self.block_size} positions are in use")
-        block = self.free.pop()
-        self.refcount[block] = 1
-        return block
-
-    def share(self, block: int) -> None:
-        self._check_live(block)
-        self.refcount[block] += 1
-
-    def release(self, block: int) -> None:
-        self._check_live(block)
-        self.refcount[block] -= 1
-        if self.refcount[block] == 0:
-            self.free.append(block)
-
-    def copy(self, block: int) -> int:
-        """A private copy of a block's contents, in a newly allocated block."""
-        self._check_live(block)
-        target = self.allocate()
-        self.keys[target] = self.keys[block]
-        self.values[target] = self.values[block]
-        return target
-
-    def _check_live(self, block: int) -> None:
-        if not 0 <= block < self.num_blocks or self.refcount[block] == 0:
-            raise ValueError(f"block {block} is not in use (pool of {self.num_blocks})")
+from llm_models.paged.pool import BlockPool, PoolExhausted
 
 
 class PagedSequence:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kv_cache.config import ModelConfig
+from llm_models.toy.config import ModelConfig
 
 
 class PreallocatedKVCache:

@@ -8,11 +8,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from kv_cache.config import ModelConfig
-from kv_cache.equivalence import ATOL, RTOL
-from kv_cache.model import DecoderBlock, KVStore
-from kv_storage.paged import BlockPool, PagedSequence
+from kv_storage.paged import PagedSequence
 from kv_storage.preallocated import PreallocatedKVCache
+from llm_models.paged.pool import BlockPool
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.equivalence import ATOL, RTOL
+from llm_models.toy.model import DecoderBlock, KVStore
 
 TINY = ModelConfig(vocab_size=50, max_positions=48, seed=1)  # 4 query heads of width 8
 # --8<-- [start:constants]

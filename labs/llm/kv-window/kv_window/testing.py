@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import LlamaConfig
 
-from kv_cache.config import ModelConfig
-from kv_cache.model import DecoderBlock
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.model import LlamaDecoder, rms_norm, rotary_angles, rotate
 from llm_models.llama.tiny import TINY, tiny_reference
+from llm_models.toy.config import ModelConfig
+from llm_models.toy.model import DecoderBlock
 
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}  # float32: the same sums in another order
 # 2 layers, 4 query heads sharing 2 key/value heads of 16 features, 96 positions: decoding runs far past a

@@ -1,6 +1,6 @@
 """The KV-cache lab's toy decoder block over a policy's cache: the same store interface, learned positions.
 
-``kv_cache.model.DecoderBlock`` adds a learned embedding of each token's absolute position and has no
+``llm_models.toy.model.DecoderBlock`` adds a learned embedding of each token's absolute position and has no
 rotary, so its stores turn nothing; its fused projection, output, feed-forward and head are the block's own,
 called around the store's attention as the block's ``forward`` calls them around its own.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kv_cache.model import DecoderBlock
 from llm_models.inputs import check_token_ids
+from llm_models.toy.model import DecoderBlock
 
 from .config import Policy
 from .decoder import WindowCache, sequence_inputs

@@ -4,8 +4,8 @@ compare, the tables a record is read through, and each cell's regime.
 Torch-free: the record's derivations (derivation.py, invariants.py) and the views import them from here. What the
 timed code takes (the grid, the floors' kernels, a step's bytes and flops, the trained model's modes) is defined
 by the mechanism, one home each (decode_bandwidth.grid, .floors, .traffic, .llama_modes; the KV formula and the
-element sizes in llm_models.kv_bytes), and re-exported here: the figures, the views and the tests read every
-constant and formula as ``formulas.X``.
+element sizes in llm_models.kv_bytes, a Llama step's bytes and flops in llm_models.llama.traffic), and re-exported
+here: the figures, the views and the tests read every constant and formula as ``formulas.X``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from typing import Any
 from labkit.bench import run_order
 from labkit.summary import MIN_PARTED, middle_half, parted, percentile  # noqa: F401  (MIN_PARTED, parted re-exported)
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes  # noqa: F401  (re-exported)
+from llm_models.llama.traffic import (  # noqa: F401  (re-exported)
+    llama_head_bytes,
+    llama_int8_weight_bytes,
+    llama_matrix_elements,
+    llama_step_bytes,
+    llama_weight_bytes,
+)
 
 from ..floors import (  # noqa: F401  (re-exported)
     COMPILED_COLUMNS,
@@ -80,11 +87,6 @@ from ..traffic import (  # noqa: F401  (re-exported)
     dims,
     kind_bytes,
     kv_crossover,
-    llama_head_bytes,
-    llama_int8_weight_bytes,
-    llama_matrix_elements,
-    llama_step_bytes,
-    llama_weight_bytes,
     matrix_shapes,
     step_bytes,
     weight_bytes,

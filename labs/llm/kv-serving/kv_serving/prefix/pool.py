@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kv_storage.paged import PoolExhausted
+from llm_models.paged.pool import PoolExhausted
 
 from ..pool import CacheShape, LayeredPool
 from .indexes import INDEXES, PrefixIndex

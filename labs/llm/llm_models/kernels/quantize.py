@@ -3,8 +3,8 @@
 Each row of an (out, in) matrix gets one float32 scale, its largest magnitude / 127, and its weights become the
 nearest int8 codes of weight / scale (symmetric: no zero point, codes in -127..127). A step then reads one byte
 per weight instead of four, plus four per row for the scale; the activations stay float32, and the kernel that
-streams the codes widens them to float32 inside its loop (the int8 kernels of decode_bandwidth.matvec). The
-timed mode ``ours-int8`` runs the fast twin on them. ``dequantize`` gives the float matrix the codes stand for:
+streams the codes widens them to float32 inside its loop (the int8 kernels of llm_models.kernels.matvec). The
+decode lab's timed mode ``ours-int8`` runs its fast twin on them. ``dequantize`` gives the float matrix the codes stand for:
 the reference an int8 step must match, and the weights its quality is measured on.
 """
 

@@ -9,7 +9,7 @@
  * need PREFETCH_BYTES ahead: widening, converting and multiplying each code keeps the core busy enough that the
  * hardware prefetcher alone leaves memory idle (measured on a 2-core Xeon, 1 GB of codes, one thread: 7.2 GB/s
  * without the hint, 10.9 GB/s with it at 4 KiB; 2 KiB and 16 KiB were no better). Elsewhere a plain loop that the
- * compiler vectorises as it can. Built by decode_bandwidth/native.py with -fassociative-math, which lets the
+ * compiler vectorises as it can. Built by llm_models/kernels/int8_loop.py with -fassociative-math, which lets the
  * compiler keep several partial sums in vector registers: the sum's order differs from a sequential loop's by float
  * rounding, as any BLAS's does.
  */

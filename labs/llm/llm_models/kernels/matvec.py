@@ -1,4 +1,4 @@
-"""Every kernel this lab can multiply one row by a weight matrix with, and the measurement that picks among them.
+"""Every kernel the labs can multiply rows by a weight matrix with, and the measurement that picks among them.
 
 At batch 1 a decode step's weight multiplies are matrix-vector products: each weight is read once for one
 multiply-add, so the kernel that streams its matrix fastest wins, and which one that is depends on the CPU, the
@@ -9,19 +9,21 @@ library and the shape. The candidates, over float32 weights:
 - ``onednn``: oneDNN's linear over a copy packed once into its blocked layout;
 - ``compiled``: the row dot ``(x * W).sum(-1) + b`` that ``torch.compile`` turns into one C++ loop per row;
 
-and over int8 codes with one float32 scale per row (decode_bandwidth.quantize):
+and over int8 codes with one float32 scale per row (llm_models.kernels.quantize):
 
 - ``int8-compiled``: the dequantize-and-row-dot ``(x * codes).sum(-1) * scale`` written for ``torch.compile``,
   gpt-fast's approach: each code is widened to float32 inside the loop that streams it;
 - ``int8pack``: torch's own int8 weight-only product, ``torch._weight_int8pack_mm``;
-- ``int8-c``: the same loop written by hand in C (decode_bandwidth.native), for CPUs where the two above stream
-  slowly.
+- ``int8-c``: the same loop written by hand in C (llm_models.kernels.int8_loop), for CPUs where the two above
+  stream slowly.
 
 The float32 kernels are torch's own (BLAS, oneDNN, inductor's generated C++); the C loop needs only the
 compiler inductor already uses.
 
 ``measure`` times each over every matrix of one kind in a model, so the weights come from memory as in a step;
-the benchmark takes the fastest per kind, at each thread count, and records the table and the choice.
+the decode lab's benchmark takes the fastest per kind, at each thread count, and records the table and the choice.
+The serving lab times the float32 kernels that multiply any number of rows (``out_in``, ``in_out``, ``onednn``)
+the same way.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import native
-from .compiled import compile_static, row_dot
-from .quantize import quantize_rows
+from llm_models.kernels import int8_loop
+from llm_models.kernels.quantize import quantize_rows
+from llm_models.kernels.row_dot import compile_static, row_dot
 
 Prepared = tuple[Tensor | None, ...]  # a kernel's own copy of one matrix (and its bias)
 Matrices = Sequence[tuple[Tensor, Tensor | None]]  # (weight (out, in) float32, bias or None), one per layer
@@ -154,10 +156,10 @@ KERNELS: dict[str, Kernel] = {kernel.name: kernel for kernel in (
            int8_prepare, eager_int8_row_dot, int8_row_dot, always),
     Kernel("int8pack", "int8", "torch._weight_int8pack_mm, torch's own int8 weight-only product", int8_prepare,
            int8pack, int8pack, int8pack_available),
-    Kernel("int8-c", "int8", "a C loop written for this lab (int8_rows.c): each code widened to float32 inside the "
+    Kernel("int8-c", "int8", "a C loop written for the decode lab (int8_rows.c): each code widened to float32 inside the "
            "loop that streams it, four rows at a time where the CPU has AVX-512, the rows split across the threads",
-           int8_prepare, native.int8_rows, None,
-           native.unavailable),
+           int8_prepare, int8_loop.int8_rows, None,
+           int8_loop.unavailable),
 )}
 FLOAT32 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "float32")
 INT8 = tuple(name for name, kernel in KERNELS.items() if kernel.weights == "int8")

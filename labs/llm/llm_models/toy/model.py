@@ -6,7 +6,7 @@ token(s) and the (keys, values) returned by the previous call. Both paths run
 the same layers; the model keeps no cache on itself, so a cache belongs to
 the caller and to one request.
 
-The `--8<--` comments mark the excerpt that the article includes verbatim.
+The `--8<--` comments mark the excerpt that the KV-cache article includes verbatim.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ from torch import Tensor, nn
 
 from llm_models.attention import causal_attention
 from llm_models.inputs import check_token_ids, new_positions
-
-from .config import ModelConfig
+from llm_models.toy.config import ModelConfig
 
 # (keys, values), each (B, Hkv, T, D): batch, key/value heads, cached positions, head width.
 Cache = tuple[Tensor, Tensor]
 
 
 class KVStore(Protocol):
-    """Key/value storage that writes in place instead of concatenating (see the kv-storage lab)."""
+    """Key/value storage that writes in place instead of concatenating (the kv-storage lab's layouts)."""
 
     @property
     def length(self) -> int:

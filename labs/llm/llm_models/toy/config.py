@@ -1,4 +1,4 @@
-"""The model configuration shared by the tests, the benchmark and the article."""
+"""``ModelConfig``: the shape, dtype and seed of the toy decoder block (llm_models.toy.model)."""
 
 from __future__ import annotations
 
