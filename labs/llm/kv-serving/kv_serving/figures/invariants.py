@@ -174,16 +174,18 @@ def check_server_side(run: dict[str, Any], path: JsonPath, source: str) -> None:
         refuse(source, (*path, "occupancy"), f"samples report budgets {sorted(budgets)}, the server "
                f"{server['budget_blocks']}")
     steps, rows = server["decode_steps"], server["decode_rows"]
-    received = sum(r["tokens"] for r in requests)
+    # a reply ended by the model's end-of-turn token does not list that token (finish_reason "stop": the loads set no
+    # stop strings), though the server generated it
+    generated = [r["tokens"] + (r.get("finish_reason") == "stop") for r in requests]
+    received = sum(generated)
     memory = sum(r["outcome"] == "failed" and MEMORY_FAILURE in (r["error"] or "") for r in requests)
     counted = [("failed_for_memory", memory, "the failed requests' errors")]
     if clients["left"] == 0 and clients["failed"] == memory:
         # nobody left and no connection failed: the server's counts are exactly what the clients saw
-        counted += [("tokens_generated", received, "the tokens its clients received"),
+        counted += [("tokens_generated", received, "the tokens its clients received (and each end-of-turn token)"),
                     ("completed", clients["completed"], "its clients' completed requests"),
-                    ("prefills", sum(r["tokens"] > 0 for r in requests), "its clients' first tokens"),
-                    ("decode_rows", sum(r["tokens"] - 1 for r in requests if r["tokens"] > 0),
-                     "its clients' tokens after the first")]
+                    ("prefills", sum(n > 0 for n in generated), "its clients' first tokens"),
+                    ("decode_rows", sum(n - 1 for n in generated if n > 0), "its clients' tokens after the first")]
         if server["cancelled"] or server["decode_rows_after_disconnect"] or server["tokens_after_disconnect"]:
             refuse(source, (*p, "cancelled"), "or another count of work for departed clients is not 0 in a run "
                    "where no client left")
