@@ -4,11 +4,13 @@ another sample of the same text.
 A mean over a few hundred positions of one text (a log-likelihood, a KL divergence, a 0/1 agreement) is an
 estimate, not a property of the model: the percentile bootstrap resamples the positions with replacement,
 recomputes the statistic on each resample, and reports the central ``level`` share of those values. Seeded,
-so a record's interval is reproducible from its raw values. Neighbouring positions of one text are not
-independent, so resampling them one by one understates the spread; ``block`` resamples runs of that many
-consecutive positions instead (the moving-block bootstrap), which keeps their correlation inside a run.
+so the interval derived from a record's raw values is the same on every read. Neighbouring positions of one
+text are not independent, so resampling them one by one understates the spread; ``block`` resamples runs of
+that many consecutive positions instead (the moving-block bootstrap), which keeps their correlation inside a
+run.
 
-Torch-free: the figures modules that derive and check intervals import this, and the site build imports them.
+Torch-free: the figures modules that derive intervals when a record is read import this, and the site build
+imports them.
 """
 
 from __future__ import annotations

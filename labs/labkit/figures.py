@@ -1,10 +1,12 @@
-"""Figures a record derives from its own raw data: written once by the benchmark, checked once by the build.
+"""Figures that follow from a record's raw data: derived each time the record is read, never written into it.
 
 A lab's torch-free figures module turns a record's raw data (durations, counts, its config) into
-``Figures``: JSON path -> value, with the words saying what the value follows from. The benchmark
-``fill``s its record with them before writing; the site build ``check``s every stored figure against
-its derivation and refuses the first that differs, naming its JSON path and both values. The lab's
-real invariants (a peak within its pool, equivalence within tolerance, ...) are refused through
+``Figures``: JSON path -> value, with the words saying what the value follows from. A record keeps only what
+was measured (labkit.writing), so the site build derives every figure when it reads the record and ``fill``s
+the copy the views read (``check_record``; labkit.summary.with_figures does the same for summaries and tests).
+``check`` compares any figure that is held (one a benchmark's code computed itself, one an old record or a hand
+edit put in a record) with its derivation and refuses the first that differs, naming its JSON path and both
+values. The lab's real invariants (a peak within its pool, equivalence within tolerance, ...) are refused through
 ``refuse``, in the same path notation: ``$.lengths[3].modes.cached.median_ns``.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, NoReturn
 
 from .records import JsonPath, RecordError, path_text
 
-REL_TOL = 1e-9  # stored figures are the same arithmetic on the same data: only float rounding may differ
+REL_TOL = 1e-9  # a held figure and its derivation: the same arithmetic on the same data, only float rounding differs
 ABS_TOL = 1e-12
 
 
@@ -67,7 +69,8 @@ def refuse(source: str, path: JsonPath, message: str) -> NoReturn:
 
 
 def fill(record: dict[str, Any], figures: Figures) -> None:
-    """Store every derived figure in the record, creating the objects on its path as needed."""
+    """Put every derived figure into ``record`` (in memory: the copy the views read, never a file), creating the
+    objects on its path as needed."""
     for figure in figures:
         parent: Any = record
         for key, following in zip(figure.path, figure.path[1:]):
@@ -110,9 +113,10 @@ def stored_value(record: Any, path: JsonPath) -> tuple[bool, Any]:
 
 
 def check(record: dict[str, Any], figures: Figures, source: str) -> None:
-    """Refuse the first stored figure that differs from its derivation, naming its path and both values. A figure
-    the record does not store is no refusal: it is derived when the record is read (check_record fills it), so a
-    figure added to a figures module needs no benchmark run."""
+    """Refuse the first figure the record holds that differs from its derivation, naming its path and both values.
+    A figure the record does not hold is no refusal: it is derived when the record is read (check_record fills
+    it), which is every figure of a record as labkit.writing writes it; so a figure added to a figures module needs
+    no benchmark run."""
     for figure in figures:
         stored, value = stored_value(record, figure.path)
         if stored and not same(value, figure.value):
@@ -125,8 +129,9 @@ Invariants = Callable[[dict[str, Any], str], None]
 
 def check_record(record: dict[str, Any], source: str, invariants: Invariants | None, derive: Derive | None) -> None:
     """A lab's record check: its invariants first, on the record as the views will read it (every figure derived
-    from its raw data: an invariant may relate a figure to the data), then every figure the record stores against
-    its derivation; then the record holds every figure its figures module derives today (fill)."""
+    from its raw data: an invariant may relate a figure to the data), then any figure the record itself holds (an
+    old record, a hand edit) against its derivation; then ``record``, in memory, holds every figure its figures
+    module derives today (fill), for the views."""
     try:
         figures = derive(record) if derive is not None else Figures()
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):

@@ -192,7 +192,8 @@ def token_ids(vocab_size: int, batch: int, length: int, seed: int) -> Tensor:
 
 def sweep(args: argparse.Namespace, measure: Callable[[int, Progress, str], dict[str, Any]],
           noun: str = "length") -> list[dict[str, Any]]:
-    """Every length of --lengths through ``measure(length, progress, label)``; run() adds the statistics."""
+    """Every length of --lengths through ``measure(length, progress, label)``: raw durations only, whose
+    statistics are derived when the record is read (labkit.summary.sweep_figures)."""
     progress = Progress(total=len(args.lengths) * args.repeats)
     try:
         lengths = [measure(length, progress, f"[{number}/{len(args.lengths)}] {noun} {length}")

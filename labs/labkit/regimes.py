@@ -1,7 +1,7 @@
 """Which regime a per-step time is in, from a sweep's per-step medians: flat (per-call overhead) or growing.
 
-In labkit, not in the site's renderers, so that a figures module derives a regime once and stores it
-(labkit.summary.sweep_figures stores one per mode of a timing sweep, under ``regimes``); views word it.
+In labkit, not in the site's renderers, so that a figures module derives a regime in one place when the record
+is read (labkit.summary.sweep_figures derives one per mode of a timing sweep, at ``regimes``); views word it.
 
 Horace He's three regimes are compute, memory bandwidth and overhead. A CPU timing sweep can name one of
 them by itself: where the time per step stays flat while the work per step grows several-fold, the

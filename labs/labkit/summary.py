@@ -1,10 +1,11 @@
 """Summaries of a timing record's raw repetitions, with pandas: the one place medians are computed.
 
 A timing record lists, for each prefix length, the run order of every
-repetition and each mode's durations in that order. ``sweep_figures`` derives
-its statistics, speedups, gaps and regimes: the benchmark stores them, the site
-checks the stored ones against them (labkit.figures), and the views read the
-stored ones.
+repetition and each mode's durations in that order, and nothing computed from
+them. ``sweep_figures`` derives its statistics, speedups, gaps and regimes each
+time the record is read (``with_figures``, and the build's
+labkit.figures.check_record): the views read the figures derived there, and a
+benchmark's summary lines read them the same way.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def median(values: Sequence[float]) -> float:
 
 def percentile(values: Sequence[float], share: float) -> float:
     """The ``share`` quantile (0.5 is the median) by linear interpolation between closest ranks, as numpy
-    computes it: the one definition the benchmarks store and the site checks."""
+    computes it: the one definition wherever a percentile is taken, by a load generator summing up its run or by
+    a figure derived from a record's raw values."""
     if not values:
         raise ValueError("a percentile of no values")
     if not 0 <= share <= 1:

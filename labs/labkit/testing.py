@@ -107,7 +107,8 @@ class QuickBenchmarkRun(unittest.TestCase):
             QuickBenchmarkRun.holds_the_machines_state)
 
     def stores_only_what_was_measured(self) -> None:
-        """The benchmark writes raw data only (labkit.writing): a figure it stored would be checked, never derived."""
+        """The benchmark writes raw data only (labkit.writing): no path its figures module derives is in the file,
+        since every figure is derived when the record is read."""
         self.assertEqual(self.code, 0, f"the quick benchmark run failed:\n{self.log}")
         lab, _ = lab_for(inspect.getsourcefile(self.main) or "")
         raw = load_record(self.path, self.schema)

@@ -1,7 +1,8 @@
 """The decode-bandwidth lab's views: one module per section of its page (docs/llm/decode-bandwidth.md), each a
 function of the checked record returning a site_hooks.blocks.Block, and the headline ratios for comparing
-machines. Torch-free; the figures they read are stored by the benchmark and checked by the build against
-decode_bandwidth.figures.derive, and the constants come from decode_bandwidth.figures.formulas."""
+machines. Torch-free; the record holds raw measurements only, the figures they read are derived from it by
+decode_bandwidth.figures.derive when the build reads it, and the constants come from
+decode_bandwidth.figures.formulas."""
 
 from __future__ import annotations
 

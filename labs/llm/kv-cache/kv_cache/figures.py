@@ -1,7 +1,9 @@
 """Every figure of the KV-cache record that follows from its raw data, and what the raw data must satisfy.
 
-Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build checks
-the stored figures against it (labkit.figures.check), and the views import the constants below.
+Torch-free: the record holds only raw data; the site build derives every figure from it with ``derive`` when it
+reads the record (labkit.figures.check_record, after ``check_invariants``), the views read the figures derived
+there and import the constants below, and the benchmark's summary lines read them the same way
+(labkit.harness.run).
 The shared timing statistics (min/median/max, speedups) come from labkit.summary.sweep_figures.
 """
 
@@ -141,7 +143,7 @@ READ_FACTOR = 2  # a rise is put down to reading the prefix only when the bytes 
 
 @dataclass(frozen=True)
 class Cell:
-    """One mode's decode step at one length, in µs: the stored median and min–max range, and the stored spread,
+    """One mode's decode step at one length, in µs: the derived median and min–max range, and the derived spread,
     (max − min) / median of the raw repetitions (labkit.summary). The min–max range is the page's measure of a
     cell's noise: the noise flag reads it too, and with seven repetitions a quartile rests on about two of them,
     so an interquartile range would hide the very outliers that make a cell noisy."""
@@ -153,7 +155,7 @@ class Cell:
 
 
 def cells(record: dict[str, Any], mode: str) -> dict[int, Cell]:
-    """``mode``'s stored per-step statistics (labkit.summary) at each length, in µs, with the stored spread."""
+    """``mode``'s derived per-step statistics (labkit.summary) at each length, in µs, with the derived spread."""
     return {e["length"]: Cell(*(e["modes"][mode]["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
                               e["modes"][mode]["spread"]) for e in record["lengths"]}
 
@@ -253,7 +255,7 @@ def departure(found: dict[int, Cell], runs: list[list[int]], flat: tuple[int, in
 
 def prefix_read(extra_bytes: int, rise_us: float, bandwidth: float) -> dict[str, Any]:
     """How long reading ``extra_bytes`` takes at ``bandwidth`` (bytes/s), in µs, and whether that accounts for a
-    rise of ``rise_us`` (within READ_FACTOR either way). This lab's record measures no bandwidth, so derive stores
+    rise of ``rise_us`` (within READ_FACTOR either way). This lab's record measures no bandwidth, so derive yields
     none of this; a page given a measured bandwidth words it from here."""
     read_us = extra_bytes / bandwidth * 1e6
     return {"read_us": read_us, "is_read": 1 / READ_FACTOR <= read_us / rise_us <= READ_FACTOR}

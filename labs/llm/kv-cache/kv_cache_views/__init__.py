@@ -1,7 +1,8 @@
 """The KV-cache lab's own views: key results, pictures, the cache's bytes, real models, and the headline ratios.
 
-Torch-free: views read the record's stored figures, already checked against kv_cache.figures.derive by
-the build; the shared views (tests, environment, timing sweep, ...) come from site_hooks.
+Torch-free: the record holds raw measurements only; views read the figures kv_cache.figures.derive (and
+labkit.summary.sweep_figures) derive from it when the build reads it; the shared views (tests, environment,
+timing sweep, ...) come from site_hooks.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The prefix-caching lab's views, one module per part of its page (docs/llm/kv-prefix.md). Torch-free: views read
-the record's stored figures, already checked against kv_prefix.figures by the build.
+"""The prefix-caching lab's views, one module per part of its page (docs/llm/kv-prefix.md). Torch-free: the record
+holds raw measurements only; views read the figures kv_prefix.figures derives from it when the build reads it.
 
 - pictures.py: the hash chain over three prompts' blocks and the radix tree they build, drawn by the engine's indexes
 - tables.py: the workloads, warm against cold, each workload's runs, the uncached prefill against the arrivals, the

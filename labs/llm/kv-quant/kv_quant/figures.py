@@ -211,7 +211,7 @@ def derive(record: dict[str, Any]) -> Figures:
 
 # --- quality on the trained model: bootstrap intervals from the per-position figures -------------------------
 
-Interval = dict[str, float]  # {"estimate", "low", "high"}: labkit.bootstrap.Interval as the record stores it
+Interval = dict[str, float]  # {"estimate", "low", "high"}: labkit.bootstrap.Interval as a derived figure holds it
 
 
 def bootstrap(values: np.ndarray, statistic: Any = np.mean) -> Interval:

@@ -1,5 +1,5 @@
-"""The quantized-cache lab's views, one module per section of its page (docs/llm/kv-quant.md). Torch-free:
-views read the record's stored figures, already checked against kv_quant.figures by the build.
+"""The quantized-cache lab's views, one module per section of its page (docs/llm/kv-quant.md). Torch-free: the
+record holds raw measurements only; views read the figures kv_quant.figures derives from it when the build reads it.
 
 - pictures.py: KIVI's key layout and one q4_0 block, drawn from kv_quant.figures
 - bytes.py: bytes per token as the context grows, effective bits, what a budget holds, serving capacity

@@ -1,8 +1,9 @@
 """The serving lab's views of its checked record, one module per section of docs/llm/kv-serving.md, and its
 headline ratios.
 
-Torch-free: every view is ``record -> site_hooks.blocks.Block``, reading the figures the build has checked
-against kv_serving.figures.derive; the constants and the pictures' replay come from kv_serving.figures.formulas.
+Torch-free: every view is ``record -> site_hooks.blocks.Block``; the record holds raw measurements only, and a
+view reads the figures kv_serving.figures.derive derives from it when the build reads it; the constants and the
+pictures' replay come from kv_serving.figures.formulas.
 """
 
 from __future__ import annotations

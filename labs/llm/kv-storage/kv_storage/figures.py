@@ -1,8 +1,9 @@
 """Every figure of the storage record that follows from its raw data, and what the raw data must satisfy.
 
-Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), after holding the counts it
-took from its caches and pools to the same formulas; the site build checks the stored figures against it
-(labkit.figures.check); the views import the constants below. The shared timing statistics (min/median/max,
+Torch-free: the record holds only raw data; the benchmark holds the counts it took from its caches and pools to
+``derive``'s formulas before it writes (a layout that holds other than its formula fails the run), the site build
+derives every figure with ``derive`` when it reads the record (labkit.figures.check_record), and the views read
+the figures derived there and import the constants below. The shared timing statistics (min/median/max,
 speedups) come from labkit.summary.sweep_figures.
 """
 

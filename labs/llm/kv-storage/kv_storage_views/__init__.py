@@ -1,6 +1,7 @@
 """The storage lab's own views, one module per section of its page (docs/llm/kv-storage.md), and its
-headline ratios. Torch-free: views read the record's stored figures, already checked against
-kv_storage.figures by the build; named by ``views`` in the lab's lab.toml.
+headline ratios. Torch-free: the record holds raw measurements only; views read the figures kv_storage.figures
+(and labkit.summary.sweep_figures) derive from it when the build reads it; named by ``views`` in the lab's
+lab.toml.
 
 - grouped_query.py: "Grouped-query attention: fewer heads to store"
 - decode_step.py: "Measuring a decode step" (its findings and equivalence, in place of the shared ones)

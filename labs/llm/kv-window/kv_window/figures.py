@@ -127,7 +127,7 @@ def exp_mean(values: np.ndarray) -> float:
 
 
 def estimate(values: Sequence[float], statistic: Callable[[np.ndarray], float], block: int) -> dict[str, float]:
-    """The statistic with its bootstrap interval, as a record stores it."""
+    """The statistic with its bootstrap interval, as a derived figure holds it."""
     found: Interval = interval(values, statistic, block=min(block, len(values)))
     return found.as_record()
 

@@ -1,5 +1,5 @@
-"""The cache-window lab's views, one module per part of its page (docs/llm/kv-window.md). Torch-free: views
-read the record's stored figures, already checked against kv_window.figures by the build.
+"""The cache-window lab's views, one module per part of its page (docs/llm/kv-window.md). Torch-free: the record
+holds raw measurements only; views read the figures kv_window.figures derives from it when the build reads it.
 
 - pictures.py: a ring buffer's slots, the sinks + window mask, a packed row's mask, drawn from kv_window.rules
 - quality.py: perplexity by position bucket, each policy after the first eviction, against recomputation

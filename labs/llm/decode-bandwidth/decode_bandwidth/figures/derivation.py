@@ -1,7 +1,7 @@
 """Every figure of the decode record that follows from its raw data (``derive``), and the bandwidth rates the
-floors use. Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build
-compares the stored figures with it (labkit.figures.check), and the views read the stored figures. Each is
-computed from raw data only (durations, counts, token times, the config), never from another stored figure.
+floors use. Torch-free: the record holds only raw data; the site build derives every figure with ``derive``
+when it reads the record (labkit.figures.check_record), and the views read the figures derived there. Each is
+computed from raw data only (durations, counts, token times, the config), never from another derived figure.
 The constants and formulas are formulas.py's.
 """
 

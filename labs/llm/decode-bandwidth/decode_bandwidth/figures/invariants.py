@@ -1,6 +1,6 @@
 """What the decode record's raw data must satisfy before anything is derived from it (``check_invariants``):
 the lab's model, modes and tolerance, the grid, the rotation, the floor holding under every timed repetition.
-Torch-free, run by the site build before the derived figures are compared.
+Torch-free, run by the site build before any figure is derived from the record.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 record that follows from its raw data, and ``check_invariants`` (invariants.py), what the raw data must satisfy;
 formulas.py holds the formulas both use, which the views import too, and re-exports what the mechanism computes
 with (kv_serving.dtypes, sizes, client_stats), where the server and the load generator take it from.
-Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build runs
-``check_invariants`` and then compares the stored figures with ``derive`` (labkit.figures.check).
+Torch-free: the record holds only raw data; the site build runs ``check_invariants`` and derives every figure
+with ``derive`` when it reads the record (labkit.figures.check_record), and the views and the benchmark's summary
+lines read the figures derived there (labkit.summary.with_figures).
 """
 
 from __future__ import annotations

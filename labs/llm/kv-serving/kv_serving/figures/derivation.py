@@ -1,9 +1,9 @@
 """Every figure of the serving record that follows from its raw data (``derive``).
 
-Torch-free: the benchmark fills its record with ``derive`` (labkit.harness.run), the site build checks
-the stored figures against it (labkit.figures.check) after ``check_invariants`` (invariants.py), and the
-views read the stored figures. A figure is derived only from raw data: durations, request rows, the
-servers' own counters and the config, never from another stored figure; the formulas are formulas.py's.
+Torch-free: the record holds only raw data; the site build derives every figure with ``derive`` when it reads
+the record (labkit.figures.check_record), after ``check_invariants`` (invariants.py), and the views read the
+figures derived there. A figure is derived only from raw data: durations, request rows, the servers' own
+counters and the config, never from another derived figure; the formulas are formulas.py's.
 """
 
 from __future__ import annotations
