@@ -169,7 +169,7 @@ def test_every_module_importing_a_benchmark_loads_is_measured_or_only_derives_wo
 def test_each_labs_measured_files_hold_its_mechanism_and_not_its_derivations() -> None:
     files = {lab.name: set(measured_files(lab, ROOT)) for lab in discover_labs(ROOT)}
     serving = files["kv-serving"]
-    assert {"labs/llm/kv-serving/kv_serving/scheduler.py", "labs/llm/kv-serving/kv_serving/server.py",
+    assert {"labs/llm/llm_models/serving/scheduler.py", "labs/llm/kv-serving/kv_serving/server.py",
             "labs/llm/kv-serving/kv_serving/prompts.json", "labs/labkit/harness.py"} <= serving  # -m kv_serving.server
     assert "labs/llm/llm_models/kernels/int8_rows.c" in files["decode-bandwidth"]  # built at run time
     for name, measured in files.items():
@@ -266,11 +266,6 @@ def test_no_lab_imports_another_labs_figures_module() -> None:
 
 # ---- engine below, labs above: no lab's package imports another lab's ---------------------------------------------
 
-# NOTE: the one chain left: the prefix lab measures the serving lab's scheduler, pools and prefix indexes, which
-# move below the labs with the rest of the serving core. Nothing may be added to this set.
-STILL_CHAINED = {("kv-prefix", "kv-serving")}
-
-
 def lab_to_lab_imports() -> dict[tuple[str, str], set[str]]:
     """(importing lab, imported lab) -> the production modules whose import statements (on the syntax tree, inside
     functions too) name another lab's package."""
@@ -285,9 +280,6 @@ def lab_to_lab_imports() -> dict[tuple[str, str], set[str]]:
     return found
 
 
-def test_no_lab_imports_another_lab_beyond_the_chain_still_to_move() -> None:
+def test_no_lab_imports_another_lab() -> None:
     """What two labs share lives below them (llm_models); a lab holds what it measures and teaches."""
-    found = lab_to_lab_imports()
-    assert STILL_CHAINED <= set(found), "a chain is gone: remove it from STILL_CHAINED"
-    assert {pair: files for pair, files in found.items() if pair not in STILL_CHAINED} == {}, \
-        "move what these import into llm_models, and import it from there"
+    assert lab_to_lab_imports() == {}, "move what these import into llm_models, and import it from there"

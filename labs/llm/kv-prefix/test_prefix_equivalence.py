@@ -9,8 +9,8 @@ import unittest
 
 from kv_prefix.broken import EagerFreePool, restarting, unchained
 from kv_prefix.equivalence import Compared, Prompts, warm_against_cold
-from kv_serving.dtypes import TOLERANCES, TRAINED_TOLERANCES
-from kv_serving.model import ServingModel
+from llm_models.serving.dtypes import TOLERANCES, TRAINED_TOLERANCES
+from llm_models.serving.model import ServingModel
 from kv_serving.testing import KERNEL_NS, TINY_LAYERS, TINY_MODEL
 
 STEPS = 6
@@ -53,12 +53,12 @@ class RandomModel(unittest.TestCase):
 
 class TrainedModel(unittest.TestCase):
     """SmolLM2-135M in float32, prompts from the repository's real text, held to the serving lab's trained float32
-    tolerance (kv_serving.dtypes.TRAINED_TOLERANCES)."""
+    tolerance (llm_models.serving.dtypes.TRAINED_TOLERANCES)."""
 
     @classmethod
     def setUpClass(cls) -> None:
         from kv_prefix.equivalence import trained_prompts
-        from kv_serving.llama import served
+        from llm_models.serving.llama import served
         from llm_models.llama.generate import smollm2
 
         chat = smollm2()
@@ -80,7 +80,7 @@ class Bfloat16Hits(unittest.TestCase):
     def test_a_warm_prefill_gives_the_cold_logits_bit_for_bit(self) -> None:
         import torch
 
-        from kv_serving.llama import served
+        from llm_models.serving.llama import served
         from llm_models.llama.tiny import tiny_pair
 
         model = served(tiny_pair(0, torch.bfloat16)[1], KERNEL_NS)

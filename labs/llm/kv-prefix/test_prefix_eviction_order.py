@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kv_serving.prefix import CachingPool
+from llm_models.serving.prefix import CachingPool
 from llm_models.paged.pool import PoolExhausted
 
 BLOCK = 4

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import unittest
 
-from kv_serving.prefix import hashing
-from kv_serving.prefix.hashing import NONE_HASH, block_hashes, hash_block
+from llm_models.serving.prefix import hashing
+from llm_models.serving.prefix.hashing import NONE_HASH, block_hashes, hash_block
 
 BLOCK = 4
 # vLLM's example: "[A gentle breeze stirred] [the leaves as children] [laughed in the distance]", one id a word.

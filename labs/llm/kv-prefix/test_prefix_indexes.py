@@ -11,7 +11,7 @@ import unittest
 from collections import OrderedDict
 
 from kv_prefix.broken import UnchainedHashIndex
-from kv_serving.prefix import HashIndex, RadixIndex
+from llm_models.serving.prefix import HashIndex, RadixIndex
 
 BLOCK = 4
 NO_LIMIT = 1 << 20

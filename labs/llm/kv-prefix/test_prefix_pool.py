@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kv_prefix.broken import EagerFreePool
-from kv_serving.prefix import CachingPool, PrefixStats
+from llm_models.serving.prefix import CachingPool, PrefixStats
 from llm_models.paged.pool import PoolExhausted
 
 BLOCK = 4

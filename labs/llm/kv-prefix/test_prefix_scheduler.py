@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import unittest
 
-from kv_serving.admission import KVBudget
-from kv_serving.pool import block_bytes
-from kv_serving.request import Finished, Request
-from kv_serving.scheduler import Scheduler
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.request import Finished, Request
+from llm_models.serving.scheduler import Scheduler
 from kv_serving.server import parse_args
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, drain
 from labkit.waiting import within

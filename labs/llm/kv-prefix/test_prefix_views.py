@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))  # the views package sits beside the tests, as the
 from kv_prefix_views import VIEWS, headline  # noqa: E402
 from kv_prefix_views.common import NAMES, times, ttft_sentence  # noqa: E402
 from kv_prefix_views.pictures import PROMPTS, tables  # noqa: E402
-from kv_serving.prefix.indexes import HashIndex, RadixIndex  # noqa: E402
+from llm_models.serving.prefix.indexes import HashIndex, RadixIndex  # noqa: E402
 from site_hooks.blocks import render_block  # noqa: E402
 
 

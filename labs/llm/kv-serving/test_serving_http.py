@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 
 from kv_serving import server
-from kv_serving.admission import KVBudget, MaxRunning
+from llm_models.serving.admission import KVBudget, MaxRunning
 from kv_serving.bounds import TRANSPORT
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
-from kv_serving.scheduler import Scheduler
+from llm_models.serving.scheduler import Scheduler
 from kv_serving.testing import (
     TINY_MODEL,
     QuietLoopTestCase,
@@ -502,7 +502,7 @@ class ServerTest(QuietLoopTestCase):
 
             scheduler.model.decode = failing_decode  # type: ignore[method-assign]
             body = {"prompt": [1, 2, 3], "max_tokens": 10}
-            with self.assertLogs("kv_serving.scheduler", "ERROR") as logs:
+            with self.assertLogs("llm_models.serving.scheduler", "ERROR") as logs:
                 (tokens, lines), plain = await within(asyncio.gather(
                     stream_tokens(client, url, body), client.post(f"{url}/v1/completions", json=body)),
                     "both requests to fail at the decode step")
@@ -641,7 +641,8 @@ class ServerTest(QuietLoopTestCase):
 # (two running, a decode step done, one waiting), no request can have finished, however fast or slow the host.
 HELD_SERVER = """
 import sys, threading
-from kv_serving import model, scheduler, server
+from kv_serving import server
+from llm_models.serving import model, scheduler
 signalled, schedulers, full_steps = threading.Event(), [], []
 build, decode, handle_exit = scheduler.Scheduler.__init__, model.ServingModel.decode, server.Server.handle_exit
 def remember(self, *args, **kwargs):

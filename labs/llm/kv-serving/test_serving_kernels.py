@@ -1,4 +1,4 @@
-"""The served Llama's kernel table (kv_serving.kernels): every kernel multiplies like F.linear at any number of rows,
+"""The served Llama's kernel table (llm_models.serving.kernels): every kernel multiplies like F.linear at any number of rows,
 the least time wins per kind and row count, and the model decodes the same whichever wins."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import unittest.mock
 
 import torch
 
-from kv_serving import kernels
-from kv_serving.kernels import ONE, ROWS, SEVERAL, Weight, candidates, measure, ranking
-from kv_serving.llama import LlamaServingModel
-from kv_serving.model import greedy_together
-from kv_serving.pool import LayeredPool
+from llm_models.serving import kernels
+from llm_models.serving.kernels import ONE, ROWS, SEVERAL, Weight, candidates, measure, ranking
+from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.model import greedy_together
+from llm_models.serving.pool import LayeredPool
 from llm_models.llama.tiny import TINY, tiny_pair
 
 SHAPES = ((1, 1, 24), (3, 1, 24), (1, 17, 24), (19, 24))  # a decode step's rows, a packed prefill's
@@ -134,7 +134,7 @@ class ChosenKernelsUsed(unittest.TestCase):
 
 class ServedNorm(unittest.TestCase):
     def test_the_fused_float32_norm_equals_the_decoders_and_bfloat16_takes_the_decoders_own(self) -> None:
-        from kv_serving.llama import served_norm
+        from llm_models.serving.llama import served_norm
         from llm_models.llama.model import rms_norm
 
         generator = torch.Generator().manual_seed(11)

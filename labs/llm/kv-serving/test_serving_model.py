@@ -12,10 +12,10 @@ from kv_serving import trained_load
 from kv_serving.benchmark import equivalence_gate
 from kv_serving.figures import formulas
 from kv_serving.figures.formulas import TRAINED_TOLERANCES
-from kv_serving.kernels import ranking
-from kv_serving.llama import LlamaServingModel
-from kv_serving.model import PackedPrompts, ServingModel, greedy_together
-from kv_serving.pool import LayeredPool, block_bytes
+from llm_models.serving.kernels import ranking
+from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
+from llm_models.serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 from kv_serving.trained_load import prompt_ids
 from labkit.bench import EquivalenceError
@@ -132,7 +132,7 @@ def llama_prompts(lengths: tuple[int, ...], seed: int) -> list[list[int]]:
 
 
 class LlamaBatchedDecodeTest(unittest.TestCase):
-    """The Llama decoder over the block pool (kv_serving.llama), on a tiny seeded Llama: requests at different
+    """The Llama decoder over the block pool (llm_models.serving.llama), on a tiny seeded Llama: requests at different
     offsets in one batch get, at every step, the logits of each alone and of the decoder's own full recompute."""
 
     LENGTHS = (3, 17, 1, 30, 8)  # every row at its own offset, crossing block boundaries at different steps

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 import httpx
 import openai
 
-from kv_serving.admission import KVBudget
-from kv_serving.engine import EngineConfig
-from kv_serving.pool import block_bytes
-from kv_serving.scheduler import Scheduler
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.engine import EngineConfig
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.scheduler import Scheduler
 from kv_serving.server import create_app
 from kv_serving.testing import KERNEL_NS, StepGate, serve_in_thread, tiny_chat, tiny_chat_engine, tiny_engine
 from labkit.waiting import HANG_S, until

@@ -9,8 +9,8 @@ from unittest import mock
 
 import torch
 
-from kv_serving.model import PagedRows
-from kv_serving.pool import LayeredPool
+from llm_models.serving.model import PagedRows
+from llm_models.serving.pool import LayeredPool
 from llm_models import paged
 from llm_models.llama.config import LlamaDecoderConfig
 

@@ -1,4 +1,4 @@
-"""A prefill of many rows multiplies by a kernel that keeps nothing per number of rows (kv_serving.kernels, NOTE at
+"""A prefill of many rows multiplies by a kernel that keeps nothing per number of rows (llm_models.serving.kernels, NOTE at
 PREFILL_PACKED_ROWS): oneDNN's packed linear keeps a primitive for every row count it has multiplied, and packed
 prefills make nearly every row count new, so a server fed prompts of ever-new lengths grew by gigabytes. Memory
 totals depend on the host, so these tests check which kernel runs, not how much memory the process holds."""
@@ -10,10 +10,10 @@ import unittest.mock
 
 import torch
 
-from kv_serving import kernels
-from kv_serving.kernels import ONE, PREFILL_PACKED_ROWS, SEVERAL, STATELESS, Weight, candidates, ranking
-from kv_serving.llama import LlamaServingModel
-from kv_serving.pool import LayeredPool
+from llm_models.serving import kernels
+from llm_models.serving.kernels import ONE, PREFILL_PACKED_ROWS, SEVERAL, STATELESS, Weight, candidates, ranking
+from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.pool import LayeredPool
 from llm_models.llama.tiny import TINY, tiny_pair
 
 BLOCK = 4

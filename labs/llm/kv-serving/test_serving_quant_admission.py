@@ -7,9 +7,9 @@ import unittest
 
 from kv_quant.config import CacheFormat
 from kv_quant.figures import SERVING, admitted_requests, block_bytes, serving_budget_bytes
-from kv_serving.admission import KVBudget
-from kv_serving.engine import SERVING_LAYERS, SERVING_MODEL, EngineConfig
-from kv_serving.pool import LayeredPool
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.engine import SERVING_LAYERS, SERVING_MODEL, EngineConfig
+from llm_models.serving.pool import LayeredPool
 
 BLOCK_SIZE = 16
 

@@ -6,10 +6,10 @@ import asyncio
 import random
 import unittest
 
-from kv_serving.admission import KVBudget, MaxRunning
-from kv_serving.prefill_bound import DECAY, PrefillRate
-from kv_serving.request import Failed, Finished, Request, Status, Token
-from kv_serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
+from llm_models.serving.admission import KVBudget, MaxRunning
+from llm_models.serving.prefill_bound import DECAY, PrefillRate
+from llm_models.serving.request import Failed, Finished, Request, Status, Token
+from llm_models.serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
 from kv_serving.testing import TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
 from labkit.waiting import HANG_S, bounded, eventually, within
 
@@ -292,7 +292,7 @@ class SchedulerTest(SchedulerTestCase):
             return prefill(pool, prompts, tables)
 
         scheduler.model.prefill = failing_prefill  # type: ignore[method-assign]
-        with self.assertLogs("kv_serving.scheduler", "ERROR"):
+        with self.assertLogs("llm_models.serving.scheduler", "ERROR"):
             requests = [scheduler.submit(prompt, 8) for prompt in ([1] * 5, [9] * 5, [2] * 7)]
             outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to end")
         self.assertEqual([end for _, end in outcomes], [

@@ -26,8 +26,8 @@ import httpx
 from kv_serving import server
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
-from kv_serving.scheduler import Scheduler
-from kv_serving.sizes import reservation_blocks
+from llm_models.serving.scheduler import Scheduler
+from llm_models.serving.sizes import reservation_blocks
 from kv_serving.testing import (
     TINY_BLOCK,
     QuietLoopTestCase,
@@ -364,7 +364,8 @@ runpy.run_module("kv_serving.server", run_name="__main__", alter_sys=True)
 # when the signal lands, however fast the machine.
 HELD_TRAINED = """
 import sys, threading
-from kv_serving import llama, server
+from kv_serving import server
+from llm_models.serving import llama
 signalled = threading.Event()
 decode, handle_exit = llama.LlamaServingModel.decode, server.Server.handle_exit
 def held_decode(self, *args):

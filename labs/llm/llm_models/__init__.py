@@ -14,6 +14,9 @@
   ``BlockPool``, ``PoolExhausted``), which the storage lab pages requests into and the serving lab shares.
 - ``kernels``: the kernels that multiply rows by a weight matrix (BLAS, oneDNN, inductor's row dot, int8
   weight-only products and their C loop), which the decode lab times and the serving lab picks among.
+- ``serving``: the serving core (block pools per request, the served toy and trained decoders and their kernel
+  table, requests, admission, prefix caching, the scheduler and its engine configuration), which the serving lab's
+  HTTP server runs and the prefix lab measures.
 - ``native``: the builder of the C loops (built at run time, called through ctypes).
 - ``kv_bytes``: the KV cache's byte formula every lab prices a cache with, and what fits beside the weights.
 - ``cache_formats``: the quantized cache formats (``CacheFormat``) and the bytes each stores, which the

@@ -50,7 +50,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def equivalence(chat: Any, model: Any, steps: int) -> dict[str, Any]:
-    from kv_serving.dtypes import TRAINED_TOLERANCES
+    from llm_models.serving.dtypes import TRAINED_TOLERANCES
 
     tolerance = TRAINED_TOLERANCES["float32"]
     prompts = trained_prompts(chat)
@@ -81,7 +81,7 @@ def workload_section(chat: Any, name: str, args: argparse.Namespace) -> dict[str
 def sections(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from kv_serving.llama import served
+    from llm_models.serving.llama import served
     from llm_models.llama.generate import smollm2
     from llm_models.llama.weights import GGUF_NAME, trained
     from llm_models.texts import PYTHON_REFERENCE

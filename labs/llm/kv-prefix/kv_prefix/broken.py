@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from kv_serving.model import PackedPrompts
-from kv_serving.prefix import NONE_HASH, BlockHash, CachingPool, HashIndex, hash_block
+from llm_models.serving.model import PackedPrompts
+from llm_models.serving.prefix import NONE_HASH, BlockHash, CachingPool, HashIndex, hash_block
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ variants in ``broken`` each fail it; the tests show it):
 5. ``B`` decodes ``steps`` tokens, fed the tokens of its own cold run (teacher forcing), so every step compares
    the same inputs.
 
-The cold run is ``B`` alone in a fresh uncached pool (``kv_serving.model.greedy_together``): no cache, no sharing.
+The cold run is ``B`` alone in a fresh uncached pool (``llm_models.serving.model.greedy_together``): no cache, no sharing.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from kv_serving.model import greedy_together
-from kv_serving.pool import LayeredPool
-from kv_serving.prefix import CachingPool
-from kv_serving.sizes import blocks_for
+from llm_models.serving.model import greedy_together
+from llm_models.serving.pool import LayeredPool
+from llm_models.serving.prefix import CachingPool
+from llm_models.serving.sizes import blocks_for
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.sizes import block_bytes
+from llm_models.serving.sizes import block_bytes
 from labkit.figures import Figures, refuse
 from labkit.summary import halves_below, percentile
 from llm_models.hardware import H100_SXM

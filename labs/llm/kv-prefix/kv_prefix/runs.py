@@ -1,7 +1,7 @@
 """One workload through the serving scheduler, in process: every request's time to first token, what it found
 cached, what it generated, and the scheduler's counters.
 
-The engine is the serving lab's (``kv_serving.engine.EngineConfig.for_chat``): the trained model, a pool of
+The engine is the serving lab's (``llm_models.serving.engine.EngineConfig.for_chat``): the trained model, a pool of
 ``num_blocks`` blocks admitted by KV bytes, no bound on the waiting queue by time (a request waits as long as it
 must; the wait is what TTFT measures). Sessions start ``gap_s`` apart; a session's later turn is sent as soon as its
 previous reply has ended (a chat client with no think time). Requests stop at the model's end of turn or at
@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kv_serving.admission import KVBudget
-from kv_serving.engine import EngineConfig
-from kv_serving.request import Failed, Finished, Request, Token
-from kv_serving.sizes import blocks_for
-from kv_serving.text import TextStream
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.engine import EngineConfig
+from llm_models.serving.request import Failed, Finished, Request, Token
+from llm_models.serving.sizes import blocks_for
+from llm_models.serving.text import TextStream
 
 from .workloads import Workload
 
@@ -58,7 +58,7 @@ def settings(sizes: dict[str, int]) -> list[Setting]:
 
 
 def engine(chat: Any, setting: Setting, threads: int) -> EngineConfig:
-    from kv_serving.pool import block_bytes
+    from llm_models.serving.pool import block_bytes
 
     size = block_bytes(chat.model.config, chat.model.config.layers, BLOCK_SIZE)
     return EngineConfig.for_chat(chat, BLOCK_SIZE, setting.num_blocks, KVBudget(setting.num_blocks * size),

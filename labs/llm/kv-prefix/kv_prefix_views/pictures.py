@@ -1,4 +1,4 @@
-"""Two pictures drawn from the serving engine's own prefix indexes (kv_serving.prefix.hashing and .indexes, both
+"""Two pictures drawn from the serving engine's own prefix indexes (llm_models.serving.prefix.hashing and .indexes, both
 torch-free): the hash chain over three prompts' blocks, and the radix tree the same prompts build.
 
 The prompts are vLLM's design-document example, a word per token and four per block, so a reader can follow which
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.prefix.hashing import block_hashes
-from kv_serving.prefix.indexes import HashIndex, Node, RadixIndex
+from llm_models.serving.prefix.hashing import block_hashes
+from llm_models.serving.prefix.indexes import HashIndex, Node, RadixIndex
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, legend
 
@@ -73,12 +73,12 @@ def hash_chain_view(record: dict[str, Any]) -> Block:
         ("new", "not found (another hash): computed"),
     ], gap=22)
     return Block(diagrams=[Diagram(canvas.svg(), "Each block's hash folds in its parent's, so it names the whole prefix "
-                                                 "that ends with it. Hashes from kv_serving.prefix.hashing, lookups "
+                                                 "that ends with it. Hashes from llm_models.serving.prefix.hashing, lookups "
                                                  "by its HashIndex.")])
 
 
 def tree_view(record: dict[str, Any]) -> Block:
-    """The radix tree the same prompts build (kv_serving.prefix.indexes.RadixIndex), one page per edge."""
+    """The radix tree the same prompts build (llm_models.serving.prefix.indexes.RadixIndex), one page per edge."""
     tree = RadixIndex(BLOCK)
     tables(tree)
     width, height, cell_w, cell_h, left, top, row_gap = 720, 250, 200, 46, 60, 30, 60
@@ -102,6 +102,6 @@ def tree_view(record: dict[str, Any]) -> Block:
                 rows[0] += 1
 
     draw(tree.root, 0, (46, top + row_gap + 23))
-    return Block(diagrams=[Diagram(canvas.svg(), "Built by kv_serving.prefix.indexes.RadixIndex from the prompts "
+    return Block(diagrams=[Diagram(canvas.svg(), "Built by llm_models.serving.prefix.indexes.RadixIndex from the prompts "
                                                  "above, admitted as the engine admits them: a lookup walks from the "
                                                  "root page by page; B found A's first two pages and added one node.")])

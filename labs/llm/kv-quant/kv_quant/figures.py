@@ -80,7 +80,7 @@ def admitted_requests(fmt: CacheFormat, budget_bytes: int, layers: int, block_si
 
 WALL_TIME_LIMIT_S = 300.0  # the whole benchmark, load and all, on the two-core machines the site targets
 BUDGET_BYTES = 256 * 2**20  # the fixed budget of the "what fits" table: the whole model's cache
-# The serving lab's model and default byte budget (kv_serving.engine: 4 layers, 2 key/value heads of 64,
+# The serving lab's model and default byte budget (llm_models.serving.engine: 4 layers, 2 key/value heads of 64,
 # blocks of 16, a budget of 256 float32 blocks); test_serving_quant_admission.py holds these to its code.
 SERVING = {"layers": 4, "kv_heads": 2, "head_dim": 64, "block_size": 16, "budget_blocks": 256,
            "bytes_per_element": 4, "positions": 128}

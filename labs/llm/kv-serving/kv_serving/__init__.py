@@ -3,4 +3,4 @@ storage lab pages into too): continuous batching, admission by KV bytes or by re
 that frees a request's blocks."""
 
 # Torch-free on purpose: the site build imports this lab's figures module, which must not pull in torch;
-# import what you use from its module (kv_serving.engine, kv_serving.server, ...).
+# import what you use from its module (llm_models.serving.engine, kv_serving.server, ...).

@@ -28,8 +28,10 @@ from labkit import bench, harness
 from labkit.manifest import lab_for
 from llm_models import paged
 
-from . import dtypes, figures, kernels, trained_load
-from .dtypes import (
+from . import figures, trained_load
+
+from llm_models.serving import dtypes, kernels
+from llm_models.serving.dtypes import (
     CHOSEN_BY_FLAG,
     CHOSEN_BY_SUPPLIED_PROBES,
     CHOSEN_BY_TIMING,
@@ -37,14 +39,14 @@ from .dtypes import (
     TOLERANCES,
     tie_bound,
 )
-from .engine import SERVING_LAYERS, SERVING_MODEL, serving_model
+from llm_models.serving.engine import SERVING_LAYERS, SERVING_MODEL, serving_model
 from .launch import server_processes, server_threads
-from .llama import LlamaServingModel
+from llm_models.serving.llama import LlamaServingModel
 from .loadgen import RunResult, run_load
-from .model import ServingModel, greedy_together
-from .pool import LayeredPool, block_bytes
-from .sizes import blocks_for
-from .sizes import budget_blocks as blocks_in_budget
+from llm_models.serving.model import ServingModel, greedy_together
+from llm_models.serving.pool import LayeredPool, block_bytes
+from llm_models.serving.sizes import blocks_for
+from llm_models.serving.sizes import budget_blocks as blocks_in_budget
 from .workload import WorkItem, WorkloadSpec, make_workload, real_prompts
 
 LAB, ROOT = lab_for(__file__)
@@ -387,7 +389,7 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
                       "prompt_tokens": [8, args.prompt_max], "output_tokens": [8, args.output_max],
                       "rates": args.rates, "sampling": "greedy (argmax); every request runs to max_tokens",
                       "dtype_choice": choice,
-                      # which way attention read the blocks (kv_serving.model.PagedRows): in place where the C loop
+                      # which way attention read the blocks (llm_models.serving.model.PagedRows): in place where the C loop
                       # was built, else gathered; the same logits within llm_models.paged.ATOL either way
                       "attention": ({"way": "in place", "unavailable": None} if paged.unavailable() is None else
                                     {"way": "gathered", "unavailable": paged.unavailable()})},

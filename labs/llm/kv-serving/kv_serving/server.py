@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 
 def _stop_while_not_serving(signum: int, frame: FrameType | None) -> None:
@@ -57,7 +57,7 @@ from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
 from llm_models.cache_formats import block_bytes as format_block_bytes
 from llm_models.toy.config import ModelConfig
 
-from .admission import AdmissionPolicy, KVBudget
+from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from .bounds import (
     FLOW,
     REQUEST_TIMEOUT_S,
@@ -70,12 +70,12 @@ from .bounds import (
     read_body,
     unsent_bytes,
 )
-from .dtypes import DTYPES
-from .engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
-from .kernels import parse_timings
-from .pool import block_bytes
-from .prefill_bound import TTFT_TARGET_S
-from .prefix import INDEXES
+from llm_models.serving.dtypes import DTYPES
+from llm_models.serving.engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
+from llm_models.serving.kernels import parse_timings
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.prefill_bound import TTFT_TARGET_S
+from llm_models.serving.prefix import INDEXES
 from .protocol import (
     BadRequest,
     CompletionRequest,
@@ -84,10 +84,11 @@ from .protocol import (
     max_body_bytes,
     parse_body,
     sse,
+    usage,
 )
-from .request import Failed, Finished, Request, Token
-from .scheduler import ORDERS, RequestRefused, Scheduler
-from .text import TextStream
+from llm_models.serving.request import Failed, Finished, Request, Token
+from llm_models.serving.scheduler import ORDERS, RequestRefused, Scheduler
+from llm_models.serving.text import TextStream
 from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completion
 
 if TYPE_CHECKING:  # a type only: transformers is imported by the trained model's path alone
@@ -98,6 +99,11 @@ Parsed = CompletionRequest | TextRequest
 GRACE_S = 3  # after every request has failed, how long uvicorn waits for replies still being sent or bodies read
 STEP_GRACE_S = 60  # on a signal, how long the model call under way may take to return before the replies go out
 SHUTTING_DOWN = "the server is shutting down"
+
+
+def request_usage(request: Request) -> dict[str, Any]:
+    """OpenAI's usage for one request: every generated token counted, its own cache hit named."""
+    return usage(len(request.prompt), len(request.output), request.cached_tokens)
 MODELS = ("random", "smollm2")
 
 
@@ -343,7 +349,7 @@ async def stream_events(scheduler: Scheduler, request: Request,
             elif isinstance(event, Finished):
                 yield replies.finish(event.reason)
                 if replies.include_usage:
-                    yield replies.usage(request.usage())
+                    yield replies.usage(request_usage(request))
                 yield sse("[DONE]")
                 return
             else:
@@ -381,7 +387,7 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request,
     result = finish.result() if finish.done() and not finish.cancelled() else None
     if isinstance(result, Finished):
         text = None if request.text is None else request.text.text
-        return JSONResponse(replies.body(request.reply_ids, text, request.usage(), result.reason))
+        return JSONResponse(replies.body(request.reply_ids, text, request_usage(request), result.reason))
     scheduler.disconnect(request)
     if isinstance(result, Failed):
         return JSONResponse(error_body(result.message, result.code, "server_error"), status_code=result.status)

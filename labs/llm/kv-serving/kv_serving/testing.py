@@ -23,14 +23,14 @@ from labkit.waiting import HANG_S, Hung, eventually, until, within
 from llm_models.llama.generate import ChatModel
 from llm_models.toy.config import ModelConfig
 
-from .admission import AdmissionPolicy, KVBudget
+from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
-from .engine import EngineConfig
-from .kernels import dump_timings, ranking
-from .model import ServingModel
-from .pool import block_bytes
-from .request import Failed, Finished, Request, Token
-from .scheduler import Scheduler
+from llm_models.serving.engine import EngineConfig
+from llm_models.serving.kernels import dump_timings, ranking
+from llm_models.serving.model import ServingModel
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.request import Failed, Finished, Request, Token
+from llm_models.serving.scheduler import Scheduler
 from .server import GRACE_S, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
@@ -90,7 +90,7 @@ def tiny_chat(name: str = "tiny") -> ChatModel:
     return ChatModel(model, trained().tokenizer, name)
 
 
-# The trained-model tests' kernel timings (kv_serving.kernels): one row by an (in, out) copy, several by oneDNN's
+# The trained-model tests' kernel timings (llm_models.serving.kernels): one row by an (in, out) copy, several by oneDNN's
 # packed copy where it runs, on every host, so no test's tokens ride on what a timing picked (each pick is tested
 # against the others in test_serving_kernels).
 KERNEL_NS = dump_timings(ranking("in_out", "onednn"))

@@ -20,10 +20,10 @@ import torch
 from labkit import bench
 from llm_models.llama.generate import smollm2
 
-from .dtypes import TRAINED_TOLERANCES
-from .llama import LlamaServingModel, served
-from .pool import LayeredPool, block_bytes
-from .sizes import blocks_for
+from llm_models.serving.dtypes import TRAINED_TOLERANCES
+from llm_models.serving.llama import LlamaServingModel, served
+from llm_models.serving.pool import LayeredPool, block_bytes
+from llm_models.serving.sizes import blocks_for
 from .workload import PROMPTS, real_prompts, real_workload
 
 MODEL = "smollm2"
@@ -39,7 +39,7 @@ GATE_PROMPTS, GATE_STEPS = 3, 8  # the in-process gate: the first real prompts, 
 SOLO_CONTEXTS = (128, 512, 1024)
 QUICK_SOLO_CONTEXTS = (16, 64)
 # ...and at these thread counts (a full run; a quick one at the run's own): the server's default and two, the
-# decode lab's other count. Each count's model times its own kernel table (kv_serving.kernels) at that count.
+# decode lab's other count. Each count's model times its own kernel table (llm_models.serving.kernels) at that count.
 SOLO_THREADS = (1, 2)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
 

@@ -1,11 +1,11 @@
 """Which kernel multiplies each of the trained model's matrices on the machine that made the record: the table the
-server timed when it arranged the weights (kv_serving.kernels), per matrix kind, at one row and at several."""
+server timed when it arranged the weights (llm_models.serving.kernels), per matrix kind, at one row and at several."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.kernel_rows import PREFILL_PACKED_ROWS
+from llm_models.serving.kernel_rows import PREFILL_PACKED_ROWS
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, join, plural
 

@@ -14,7 +14,7 @@ from typing import Any
 from labkit.figures import Figures, JsonPath
 from labkit.summary import as_number, median
 
-from ..sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
+from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
 from .formulas import (
     arrival_span,
     blocks_for,

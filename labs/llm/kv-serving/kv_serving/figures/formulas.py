@@ -3,7 +3,7 @@ holds, and the scheduler's iterations replayed without a model.
 
 Used by kv_serving.figures to derive and check a record, and by the views to word it. What the mechanism itself
 computes with (the gate's tolerances and the dtype choice, the pool's sizes, the client's summary of a run) is
-defined where the timed code takes it, one home each (kv_serving.dtypes, kv_serving.sizes,
+defined where the timed code takes it, one home each (llm_models.serving.dtypes, llm_models.serving.sizes,
 kv_serving.client_stats), and re-exported here: the figures, the views and the tests read every constant and
 formula as ``formulas.X``.
 """
@@ -28,7 +28,7 @@ from ..client_stats import (  # noqa: F401  (re-exported)
     duration_s,
     latency_summary,
 )
-from ..dtypes import (  # noqa: F401  (re-exported)
+from llm_models.serving.dtypes import (  # noqa: F401  (re-exported)
     BFLOAT16_BITS,
     CHOSEN_BY_FLAG,
     CHOSEN_BY_SUPPLIED_PROBES,
@@ -45,10 +45,10 @@ from ..dtypes import (  # noqa: F401  (re-exported)
     tie_bound,
     tolerance_text,
 )
-from ..sizes import block_bytes, blocks_for, reservation_blocks  # noqa: F401  (re-exported)
+from llm_models.serving.sizes import block_bytes, blocks_for, reservation_blocks  # noqa: F401  (re-exported)
 
 
-# ---- the pool's sizes in a record's units (kv_serving.sizes has the formulas) ----------------------------------
+# ---- the pool's sizes in a record's units (llm_models.serving.sizes has the formulas) ----------------------------------
 def record_block_bytes(record: dict[str, Any], block_size: int) -> int:
     """``block_bytes`` for the record's model and layer count: block_size 1 is one token's keys and values."""
     model, layers = record["config"]["model"], record["config"]["benchmark"]["layers"]
@@ -174,7 +174,7 @@ def best_point(record: dict[str, Any]) -> dict[str, Any]:
     return next(p for p in record["rates"]["points"] if p["rate"] == record["rates"]["best_rate"])
 
 
-# ---- the scheduler's iterations, replayed without a model (kv_serving.scheduler.Scheduler.run) --------------
+# ---- the scheduler's iterations, replayed without a model (llm_models.serving.scheduler.Scheduler.run) --------------
 @dataclass(frozen=True)
 class Job:
     """A request for a replay: it joins ``waiting`` before iteration ``arrives`` (1 is the first)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from labkit.figures import JsonPath, refuse
 
-from ..sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
+from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
 from .formulas import (
     OUTCOMES,
     TOLERANCES,

@@ -4,7 +4,7 @@ The decoder's own pieces (``rms_norm``, ``rotate`` by each token's absolute posi
 the pool's blocks in place of the contiguous cache, over the decoder's own weights arranged for a server: q, k and
 v side by side in one matrix and gate and up in another (``ServedLayer``), so a step makes four weight products
 per layer instead of seven, each a longer stream of one matrix for the whole batch; each multiplied by the kernel
-timed fastest here for its kind, at one row and at several (``kv_serving.kernels``). Keys are stored after
+timed fastest here for its kind, at one row and at several (``llm_models.serving.kernels``). Keys are stored after
 rotation, as the decoder's own cache stores them,
 so a block never needs to know where its request started.
 
@@ -13,7 +13,7 @@ so a block never needs to know where its request started.
   weight matrix for all of their tokens, each prompt attending only over its own keys, its keys and values
   written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position, attending over its own blocks
-  (``kv_serving.model.PagedRows``: the blocks read where they lie, as for the random model).
+  (``llm_models.serving.model.PagedRows``: the blocks read where they lie, as for the random model).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def fused_matrices(layer: LlamaLayer) -> dict[str, Tensor]:
 
 class LlamaServingModel(PacksPrompts):
     """``decoder``'s weights behind the interface the scheduler drives (``check_ids``, ``prefill``, ``decode``),
-    each matrix multiplied by the kernel timed fastest here for its kind and number of rows (kv_serving.kernels);
+    each matrix multiplied by the kernel timed fastest here for its kind and number of rows (llm_models.serving.kernels);
     ``kernel_ns`` (kind -> rows -> kernel -> ns) supplies those timings instead (a test fixing the outcome)."""
 
     def __init__(self, decoder: LlamaDecoder,
@@ -135,7 +135,7 @@ class LlamaServingModel(PacksPrompts):
         its own keys only, rotated from its own position 0. ``starts``: positions of each prompt already in its
         blocks (prefix caching), not computed again; the rest turn by their own positions from there. The weight
         products go through ``Weight.prefill``: sum T is nearly always a row count never seen, and oneDNN's packed
-        kernel would keep a primitive for each (NOTE at kv_serving.kernels.PREFILL_PACKED_ROWS)."""
+        kernel would keep a primitive for each (NOTE at llm_models.serving.kernels.PREFILL_PACKED_ROWS)."""
         packed = self.packing(pool, prompts, tables, self.check_ids, starts)
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
@@ -168,5 +168,5 @@ def served(decoder: LlamaDecoder, kernel_ns: str | None = None) -> LlamaServingM
     """``decoder`` arranged for serving, once per process, decoder and kernel timings (a deliberate cache): the fused
     and packed copies take seconds to build and only ever read, so servers sharing a process (the quick run's
     threads, the tests) share them. Each server process of a timed run builds its own. ``kernel_ns``: the kernel
-    table's timings as JSON (kv_serving.kernels.dump_timings), so it chooses as they say instead of timing."""
+    table's timings as JSON (llm_models.serving.kernels.dump_timings), so it chooses as they say instead of timing."""
     return LlamaServingModel(decoder, None if kernel_ns is None else parse_timings(kernel_ns))

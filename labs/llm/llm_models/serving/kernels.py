@@ -34,7 +34,7 @@ from llm_models.kernels import matvec
 
 from .kernel_rows import PREFILL_PACKED_ROWS
 
-LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (kv_serving.llama)
+LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (llm_models.serving.llama)
 KINDS = (*LAYER_KINDS, "head")  # and the output head, the tied embedding
 # The row counts timed: one (a stream alone) and SEVERAL, whose pick serves every call of two rows or more, batches
 # and packed prefills alike. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a

@@ -1,5 +1,5 @@
 """The largest prefill the server multiplies by its kernel table's pick (torch-free: the serving page's kernel
-view names it). kv_serving.kernels.Weight.prefill does the rest by a BLAS kernel."""
+view names it). llm_models.serving.kernels.Weight.prefill does the rest by a BLAS kernel."""
 
 from __future__ import annotations
 

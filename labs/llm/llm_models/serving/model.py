@@ -30,7 +30,7 @@ from .sizes import blocks_for
 
 
 class PacksPrompts:
-    """What both serving models (this one and ``kv_serving.llama``'s) share: how a prefill packs its prompts."""
+    """What both serving models (this one and ``llm_models.serving.llama``'s) share: how a prefill packs its prompts."""
 
     def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
                 check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
@@ -116,7 +116,7 @@ class ServingModel(PacksPrompts):
 class PromptSlots:
     """Where a new request's prompt positions ``start`` .. T-1 live in its blocks: ``write`` stores a layer's keys and
     values there, ``cached`` reads back positions 0 .. start-1, which an earlier request computed (both models'
-    prefill; ``start`` > 0 only with prefix caching, ``kv_serving.prefix``)."""
+    prefill; ``start`` > 0 only with prefix caching, ``llm_models.serving.prefix``)."""
 
     def __init__(self, pool: LayeredPool, length: int, table: list[int], start: int = 0) -> None:
         if blocks_for(length, pool.block_size) > len(table):

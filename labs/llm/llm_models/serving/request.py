@@ -10,7 +10,6 @@ from typing import Any
 
 from .admission import kv_positions
 from .prefix.hashing import BlockKeys
-from .protocol import usage
 from .text import TextStream
 
 
@@ -83,10 +82,6 @@ class Request:
         if self.text is not None and self.output and self.output[-1] in self.text.stop_ids:
             return self.output[:-1]
         return self.output
-
-    def usage(self) -> dict[str, Any]:
-        """OpenAI's usage for this request: every generated token counted, its own cache hit named."""
-        return usage(len(self.prompt), len(self.output), self.cached_tokens)
 
     @property
     def kv_positions(self) -> int:

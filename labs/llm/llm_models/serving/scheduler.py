@@ -129,7 +129,7 @@ class Scheduler:
                  max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
                  prefill_rate: PrefillRate | None = None, order: str = "fcfs") -> None:
         """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
-        time (kv_serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
+        time (llm_models.serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
         measures from a probe when it starts and from every prefill after; None: no such bound. A
         ``CachingPool`` turns prefix caching on; ``order`` is one of ORDERS (longest-prefix needs the cache)."""
         if max_waiting < 1:
@@ -401,7 +401,7 @@ class Scheduler:
 
     async def _probe_prefill(self) -> None:
         """Seed the prefill rate: one prefill of PROBE_TOKENS tokens (fewer if the pool is smaller) into blocks taken
-        and given back at once, before any request is admitted (kv_serving.prefill_bound)."""
+        and given back at once, before any request is admitted (llm_models.serving.prefill_bound)."""
         size = self.pool.block_size
         tokens = min(PROBE_TOKENS, self.pool.num_blocks * size, self.model.config.max_positions - 1)
         ids = [index % self.model.config.vocab_size for index in range(1, tokens + 1)]
@@ -535,7 +535,7 @@ class Scheduler:
             "ttft_target_s": self.ttft_target_s,  # None: the queue is bounded by count alone
             "prefill_tokens_per_s": None if self.prefill_rate is None else self.prefill_rate.tokens_per_s,
             "prefix_caching": None if self.prefix is None else self.prefix_metrics(),
-            # the trained model's kernel per matrix kind and row count, timed when it was arranged (kv_serving.kernels)
+            # the trained model's kernel per matrix kind and row count, timed when it was arranged (llm_models.serving.kernels)
             "kernels": None if self.model.kernels is None else self.model.kernels.as_record(),
             **vars(self.counters),
         }

@@ -1,7 +1,7 @@
 """What a server instance serves: the model, its block pool and the admission policy, from one config.
 
-One engine for either model: the small random one the load experiments sweep (``kv_serving.model``, token ids
-in and out), or a decoder with a tokenizer, the trained SmolLM2-135M (``chat``: ``kv_serving.llama`` over the
+One engine for either model: the small random one the load experiments sweep (``llm_models.serving.model``, token ids
+in and out), or a decoder with a tokenizer, the trained SmolLM2-135M (``chat``: ``llm_models.serving.llama`` over the
 shared Llama decoder, text in and out). The scheduler, the pool and the admission policies are the same.
 """
 
@@ -53,7 +53,7 @@ class EngineConfig:
     policy: AdmissionPolicy = field(default_factory=lambda: KVBudget(256 * block_bytes(SERVING_MODEL,
                                                                                       SERVING_LAYERS, 16)))
     max_waiting: int = 256
-    # The waiting queue's bound by time (kv_serving.prefill_bound): None leaves only the count bound above, as the load
+    # The waiting queue's bound by time (llm_models.serving.prefill_bound): None leaves only the count bound above, as the load
     # experiments need (their bursts are the point); prefill_rate fixes the rate instead of measuring it (tests).
     ttft_target_s: float | None = TTFT_TARGET_S
     prefill_rate: float | None = None
@@ -61,11 +61,11 @@ class EngineConfig:
     model_name: str = "kv-serving-random"
     threads: int = 1  # torch intra-op threads of the decode worker
     chat: ChatModel | None = None  # a decoder with its tokenizer (EngineConfig.for_chat); None: the random model
-    # Automatic prefix caching (kv_serving.prefix): None keeps every request's prefill whole, as the load, admission
+    # Automatic prefix caching (llm_models.serving.prefix): None keeps every request's prefill whole, as the load, admission
     # and cancellation experiments were measured; "hash" (vLLM) or "radix" (SGLang) picks the index.
     prefix_index: str | None = None
-    order: str = "fcfs"  # the waiting queue's order (kv_serving.scheduler.ORDERS)
-    # The trained model's kernel timings as JSON (kv_serving.kernels.dump_timings): its kernels chosen by them instead
+    order: str = "fcfs"  # the waiting queue's order (llm_models.serving.scheduler.ORDERS)
+    # The trained model's kernel timings as JSON (llm_models.serving.kernels.dump_timings): its kernels chosen by them instead
     # of timed at start (the benchmark hands every trained server the table it timed quietly; tests fix one)
     kernel_ns: str | None = None
 

@@ -8,7 +8,7 @@ Three small modules, ordered bottom-up:
   token pages, least recently used leaf first);
 - ``pool``: ``CachingPool``, the serving pool with reference counts whose freed blocks stay cached until needed.
 
-The scheduler (``kv_serving.scheduler``) looks a prompt up before admitting it, prefills only what it did not find,
+The scheduler (``llm_models.serving.scheduler``) looks a prompt up before admitting it, prefills only what it did not find,
 and offers every block it fills to the index.
 
 ``hashing`` and ``indexes`` are torch-free (the lab's pictures draw from them at build time); ``pool`` holds tensors
