@@ -177,6 +177,15 @@ def test_each_labs_measured_files_hold_its_mechanism_and_not_its_derivations() -
         assert not [file for file in measured if file.endswith("/figures/derivation.py")], name
 
 
+def test_each_records_fingerprint_holds_its_own_lab_the_shared_package_and_the_record_machinery_only() -> None:
+    """An edit to one lab's files stales that lab's record and no other's."""
+    below = ("labs/llm/llm_models/", "labs/labkit/")
+    foreign = {lab.name: sorted(file for file in measured_files(lab, ROOT)
+                                if not file.startswith((f"{lab.folder.as_posix()}/", *below)))
+               for lab in discover_labs(ROOT)}
+    assert {name: files for name, files in foreign.items() if files} == {}
+
+
 def test_every_module_a_labs_tests_import_keys_its_cached_test_report() -> None:
     """What the tests import keys the site build's cached test report (site_hooks.orchestrate.suite_files), so a
     passed report is reused only until one of those files changes. Found by running the imports (a subprocess

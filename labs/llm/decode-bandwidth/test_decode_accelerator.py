@@ -8,13 +8,14 @@ import unittest
 from typing import Any
 
 from decode_bandwidth import accelerator
-from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, kv_bytes, llama_step_bytes, llama_weight_bytes
 from decode_bandwidth_views import VIEWS
 from decode_bandwidth_views.accelerator import carry_over
 from labkit.manifest import lab_for
 from labkit.testing import committed_record
 from llm_models import accelerator as shared
 from llm_models.hardware import H100_SXM
+from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes
+from llm_models.llama.traffic import llama_step_bytes, llama_weight_bytes
 from llm_models.published import model as published_model
 from site_hooks.blocks import render_block
 

@@ -13,7 +13,7 @@ import torch
 from decode_bandwidth import attention, native
 from decode_bandwidth.fast_llama import FastLlama
 from decode_bandwidth.figures.derivation import attention_figures
-from decode_bandwidth.figures.formulas import ATTENTION_ATOL, LLAMA_KINDS, fastest_attention
+from decode_bandwidth.llama_modes import ATTENTION_ATOL, LLAMA_KINDS, fastest_attention
 from decode_bandwidth_views.trained import attention_sentence
 from labkit.figures import Figures, fill
 from llm_models.llama.tiny import tiny_pair

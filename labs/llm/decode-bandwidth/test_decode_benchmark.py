@@ -19,13 +19,17 @@ from decode_bandwidth import benchmark, figures, workloads
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.compiled import CompiledDecoder
 from decode_bandwidth.figures import formulas
+from decode_bandwidth.grid import MODES as GRID_MODES
+from decode_bandwidth.grid import OURS, grid
 from decode_bandwidth.hf import hf_model
+from decode_bandwidth.llama_modes import KERNEL_SETS, LLAMA_KINDS, LLAMA_WEIGHTS
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import ONEDNN_WINS, tiny_model
 from labkit import harness
 from labkit.figures import check_record, fill, path_text
 from labkit.records import RecordError
 from labkit.summary import percentile
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
@@ -67,8 +71,8 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
     def test_every_cell_of_the_grid_holds_the_fields_a_reader_needs(self) -> None:
         record = self.record
         bench = record["config"]["benchmark"]
-        groups = formulas.grid(bench)
-        self.assertEqual(len(record["cells"]), len(formulas.MODES) * len(groups))
+        groups = grid(bench)
+        self.assertEqual(len(record["cells"]), len(GRID_MODES) * len(groups))
         for cell in record["cells"]:
             for field in ("mode", "batch", "context", "dtype", "threads", "median_ns_per_step", "floor_ns_per_step"):
                 self.assertIn(field, cell)
@@ -177,7 +181,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         def beaten(record: dict[str, Any]) -> None:
             cell = record["llama"]["cells"][1]
             group = next(g for g in record["llama"]["groups"] if (g["threads"], g["context"]) == (cell["threads"], cell["context"]))
-            weights = "bytes" if formulas.LLAMA_WEIGHTS[cell["mode"]] == "float32" else "int8_bytes"
+            weights = "bytes" if LLAMA_WEIGHTS[cell["mode"]] == "float32" else "int8_bytes"
             bound = group[weights]["total"] / record["hardware"]["bandwidth"][str(cell["threads"])]["bytes_per_s"] * 1e9
             cell["durations_ns"] = [int(bound * 0.9)] + cell["durations_ns"][1:]
         self.assert_refused("llama.cells[1].durations_ns", beaten, "under its memory floor")
@@ -196,12 +200,12 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assert_refused("llama.equivalence[0].fast",
                             lambda r: r["llama"]["equivalence"][0]["fast"].pop("ours-fused"))
 
-        for chosen in formulas.KERNEL_SETS:
+        for chosen in KERNEL_SETS:
             def slower_kernel(record: dict[str, Any], chosen: str = chosen) -> None:
                 row = record["llama"]["kernels"]["rows"][0]
                 row["kernels"][record["llama"]["kernels"]["chosen"][chosen][row["kind"]]]["ns"] = 1e12
             # the first set found to name it is refused (the float32 sets often share their choice)
-            self.assert_refused("llama.kernels.chosen.", slower_kernel, f".{formulas.LLAMA_KINDS[0]} is ")
+            self.assert_refused("llama.kernels.chosen.", slower_kernel, f".{LLAMA_KINDS[0]} is ")
 
     def test_check_record_refuses_an_int8_quality_entry_that_cannot_be_true(self) -> None:
         def self_divergent(record: dict[str, Any]) -> None:
@@ -324,7 +328,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         record = self.record
         model, bench = record["config"]["model"], record["config"]["benchmark"]
         batch = max(bench["batches"])
-        logits = batch * model["vocab_size"] * formulas.BYTES_PER_ELEMENT[bench["dtype"]]
+        logits = batch * model["vocab_size"] * BYTES_PER_ELEMENT[bench["dtype"]]
         html = self.page("floor", record)
         self.assertIn(f"{logits:,} bytes", html)
         self.assertIn("Activations are not counted", html)
@@ -394,7 +398,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
         self.assertTrue(all(math.isfinite(value) and value > 0 for _, value in ratios))
         cells = formulas.cell_table(record)
         long = record["config"]["benchmark"]["contexts"][-1]
-        best = min(cells[("float32", 1, 1, long, m)]["median_ns_per_step"] for m in formulas.OURS)  # whichever won
+        best = min(cells[("float32", 1, 1, long, m)]["median_ns_per_step"] for m in OURS)  # whichever won
         self.assertAlmostEqual(ratios[0][1], best / cells[("float32", 1, 1, long, "hf-dynamic")]["median_ns_per_step"])
 
     def test_client_figures_follow_the_token_times(self) -> None:

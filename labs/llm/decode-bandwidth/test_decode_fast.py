@@ -13,14 +13,20 @@ import torch
 
 from decode_bandwidth import llama
 from decode_bandwidth.fast_llama import FastLlama, fused_matrices
-from decode_bandwidth.figures import formulas
-from decode_bandwidth.figures.formulas import LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, LLAMA_KINDS
+from decode_bandwidth.llama_modes import (
+    KERNEL_CANDIDATES,
+    LLAMA_FAST_ATOL,
+    LLAMA_FAST_RTOL,
+    LLAMA_KINDS,
+    fastest_kernel,
+)
 from decode_bandwidth.testing import ONEDNN_WINS, OUT_IN_WINS
 from labkit.bench import EquivalenceError
 from llm_models.kernels import int8_loop, matvec
 from llm_models.kernels.quantize import dequantize, dequantized_state_dict, quantize_rows
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
+from llm_models.llama.traffic import llama_int8_weight_bytes
 
 STEPS = 5  # decode steps after a prefilled prompt, each compared
 PROMPT = 7
@@ -51,7 +57,7 @@ class SameLogits(unittest.TestCase):
         self.assertEqual({store.length for store in theirs}, {PROMPT + STEPS})
 
     def test_every_float32_kernel_gives_the_shared_decoders_logits_step_after_step(self) -> None:
-        runs, _ = matvec.available(formulas.KERNEL_CANDIDATES["float32"])
+        runs, _ = matvec.available(KERNEL_CANDIDATES["float32"])
         self.assertIn("compiled", runs)  # torch's own: always available
         for kernel in runs:
             with self.subTest(kernel=kernel):
@@ -116,7 +122,7 @@ class SameLogits(unittest.TestCase):
         held += [tensor for tensor in twin.head if tensor is not None]
         held += [norm for pair in twin.norms for norm in pair] + [self.model.norm_final]
         found = sum(tensor.numel() * tensor.element_size() for tensor in held)
-        self.assertEqual(formulas.llama_int8_weight_bytes(self.model.config.as_record()), found)
+        self.assertEqual(llama_int8_weight_bytes(self.model.config.as_record()), found)
 
     def test_a_twin_whose_fused_gate_and_up_are_swapped_is_refused_before_timing(self) -> None:
         broken = FastLlama(self.model, every_kind("out_in"), compiled=False)
@@ -155,7 +161,7 @@ class KernelTable(unittest.TestCase):
 
     def test_each_outcome_of_the_kernel_table_is_chosen_from_the_timings_it_is_given(self) -> None:
         _, model = tiny_pair(seed=1)
-        runs, _ = matvec.available([name for names in formulas.KERNEL_CANDIDATES.values() for name in names])
+        runs, _ = matvec.available([name for names in KERNEL_CANDIDATES.values() for name in names])
         if not {"onednn", "int8pack", "int8-c"} <= set(runs):
             self.skipTest(f"this PyTorch or machine lacks a candidate kernel: only {runs} run")  # a build, not a speed
         for timings, expected in ((ONEDNN_WINS, ("onednn", "in_out", "int8pack")),
@@ -168,12 +174,12 @@ class KernelTable(unittest.TestCase):
 
     def test_the_fastest_kernel_is_the_least_time_and_the_first_listed_on_a_tie(self) -> None:
         row = {"kernels": {"a": {"ns": 3.0}, "b": {"ns": 1.0}, "c": {"ns": 1.0}}}
-        self.assertEqual(formulas.fastest_kernel(row), "b")
+        self.assertEqual(fastest_kernel(row), "b")
         row["kernels"]["a"]["ns"] = 0.5
-        self.assertEqual(formulas.fastest_kernel(row), "a")
-        self.assertEqual(formulas.fastest_kernel(row, ["a", "c"]), "a")
+        self.assertEqual(fastest_kernel(row), "a")
+        self.assertEqual(fastest_kernel(row, ["a", "c"]), "a")
         row["kernels"]["a"]["ns"] = 3.0
-        self.assertEqual(formulas.fastest_kernel(row, ["a", "c"]), "c")
+        self.assertEqual(fastest_kernel(row, ["a", "c"]), "c")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from decode_bandwidth import benchmark, equivalence, profile
+from decode_bandwidth import benchmark, equivalence, profile, traffic
 from decode_bandwidth.bandwidth import (
     MIN_STREAM_BYTES,
     QUICK_STREAM_BYTES,
@@ -24,9 +24,12 @@ from decode_bandwidth.bandwidth import (
 from decode_bandwidth.cache import PreallocatedCache
 from decode_bandwidth.config import preset
 from decode_bandwidth.figures import formulas, hardware_figures
+from decode_bandwidth.floors import COMPILED_COLUMNS, MATVEC_COLUMNS, READ_KERNELS, STREAMS, kernel_bytes
+from decode_bandwidth.grid import ATOL, LAYOUT, MODES, RTOL
 from decode_bandwidth.model import DecoderLayer
 from decode_bandwidth.profile import kind_bytes
 from decode_bandwidth.testing import tiny_model, token_ids
+from decode_bandwidth.traffic import KINDS
 from labkit.figures import Figures
 from llm_models.kernels.row_dot import row_dot
 
@@ -81,16 +84,16 @@ class OneHome(unittest.TestCase):
     """The torch modules use decode_bandwidth.figures' constants and formulas, which the site checks with."""
 
     def test_the_torch_modules_hold_the_figures_modules_objects(self) -> None:
-        self.assertIs(DecoderLayer.LAYOUT, formulas.LAYOUT)
-        self.assertIs(profile.KINDS, formulas.KINDS)
-        self.assertIs(benchmark.MODES, formulas.MODES)
-        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (formulas.ATOL, formulas.RTOL))
+        self.assertIs(DecoderLayer.LAYOUT, LAYOUT)
+        self.assertIs(profile.KINDS, KINDS)
+        self.assertIs(benchmark.MODES, MODES)
+        self.assertEqual((equivalence.ATOL, equivalence.RTOL), (ATOL, RTOL))
 
     def test_the_step_bytes_of_a_config_are_the_formula_on_its_record(self) -> None:
         for config in (preset("gpt2-small"), preset("tiny", kv_heads=2), preset("tiny", dtype=torch.bfloat16)):
             record = config.as_record()
             self.assertEqual(step_bytes(config, 4, 17).as_record(),
-                             formulas.step_bytes(record, record["bytes_per_element"], 4, 17))
+                             traffic.step_bytes(record, record["bytes_per_element"], 4, 17))
 
 
 class Bandwidth(unittest.TestCase):
@@ -115,12 +118,12 @@ class Bandwidth(unittest.TestCase):
         self.assertIn("level 3", source)
 
     def test_every_read_kernel_is_timed_over_the_buffer_and_the_floor_takes_the_fastest(self) -> None:
-        buffer = 4 * formulas.STREAMS * formulas.MATVEC_COLUMNS * 4
+        buffer = 4 * STREAMS * MATVEC_COLUMNS * 4
         measured = read_bandwidth(buffer, passes=10)
-        self.assertEqual(sorted(measured["kernels"]), sorted(formulas.READ_KERNELS))
+        self.assertEqual(sorted(measured["kernels"]), sorted(READ_KERNELS))
         for name, kernel in measured["kernels"].items():
             self.assertEqual(len(kernel["durations_ns"]), 10)
-            self.assertEqual(kernel["bytes"], formulas.kernel_bytes(name, buffer))
+            self.assertEqual(kernel["bytes"], kernel_bytes(name, buffer))
         machine = {"bandwidth": {"1": measured}, "matmul": {}}
         found = Figures()
         rates = hardware_figures(machine, found)
@@ -131,16 +134,16 @@ class Bandwidth(unittest.TestCase):
         self.assertAlmostEqual(rates[("bandwidth", "1")], best[fastest])
 
     def test_the_read_kernels_compute_what_they_claim_to_read(self) -> None:
-        buffer = torch.arange(formulas.STREAMS * formulas.MATVEC_COLUMNS * 2, dtype=torch.float32)
+        buffer = torch.arange(STREAMS * MATVEC_COLUMNS * 2, dtype=torch.float32)
         kernels = read_kernels(buffer, row_dot)  # the eager function: the compiled one is the same code
         half = buffer.numel() // 2
         self.assertEqual(float(kernels["sum"]()), float(buffer.sum()))
         self.assertEqual(float(kernels["dot"]()), float(torch.dot(buffer[:half], buffer[half:])))
-        self.assertTrue(torch.equal(kernels["streams"](), buffer.view(formulas.STREAMS, -1).sum(0)))
-        self.assertEqual(kernels["matvec"]().numel(), buffer.numel() // formulas.MATVEC_COLUMNS)
-        whole = formulas.kernel_bytes("compiled", buffer.numel() * 4) // 4  # the values in whole rows
-        self.assertGreater(whole, buffer.numel() - formulas.COMPILED_COLUMNS)
-        rows = buffer[:whole].view(-1, formulas.COMPILED_COLUMNS)
+        self.assertTrue(torch.equal(kernels["streams"](), buffer.view(STREAMS, -1).sum(0)))
+        self.assertEqual(kernels["matvec"]().numel(), buffer.numel() // MATVEC_COLUMNS)
+        whole = kernel_bytes("compiled", buffer.numel() * 4) // 4  # the values in whole rows
+        self.assertGreater(whole, buffer.numel() - COMPILED_COLUMNS)
+        rows = buffer[:whole].view(-1, COMPILED_COLUMNS)
         torch.testing.assert_close(kernels["compiled"]().view(-1), rows.sum(-1), rtol=1e-6, atol=0)
 
 

@@ -12,12 +12,14 @@ import torch
 
 from decode_bandwidth import llama
 from decode_bandwidth.figures import formulas
-from decode_bandwidth.figures.formulas import LLAMA_ATOL, LLAMA_RTOL
+from decode_bandwidth.llama_modes import LLAMA_ATOL, LLAMA_RTOL
+from decode_bandwidth.traffic import step_bytes
 from kv_cache.broken import RotaryResetDecoder
 from labkit.bench import EquivalenceError
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
+from llm_models.llama.traffic import llama_head_bytes, llama_step_bytes, llama_weight_bytes
 
 SIZE = 4  # float32
 
@@ -34,19 +36,19 @@ class ByteFormula(unittest.TestCase):
     def test_the_weight_bytes_are_every_parameter_the_decoder_holds_with_the_tied_head_counted_once(self) -> None:
         record = self.model.config.as_record()
         self.assertIs(self.model.head, self.model.embedding)
-        self.assertEqual(formulas.llama_weight_bytes(record, SIZE), unique_parameter_bytes(self.model))
-        self.assertEqual(formulas.llama_step_bytes(record, SIZE, 1, 8)["embedding_rows"], 0)
+        self.assertEqual(llama_weight_bytes(record, SIZE), unique_parameter_bytes(self.model))
+        self.assertEqual(llama_step_bytes(record, SIZE, 1, 8)["embedding_rows"], 0)
 
     def test_smollm2s_config_gives_its_134_515_008_parameters_and_a_49_152_by_576_head(self) -> None:
         record = LlamaDecoderConfig().as_record()  # the defaults are SmolLM2-135M's; no weights are loaded
-        self.assertEqual(formulas.llama_weight_bytes(record, SIZE), 134_515_008 * SIZE)
-        self.assertEqual(formulas.llama_head_bytes(record, SIZE), 49_152 * 576 * SIZE)
+        self.assertEqual(llama_weight_bytes(record, SIZE), 134_515_008 * SIZE)
+        self.assertEqual(llama_head_bytes(record, SIZE), 49_152 * 576 * SIZE)
 
     def test_the_kv_bytes_are_the_cache_the_decoder_allocates_with_its_key_value_heads(self) -> None:
         context = 10
         cache = self.model.new_cache(2, context)
         held = sum(t.numel() * t.element_size() for store in cache for t in (store.keys, store.values))
-        needed = formulas.llama_step_bytes(self.model.config.as_record(), SIZE, 2, context)
+        needed = llama_step_bytes(self.model.config.as_record(), SIZE, 2, context)
         self.assertEqual(needed["kv_read"], held)  # T positions of every layer's keys and values, read
         self.assertEqual(needed["kv_written"] * context, held)  # one position of them, written
         config = self.model.config
@@ -65,8 +67,8 @@ class ByteFormula(unittest.TestCase):
                                rows["llama"]["weight_bytes"] / rows["llama"]["kv_bytes_per_position"])
         self.assertEqual((rows["llama"]["queries_per_kv_head"], rows["llama"]["kv_heads_x_layers"]), (3, 90))
         self.assertAlmostEqual(rows["ratios"]["kv_bytes_per_position"], (30 * 3) / (12 * 12))
-        for name, step in (("gpt2", formulas.step_bytes(gpt2, SIZE, 1, 512)),
-                           ("llama", formulas.llama_step_bytes(llama_config, SIZE, 1, 512))):
+        for name, step in (("gpt2", step_bytes(gpt2, SIZE, 1, 512)),
+                           ("llama", llama_step_bytes(llama_config, SIZE, 1, 512))):
             row = rows[name]  # the bar's three segments: every byte of the step, each once
             self.assertEqual(row["layer_bytes"] + row["head_bytes"] + row["step_kv_bytes"], step["total"])
             self.assertEqual(row["step_total_bytes"], step["total"])
@@ -123,7 +125,7 @@ class TrainedWeights(unittest.TestCase):
         model, reference, weights, _ = llama.llama_pair("smollm2", seed=0)  # from the weight cache: about a second
         self.assertTrue(weights["trained"])
         self.assertEqual(model.config, LlamaDecoderConfig())
-        self.assertEqual(formulas.llama_weight_bytes(model.config.as_record(), SIZE), unique_parameter_bytes(model))
+        self.assertEqual(llama_weight_bytes(model.config.as_record(), SIZE), unique_parameter_bytes(model))
         runners = llama.step_runners(model, reference, 64, torch.Generator().manual_seed(0))
         with torch.inference_mode():
             entry = llama.check_step(*runners, 64)

@@ -11,11 +11,17 @@ import decode_bandwidth_views
 import labkit.testing
 from decode_bandwidth import benchmark, figures
 from decode_bandwidth.figures import formulas
+from decode_bandwidth.grid import group_key, headline_key
+from decode_bandwidth.llama_modes import LLAMA_SERVED
 from decode_bandwidth.testing import ONEDNN_WINS
+from decode_bandwidth.traffic import step_bytes
 from decode_bandwidth_views import trained
 from decode_bandwidth_views.common import ratio_range
 from decode_bandwidth_views.trained import ladder_sentences
+from labkit import summary
 from labkit.figures import fill
+from labkit.summary import MIN_PARTED
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from site_hooks.blocks import render_block
 
 
@@ -27,8 +33,8 @@ def rederived(record: dict[str, Any]) -> dict[str, Any]:
 
 def steps_at(cell: dict[str, Any], ns: float) -> None:
     """Every timed repetition of a cell at ``ns``: its median becomes ``ns``, and with at least
-    formulas.MIN_PARTED repetitions its range says the cell is that steady."""
-    cell["durations_ns"] = [ns] * max(len(cell["durations_ns"]), formulas.MIN_PARTED)
+    MIN_PARTED repetitions its range says the cell is that steady."""
+    cell["durations_ns"] = [ns] * max(len(cell["durations_ns"]), MIN_PARTED)
 
 
 class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
@@ -88,7 +94,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
 
         def timed(ours: list[int], theirs: list[int]) -> tuple[str, str]:
             record = copy.deepcopy(self.record)
-            headline = formulas.headline_key(record)
+            headline = headline_key(record)
             for cell in record["cells"]:
                 if (cell["dtype"], cell["threads"], cell["batch"]) == (*headline, 1):
                     cell["durations_ns"] = list(theirs if cell["mode"] == "hf-dynamic" else ours)
@@ -97,7 +103,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             record = rederived(record)
             return versus_item(record), trained_item(record)
 
-        repeats = max(len(self.record["cells"][0]["durations_ns"]), formulas.MIN_PARTED)
+        repeats = max(len(self.record["cells"][0]["durations_ns"]), MIN_PARTED)
         gpt2, llama = timed([100] * repeats, [200] * repeats)
         self.assertIn("was faster than transformers' GPT-2", gpt2)
         self.assertIn("faster than transformers' Llama", llama)
@@ -109,6 +115,23 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("was within this run's noise of transformers' GPT-2", gpt2)
         self.assertIn("within this run's noise of transformers' Llama", llama)
         self.assertNotIn("faster than", llama)
+
+    def test_the_served_step_is_set_beside_the_best_only_as_far_as_its_rounds_part(self) -> None:
+        """Slower, faster and within the noise, each from the served mode's per-round ratios to the best mode."""
+        repeats = max(len(self.record["llama"]["cells"][0]["durations_ns"]), MIN_PARTED)
+
+        def served_at(served: list[int]) -> str:
+            record = copy.deepcopy(self.record)
+            for cell in record["llama"]["cells"]:
+                cell["durations_ns"] = list(served) if cell["mode"] == LLAMA_SERVED else [200] * repeats
+            return self.page("trained-served", rederived(record))
+
+        self.assertIn("slower than this lab&#39;s best float32 step (1.50×)", served_at([300] * repeats))
+        self.assertIn("faster than this lab&#39;s best float32 step (0.50×)", served_at([100] * repeats))
+        noisy = served_at([(100, 200, 250)[i % 3] for i in range(repeats)])  # its ratios' middle half holds 1
+        self.assertIn("within this run&#39;s noise of this lab&#39;s best float32 step", noisy)
+        self.assertNotIn("faster", noisy)
+        self.assertNotIn("slower", noisy)
 
     def test_contexts_that_part_are_named_apart_from_those_within_the_noise(self) -> None:
         from decode_bandwidth_views.common import against
@@ -135,7 +158,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(list(groups), [(b, c) for b in bench["batches"] for c in bench["contexts"]])
         drawn = [key for keys, _, _ in pictures.SEGMENTS for key in keys]
         for (batch, context), group in groups.items():  # the bars draw what the benchmark stored and the build checked
-            needed = formulas.step_bytes(model, formulas.BYTES_PER_ELEMENT[bench["dtype"]], batch, context)
+            needed = step_bytes(model, BYTES_PER_ELEMENT[bench["dtype"]], batch, context)
             self.assertEqual(group["bytes"], needed)
             self.assertEqual(sum(group["bytes"][key] for key in drawn), needed["total"])
         html = self.page("step-bytes", record)
@@ -149,12 +172,12 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(formulas.regime([100] * 5, 40, 30), "overhead")
         record = copy.deepcopy(self.record)
         cells = {(c["batch"], c["context"], c["mode"]): c for c in formulas.cell_table(record).values()
-                 if (c["dtype"], c["threads"]) == formulas.headline_key(record)}
+                 if (c["dtype"], c["threads"]) == headline_key(record)}
         for who in pictures.COMPARED:
             for (batch, context), cell in pictures.cell_regimes(record, who).items():
                 group = pictures.headline_groups(record)[(batch, context)]
                 raw = cells[(batch, context, cell["mode"])]["durations_ns"]
-                best = group["bytes"]["total"] / record["hardware"]["bandwidth"][str(formulas.headline_key(record)[1])][
+                best = group["bytes"]["total"] / record["hardware"]["bandwidth"][str(headline_key(record)[1])][
                     "bytes_per_s"] * 1e9  # the same bytes at the run's best read
                 self.assertEqual(cell["regime"], formulas.regime(raw, group["floor_ns_per_step"],
                                                                  group["compute_floor_ns_per_step"], best))
@@ -180,7 +203,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertEqual(formulas.regime([104, 108, 110, 112, 116], 60, 10, 50), "unresolved")
         self.assertEqual(formulas.regime([104, 108, 110, 112, 116], 60, 10, 58), "memory")
         record = copy.deepcopy(self.record)
-        headline = formulas.headline_key(record)
+        headline = headline_key(record)
         for cell in record["cells"]:  # every headline cell straddles its own overhead line
             if (cell["dtype"], cell["threads"]) == headline:
                 higher = cell["median_ns_per_step"] / cell["step_over_higher_floor"]  # the floor that names it
@@ -195,18 +218,18 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
     def test_the_roofline_places_every_headline_cell_and_a_cell_at_its_floor_on_the_slope(self) -> None:
         from decode_bandwidth_views import pictures
         record = copy.deepcopy(self.record)
-        headline = formulas.headline_key(record)
+        headline = headline_key(record)
         # NOTE: the slope is the run's best read, not the floor read beside each group, which prices that group
         bandwidth = record["hardware"]["bandwidth"][str(headline[1])]["bytes_per_s"]
-        groups = {formulas.group_key(g): g for g in record["groups"]}
+        groups = {group_key(g): g for g in record["groups"]}
         for cell in record["cells"]:  # every headline cell exactly at the floor the run's best read sets
             if (cell["dtype"], cell["threads"]) == headline:
-                at_best = groups[formulas.group_key(cell)]["bytes"]["total"] / bandwidth * 1e9
+                at_best = groups[group_key(cell)]["bytes"]["total"] / bandwidth * 1e9
                 cell["durations_ns"] = [round(at_best)] * len(cell["durations_ns"])
         record = rederived(record)
         placed = [c for c in record["cells"] if (c["dtype"], c["threads"]) == headline]
         for cell in placed:  # on the slope: the flops per second its intensity allows at the read bandwidth
-            group = groups[formulas.group_key(cell)]
+            group = groups[group_key(cell)]
             self.assertAlmostEqual(cell["flops_per_s"] / (bandwidth * group["flops_per_byte"]), 1.0, places=3)
         svg = pictures.roofline_canvas(record).svg()
         self.assertEqual(svg.count('rx="4"'), len(placed))
@@ -218,7 +241,7 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         slower = rederived(record)
         for cell in slower["cells"]:
             if (cell["dtype"], cell["threads"]) == headline and cell["mode"] == "hf-dynamic":
-                group = groups[formulas.group_key(cell)]
+                group = groups[group_key(cell)]
                 self.assertAlmostEqual(cell["flops_per_s"] / (bandwidth * group["flops_per_byte"]), 0.25, places=3)
 
     def test_the_answers_quote_the_record(self) -> None:
@@ -323,19 +346,19 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertIn("1.80×", ladder)
 
     def test_a_cell_of_too_few_repetitions_never_parts_from_another(self) -> None:
-        self.assertFalse(formulas.parted([1.0], [2.0]))  # one repetition each: no range to tell noise by
-        self.assertFalse(formulas.parted([1.0, 1.1], [2.0, 2.1]))
-        self.assertTrue(formulas.parted([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]))
-        self.assertFalse(formulas.parted([1.0, 1.1, 2.5], [2.0, 2.1, 2.2]))
+        self.assertFalse(summary.parted([1.0], [2.0]))  # one repetition each: no range to tell noise by
+        self.assertFalse(summary.parted([1.0, 1.1], [2.0, 2.1]))
+        self.assertTrue(summary.parted([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]))
+        self.assertFalse(summary.parted([1.0, 1.1, 2.5], [2.0, 2.1, 2.2]))
 
     def test_what_each_rung_removed_is_said_only_where_its_repetitions_part_from_the_rung_before(self) -> None:
         record = copy.deepcopy(self.record)
         llama = record["llama"]
-        repeats = max(len(llama["cells"][0]["durations_ns"]), formulas.MIN_PARTED)
+        repeats = max(len(llama["cells"][0]["durations_ns"]), MIN_PARTED)
         steps = {"hf-dynamic": [50e6] * repeats, "ours-prealloc": [40e6] * repeats,  # 10 ms off, clearly
                  "ours-fused": [39e6 + 3e6 * (i % 2) for i in range(repeats)],  # overlaps 40 ms: noise
                  "ours-fused-compiled": [45e6] * repeats,  # slower than the rung before, clearly
-                 "ours-int8": [20e6] * repeats}
+                 "ours-int8": [20e6] * repeats, LLAMA_SERVED: [41e6] * repeats}  # beside the ladder, not on it
         for cell in llama["cells"]:
             cell["durations_ns"] = [int(ns) for ns in steps[cell["mode"]]]
         rows = {row[0]: row[-1] for row in trained.trained_ladder_view(rederived(record)).tables[0].rows}

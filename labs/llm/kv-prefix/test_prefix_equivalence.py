@@ -9,9 +9,9 @@ import unittest
 
 from kv_prefix.broken import EagerFreePool, restarting, unchained
 from kv_prefix.equivalence import Compared, Prompts, warm_against_cold
+from kv_serving.testing import KERNEL_NS, TINY_LAYERS, TINY_MODEL
 from llm_models.serving.dtypes import TOLERANCES, TRAINED_TOLERANCES
 from llm_models.serving.model import ServingModel
-from kv_serving.testing import KERNEL_NS, TINY_LAYERS, TINY_MODEL
 
 STEPS = 6
 RANDOM = Prompts(shared=[(7 * i + 3) % TINY_MODEL.vocab_size for i in range(40)], decoy_head=[11] * 16,
@@ -58,8 +58,8 @@ class TrainedModel(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         from kv_prefix.equivalence import trained_prompts
-        from llm_models.serving.llama import served
         from llm_models.llama.generate import smollm2
+        from llm_models.serving.llama import served
 
         chat = smollm2()
         cls.model = served(chat.model, KERNEL_NS)
@@ -80,8 +80,8 @@ class Bfloat16Hits(unittest.TestCase):
     def test_a_warm_prefill_gives_the_cold_logits_bit_for_bit(self) -> None:
         import torch
 
-        from llm_models.serving.llama import served
         from llm_models.llama.tiny import tiny_pair
+        from llm_models.serving.llama import served
 
         model = served(tiny_pair(0, torch.bfloat16)[1], KERNEL_NS)
         shared = [(5 * i + 2) % 120 for i in range(32)]  # two full blocks of 16 (the tiny vocabulary: 128)

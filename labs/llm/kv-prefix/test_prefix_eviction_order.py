@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llm_models.serving.prefix import CachingPool
 from llm_models.paged.pool import PoolExhausted
+from llm_models.serving.prefix import CachingPool
 
 BLOCK = 4
 

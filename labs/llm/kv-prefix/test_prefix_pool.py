@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from kv_prefix.broken import EagerFreePool
-from llm_models.serving.prefix import CachingPool, PrefixStats
 from llm_models.paged.pool import PoolExhausted
+from llm_models.serving.prefix import CachingPool, PrefixStats
 
 BLOCK = 4
 INDEXES = ("hash", "radix")

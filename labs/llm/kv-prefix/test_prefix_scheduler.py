@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import unittest
 
+from kv_serving.server import parse_args
+from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, drain
+from labkit.waiting import within
 from llm_models.serving.admission import KVBudget
 from llm_models.serving.pool import block_bytes
 from llm_models.serving.request import Finished, Request
 from llm_models.serving.scheduler import Scheduler
-from kv_serving.server import parse_args
-from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, drain
-from labkit.waiting import within
 
 SHARED = [(5 * i + 2) % TINY_MODEL.vocab_size for i in range(3 * TINY_BLOCK)]  # three full blocks
 

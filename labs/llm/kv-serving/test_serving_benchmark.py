@@ -64,6 +64,13 @@ class QuickRun(QuickBenchmarkRun):
         self.assertEqual(len(headline), 4)  # the trained model's batched over one at a time, then the random model's
         self.assertEqual(headline[0][1], record["trained"]["speedup_over_serial"])
 
+    def test_the_quick_record_reads_resident_memory_over_the_quick_lengths_on_the_trained_model(self) -> None:
+        memory = self.record["memory"]  # on Linux: /proc/self/status (no section where it is missing)
+        self.assertEqual(memory["lengths"], benchmark.memory_lengths(quick=True))
+        self.assertEqual(len(memory["rss_bytes"]), len(memory["lengths"]))
+        self.assertEqual(memory["window_prompts"], benchmark.MEMORY_QUICK_WINDOW)
+        self.assertEqual(memory["threads"], self.record["config"]["benchmark"]["threads"])
+
     def test_ignoring_disconnects_decodes_for_departed_clients_and_honouring_them_drops_at_most_a_row_each(self) -> None:
         honoured, ignored = (m["server"] for m in self.record["cancellation"]["modes"])
         self.assertEqual(honoured["tokens_after_disconnect"], 0)

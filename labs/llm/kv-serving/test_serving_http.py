@@ -13,17 +13,15 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 
 from kv_serving import server
-from llm_models.serving.admission import KVBudget, MaxRunning
-from kv_serving.bounds import TRANSPORT
+from kv_serving.bounds import TRANSPORT, stalls
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
-from llm_models.serving.scheduler import Scheduler
 from kv_serving.testing import (
     TINY_MODEL,
     QuietLoopTestCase,
@@ -37,6 +35,8 @@ from kv_serving.testing import (
     unread_stream,
 )
 from labkit.waiting import HANG_S, eventually, run, within
+from llm_models.serving.admission import KVBudget, MaxRunning
+from llm_models.serving.scheduler import Scheduler
 
 JSON = {"content-type": "application/json"}
 
@@ -57,6 +57,54 @@ async def stream_tokens(client: httpx.AsyncClient, url: str, body: dict[str, Any
             if leave_after is not None and len(tokens) >= leave_after:
                 break
     return tokens, lines
+
+
+class ClosingConnection(asyncio.WriteTransport):
+    """A cut stream's connection as the server watches it close: the bytes its client has not taken, one value per
+    look, and a socket whose send queue cannot be read (so the transport's buffer alone counts)."""
+
+    class Socket:
+        def fileno(self) -> int:
+            raise ValueError("a stand-in socket has no descriptor")
+
+    def __init__(self, unsent: Iterator[int]) -> None:
+        super().__init__()
+        self.unsent, self.aborted = unsent, False
+
+    def get_write_buffer_size(self) -> int:
+        return next(self.unsent)
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self.Socket() if name == "socket" and not self.aborted else default
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class StallWatching(QuietLoopTestCase):
+    """One loop (kv_serving.bounds.stalls) watches both a write that waits for room and a cut connection closing."""
+
+    async def test_a_wait_ends_when_its_work_is_done_or_when_the_client_has_taken_nothing_for_the_timeout(
+            self) -> None:
+        looks = itertools.count()
+
+        async def done_at_the_third_look(poll_s: float) -> bool:
+            return next(looks) == 2
+
+        async def never_done(poll_s: float) -> bool:
+            await asyncio.sleep(poll_s)
+            return False
+
+        falling = itertools.count(10**6, -1)  # a client taking a byte between any two looks
+        self.assertFalse(await within(stalls(HANG_S, lambda: next(falling), done_at_the_third_look), "the wait"))
+        self.assertTrue(await within(stalls(0.05, lambda: 100, never_done), "the stall to be seen"))
+
+    async def test_a_closing_connection_is_aborted_only_if_its_client_takes_nothing_of_what_is_left(self) -> None:
+        unread = ClosingConnection(itertools.repeat(100))
+        await within(server.abort_when_stalled(unread, 0.05), "the unread connection to be aborted")
+        taken = ClosingConnection(itertools.chain([100, 50], itertools.repeat(0)))
+        await within(server.abort_when_stalled(taken, 1.0), "the watch to see the client take the rest")
+        self.assertEqual((unread.aborted, taken.aborted), (True, False))
 
 
 class ServerTest(QuietLoopTestCase):
@@ -372,6 +420,7 @@ class ServerTest(QuietLoopTestCase):
         self.assertIn("took nothing of its stream for 3 s", error["message"])
         tokens = [json.loads(e)["choices"][0]["token_ids"] for e in events[:-2]]
         self.assertTrue(tokens and len(tokens) < body["max_tokens"])  # cut before its end, each event whole
+        await eventually(lambda: not server.CLOSING, "the cut connection's watch to end, and to be let go")
 
     async def test_a_socket_that_is_never_read_gets_its_request_cancelled_and_another_client_is_served_meanwhile(
             self) -> None:

@@ -8,12 +8,12 @@ import unittest.mock
 
 import torch
 
+from llm_models.llama.tiny import TINY, tiny_pair
 from llm_models.serving import kernels
 from llm_models.serving.kernels import ONE, ROWS, SEVERAL, Weight, candidates, measure, ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.model import greedy_together
 from llm_models.serving.pool import LayeredPool
-from llm_models.llama.tiny import TINY, tiny_pair
 
 SHAPES = ((1, 1, 24), (3, 1, 24), (1, 17, 24), (19, 24))  # a decode step's rows, a packed prefill's
 # float32 sums of 24 products in another order; bfloat16 keeps 8 significant bits, so a product of entries ~N(0, 1)
@@ -134,8 +134,8 @@ class ChosenKernelsUsed(unittest.TestCase):
 
 class ServedNorm(unittest.TestCase):
     def test_the_fused_float32_norm_equals_the_decoders_and_bfloat16_takes_the_decoders_own(self) -> None:
-        from llm_models.serving.llama import served_norm
         from llm_models.llama.model import rms_norm
+        from llm_models.serving.llama import served_norm
 
         generator = torch.Generator().manual_seed(11)
         x, weight = torch.randn(3, 5, 576, generator=generator) * 4, torch.rand(576, generator=generator)

@@ -12,10 +12,6 @@ from kv_serving import trained_load
 from kv_serving.benchmark import equivalence_gate
 from kv_serving.figures import formulas
 from kv_serving.figures.formulas import TRAINED_TOLERANCES
-from llm_models.serving.kernels import ranking
-from llm_models.serving.llama import LlamaServingModel
-from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
-from llm_models.serving.pool import LayeredPool, block_bytes
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 from kv_serving.trained_load import prompt_ids
 from labkit.bench import EquivalenceError
@@ -23,6 +19,10 @@ from llm_models.attention import causal_attention
 from llm_models.kv_bytes import kv_cache_bytes
 from llm_models.llama.generate import smollm2
 from llm_models.llama.tiny import TINY, tiny_pair
+from llm_models.serving.kernels import ranking
+from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
+from llm_models.serving.pool import LayeredPool, block_bytes
 from llm_models.toy.equivalence import ATOL, RTOL
 from llm_models.toy.model import DecoderBlock
 

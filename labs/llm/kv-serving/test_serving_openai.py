@@ -14,14 +14,14 @@ from typing import Any, ClassVar
 import httpx
 import openai
 
-from llm_models.serving.admission import KVBudget
-from llm_models.serving.engine import EngineConfig
-from llm_models.serving.pool import block_bytes
-from llm_models.serving.scheduler import Scheduler
 from kv_serving.server import create_app
 from kv_serving.testing import KERNEL_NS, StepGate, serve_in_thread, tiny_chat, tiny_chat_engine, tiny_engine
 from labkit.waiting import HANG_S, until
 from llm_models.llama.generate import ChatModel, smollm2
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.engine import EngineConfig
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.scheduler import Scheduler
 
 CLIENT_TIMEOUT_S = HANG_S  # a reply may be slow on a loaded machine: this bound is for a hang, never for speed
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

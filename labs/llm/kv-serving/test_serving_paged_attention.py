@@ -9,10 +9,10 @@ from unittest import mock
 
 import torch
 
-from llm_models.serving.model import PagedRows
-from llm_models.serving.pool import LayeredPool
 from llm_models import paged
 from llm_models.llama.config import LlamaDecoderConfig
+from llm_models.serving.model import PagedRows
+from llm_models.serving.pool import LayeredPool
 
 LAYERS, KV_HEADS, SIZE, DIM, BLOCKS = 3, 3, 16, 64, 40
 

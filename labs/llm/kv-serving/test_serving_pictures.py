@@ -11,7 +11,6 @@ from typing import Any
 
 import kv_serving_views
 from kv_serving import figures
-from llm_models.serving.admission import KVBudget
 from kv_serving.benchmark import LAB, ROOT
 from kv_serving.figures.formulas import (
     REPLAY_BLOCK,
@@ -24,11 +23,12 @@ from kv_serving.figures.formulas import (
     replay,
     token_times,
 )
-from llm_models.serving.request import Finished, Request, Token
 from kv_serving.testing import TINY_BLOCK, TINY_MODEL, QuietLoopTestCase, StepGate, tiny_engine
 from kv_serving_views.pictures import stall_wait
 from labkit.figures import fill
 from labkit.waiting import bounded
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.request import Finished, Request, Token
 from site_hooks.blocks import render_block
 
 

@@ -10,11 +10,11 @@ import unittest.mock
 
 import torch
 
+from llm_models.llama.tiny import TINY, tiny_pair
 from llm_models.serving import kernels
 from llm_models.serving.kernels import ONE, PREFILL_PACKED_ROWS, SEVERAL, STATELESS, Weight, candidates, ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.pool import LayeredPool
-from llm_models.llama.tiny import TINY, tiny_pair
 
 BLOCK = 4
 # packed prefills whose row counts (the sum of their prompts' lengths) run past the bound, each one new

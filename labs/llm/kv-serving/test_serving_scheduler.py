@@ -1,17 +1,29 @@
-"""Scheduler invariants: budget never exceeded, no block leaked, cancellation within one iteration."""
+"""Scheduler invariants: budget never exceeded, no block leaked, cancellation within one iteration; one pass's
+decisions (``schedule``) without a model or an event loop; the waiting queue's order kept without sorting; and the
+serving core kept free of HTTP, whose statuses the server alone maps refusals to."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import random
 import unittest
+from pathlib import Path
+from typing import NoReturn
 
-from llm_models.serving.admission import KVBudget, MaxRunning
-from llm_models.serving.prefill_bound import DECAY, PrefillRate
-from llm_models.serving.request import Failed, Finished, Request, Status, Token
-from llm_models.serving.scheduler import Counters, RequestRefused, Scheduler, prefill_groups
-from kv_serving.testing import TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
+import llm_models.serving
+from kv_serving.protocol import HTTP_STATUS
+from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
 from labkit.waiting import HANG_S, bounded, eventually, within
+from llm_models.serving.admission import KVBudget, MaxRunning
+from llm_models.serving.output import ScheduledPrefill
+from llm_models.serving.pool import LayeredPool
+from llm_models.serving.prefill_bound import DECAY, PrefillRate
+from llm_models.serving.prefix import CachingPool
+from llm_models.serving.refusals import Refusal, RequestRefused
+from llm_models.serving.request import Failed, Finished, Request, Status, Token
+from llm_models.serving.scheduler import Counters, Scheduler, prefill_groups
+from llm_models.serving.waiting import WaitingQueue
 
 
 def greedy_alone(scheduler: Scheduler, prompt: list[int], max_tokens: int) -> list[int]:
@@ -50,6 +62,151 @@ class PrefillRateTest(unittest.TestCase):
         for bad in (0.0, -1.0, float("inf"), float("nan")):
             with self.subTest(rate=bad), self.assertRaisesRegex(ValueError, "tokens per second above 0"):
                 PrefillRate.given(bad)
+
+
+class Unrunnable:
+    """A served model (llm_models.serving.runner.ServedModel) that refuses to run: what ``schedule`` decides, it
+    decides without the model."""
+
+    kernels = None
+
+    def __init__(self) -> None:
+        self.config = TINY_MODEL
+
+    def prefill(self, *args: object) -> NoReturn:
+        raise AssertionError("schedule() called the model's prefill")
+
+    def decode(self, *args: object) -> NoReturn:
+        raise AssertionError("schedule() called the model's decode")
+
+
+SHARED = [(5 * i + 2) % TINY_MODEL.vocab_size for i in range(3 * TINY_BLOCK)]  # three full blocks
+
+
+class ScheduleWithoutALoop(unittest.TestCase):
+    """``schedule()`` called by hand: no event loop, no model call, a pool of a few blocks."""
+
+    def scheduler(self, num_blocks: int, budget_blocks: int, prefix: bool = False, **options: object) -> Scheduler:
+        pool = (CachingPool(TINY_MODEL, TINY_LAYERS, num_blocks, TINY_BLOCK) if prefix
+                else LayeredPool(TINY_MODEL, TINY_LAYERS, num_blocks, TINY_BLOCK))
+        return Scheduler(Unrunnable(), pool, KVBudget(budget_blocks * pool.block_bytes), prefix=pool if prefix else None,
+                         **options)  # type: ignore[arg-type]
+
+    def test_requests_that_fit_are_prefilled_together_one_that_does_not_waits_and_running_ones_decode(self) -> None:
+        scheduler = self.scheduler(num_blocks=8, budget_blocks=8)
+        first = scheduler.submit([1] * 5, 4)  # 8 positions: 2 blocks of 4
+        second = scheduler.submit([2] * 6, 3)  # 8 positions: 2 blocks
+        third = scheduler.submit([3] * 20, 5)  # 24 positions: 6 blocks, beyond the 4 the first two leave
+        output = scheduler.schedule()
+        self.assertEqual(output.prefill_groups, ((ScheduledPrefill(first, 0, 5), ScheduledPrefill(second, 0, 6)),))
+        self.assertEqual(output.decodes, (first, second))  # after their prefill, in the same pass
+        self.assertEqual((output.finished, output.preempted), ((), ()))
+        self.assertEqual(list(scheduler.waiting), [third])
+        self.assertEqual((third.status, third.table, scheduler.pool.num_used_blocks), (Status.WAITING, [], 4))
+
+        following = scheduler.schedule()  # nothing ran: the two still run, the third still does not fit
+        self.assertEqual((following.prefills, following.decodes), ((), (first, second)))
+        self.assertEqual(list(scheduler.waiting), [third])
+
+    def test_a_departed_client_is_retired_in_the_next_pass_and_its_blocks_admit_the_head_of_the_queue(self) -> None:
+        scheduler = self.scheduler(num_blocks=8, budget_blocks=8)
+        first, second = scheduler.submit([1] * 5, 4), scheduler.submit([2] * 6, 3)
+        third = scheduler.submit([3] * 20, 5)
+        scheduler.schedule()
+        scheduler.disconnect(first)
+        output = scheduler.schedule()
+        self.assertEqual(output.finished, (first,))
+        self.assertEqual(first.events.get_nowait(), Failed("cancelled: the client disconnected", Refusal.REQUEST_FAILED))
+        self.assertEqual((output.prefills, output.decodes), ((ScheduledPrefill(third, 0, 20),), (second, third)))
+        self.assertEqual((scheduler.pool.num_used_blocks, list(scheduler.waiting)), (8, []))
+        self.assertEqual(scheduler.schedule().finished, ())  # each retirement is told once
+
+    def test_prompts_admitted_together_are_packed_into_one_prefill_in_admission_order(self) -> None:
+        scheduler = self.scheduler(num_blocks=24, budget_blocks=24)
+        requests = [scheduler.submit([4] * 30, 1) for _ in range(3)]  # 30 positions each: 8 blocks
+        output = scheduler.schedule()
+        self.assertEqual([[p.request for p in group] for group in output.prefill_groups], [requests])  # 90 tokens
+
+    def test_a_prompt_found_in_the_prefix_cache_is_prefilled_from_the_end_of_its_cached_blocks(self) -> None:
+        scheduler = self.scheduler(num_blocks=20, budget_blocks=20, prefix=True)
+        first = scheduler.submit(SHARED + [1], 2)
+        self.assertEqual(scheduler.schedule().prefills, (ScheduledPrefill(first, 0, len(SHARED) + 1),))
+        assert scheduler.prefix is not None
+        scheduler.prefix.offer(first.keys, first.table)  # what the loop does once the prefill has written them
+        second = scheduler.submit(SHARED + [2, 3], 2)
+        output = scheduler.schedule()
+        self.assertEqual(output.prefills, (ScheduledPrefill(second, len(SHARED), 2),))
+        self.assertEqual(output.decodes, (first, second))
+
+    def test_prefix_caching_is_a_component_given_to_the_scheduler_never_found_by_the_pool_type(self) -> None:
+        pool = CachingPool(TINY_MODEL, TINY_LAYERS, 8, TINY_BLOCK)
+        policy = KVBudget(8 * pool.block_bytes)
+        self.assertIsNone(Scheduler(Unrunnable(), pool, policy).prefix)  # type: ignore[arg-type]
+        other = LayeredPool(TINY_MODEL, TINY_LAYERS, 8, TINY_BLOCK)
+        with self.assertRaisesRegex(ValueError, "pass the CachingPool as both pool and prefix"):
+            Scheduler(Unrunnable(), other, policy, prefix=pool)  # type: ignore[arg-type]
+        with self.assertRaisesRegex(ValueError, "it needs a prefix cache"):
+            Scheduler(Unrunnable(), pool, policy, order="longest-prefix")  # type: ignore[arg-type]
+
+
+class WaitingQueueOrder(unittest.TestCase):
+    def test_the_longest_prefix_order_is_what_sorting_by_the_cache_as_it_is_now_gives(self) -> None:
+        """Requests arrive, leave and are looked up again while blocks are cached and evicted under them; after each
+        ``reorder`` the queue reads as the queue sorted by (-cached blocks now, arrival)."""
+        rng = random.Random(7)
+        families = [[(7 * f + 3 * i + 1) % TINY_MODEL.vocab_size for i in range(4 * TINY_BLOCK)] for f in range(3)]
+        pool = CachingPool(TINY_MODEL, TINY_LAYERS, 10, TINY_BLOCK)
+        queue, arrival = WaitingQueue(pool), {}
+        for step in range(300):
+            action = rng.random()
+            if action < 0.4:
+                family = rng.choice(families)
+                request = Request(f"r{step}", family[:rng.randrange(4) * TINY_BLOCK] + [rng.randrange(60)], 2)
+                arrival[request] = step
+                queue.add(request)
+            elif action < 0.8:  # blocks computed for some prompt and cached; taking them may evict others
+                tokens = rng.choice(families)[:rng.randint(1, 4) * TINY_BLOCK]
+                table = pool.allocate(len(tokens) // TINY_BLOCK)
+                pool.offer(tokens, table)
+                pool.release(table)
+            elif len(queue):
+                queue.remove(rng.choice(list(queue)))
+            if step % 3 == 0:
+                queue.reorder()
+                expected = sorted(queue, key=lambda r: (-len(pool.match(r.keys)), arrival[r]))
+                self.assertEqual(list(queue), expected, f"step {step}")
+        self.assertGreater(pool.stats.evictions, 0)  # the cache did shrink under the queue, not only grow
+
+    def test_without_a_cache_the_queue_is_first_come_first_served(self) -> None:
+        queue = WaitingQueue()
+        requests = [Request(f"r{i}", [1] * (10 - i), 2) for i in range(5)]
+        for request in requests:
+            queue.add(request)
+        queue.remove(requests[2])
+        queue.reorder()
+        self.assertEqual((list(queue), queue.head, requests[2] in queue), ([*requests[:2], *requests[3:]], requests[0],
+                                                                           False))
+
+
+SERVING_CORE = Path(llm_models.serving.__file__).parent
+HTTP_PACKAGES = {"http", "h11", "httpx", "aiohttp", "starlette", "uvicorn", "fastapi", "kv_serving"}
+
+
+class TheCoreKnowsNoHttp(unittest.TestCase):
+    def test_no_module_of_the_serving_core_imports_an_http_library_or_the_serving_lab(self) -> None:
+        imports = []
+        for path in sorted(SERVING_CORE.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                imports += [f"{path.relative_to(SERVING_CORE)}: {name}" for name in names
+                            if name.split(".")[0] in HTTP_PACKAGES]
+        self.assertGreater(len(list(SERVING_CORE.rglob("*.py"))), 10)  # the walk found the core
+        self.assertEqual(imports, [])
+
+    def test_every_refusal_has_one_http_status(self) -> None:
+        self.assertEqual(set(HTTP_STATUS), set(Refusal))
+        self.assertTrue(all(status in (400, 500, 503) for status in HTTP_STATUS.values()))
 
 
 class SchedulerTest(SchedulerTestCase):
@@ -131,7 +288,7 @@ class SchedulerTest(SchedulerTestCase):
         scheduler = self.start(num_blocks=40, policy=KVBudget(5 * tiny_engine().block_bytes))
         with self.assertRaises(RequestRefused) as refused:
             scheduler.submit([1] * 20, 10)  # 29 positions = 8 blocks > 5
-        self.assertEqual(refused.exception.status, 400)
+        self.assertEqual(refused.exception.refusal, Refusal.KV_BUDGET_EXCEEDED)
         self.assertIn("29 cached positions = 8 blocks of 4", str(refused.exception))
         self.assertIn("KV budget is 5 blocks", str(refused.exception))
         self.assertEqual(list(scheduler.waiting), [])
@@ -143,7 +300,7 @@ class SchedulerTest(SchedulerTestCase):
         scheduler.submit([2], 1)
         with self.assertRaises(RequestRefused) as refused:
             scheduler.submit([3], 1)
-        self.assertEqual(refused.exception.status, 503)
+        self.assertEqual(refused.exception.refusal, Refusal.QUEUE_FULL)
         self.assertIn("2 of 2", str(refused.exception))
 
     async def test_prompt_tokens_past_the_target_times_the_rate_are_refused_with_the_drain_time(self) -> None:
@@ -155,7 +312,7 @@ class SchedulerTest(SchedulerTestCase):
         with self.assertRaises(RequestRefused) as refused:
             scheduler.submit([3], 1)  # 51 would pass it
         error = refused.exception
-        self.assertEqual((error.status, error.code, error.retry_after_s), (503, "prefill_queue_full", 5))
+        self.assertEqual((error.refusal, error.retry_after_s), (Refusal.PREFILL_QUEUE_FULL, 5))
         self.assertIn("50 prompt tokens wait for prefill; with this request's 1 they would pass 50", str(error))
         self.assertIn("5 s time-to-first-token target at the 10 tokens/s", str(error))
         self.assertEqual((scheduler.counters.refused_prefill_bound, scheduler.waiting_prompt_tokens), (1, 50))
@@ -274,11 +431,12 @@ class SchedulerTest(SchedulerTestCase):
             _, running_end = await within(drain(running), "the running request to fail after its step")
         self.assertEqual(held, (False, 10))
         self.assertEqual((settled_while_held, settled), (False, True))
-        self.assertEqual(waiting_end, Failed("the server is shutting down", 503, "server_shutting_down"))
+        self.assertEqual(waiting_end, Failed("the server is shutting down", Refusal.SERVER_SHUTTING_DOWN))
         self.assertEqual(running_end, waiting_end)
         with self.assertRaises(RequestRefused) as refused:
             scheduler.submit([1], 1)
-        self.assertEqual((refused.exception.status, str(refused.exception)), (503, "the server is shutting down"))
+        self.assertEqual((refused.exception.refusal, str(refused.exception)),
+                         (Refusal.SERVER_SHUTTING_DOWN, "the server is shutting down"))
         self.assertEqual(scheduler.health(), "the server is shutting down")
         self.assert_idle_with_every_block_free(scheduler)
 
@@ -297,7 +455,7 @@ class SchedulerTest(SchedulerTestCase):
             outcomes = await within(asyncio.gather(*(drain(r) for r in requests)), "every request to end")
         self.assertEqual([end for _, end in outcomes], [
             Finished("length"),
-            Failed("internal error in the prefill: ValueError: simulated prefill failure", 500, "internal_error"),
+            Failed("internal error in the prefill: ValueError: simulated prefill failure", Refusal.INTERNAL_ERROR),
             Finished("length")])
         self.assertEqual([len(tokens) for tokens, _ in outcomes], [8, 0, 8])
         self.assertEqual(scheduler.counters.failed_for_error, 1)

@@ -26,8 +26,6 @@ import httpx
 from kv_serving import server
 from kv_serving.launch import log_text, serving_url
 from kv_serving.protocol import max_body_bytes
-from llm_models.serving.scheduler import Scheduler
-from llm_models.serving.sizes import reservation_blocks
 from kv_serving.testing import (
     TINY_BLOCK,
     QuietLoopTestCase,
@@ -42,6 +40,8 @@ from kv_serving.testing import (
 )
 from labkit.waiting import HANG_S, communicate, eventually, read_until_closed, run, until, within
 from llm_models.llama.generate import ChatModel
+from llm_models.serving.scheduler import Scheduler
+from llm_models.serving.sizes import reservation_blocks
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 CHAT = {"model": "tiny", "messages": QUESTION, "max_tokens": 12}

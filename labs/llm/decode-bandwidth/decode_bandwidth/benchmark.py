@@ -32,7 +32,7 @@ from decode_bandwidth.equivalence import check_modes
 from decode_bandwidth.figures import formulas
 from decode_bandwidth.figures.formulas import WALL_TIME_TARGET_S
 from decode_bandwidth.floors import MATMUL_SIZES, MIN_BANDWIDTH_PASSES, READ_KERNELS, STEP_SIZED_ROUNDS
-from decode_bandwidth.grid import ATOL, BASELINE, MODES, RTOL, Group
+from decode_bandwidth.grid import ATOL, BASELINE, MODES, RTOL, Group, headline_key
 from decode_bandwidth.grid import grid as timed_groups
 from decode_bandwidth.hf import hf_model
 from decode_bandwidth.layout import measure_layouts
@@ -44,6 +44,7 @@ from labkit import bench, harness
 from labkit.manifest import lab_for
 from labkit.summary import MIN_PARTED, median
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
+from llm_models.llama.traffic import llama_step_bytes
 
 LAB, ROOT = lab_for(__file__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -329,7 +330,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
     half = args.bandwidth_passes // 2
     probe = read_probe(args)
     before = measure_hardware(args, probe, threads, dtypes, half)
-    step_total = formulas.llama_step_bytes(prepared["model"].config.as_record(), BYTES_PER_ELEMENT[LLAMA_DTYPE], 1,
+    step_total = llama_step_bytes(prepared["model"].config.as_record(), BYTES_PER_ELEMENT[LLAMA_DTYPE], 1,
                                            args.contexts[-1])["total"]
     step_sized = step_sized_reads(probe[0], step_total, threads, STEP_SIZED_ROUNDS, args.device)
     torch.set_num_threads(args.threads)
@@ -414,7 +415,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
 
 def summary(record: dict[str, Any]) -> list[str]:
     lines = []
-    dtype, threads = formulas.headline_key(record)
+    dtype, threads = headline_key(record)
     cells, groups = formulas.cell_table(record), formulas.group_table(record)
     for context in record["config"]["benchmark"]["contexts"]:
         key = (dtype, threads, 1, context)

@@ -33,6 +33,7 @@ from llm_models.kernels.matvec import KERNELS, Kernel, Prepared
 from llm_models.kernels.row_dot import compile_static
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.model import LlamaDecoder, rms_norm
+from llm_models.serving.llama import fused_matrices as layer_matrices
 
 from .attention import ATTENTION, attend
 from .llama_modes import LLAMA_KINDS
@@ -80,11 +81,8 @@ def head_step(x: Tensor, norm: Tensor, head: Prepared, apply: Callable[..., Tens
 def fused_matrices(model: LlamaDecoder) -> dict[str, list[tuple[Tensor, None]]]:
     """Per kind, every layer's float32 (out, in) matrix, q/k/v and gate/up concatenated; the head is the
     (tied) embedding. The matrices the kernel table measures and the twin is built from."""
-    layers = model.layers
-    return {"qkv": [(torch.cat([layer.q, layer.k, layer.v]).float(), None) for layer in layers],
-            "o": [(layer.o.float(), None) for layer in layers],
-            "gate_up": [(torch.cat([layer.gate, layer.up]).float(), None) for layer in layers],
-            "down": [(layer.down.float(), None) for layer in layers],
+    fused = [layer_matrices(layer) for layer in model.layers]  # the server's fusion, layer by layer
+    return {**{kind: [(matrices[kind].float(), None) for matrices in fused] for kind in LLAMA_KINDS[:4]},
             "head": [(model.head.float(), None)]}
 
 

@@ -2,8 +2,7 @@
 memory floor (their shapes, and the bytes each moves) and the square matmul that gives the arithmetic floor.
 
 Torch-free, and the one home of each: the timed module (decode_bandwidth.bandwidth) and the benchmark take them
-from here, and the record's figures, views and tests read them through decode_bandwidth.figures.formulas, which
-re-exports them.
+from here, and so do the record's figures, views and tests.
 """
 
 from __future__ import annotations

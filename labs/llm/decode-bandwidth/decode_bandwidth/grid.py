@@ -2,7 +2,7 @@
 stored in, the tolerance every mode's logits must meet before timing, and the groups a run covers.
 
 Torch-free, and the one home of each: the timed modules (model, equivalence, the benchmark) take them from here,
-and the record's figures, views and tests read them through decode_bandwidth.figures.formulas, which re-exports them.
+and so do the record's figures, views and tests.
 """
 
 from __future__ import annotations

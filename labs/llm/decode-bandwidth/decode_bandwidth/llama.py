@@ -12,7 +12,8 @@ caches. Beside them, the fast twin of our decoder (``decode_bandwidth.fast_llama
 ``ours-fused`` (q/k/v and gate/up fused, each matrix kind through the kernel the kernel table measured fastest in
 this run) and ``ours-fused-compiled`` (the same, each layer one region torch.compile generates; its compile time
 is recorded); and ``ours-int8``, the eager twin over int8 weight-only codes (llm_models.kernels.quantize) through
-the int8 kernel measured fastest per kind. Before any timing, one untimed step per mode at every context is
+the int8 kernel measured fastest per kind; and ``served``, the step the server runs (llm_models.serving.llama) for
+one request, its cache in a paged block pool, its kernels from the serving core's own table. Before any timing, one untimed step per mode at every context is
 compared: ours must give transformers' logits, each float32 fast mode ours', and the int8 mode the logits of ours
 on the int8 round trip of the weights, within the stated tolerance, or the run stops. How far that round trip is
 from the float32 model is measured after the timing (``int8_quality``).
@@ -37,6 +38,11 @@ from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.generate import ChatModel
 from llm_models.llama.model import LlamaDecoder
+from llm_models.serving import kernels as serving_kernels
+from llm_models.serving.engine import EngineConfig
+from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.pool import LayeredPool
+from llm_models.serving.sizes import blocks_for
 from llm_models.texts import PYTHON_REFERENCE
 
 from . import attention, llama_modes, native
@@ -82,12 +88,12 @@ def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) 
 
 
 def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int, generator: torch.Generator,
-                 fast: dict[str, FastLlama] | None = None,
-                 round_trip: LlamaDecoder | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
+                 fast: dict[str, FastLlama] | None = None, round_trip: LlamaDecoder | None = None,
+                 served: LlamaServingModel | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
     """Per mode, one decode step at ``context`` over the same random cache contents and the reset that rewinds
     its cache (run outside the clock); and the list every step appends its logits to, which the reset clears.
     With ``round_trip`` (our decoder on the int8 round trip of the weights) its untimed step is there too, as
-    ``ROUND_TRIP``: the int8 mode's reference."""
+    ``ROUND_TRIP``: the int8 mode's reference. With ``served``, the served step over the same contents in a pool."""
     device = model.device
     cached = context - 1
     layers = [(keys.to(device), values.to(device)) for keys, values in random_layers(model, cached, generator)]
@@ -125,7 +131,34 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
         runners[mode] = own_cache_runner(twin.step, twin.model, layers, token, context, held)
     if round_trip is not None:
         runners[ROUND_TRIP] = own_cache_runner(round_trip, round_trip, layers, token, context, held)
+    if served is not None:
+        runners[llama_modes.LLAMA_SERVED] = served_runner(served, layers, int(token[0, 0]), context, held)
     return runners, held
+
+
+def served_runner(served: LlamaServingModel, layers: list[tuple[Tensor, Tensor]], token: int, context: int,
+                  held: list[Tensor]) -> Runner:
+    """The served step for one request whose first ``context - 1`` positions hold ``layers``' keys and values,
+    copied block by block into a pool of the serving engine's block size. The step writes position ``context - 1``
+    in place, so running it again repeats the same step: the reset only drops the logits."""
+    cached, size = context - 1, EngineConfig.block_size
+    pool = LayeredPool(served.config, served.layers, blocks_for(context, size), size)
+    table = pool.allocate(blocks_for(context, size))
+    for index, (keys, values) in enumerate(layers):  # (1, Hkv, cached, D) each
+        for number, block in enumerate(table):
+            start, end = number * size, min((number + 1) * size, cached)
+            if start >= end:
+                break
+            pool.layer_keys(index)[block, :, :end - start] = keys[0, :, start:end]
+            pool.layer_values(index)[block, :, :end - start] = values[0, :, start:end]
+
+    def run() -> None:
+        held.append(served.decode(pool, [token], [cached], [table])[:, None])  # (1, 1, vocab), as the decoder's
+
+    def reset() -> None:
+        held.clear()
+
+    return run, reset
 
 
 def own_cache_runner(step: Callable[[Tensor, list[LayerCache]], Tensor], model: LlamaDecoder,
@@ -167,7 +200,7 @@ def check_step(runners: dict[str, Runner], held: list[Tensor], context: int) -> 
     fast = {mode: harness.compare(logits[mode], logits[reference_of(mode)], llama_modes.LLAMA_FAST_ATOL,
                                   llama_modes.LLAMA_FAST_RTOL, f"Llama {mode} differs from {reference_of(mode)} at "
                                   f"context {context}")
-            for mode in llama_modes.LLAMA_FAST if mode in logits}
+            for mode in llama_modes.LLAMA_CHECKED if mode in logits}
     return {"context": context, **entry, "fast": fast}
 
 
@@ -204,16 +237,25 @@ def prepare(args: argparse.Namespace, threads: list[int],
                                attention["chosen"])
         bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
         kernels["warm_s"][mode] = fast[mode].warm()
+    bench.progress(f"Llama {llama_modes.LLAMA_SERVED}: the serving core's kernel table, {threads[0]} thread(s)")
+    served = LlamaServingModel(model, None if kernel_ns is None else served_timings(kernel_ns))
     with torch.inference_mode():
         for context in args.contexts:
             bench.progress(f"Llama equivalence: one step per mode at context {context}, ours against transformers, "
                            f"the float32 fast modes against ours, {llama_modes.LLAMA_INT8} against ours on the int8 "
                            "round trip")
-            runners[context] = step_runners(model, reference, context, generator, fast, round_trip)
+            runners[context] = step_runners(model, reference, context, generator, fast, round_trip, served)
             checks.append(check_step(*runners[context], context))
     return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners,
-            "equivalence": checks, "kernels": kernels, "attention": attention,
+            "equivalence": checks, "kernels": kernels, "attention": attention, "served_kernels": served.kernels.as_record(),
             "prepare_ns": time.perf_counter_ns() - started}
+
+
+def served_timings(kernel_ns: Mapping[str, Mapping[str, float]]) -> dict[str, dict[int, dict[str, float]]]:
+    """The serving core's kernel timings (kind -> rows -> kernel -> ns) a test's fixed ranking implies: the same
+    ranking among the serving core's candidates, at every row count it times."""
+    return {kind: {rows: {name: ns for name, ns in kernel_ns[kind].items() if name in serving_kernels.CANDIDATES}
+                   for rows in serving_kernels.ROWS} for kind in serving_kernels.KINDS}
 
 
 def kernel_table(model: LlamaDecoder, threads: int,
@@ -313,7 +355,8 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "order_policy": bench.ORDER_POLICY, "cache_contents": CACHE_CONTENTS,
             "tolerance": {"atol": llama_modes.LLAMA_ATOL, "rtol": llama_modes.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "fast_tolerance": {"atol": llama_modes.LLAMA_FAST_ATOL, "rtol": llama_modes.LLAMA_FAST_RTOL},
-            "kernels": prepared["kernels"], "attention": prepared["attention"], "int8_reference": ROUND_TRIP, "quality": quality,
+            "kernels": prepared["kernels"], "attention": prepared["attention"],
+            "served_kernels": prepared["served_kernels"], "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 

@@ -2,8 +2,7 @@
 tolerance its step must meet, and how the int8 model's quality is scored.
 
 Torch-free, and the one home of each: the timed module (decode_bandwidth.llama), the fast twin and the benchmark
-take them from here, and the record's figures, views and tests read them through decode_bandwidth.figures.formulas,
-which re-exports them.
+take them from here, and so do the record's figures, views and tests.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.summary import median
+from llm_models.kernels.choice import fastest
 
 # The trained model beside the grid: the project's Llama-family decoder (llm_models.llama) on SmolLM2-135M-Instruct,
 # against transformers' LlamaForCausalLM on the same tensors, at batch 1 in float32. ``tiny`` is a seeded random
@@ -20,8 +20,11 @@ LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from it
                  "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
 # Our decoder's preallocated cache, transformers' DynamicCache, then the fast twin (decode_bandwidth.fast_llama) of
 # our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled, and
-# eager over int8 weight-only codes.
-LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8"]
+# eager over int8 weight-only codes; and the step the server runs (llm_models.serving.llama): one request's token
+# over a paged block pool, through the serving core's own kernel table, timed in the same rounds so that the
+# serving page's step stands beside this lab's as a paired ratio.
+LLAMA_SERVED = "served"
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8", LLAMA_SERVED]
 # Each fast mode: the weights its kernels read (llm_models.kernels.matvec formats) and whether its layers are compiled.
 LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True), "ours-int8": ("int8", False)}
 LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal (it equals transformers')
@@ -29,7 +32,9 @@ LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal 
 # the float model its codes stand for. How far that model is from the float32 one is its quality, measured apart.
 LLAMA_INT8 = "ours-int8"
 LLAMA_WEIGHTS = {mode: LLAMA_FAST.get(mode, ("float32", False))[0] for mode in LLAMA_MODES}  # what each mode reads
-LLAMA_OURS = tuple(mode for mode in LLAMA_MODES if mode != "hf-dynamic" and LLAMA_WEIGHTS[mode] == "float32")
+# The lab's own float32 modes, among which "best" is chosen: not transformers', not the server's.
+LLAMA_OURS = tuple(mode for mode in LLAMA_MODES
+                   if mode not in ("hf-dynamic", LLAMA_SERVED) and LLAMA_WEIGHTS[mode] == "float32")
 LLAMA_BASELINE = "hf-dynamic"
 LLAMA_DTYPE = "float32"
 LLAMA_BATCH = 1
@@ -48,6 +53,9 @@ LLAMA_RTOL = 1e-4
 # most likely token agreed.
 LLAMA_FAST_ATOL = 1e-2
 LLAMA_FAST_RTOL = 1e-4
+# The modes held to that bound against ours-prealloc (or, for int8, ours on the int8 round trip): the fast twins
+# and the served step, whose fused matrices and kernels reorder the same sums.
+LLAMA_CHECKED = (*LLAMA_FAST, LLAMA_SERVED)
 # The kinds of weight matrix the fast twin's step multiplies by (decode_bandwidth.fast_llama): q, k and v as one
 # matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
 LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
@@ -95,8 +103,7 @@ def quality_positions(max_positions: int) -> int:
 def fastest_kernel(row: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
     """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie),
     among ``names`` where given (one weight format's candidates)."""
-    kernels = row["kernels"]
-    return min((name for name in kernels if names is None or name in names), key=lambda name: kernels[name]["ns"])
+    return fastest({name: kernel["ns"] for name, kernel in row["kernels"].items()}, names)
 
 
 def fastest_attention(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from .config import DecoderConfig, preset
-from .figures.formulas import LLAMA_KINDS
+from .llama_modes import LLAMA_KINDS
 from .model import Decoder
 
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}  # float32, two layers of width 32: cached vs full, ours vs transformers

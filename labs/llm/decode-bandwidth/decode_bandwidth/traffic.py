@@ -2,7 +2,7 @@
 and its flops, and per kind of operation the profile counts. A Llama step's are llm_models.llama.traffic's.
 
 Torch-free, and the one home of each: the timed modules (bandwidth, profile) take them from here, and the
-record's figures, views and tests read them through decode_bandwidth.figures.formulas, which re-exports them. A formula takes the record's model config (``config.model``, or
+record's figures, views and tests import them from here too. A formula takes the record's model config (``config.model``, or
 ``DecoderConfig.as_record()``) and the bytes per element of the dtype it is applied in; the KV cache's bytes are
 the formula every lab shares (llm_models.kv_bytes).
 """

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import cell_table, group_key, headline_key
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.grid import group_key, headline_key
 from site_hooks.blocks import View
 
 from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, accelerator_view
@@ -34,6 +35,7 @@ from .trained import (
     trained_ladder_view,
     trained_paired_view,
     trained_quality_view,
+    trained_served_view,
     trained_verdict_view,
     trained_view,
 )
@@ -47,7 +49,7 @@ VIEWS: dict[str, View] = {
     "answer-bound": answer_bound_view, "answer-crossover": answer_crossover_view,
     "compiled": compiled_view, "compiled-summary": compiled_summary_view, "kernels": kernel_chart_view,
     "trained": trained_view, "trained-bytes": trained_bytes_view, "trained-verdict": trained_verdict_view,
-    "trained-ladder": trained_ladder_view, "trained-paired": trained_paired_view, "trained-quality": trained_quality_view,
+    "trained-ladder": trained_ladder_view, "trained-paired": trained_paired_view, "trained-served": trained_served_view, "trained-quality": trained_quality_view,
     "trained-answers": trained_answers_view, "trained-contrast": trained_contrast_view,
     "trained-kernels": trained_kernels_view, "trained-attention": trained_attention_view, "accelerator": accelerator_view,
     "accelerator-lessons": accelerator_lessons_view, "accelerator-takeaway": accelerator_takeaway_view,

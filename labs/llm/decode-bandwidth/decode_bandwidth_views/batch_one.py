@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import COMPILED, cell_table, group_key, headline_key
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.grid import COMPILED, group_key, headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import cell_table, group_table, headline_key, other_layout
+from decode_bandwidth.figures.formulas import cell_table, group_table, other_layout
+from decode_bandwidth.grid import headline_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 

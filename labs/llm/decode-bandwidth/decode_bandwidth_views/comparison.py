@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import MODES, OURS, cell_table, group_key, headline_key
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.grid import MODES, OURS, group_key, headline_key
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 from site_hooks.prose import NOISY_SPREAD

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import COMPILED, cell_table
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.grid import COMPILED
 from site_hooks.blocks import Block, Strong, Table
 from site_hooks.formatting import format_ms, format_ratio, format_seconds
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import COMPILED
+from decode_bandwidth.grid import COMPILED
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_sci, join
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import (
-    BYTES_PER_ELEMENT,
-    READ_KERNELS,
-    headline_key,
-)
+from decode_bandwidth.floors import READ_KERNELS
+from decode_bandwidth.grid import headline_key
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_bytes, format_ms, format_number, format_ratio, join
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import COMPILED, LAYOUT_KERNELS, headline_key
+from decode_bandwidth.grid import COMPILED, LAYOUT_KERNELS, headline_key
 from site_hooks.blocks import Block, Chart, Strong, Table
 from site_hooks.chart import BarGroup, bar_chart
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
@@ -13,7 +13,7 @@ from site_hooks.formatting import format_ms, format_number, format_ratio, join
 from .common import gbs
 
 LABELS = {"in_out": "(in, out)", "out_in": "(out, in)"}
-# The kernels a row may hold (formulas.LAYOUT_KERNELS), in the table's order: the stored layout's two BLAS calls,
+# The kernels a row may hold (decode_bandwidth.grid.LAYOUT_KERNELS), in the table's order: the stored layout's two BLAS calls,
 # then two more kernels over an (out, in) copy of the same matrix.
 KERNELS = dict(zip(LAYOUT_KERNELS, ("addmm, (in, out)", "F.linear, (out, in)", "oneDNN linear, packed",
                                     f"{COMPILED}'s generated loop"), strict=True))

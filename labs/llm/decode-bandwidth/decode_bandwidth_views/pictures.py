@@ -1,5 +1,5 @@
 """The page's concept diagrams: the bytes of one step, weights against KV, as the record stores them from
-formulas.step_bytes for every batch x context of the headline grid; and which regime holds in each cell
+step_bytes for every batch x context of the headline grid; and which regime holds in each cell
 (formulas.regime on the record's two floors and medians, stored per cell). site_hooks.diagrams draws them."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from decode_bandwidth.figures.formulas import REGIMES, best_cell, cell_table, headline_key
+from decode_bandwidth.figures.formulas import REGIMES, best_cell, cell_table
+from decode_bandwidth.grid import headline_key
 from site_hooks.blocks import Block
 from site_hooks.chart import log_ticks
 from site_hooks.diagrams import Canvas, Diagram, legend
@@ -75,7 +76,7 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
     over = [g for g in groups if g["bytes"]["kv_read"] > g["bytes"]["weights"]]
     crossover = record["kv_crossover"]["batch_x_context"]
     reached = f", passed in {len(over)} of {len(groups)} cells." if over else ", which no cell here reaches."
-    caption = (f"Bars to one scale, from formulas.step_bytes on the record's model, {dtype}. The weights cost the same "
+    caption = (f"Bars to one scale, from step_bytes on the record's model, {dtype}. The weights cost the same "
                f"at every batch; the KV read grows with batch × context and equals them at B × T ≈ {crossover:,.0f}"
                f"{reached} The right column divides each total by the fastest read bandwidth measured at "
                f"{threads_text(threads)}: no step can be faster than that floor.")

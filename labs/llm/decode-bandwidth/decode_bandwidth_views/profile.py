@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import MATRICES, cell_table
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.traffic import MATRICES
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_number, format_ratio
 

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import (
-    COMPILED,
-    OURS,
-    READ_KERNELS,
-    REGIMES,
-    best_cell,
-    cell_table,
-    headline_key,
-)
+from decode_bandwidth.figures.formulas import REGIMES, best_cell, cell_table
+from decode_bandwidth.floors import READ_KERNELS
+from decode_bandwidth.grid import COMPILED, OURS, headline_key
 from site_hooks.blocks import Block, answer
 from site_hooks.formatting import format_bytes, format_ms, format_ratio, join, spelled
 

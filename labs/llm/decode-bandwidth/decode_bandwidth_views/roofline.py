@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import cell_table, headline_key
+from decode_bandwidth.figures.formulas import cell_table
+from decode_bandwidth.grid import headline_key
 from site_hooks.blocks import Block, Chart
 from site_hooks.chart import Series, line_chart
 

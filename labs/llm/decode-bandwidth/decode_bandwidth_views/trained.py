@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import (
-    LLAMA_BASELINE,
-    LLAMA_INT8,
-    LLAMA_LADDER,
-    REGIMES,
-    headline_key,
-)
+from decode_bandwidth.figures.formulas import LLAMA_LADDER, REGIMES
+from decode_bandwidth.grid import headline_key
+from decode_bandwidth.llama_modes import LLAMA_BASELINE, LLAMA_INT8, LLAMA_SERVED
 from site_hooks.blocks import Block, Strong, Table, answer
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
@@ -91,7 +87,7 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
                                    f"{format_bytes(p['head_bytes'])} of head, {format_bytes(p['step_kv_bytes'])} of KV "
                                    "cache" for name, p, _ in rows))
     llama, l_model = section["contrast"]["llama"], section["model"]
-    caption = (f"Bars to one scale, from formulas.step_bytes and formulas.llama_step_bytes on the two configs in the "
+    caption = (f"Bars to one scale, from step_bytes and llama_step_bytes on the two configs in the "
                f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves "
                f"{llama['queries_per_kv_head']} of its {l_model['heads']} query heads, so its cache holds "
                f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
@@ -128,11 +124,11 @@ def trained_view(record: dict[str, Any]) -> Block:
     """Per thread count and context: every mode's step and its ratio to the floor, the fastest in bold."""
     section = record["llama"]
     cells, groups = llama_cells(record), llama_groups(record)
-    modes = list(LLAMA_LADDER)
+    modes = [*LLAMA_LADDER, LLAMA_SERVED]  # the server's step last: it is set beside the ladder, not on it
     rows = []
     for (threads, context), group in groups.items():
         shown = [cells[(threads, context, mode)] for mode in modes]
-        fastest = min(shown, key=lambda cell: cell["median_ns_per_step"])["mode"]
+        fastest = min(shown[:-1], key=lambda cell: cell["median_ns_per_step"])["mode"]
         rows.append((threads, f"{context:,}", format_ms(group["floor_ns_per_step"]),
                      format_ms(group["int8_floor_ns_per_step"]),
                      *[Strong(f"{format_ms(c['median_ns_per_step'])} ({format_ratio(c['step_over_floor'])})")
@@ -142,17 +138,18 @@ def trained_view(record: dict[str, Any]) -> Block:
     table = Table(headings=["Threads", "Context", "float32 floor (ms)", "int8 floor (ms)",
                             *[f"{mode} (ms, ÷ its floor)" for mode in modes], f"best float32 of ours ÷ {LLAMA_BASELINE}"],
                   rows=rows, caption=f"{llama_name(record)}, batch {section['batch']}, {section['dtype']} activations; "
-                                     f"{LLAMA_INT8} reads int8 weights, every other mode float32")
+                                     f"{LLAMA_INT8} reads int8 weights, every other mode float32; {LLAMA_SERVED} is "
+                                     "the server's step over a paged cache")
     checks = section["equivalence"]
     tolerance = section["tolerance"]
     agree = all(entry["argmax_agrees_every_step"] for entry in checks)
     fast = [check for entry in checks for check in entry["fast"].values()]
     notes = [
         f"Median milliseconds per decode step over {section['repeats']} timed steps per mode, after {section['warmup']} "
-        f"untimed, the modes in rotating order; the fastest is in bold. Cache: {section['cache_contents']}. "
+        f"untimed, the modes in rotating order; the fastest of this lab's own is in bold. Cache: {section['cache_contents']}. "
         f"{LLAMA_BASELINE} is {section['reference']}.",
         f"Before any timing, one step of each at every context was checked: {OURS} gave transformers' logits "
-        f"within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}, and each fast mode {OURS}'s within "
+        f"within atol = {tolerance['atol']:g}, rtol = {tolerance['rtol']:g}, and each fast mode and {LLAMA_SERVED} {OURS}'s within "
         f"atol = {section['fast_tolerance']['atol']:g}, rtol = {section['fast_tolerance']['rtol']:g} (its dot "
         f"products sum in another order; {LLAMA_INT8} against {section['int8_reference']}, the float model its codes "
         "stand for); the "
@@ -394,7 +391,7 @@ def trained_item(record: dict[str, Any]) -> str:
 # The comparisons the paired rounds give, in the order the page draws them: (figure, column heading).
 PAIRED = (("best_over_floor", "best float32 ÷ its floor"), ("best_over_transformers", f"best float32 ÷ {LLAMA_BASELINE}"),
           ("ours_over_transformers", f"{OURS} ÷ {LLAMA_BASELINE}"), ("int8_over_floor", f"{LLAMA_INT8} ÷ its int8 floor"),
-          ("int8_over_best_float32", f"{LLAMA_INT8} ÷ best float32"))
+          ("int8_over_best_float32", f"{LLAMA_INT8} ÷ best float32"), ("served_over_best", "served ÷ best float32"))
 
 
 def paired_text(ratio: dict[str, Any]) -> str:
@@ -420,3 +417,24 @@ def trained_paired_view(record: dict[str, Any]) -> Block:
         "that moment slowed both of its sides, and the page quotes the median of those ratios. It calls one step "
         "faster than another only where their middle half lies wholly on one side of 1; absolute times in the "
         "tables are this run's."], tables=[table])
+
+
+def trained_served_view(record: dict[str, Any]) -> Block:
+    """The server's step for one request beside this lab's best float32 step, per thread count: the paired ratio's
+    direction named only where its rounds' middle half lies wholly on one side of 1 (common.against)."""
+    section = record["llama"]
+    groups = llama_groups(record)
+    contexts = section["contexts"]
+    parts = []
+    for threads in section["threads"]:
+        mine = [groups[(threads, context)] for context in contexts]
+        verdict = against([g["served_over_best"] for g in mine], [g["sides"]["served_over_best"] for g in mine],
+                          contexts, "this lab's best float32 step")
+        parts.append(f"on {threads_text(threads)} it was {verdict}")
+    return Block(paragraphs=[
+        "The server runs its own copy of this step (the serving page's engine): one request's token over a cache "
+        "kept in fixed-size blocks of a shared pool, its matrices fused the same way, each multiplied by the "
+        "kernel the serving engine's own table chose, and it took its place in every round above, after matching "
+        f"{OURS}'s logits within the same tolerance. Taken round by round, "
+        + "; ".join(parts) + ". What a paged cache and a served step add over a contiguous one shows here as that "
+        "ratio's distance from 1."])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from decode_bandwidth.figures.formulas import BYTES_PER_ELEMENT, cell_table, group_table, other_layout
+from decode_bandwidth.figures.formulas import cell_table, group_table, other_layout
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join
 

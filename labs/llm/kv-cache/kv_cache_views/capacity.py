@@ -1,4 +1,4 @@
-"""Real models' caches: the table of published configurations and the page's calculator. The record stores
+"""Real models' caches: the table of published configurations and the page's calculator. The site derives
 each model's bytes per token, cache per context and tokens that fit (kv_cache.figures.capacity, priced by
 llm_models.kv_bytes.kv_bytes_per_token from llm_models/published/models.toml); the calculator's JavaScript
 repeats that one formula in the browser, and tests/test_browser.py checks the two agree for every model and

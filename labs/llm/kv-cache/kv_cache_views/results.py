@@ -1,8 +1,8 @@
 """What the record establishes, in the reader's terms: the key results, the regime of each path, the takeaways
-whose wording depends on the data, and the answers to the page's check-yourself questions. Every figure is a
-stored one (the sweep's statistics and regimes, labkit.summary; the cache's bytes, the real models' capacity and
+whose wording depends on the data, and the answers to the page's check-yourself questions. Every figure is
+derived from the record when it is read (the sweep's statistics and regimes, labkit.summary; the cache's bytes, the real models' capacity and
 the cached step's read and each mode's step shape, kv_cache.figures); every comparative word is chosen here from
-those figures, and a step is called flat, growing or risen only where the stored shape says the difference exceeds
+those figures, and a step is called flat, growing or risen only where the derived shape says the difference exceeds
 the cells' own min–max spreads (kv_cache.figures.step_shape)."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def spreads(low_high: list[float]) -> str:
 
 @dataclass(frozen=True)
 class Shape:
-    """What one mode's step did over the sweep, as far as its cells' own spreads let the record tell: the stored
+    """What one mode's step did over the sweep, as far as its cells' own spreads let the record tell: the derived
     step_shapes figures (kv_cache.figures.step_shape) beside the cells they were derived from."""
 
     cells: dict[int, Cell]
@@ -183,7 +183,7 @@ def read_sentence(record: dict[str, Any], bandwidth: float | None = None) -> str
 
 
 def speed_item(record: dict[str, Any]) -> str:
-    """The whole loop's ratio of medians at both ends, worded by the stored order of the two loops' raw
+    """The whole loop's ratio of medians at both ends, worded by the derived order of the two loops' raw
     repetitions (kv_cache.figures.loop_order): faster or slower only where their min–max ranges do not overlap."""
     entries, orders = record["lengths"], record["loop_order"]
     ends = [(entries[0], orders[0]), (entries[-1], orders[-1])]

@@ -81,9 +81,9 @@ def workload_section(chat: Any, name: str, args: argparse.Namespace) -> dict[str
 def sections(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from llm_models.serving.llama import served
     from llm_models.llama.generate import smollm2
     from llm_models.llama.weights import GGUF_NAME, trained
+    from llm_models.serving.llama import served
     from llm_models.texts import PYTHON_REFERENCE
 
     started = time.perf_counter()

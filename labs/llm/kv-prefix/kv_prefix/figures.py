@@ -14,18 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_models.serving.sizes import block_bytes
 from labkit.figures import Figures, refuse
 from labkit.summary import halves_below, percentile
 from llm_models.hardware import H100_SXM
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.published import model
+from llm_models.serving.sizes import block_bytes
 
 from .workloads import common_prefix, next_prompt
 
 # A run's TTFT is "lower" than another's only where the middle halves of their requests' TTFTs do not overlap:
 # one run per setting, so the requests' own spread is the noise a difference must clear.
 ORDERS = ("fcfs", "longest-prefix")
-ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 CACHINGS = ("off", "hash", "radix")
 POOLS = ("holds", "evicts")
 # Where at least this share of the uncached run's prefill was still to do when its last request arrived, the page
@@ -111,7 +111,7 @@ def block_cost(record: dict[str, Any]) -> dict[str, Any]:
     keys and values for block_size positions), and block_size tokens at the prefill rate of the uncached
     shared-system run (its prefill seconds over its prefilled tokens); the shared system prompt in whole blocks."""
     config, shape = record["config"], record["model"]
-    size, element = config["block_size"], ELEMENT_BYTES[shape["dtype"]]
+    size, element = config["block_size"], BYTES_PER_ELEMENT[shape["dtype"]]
     server = record["workloads"]["shared_system"]["runs"][run_key("off", "fcfs", "holds")]["server"]
     shared = common_prefix(*(session["prompt"] for session in record["workloads"]["shared_system"]["sessions"]))
     per_token = server["prefill_seconds"] / server["prefill_tokens"]

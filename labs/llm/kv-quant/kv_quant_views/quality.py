@@ -1,6 +1,6 @@
 """Quality: the error chain on random weights, and on the trained model perplexity, KL divergence and top-1
 agreement with their bootstrap intervals, per context; keys against values; the cases where perplexity alone
-would have hidden damage; greedy departures; fp8's scale. Every comparative word is chosen from the stored
+would have hidden damage; greedy departures; fp8's scale. Every comparative word is chosen from the derived
 intervals (a difference whose interval holds zero is called one the record cannot tell)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The key results, the takeaways whose wording depends on the data, and the answers to the page's questions,
-worded from the checked record: every comparative word follows a stored figure or interval."""
+worded from the checked record: every comparative word follows a figure or interval derived from it when it was read."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@
 
 Before any load, the serving model proves that batched paged decoding gives
 each request the tokens and logits it gets alone (the equivalence gate),
-and one decode step is timed at several batch sizes. Every experiment then
+and one decode step is timed at several batch sizes; the trained model
+prefills prompts of ever-new lengths while this process's resident memory
+is read after each (the memory section). Every experiment then
 starts the lab server as its own process on 127.0.0.1 and drives it with
 the load generator, which speaks only the OpenAI completions protocol.
 Targets are reported in the record, never asserted. Written atomically at
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,10 +31,9 @@ import torch
 from labkit import bench, harness
 from labkit.manifest import lab_for
 from llm_models import paged
-
-from . import figures, trained_load
-
+from llm_models.llama.generate import smollm2
 from llm_models.serving import dtypes, kernels
+from llm_models.serving.admission import kv_positions
 from llm_models.serving.dtypes import (
     CHOSEN_BY_FLAG,
     CHOSEN_BY_SUPPLIED_PROBES,
@@ -40,13 +43,16 @@ from llm_models.serving.dtypes import (
     tie_bound,
 )
 from llm_models.serving.engine import SERVING_LAYERS, SERVING_MODEL, serving_model
-from .launch import server_processes, server_threads
-from llm_models.serving.llama import LlamaServingModel
-from .loadgen import RunResult, run_load
+from llm_models.serving.kernel_rows import PREFILL_PACKED_ROWS
+from llm_models.serving.llama import LlamaServingModel, served
 from llm_models.serving.model import ServingModel, greedy_together
 from llm_models.serving.pool import LayeredPool, block_bytes
 from llm_models.serving.sizes import blocks_for
 from llm_models.serving.sizes import budget_blocks as blocks_in_budget
+
+from . import figures, trained_load
+from .launch import server_processes, server_threads
+from .loadgen import RunResult, run_load
 from .workload import WorkItem, WorkloadSpec, make_workload, real_prompts
 
 LAB, ROOT = lab_for(__file__)
@@ -103,7 +109,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--rates must be distinct (each rate gets its own server), got {args.rates}")
     if min(args.admission_rate, args.cancel_rate, *args.rates) <= 0:
         parser.error(f"arrival rates must be positive, got {args.admission_rate}, {args.cancel_rate}, {args.rates}")
-    longest = blocks_for(args.prompt_max + args.output_max - 1, args.block_size)
+    longest = blocks_for(kv_positions(args.prompt_max, args.output_max), args.block_size)
     for name in ("num_blocks", "sweep_blocks"):
         if getattr(args, name) < longest:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} cannot hold the longest request the "
@@ -227,6 +233,93 @@ def step_times(model: ServingModel, args: argparse.Namespace) -> list[dict[str, 
     return rows
 
 
+# ---- in-process: resident memory while prompts of ever-new lengths arrive --------------------------------------
+# The prompts, one request each, after a warm-up prompt a token longer than any (prefill_memory): first every row
+# count the packed kernel may still meet in a prefill (1 to PREFILL_PACKED_ROWS, 528 tokens: the whole bounded set it
+# keeps a primitive for), then every length from MEMORY_LONGEST down to PREFILL_PACKED_ROWS + 1 (the BLAS kernel's),
+# each new to this process, the longest first, so that no prompt needs more activation memory than one before it.
+# 88 prompts, 3,916 tokens: about 16 s at the 250 tokens/s one quiet thread prefilled the trained model at these
+# lengths on the 2-core AMD EPYC (18 to 26 s with the cores shared). With oneDNN's packed kernel taking these
+# prefills, each new length there kept about 1.7 MB: the window's 48 new lengths would show some 80 MB.
+MEMORY_LONGEST = 88
+# Prompts above the bound before the window whose growth the figures judge (kv_serving.figures): what the allocator
+# still does after the warm-up lands here, not in the window. Measured there: after the warm-up, none of the 56 moved
+# resident memory by more than 4 kB; in a run without one, the first of them moved it by 4.7 MB, the next seven by up
+# to 0.4 MB each.
+MEMORY_SETTLE = 8
+MEMORY_QUICK_WINDOW = 4  # a quick run's prompts after the settling ones: the section's shape, 514 tokens in 2 to 4 s
+MEMORY_QUICK_STRIDE = 8  # and every 8th row count of the packed kernel's
+MEMORY_SEED_OFFSET = 11  # the prompts' random token ids, apart from the other sections'
+STATUS = Path("/proc/self/status")  # VmRSS: this process's resident memory, in kB
+
+
+def memory_lengths(quick: bool) -> list[int]:
+    """The section's prompt lengths in the order prefilled: the packed kernel's row counts, then the longer ones from
+    the longest down; every one distinct."""
+    longest = PREFILL_PACKED_ROWS + MEMORY_SETTLE + MEMORY_QUICK_WINDOW if quick else MEMORY_LONGEST
+    packed = range(1, PREFILL_PACKED_ROWS + 1, MEMORY_QUICK_STRIDE if quick else 1)
+    return [*packed, *range(longest, PREFILL_PACKED_ROWS, -1)]
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (VmRSS), None where the system has no /proc/self/status."""
+    try:
+        lines = STATUS.read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("VmRSS:")), None)
+
+
+def prefill_memory(model: LlamaServingModel, lengths: Sequence[int], block_size: int, seed: int,
+                   settle: int = MEMORY_SETTLE) -> dict[str, Any] | None:
+    """Each of ``lengths`` as one request's prompt, one after another, through the served model's prefill over a pool,
+    as the scheduler prefills a request admitted alone (blocks for its prompt, released after); this process's
+    resident bytes before the first and after each. Before the first reading, one prompt a token longer than any of
+    them (a length not among them): the pool's pages are touched only when first written, and a first prefill sets up
+    buffers of its own (3.7 MB on the trained model), neither of them state kept per length. None where resident
+    memory cannot be read. Random token ids: which kernels run and what they keep depend on a prompt's length, not on
+    its ids."""
+    warmup = max(lengths) + 1
+    generator = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist()
+               for n in [warmup, *lengths]]
+    # a prefill only (max_tokens 1): the pool holds the warm-up prompt, the longest
+    pool = LayeredPool(model.config, model.layers, blocks_for(kv_positions(warmup, 1), block_size), block_size)
+
+    def prefill(prompt: list[int]) -> None:
+        table = pool.allocate(blocks_for(kv_positions(len(prompt), 1), block_size))
+        try:
+            model.prefill(pool, [prompt], [table])
+        finally:
+            pool.release(table)
+
+    prefill(prompts[0])
+    gc.collect()  # what ran before leaves no garbage to be freed in the middle of the run
+    before, after = resident_bytes(), []
+    if before is None:
+        return None
+    started = time.perf_counter()
+    for prompt in prompts[1:]:
+        prefill(prompt)
+        after.append(resident_bytes())
+    return {"packed_rows": PREFILL_PACKED_ROWS, "settle": settle, "block_size": block_size, "seed": seed,
+            "threads": torch.get_num_threads(), "warmup_length": warmup, "lengths": list(lengths),
+            "rss_before_bytes": before, "rss_bytes": after, "seconds": time.perf_counter() - started}
+
+
+def memory_section(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The section on the trained model as the trained gate served it (the same copy: llm_models.serving.llama.served
+    and smollm2 keep one per process), at the run's thread count."""
+    model = served(smollm2(getattr(torch, args.dtype)).model)
+    lengths = memory_lengths(args.quick)
+    bench.progress(f"trained model: resident memory over {len(lengths)} prompts of distinct lengths, each prefilled "
+                   f"alone ({sum(lengths):,} tokens)")
+    section = prefill_memory(model, lengths, args.block_size, args.seed + MEMORY_SEED_OFFSET)
+    if section is None:
+        bench.progress(f"no {STATUS}: resident memory not measured")
+    return section
+
+
 # ---- against a server process --------------------------------------------------------------------------------
 def request_rows(run: RunResult, text: bool = False) -> list[dict[str, Any]]:
     """Each request's row; a text model's keeps its token ids and finish reason (to set against its solo run)."""
@@ -283,7 +376,7 @@ def admission_policies(args: argparse.Namespace) -> tuple[WorkloadSpec, dict[str
     count. The sizes the record stores beside them (longest, mean, budget bytes) are derived from these."""
     workload = spec(args, args.requests, args.admission_rate, 1)
     size = args.block_size
-    need = [blocks_for(len(i.prompt) + i.max_tokens - 1, size) for i in make_workload(workload)]
+    need = [blocks_for(kv_positions(len(i.prompt), i.max_tokens), size) for i in make_workload(workload)]
     longest = blocks_for(workload.longest_positions, size)  # the longest request the workload allows
     mean = statistics.mean(need)
     blocks = budget_blocks(args.num_blocks)  # smaller than the pool: the policy, not the allocator, enforces it
@@ -396,6 +489,10 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
     }
     planned = trained_load.plan(args, BYTE_BUDGET_SHARE)
     trained = trained_load.gate(args, planned, equivalence_gate, timed)
+    # in process, before any server: a quick run's servers are threads of this process, and would count in its memory
+    memory = memory_section(args)
+    if memory is not None:
+        record["memory"] = memory
     launch = server_threads if args.quick else server_processes
     # Two rounds of servers, each started together and stopped before the next: the trained model's (each holds
     # its own copy of SmolLM2's weights), then the random model's. Starting every process at once made their

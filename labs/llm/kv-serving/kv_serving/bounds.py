@@ -7,8 +7,8 @@ a later request's within the timeout of its first byte (uvicorn's keep-alive tim
 between requests). A body larger than the server reads is refused with a 413 before or while it arrives, and one
 that does not arrive within the timeout with a 408 (``read_body``). A stream whose client takes no byte for
 ``STALL_TIMEOUT_S`` is cancelled, sent a last error event and the end of its body behind what it has not read, and
-closed (``SEND_BUFFER_BYTES`` says why the buffers are small, ``StallWatch`` how taking is seen;
-kv_serving.server.EventStream does it). The lab's server (kv_serving.server, for either model) runs uvicorn with
+closed (``SEND_BUFFER_BYTES`` says why the buffers are small, ``StallWatch`` how taking is seen, ``stalls`` how a
+wait is watched; kv_serving.server.EventStream does it). The lab's server (kv_serving.server, for either model) runs uvicorn with
 ``bounded_config``.
 """
 
@@ -21,7 +21,7 @@ import socket
 import struct
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import h11
@@ -96,6 +96,17 @@ class StallWatch:
                 self._since = now  # the client took bytes since the last poll
             self._lowest = unsent
         return now - self._since >= self.timeout_s
+
+
+async def stalls(timeout_s: float, unsent: Callable[[], int | None], done: Callable[[float], Awaitable[bool]]) -> bool:
+    """Watch a client take what it was sent (``unsent``: the bytes it has not taken) until ``done`` says the wait is
+    over; True if the client took nothing for ``timeout_s`` first (``StallWatch``), False once done. ``done`` is given
+    the seconds it may wait before the next look (``StallWatch.poll_s``), and returns whether the wait is over."""
+    watch = StallWatch(timeout_s)
+    while not watch.poll(unsent()):  # the first look sets what the client has not taken yet
+        if await done(watch.poll_s):
+            return False
+    return True
 
 
 class BoundedHeaders(H11Protocol):

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from llm_models.serving.refusals import Refusal
+
 ACCEPTED_FIELDS = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "n", "temperature"})
 MAX_INT_DIGITS = 20  # no token id or max_tokens comes near; Python refuses to parse past 4300 digits anyway
 BYTES_PER_TOKEN_ID = 32  # a generous JSON spelling of one id: digits, comma, indentation
@@ -196,6 +198,22 @@ def _include_usage(body: dict[str, Any], stream: bool) -> bool:
         raise BadRequest(f"stream_options.include_usage must be true or false, got {_shown(include_usage)}",
                          param="stream_options")
     return include_usage
+
+
+# The HTTP status each of the engine's refusals is answered with: 400 for a request that can never run here as sent,
+# 503 for one the engine is too loaded or stopping to take now (with Retry-After), 500 for the engine's own fault.
+HTTP_STATUS: dict[Refusal, int] = {
+    Refusal.INVALID_REQUEST: 400,
+    Refusal.CONTEXT_LENGTH_EXCEEDED: 400,
+    Refusal.INVALID_TOKEN: 400,
+    Refusal.KV_BUDGET_EXCEEDED: 400,
+    Refusal.QUEUE_FULL: 503,
+    Refusal.PREFILL_QUEUE_FULL: 503,
+    Refusal.SERVER_SHUTTING_DOWN: 503,
+    Refusal.SCHEDULER_STOPPED: 503,
+    Refusal.REQUEST_FAILED: 503,
+    Refusal.INTERNAL_ERROR: 500,
+}
 
 
 def error_body(message: str, code: str, kind: str = "invalid_request_error",

@@ -55,9 +55,19 @@ from starlette.types import Message, Receive, Scope, Send
 from labkit.exit import exit_now
 from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
 from llm_models.cache_formats import block_bytes as format_block_bytes
+from llm_models.serving.admission import AdmissionPolicy, KVBudget
+from llm_models.serving.dtypes import DTYPES
+from llm_models.serving.engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
+from llm_models.serving.kernels import parse_timings
+from llm_models.serving.pool import block_bytes
+from llm_models.serving.prefill_bound import TTFT_TARGET_S
+from llm_models.serving.prefix import INDEXES
+from llm_models.serving.refusals import RequestRefused
+from llm_models.serving.request import Failed, Finished, Request, Token
+from llm_models.serving.scheduler import ORDERS, Scheduler
+from llm_models.serving.text import TextStream
 from llm_models.toy.config import ModelConfig
 
-from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from .bounds import (
     FLOW,
     REQUEST_TIMEOUT_S,
@@ -65,18 +75,13 @@ from .bounds import (
     TRANSPORT,
     BodyTooLarge,
     BodyTooSlow,
-    StallWatch,
     bounded_config,
     read_body,
+    stalls,
     unsent_bytes,
 )
-from llm_models.serving.dtypes import DTYPES
-from llm_models.serving.engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
-from llm_models.serving.kernels import parse_timings
-from llm_models.serving.pool import block_bytes
-from llm_models.serving.prefill_bound import TTFT_TARGET_S
-from llm_models.serving.prefix import INDEXES
 from .protocol import (
+    HTTP_STATUS,
     BadRequest,
     CompletionRequest,
     TokenReplies,
@@ -86,9 +91,6 @@ from .protocol import (
     sse,
     usage,
 )
-from llm_models.serving.request import Failed, Finished, Request, Token
-from llm_models.serving.scheduler import ORDERS, RequestRefused, Scheduler
-from llm_models.serving.text import TextStream
 from .text_protocol import TextReplies, TextRequest, parse_chat, parse_completion
 
 if TYPE_CHECKING:  # a type only: transformers is imported by the trained model's path alone
@@ -167,12 +169,14 @@ class EventStream(StreamingResponse):
                 await send(message)
                 return
             sending = asyncio.ensure_future(send(message))
-            watch = StallWatch(self.stall_timeout_s)
-            while not (await asyncio.wait((sending,), timeout=watch.poll_s))[0]:
-                if watch.poll(unsent()):
-                    sending.cancel()  # uvicorn waits for room before it writes: the message was not written
-                    await asyncio.gather(sending, return_exceptions=True)
-                    raise ClientStalled
+
+            async def sent(poll_s: float) -> bool:
+                return bool((await asyncio.wait((sending,), timeout=poll_s))[0])
+
+            if await stalls(self.stall_timeout_s, unsent, sent):
+                sending.cancel()  # uvicorn waits for room before it writes: the message was not written
+                await asyncio.gather(sending, return_exceptions=True)
+                raise ClientStalled
             sending.result()
 
         try:
@@ -191,17 +195,28 @@ class EventStream(StreamingResponse):
             await send({"type": "http.response.body", "body": last.encode(), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             transport.close()  # sends what is buffered, then closes
-            asyncio.ensure_future(abort_when_stalled(transport, self.stall_timeout_s))
+            closing = asyncio.ensure_future(abort_when_stalled(transport, self.stall_timeout_s))
+            CLOSING.add(closing)
+            closing.add_done_callback(CLOSING.discard)
+
+
+# Connections closing behind a cut stream, each watched until its client has taken what is left or it is aborted.
+# NOTE: the event loop keeps only a weak reference to a task; one referenced nowhere else may be collected mid-watch.
+CLOSING: set[asyncio.Future[None]] = set()
 
 
 async def abort_when_stalled(transport: asyncio.BaseTransport, timeout_s: float) -> None:
     """Abort a closing connection whose client takes nothing of what is left for ``timeout_s``."""
-    watch = StallWatch(timeout_s)
-    while (left := unsent_bytes(transport)) and transport.get_extra_info("socket") is not None:
-        if watch.poll(left):
-            transport.abort()
-            return
-        await asyncio.sleep(watch.poll_s)
+
+    def closed() -> bool:  # the client has taken everything, or the connection is gone
+        return not unsent_bytes(transport) or transport.get_extra_info("socket") is None
+
+    async def closed_after(poll_s: float) -> bool:
+        await asyncio.sleep(poll_s)
+        return closed()
+
+    if not closed() and await stalls(timeout_s, lambda: unsent_bytes(transport), closed_after):
+        transport.abort()
 
 
 def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
@@ -292,9 +307,10 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         except BadRequest as error:
             return JSONResponse(error_body(str(error), error.code, param=error.param), status_code=400)
         except RequestRefused as error:
-            headers = {"Retry-After": str(error.retry_after_s)} if error.status == 503 else None
-            kind = "server_overloaded" if error.status == 503 else "invalid_request_error"
-            return JSONResponse(error_body(str(error), error.code, kind, error.param), status_code=error.status,
+            status = HTTP_STATUS[error.refusal]
+            headers = {"Retry-After": str(error.retry_after_s)} if status == 503 else None
+            kind = "server_overloaded" if status == 503 else "invalid_request_error"
+            return JSONResponse(error_body(str(error), error.refusal.value, kind, error.param), status_code=status,
                                 headers=headers)
         replies = replies_for(body, request)
         if body.stream:
@@ -353,7 +369,7 @@ async def stream_events(scheduler: Scheduler, request: Request,
                 yield sse("[DONE]")
                 return
             else:
-                yield sse(error_body(event.message, event.code, "server_error"))
+                yield sse(error_body(event.message, event.refusal.value, "server_error"))
                 yield sse("[DONE]")
                 return
     finally:
@@ -390,7 +406,8 @@ async def complete(http: HTTPRequest, scheduler: Scheduler, request: Request,
         return JSONResponse(replies.body(request.reply_ids, text, request_usage(request), result.reason))
     scheduler.disconnect(request)
     if isinstance(result, Failed):
-        return JSONResponse(error_body(result.message, result.code, "server_error"), status_code=result.status)
+        return JSONResponse(error_body(result.message, result.refusal.value, "server_error"),
+                            status_code=HTTP_STATUS[result.refusal])
     return JSONResponse(error_body("the client disconnected", "request_failed", "server_error"), status_code=503)
 
 

@@ -21,16 +21,16 @@ from starlette.types import ASGIApp
 
 from labkit.waiting import HANG_S, Hung, eventually, until, within
 from llm_models.llama.generate import ChatModel
-from llm_models.toy.config import ModelConfig
-
 from llm_models.serving.admission import AdmissionPolicy, KVBudget
-from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.kernels import dump_timings, ranking
-from llm_models.serving.model import ServingModel
 from llm_models.serving.pool import block_bytes
 from llm_models.serving.request import Failed, Finished, Request, Token
+from llm_models.serving.runner import ServedModel
 from llm_models.serving.scheduler import Scheduler
+from llm_models.toy.config import ModelConfig
+
+from .bounds import HOST, REQUEST_TIMEOUT_S, SEND_BUFFER_BYTES, STALL_TIMEOUT_S, bounded_config
 from .server import GRACE_S, Server, create_app
 
 TINY_MODEL = ModelConfig(vocab_size=64, width=32, heads=4, kv_heads=2, max_positions=96, seed=3)
@@ -358,7 +358,7 @@ class Gate:
 class StepGate(Gate):
     """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely."""
 
-    def __init__(self, model: ServingModel, timeout_s: float = HANG_S) -> None:
+    def __init__(self, model: ServedModel, timeout_s: float = HANG_S) -> None:
         super().__init__(timeout_s)
         self.model = model
         self._decode = model.decode

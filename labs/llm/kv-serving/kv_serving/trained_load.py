@@ -19,11 +19,11 @@ import torch
 
 from labkit import bench
 from llm_models.llama.generate import smollm2
-
 from llm_models.serving.dtypes import TRAINED_TOLERANCES
 from llm_models.serving.llama import LlamaServingModel, served
 from llm_models.serving.pool import LayeredPool, block_bytes
 from llm_models.serving.sizes import blocks_for
+
 from .workload import PROMPTS, real_prompts, real_workload
 
 MODEL = "smollm2"

@@ -17,6 +17,7 @@ from .admission import admission_detail_view, admission_outcome_view, admission_
 from .cancellation import cancellation_detail_view, cancellation_view
 from .checks import checks_view
 from .kernels import kernels_view
+from .memory import memory_view
 from .model import model_cost_view, pool_view
 from .pictures import iteration_view, iterations_view, stall_view
 from .rates import rates_detail_view, rates_view
@@ -58,6 +59,7 @@ VIEWS: dict[str, View] = {
     "steps": step_view,
     "solo-steps": solo_view,
     "kernels": kernels_view,
+    "prefill-memory": memory_view,
     "admission": admission_view,
     "admission-outcome": admission_outcome_view,
     "cancellation": cancellation_view,

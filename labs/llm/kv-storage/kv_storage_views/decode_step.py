@@ -22,7 +22,7 @@ from site_hooks.formatting import format_ratio, format_sci, join
 
 @dataclass(frozen=True)
 class Step:
-    """One mode at one prefix length, in µs per decode step: the median and the min–max range, and the stored
+    """One mode at one prefix length, in µs per decode step: the median and the min–max range, and the derived
     spread, (max − min) / median of the raw repetitions (labkit.summary), the same per step or per window."""
 
     median: float
@@ -32,8 +32,8 @@ class Step:
 
 
 def per_step(record: dict[str, Any]) -> dict[int, dict[str, Step]]:
-    """Per prefix length and mode, the stored statistics per decode step (labkit.summary), in µs, and the stored
-    spread."""
+    """Per prefix length and mode, the statistics per decode step derived from its repetitions (labkit.summary), in µs, and
+    their spread."""
     return {entry["length"]: {mode: Step(*(values["per_step"][name] / 1e3 for name in ("median_ns", "min_ns", "max_ns")),
                                          values["spread"])
                               for mode, values in entry["modes"].items()}
@@ -123,7 +123,7 @@ def gap_sentences(record: dict[str, Any], mode: str) -> list[str]:
 
 
 def untold(fit: dict[str, Any], first: int, last: int) -> str:
-    """Why the stored paged-overhead verdict is 'unclear' (kv_storage.figures.paged_overhead), in words."""
+    """Why the derived paged-overhead verdict is 'unclear' (kv_storage.figures.paged_overhead), in words."""
     if not fit["apart_at_first"]:
         return f"at {first} tokens the paged and preallocated steps' min–max ranges overlap"
     return f"the gap's min–max range at {last} tokens does not clear its range at {first}"
@@ -131,7 +131,7 @@ def untold(fit: dict[str, Any], first: int, last: int) -> str:
 
 def paged_overhead_sentences(record: dict[str, Any]) -> list[str]:
     """Split paged's extra time over prealloc into a part fixed per step and a part that grows with the prefix,
-    by the stored least-squares line (kv_storage.figures.paged_overhead)."""
+    by the least-squares line derived from the record (kv_storage.figures.paged_overhead)."""
     fit = record["paged_overhead"]
     if fit is None:
         return []

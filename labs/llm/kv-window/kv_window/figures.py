@@ -21,7 +21,7 @@ import numpy as np
 from labkit.bootstrap import Interval, interval
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import median
-from llm_models.kv_bytes import kv_cache_bytes
+from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_cache_bytes
 
 from .config import Policy
 from .rules import most_shifts, ring_slot
@@ -35,7 +35,6 @@ MAIN = ("window", "sinks", "snapkv")  # the policies evaluated over the whole te
 BOOTSTRAP_BLOCK = 16  # positions per resampled run: about the span over which a text's NLLs correlate
 UNTIL_EVICTION_KL = 1e-6  # before its first eviction a bounded cache attends exactly as the full cache does
 SAME_RULE_NLL = 1e-3  # float32: re-rotated and read-rotated keys give the same NLL up to rounding
-ENTRY_BYTES = {"float32": 4, "bfloat16": 2}
 META_BYTES = 4 + 4 + 1  # per slot and key/value head: an int32 position, an int32 sequence id, a bool flag
 
 
@@ -100,14 +99,14 @@ def kept_bytes(policy: Policy, tokens: int, layers: int, kv_heads: int, head_dim
     """Bytes the cache keeps between steps: every layer's keys and values (the KV-cache lab's formula) in the
     policy's element size, and its metadata."""
     held = slots_held(policy, tokens)
-    element = ENTRY_BYTES[policy.dtype if policy.name == "sinks" else "float32"]
+    element = BYTES_PER_ELEMENT[policy.dtype if policy.name == "sinks" else "float32"]
     return layers * (kv_cache_bytes(1, kv_heads, held, head_dim, element) + kv_heads * held * META_BYTES)
 
 
 def expanded_bytes(slots: int, layers: int, heads: int, head_dim: int) -> int:
     """What a port that expands grouped-query heads before caching keeps for the same choice of slots: one
     key/value head per query head (float32 entries, no metadata)."""
-    return layers * kv_cache_bytes(1, heads, slots, head_dim, ENTRY_BYTES["float32"])
+    return layers * kv_cache_bytes(1, heads, slots, head_dim, BYTES_PER_ELEMENT["float32"])
 
 
 def layout_tokens(lengths: Sequence[int]) -> dict[str, int]:

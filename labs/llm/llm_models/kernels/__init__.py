@@ -3,6 +3,7 @@ lab picks among the float32 ones per matrix kind and number of rows.
 
 - ``matvec``: the kernel table (``KERNELS``: BLAS in both layouts, oneDNN's packed copy, inductor's row dot, and
   three int8 weight-only products), which of them run here, and ``measure``, which times them.
+- ``choice``: the one rule a kernel is chosen by (the least time, the first listed on a tie), torch-free.
 - ``row_dot``: one row times an (out, in) matrix as the reduction inductor compiles into one loop per row, and
   ``compile_static``.
 - ``quantize``: int8 weight-only codes with one float32 scale per row, and the float matrix they stand for.

@@ -188,6 +188,17 @@ def best_pass_ns(work: Callable[[], object], passes: int) -> int:
     return int(best)  # type: ignore[arg-type]
 
 
+def ns_per_matrix(multiply: Callable[..., Tensor], prepared: Sequence[Prepared], x: Tensor, passes: int) -> float:
+    """ns per matrix of ``multiply(x, *copy)`` over every prepared copy of a kind's matrices, the best of ``passes``
+    passes: each pass multiplies every matrix once, so the weights stream from memory as in a step. The one way a
+    kernel is timed, for the decode lab's table and the serving core's alike."""
+    def work() -> None:
+        for tensors in prepared:
+            multiply(x, *tensors)
+
+    return best_pass_ns(work, passes) / len(prepared)
+
+
 def measure(kinds: Mapping[str, Matrices], names: Sequence[str], passes: int, seed: int = 0,
             supplied_ns: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
     """Per kind, the ns per matrix of each kernel (best of ``passes``; each pass multiplies every matrix of the
@@ -203,11 +214,7 @@ def measure(kinds: Mapping[str, Matrices], names: Sequence[str], passes: int, se
             kernel = KERNELS[name]
             prepared = [kernel.prepare(weight, bias) for weight, bias in matrices]
 
-            def work(kernel: Kernel = kernel, prepared: list[Prepared] = prepared, x: Tensor = x) -> None:
-                for tensors in prepared:
-                    kernel.eager(x, *tensors)
-
-            ns = supplied_ns[kind][name] if supplied_ns is not None else best_pass_ns(work, passes) / len(matrices)
+            ns = supplied_ns[kind][name] if supplied_ns is not None else ns_per_matrix(kernel.eager, prepared, x, passes)
             row["kernels"][name] = {"bytes": kernel.bytes_per_matrix(out, inner), "ns": ns}
             del prepared
         rows.append(row)

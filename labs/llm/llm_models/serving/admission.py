@@ -18,15 +18,17 @@ Without a format the policy counts the pool's own blocks, as it always has.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llm_models.cache_formats import CacheFormat
 from llm_models.cache_formats import block_bytes as format_block_bytes
 
-from .pool import LayeredPool
+if TYPE_CHECKING:  # a type only: torch-free, so the block sizes (sizes.reservation_blocks) reserve with kv_positions
+    from .pool import LayeredPool
 
 
 def kv_positions(prompt_tokens: int, max_tokens: int) -> int:
-    """Positions whose keys and values a request ever stores."""
+    """Positions whose keys and values a request ever stores: what admission reserves (the one home of this sum)."""
     return prompt_tokens + max_tokens - 1
 
 

@@ -20,13 +20,12 @@ from .model import ServingModel
 from .pool import LayeredPool, block_bytes
 from .prefill_bound import TTFT_TARGET_S, PrefillRate
 from .prefix import INDEXES, CachingPool
+from .runner import ServedModel
 from .scheduler import ORDERS, Scheduler
 
 if TYPE_CHECKING:  # the trained model's types; its modules import transformers, which a random-model server never needs
     from llm_models.llama.config import LlamaDecoderConfig
     from llm_models.llama.generate import ChatModel
-
-    from .llama import LlamaServingModel
 
 # Four layers of width 768 (12 query heads, 2 key/value heads). On a CPU, batching pays when a step's cost is
 # mostly reading the weights, which a batch shares; with a much smaller model, per-step Python and HTTP overhead
@@ -101,18 +100,20 @@ class EngineConfig:
     def build(self) -> Scheduler:
         """A fresh model, pool and scheduler (not started)."""
         torch.set_num_threads(self.threads)
-        pool = (LayeredPool(self.model, self.layers, self.num_blocks, self.block_size) if self.prefix_index is None
-                else CachingPool(self.model, self.layers, self.num_blocks, self.block_size, self.prefix_index))
+        prefix = (None if self.prefix_index is None
+                  else CachingPool(self.model, self.layers, self.num_blocks, self.block_size, self.prefix_index))
+        # with prefix caching on, the cache is the pool: its freed blocks stay cached until the pool needs them
+        pool = LayeredPool(self.model, self.layers, self.num_blocks, self.block_size) if prefix is None else prefix
         if self.chat is None:
             assert isinstance(self.model, ModelConfig)
-            model: ServingModel | LlamaServingModel = ServingModel(self.model, self.layers)
+            model: ServedModel = ServingModel(self.model, self.layers)
         else:
             from .llama import served
 
             model = served(self.chat.model, self.kernel_ns)
         rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
-        return Scheduler(model, pool, self.policy, self.max_waiting, self.honor_disconnect, self.ttft_target_s, rate,
-                         self.order)
+        return Scheduler(model, pool, self.policy, max_waiting=self.max_waiting, honor_disconnect=self.honor_disconnect,
+                         ttft_target_s=self.ttft_target_s, prefill_rate=rate, order=self.order, prefix=prefix)
 
     def as_record(self) -> dict[str, object]:
         return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from llm_models.kernels import matvec
+from llm_models.kernels.choice import fastest
 
 from .kernel_rows import PREFILL_PACKED_ROWS
 
@@ -92,8 +93,7 @@ class KernelTable:
     def chosen(self) -> dict[str, dict[int, str]]:
         picks: dict[str, dict[int, str]] = {}
         for row in self.rows:
-            ns = row["ns"]
-            picks.setdefault(row["kind"], {})[row["rows"]] = min(ns, key=lambda name: ns[name])
+            picks.setdefault(row["kind"], {})[row["rows"]] = fastest(row["ns"])
         return picks
 
     def as_record(self) -> dict[str, Any]:
@@ -133,13 +133,8 @@ def time_way(way: Way, matrices: Sequence[Tensor], x: Tensor) -> float:
     """ns per matrix of ``way`` over every matrix of a kind (best of PASSES passes): weights streamed from memory
     as in a step, the copies made only for this timing."""
     prepared = [way.prepare(matrix, None) for matrix in matrices]
-
-    def work() -> None:
-        for tensors in prepared:
-            way.multiply(x, *tensors)
-
     with torch.inference_mode():
-        return matvec.best_pass_ns(work, PASSES) / len(matrices)
+        return matvec.ns_per_matrix(way.multiply, prepared, x, PASSES)
 
 
 def ranking(one: str, several: str) -> dict[str, dict[int, dict[str, float]]]:

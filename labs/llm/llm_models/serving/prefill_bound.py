@@ -6,8 +6,8 @@ vLLM queues without limit by default and offers an opt-in cap on prompt tokens w
 to about the target time to first token x the prefill throughput. Here the engine sets it itself: its prefill rate is
 a running figure (``PrefillRate``), seeded by a short probe when the scheduler starts and updated by every prefill
 it runs, and a request whose prompt would take the tokens waiting beyond ``ttft_target_s`` x that rate is refused at
-once (503, with ``Retry-After`` the time the queue takes to drain), not accepted into a wait no client would sit
-through. The bound prices prefill only: a request that also waits for blocks (running requests finishing) waits
+once (``Refusal.PREFILL_QUEUE_FULL``, retry after the time the queue takes to drain), not accepted into a wait no
+client would sit through. The bound prices prefill only: a request that also waits for blocks (running requests finishing) waits
 longer than it says. A request arriving at an empty queue is always accepted, however long its own prompt.
 """
 
@@ -58,21 +58,22 @@ class PrefillRate:
 
 
 @dataclass(frozen=True)
-class Refusal:
-    """Why a prompt does not fit the bound, and when to retry."""
+class OverBound:
+    """Why a prompt does not fit the bound, and when to retry (the scheduler refuses it as
+    ``Refusal.PREFILL_QUEUE_FULL``)."""
 
     message: str
     retry_after_s: int
 
 
-def over_bound(waiting_tokens: int, prompt_tokens: int, target_s: float, rate: PrefillRate) -> Refusal | None:
+def over_bound(waiting_tokens: int, prompt_tokens: int, target_s: float, rate: PrefillRate) -> OverBound | None:
     """None if a prompt of ``prompt_tokens`` may join ``waiting_tokens`` already waiting for prefill; else why not.
     An empty queue always takes it."""
     allowed = target_s * rate.tokens_per_s
     if waiting_tokens == 0 or waiting_tokens + prompt_tokens <= allowed:
         return None
     drain_s = waiting_tokens / rate.tokens_per_s
-    return Refusal(f"{waiting_tokens:,} prompt tokens wait for prefill; with this request's {prompt_tokens:,} they "
+    return OverBound(f"{waiting_tokens:,} prompt tokens wait for prefill; with this request's {prompt_tokens:,} they "
                    f"would pass {allowed:,.0f}, what this server prefills in its {target_s:g} s time-to-first-token "
                    f"target at the {rate.tokens_per_s:,.0f} tokens/s it measures; the queue drains in about "
                    f"{drain_s:.1f} s", max(1, math.ceil(drain_s)))

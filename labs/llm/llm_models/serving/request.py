@@ -6,10 +6,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from .admission import kv_positions
 from .prefix.hashing import BlockKeys
+from .refusals import Refusal
 from .text import TextStream
 
 
@@ -36,8 +36,7 @@ class Finished:
 @dataclass(frozen=True)
 class Failed:
     message: str
-    status: int = 503  # what a plain (non-streamed) reply answers: 503 for load or shutdown, 500 for a fault
-    code: str = "request_failed"
+    refusal: Refusal = Refusal.REQUEST_FAILED  # why: memory or a cancellation, shutdown, or a fault (INTERNAL_ERROR)
 
 
 Event = Token | Finished | Failed

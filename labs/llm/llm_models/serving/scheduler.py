@@ -1,23 +1,27 @@
 """Continuous batching in one asyncio loop: admit what fits, one batched decode step, stream, retire.
 
 Names follow vLLM's scheduler where they fit: a ``waiting`` queue (first
-come, first served), a ``running`` list, ``num_free_blocks``. Each
-iteration of ``run``:
+come, first served, or the longest cached prefix first), a ``running`` list,
+``num_free_blocks``, and scheduling split from execution as vLLM v1 splits
+them. Each iteration of ``run``:
 
-1. retires requests whose clients left (when disconnects are honoured) and
-   drops them from the waiting queue, returning their blocks;
-2. admits from the head of ``waiting`` while the policy allows, reserving
-   each request's blocks for every position it will ever hold, and prefills
-   the admitted prompts packed together, up to ``PREFILL_TOKENS`` per call
-   (each one's first token is streamed at once);
-3. runs one decode step for every running request together, whatever their
-   lengths (``ServingModel.decode``), and streams each new token;
-4. retires finished requests, returning their blocks to the pool.
+1. ``schedule()``, synchronous, decides the pass without touching the model
+   and returns a ``SchedulerOutput`` (llm_models.serving.output): it retires
+   requests whose clients left (when disconnects are honoured), returning
+   their blocks; admits from the head of ``waiting`` while the policy allows,
+   reserving each request's blocks for every position it will ever hold; and
+   packs the admitted prompts into prefill groups of up to ``PREFILL_TOKENS``;
+2. the loop runs each group as one packed prefill on the model
+   (``ServedModel.prefill``, llm_models.serving.runner) and streams each
+   prompt's first token at once;
+3. then one decode step for every running request together, whatever their
+   lengths (``ServedModel.decode``), streaming each new token;
+4. and retires finished requests, returning their blocks to the pool.
 
-A model call that raises fails the requests it was computing for (500, with
-the error) and returns their blocks; the loop goes on with the others (a
-packed prefill that raises is run again prompt by prompt, so only the prompt
-whose own prefill fails is failed). On
+A model call that raises fails the requests it was computing for
+(``Refusal.INTERNAL_ERROR``, with the error) and returns their blocks; the
+loop goes on with the others (a packed prefill that raises is run again
+prompt by prompt, so only the prompt whose own prefill fails is failed). On
 shutdown, ``fail_all`` refuses new requests and fails every queued and
 running one within one step, so each client gets an answer before its
 connection closes.
@@ -35,7 +39,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,16 +47,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from llm_models.paged.pool import PoolExhausted
 
 from .admission import AdmissionPolicy, kv_positions
-from .model import ServingModel
+from .output import ScheduledPrefill, SchedulerOutput
 from .pool import LayeredPool
 from .prefill_bound import PROBE_TOKENS, PrefillRate, over_bound
-from .prefix import CachingPool
+from .refusals import Refusal, RequestRefused
 from .request import Failed, Finished, Request, Status, Token
+from .runner import ServedModel
 from .sizes import blocks_for
 from .text import TextStream
+from .waiting import WaitingQueue
 
-if TYPE_CHECKING:  # a type only: the trained model's module imports transformers
-    from .llama import LlamaServingModel
+if TYPE_CHECKING:  # a type only: the caching pool is built by whoever turns prefix caching on (engine.EngineConfig)
+    from .prefix import CachingPool
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,15 +84,6 @@ def prefill_groups(admitted: list[Request], budget: int) -> list[list[Request]]:
         groups[-1].append(request)
         tokens += len(request.prompt)
     return groups
-
-
-class RequestRefused(ValueError):
-    """Refused before it was queued; ``status`` is the HTTP status a server should answer with."""
-
-    def __init__(self, message: str, status: int, code: str, param: str | None = None,
-                 retry_after_s: int = 1) -> None:
-        super().__init__(message)
-        self.status, self.code, self.param, self.retry_after_s = status, code, param, retry_after_s
 
 
 @dataclass
@@ -125,30 +121,34 @@ class Counters:
 
 
 class Scheduler:
-    def __init__(self, model: ServingModel | LlamaServingModel, pool: LayeredPool, policy: AdmissionPolicy,
+    def __init__(self, model: ServedModel, pool: LayeredPool, policy: AdmissionPolicy,
                  max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
-                 prefill_rate: PrefillRate | None = None, order: str = "fcfs") -> None:
+                 prefill_rate: PrefillRate | None = None, order: str = "fcfs", prefix: CachingPool | None = None) -> None:
         """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
         time (llm_models.serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
-        measures from a probe when it starts and from every prefill after; None: no such bound. A
-        ``CachingPool`` turns prefix caching on; ``order`` is one of ORDERS (longest-prefix needs the cache)."""
+        measures from a probe when it starts and from every prefill after; None: no such bound. ``prefix``: the
+        prefix cache, which is the pool itself (a ``CachingPool`` keeps its freed blocks cached), or None for no
+        prefix caching; ``order`` is one of ORDERS (longest-prefix needs the cache)."""
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-        self.model, self.pool, self.policy = model, pool, policy
-        self.prefix = pool if isinstance(pool, CachingPool) else None
-        if order != "fcfs" and self.prefix is None:
+        if prefix is not None and prefix is not pool:
+            raise ValueError("the prefix cache caches the pool's own blocks: pass the CachingPool as both pool and "
+                             "prefix")
+        if order != "fcfs" and prefix is None:
             raise ValueError(f"order {order!r} ranks requests by their cached prefix: it needs a prefix cache")
-        self.order = order
+        self.model, self.pool, self.policy, self.prefix, self.order = model, pool, policy, prefix, order
         self.budget_blocks = policy.budget_blocks(pool)  # validates a byte budget against the pool
         self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
         if ttft_target_s is not None and not 0 < ttft_target_s < float("inf"):
             raise ValueError(f"ttft_target_s must be a finite number of seconds above 0, got {ttft_target_s}")
         self.ttft_target_s, self.prefill_rate = ttft_target_s, prefill_rate
         self._seeded = asyncio.Event()  # set once the bound has a rate (or needs none): a server opens after it
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue(prefix if order == "longest-prefix" else None)
         self.running: list[Request] = []
+        # retired since the last pass, for the next one's SchedulerOutput.finished (an idle loop holds the last few)
+        self._retired: list[Request] = []
         self.counters = Counters()
         self.closing: str | None = None  # set by fail_all: why new requests are refused
         self._wake = asyncio.Event()
@@ -160,29 +160,30 @@ class Scheduler:
     # ---- requests in -------------------------------------------------------------------------------
     def submit(self, prompt: list[int], max_tokens: int, text: TextStream | None = None,
                prompt_field: str = "prompt") -> Request:
-        """Queue a request, or raise RequestRefused (400: can never run here; 503: the queue is full). With
-        ``text``, its tokens stream as text and its stops end it. ``prompt_field`` is the request field a refusal
-        of the prompt names (``messages`` for a chat)."""
+        """Queue a request, or raise RequestRefused: one that can never run here (an invalid request, too long for
+        the model or the KV budget), or one the engine is too loaded or stopping to take now (the queue full by count
+        or by prefill time, a shutdown). With ``text``, its tokens stream as text and its stops end it.
+        ``prompt_field`` is the request field a refusal of the prompt names (``messages`` for a chat)."""
         config, size = self.model.config, self.pool.block_size
         if self.closing is not None:
-            raise RequestRefused(self.closing, 503, "server_shutting_down")
+            raise RequestRefused(self.closing, Refusal.SERVER_SHUTTING_DOWN)
         if self._task is not None and self._task.done():  # the loop ended without stop(): nothing would run it
-            raise RequestRefused(f"{self.health()}; retry later", 503, "scheduler_stopped")
+            raise RequestRefused(f"{self.health()}; retry later", Refusal.SCHEDULER_STOPPED)
         if not prompt or max_tokens < 1:
             raise RequestRefused(f"need a non-empty prompt and max_tokens >= 1, got {len(prompt)} prompt "
-                                 f"tokens and max_tokens={max_tokens}", 400, "invalid_request")
+                                 f"tokens and max_tokens={max_tokens}", Refusal.INVALID_REQUEST)
         if len(prompt) >= config.max_positions:
             raise RequestRefused(f"the prompt is {len(prompt)} tokens; the model has {config.max_positions} "
                                  f"positions, so a prompt may hold at most {config.max_positions - 1}",
-                                 400, "context_length_exceeded", prompt_field)
+                                 Refusal.CONTEXT_LENGTH_EXCEEDED, prompt_field)
         if len(prompt) + max_tokens > config.max_positions:
             raise RequestRefused(f"{len(prompt)} prompt tokens + max_tokens {max_tokens} = "
                                  f"{len(prompt) + max_tokens} positions, beyond the model's "
-                                 f"{config.max_positions}", 400, "context_length_exceeded", "max_tokens")
+                                 f"{config.max_positions}", Refusal.CONTEXT_LENGTH_EXCEEDED, "max_tokens")
         outside = next((i for i, token in enumerate(prompt) if not 0 <= token < config.vocab_size), None)
         if outside is not None:
             raise RequestRefused(f"prompt[{outside}] = {prompt[outside]} is not a token id: ids must lie in "
-                                 f"[0, {config.vocab_size})", 400, "invalid_token", prompt_field)
+                                 f"[0, {config.vocab_size})", Refusal.INVALID_TOKEN, prompt_field)
         needed = blocks_for(kv_positions(len(prompt), max_tokens), size)
         if needed > self.budget_blocks:
             self.counters.refused_too_large += 1
@@ -190,13 +191,13 @@ class Scheduler:
                 f"{len(prompt)} prompt tokens + max_tokens {max_tokens} need "
                 f"{kv_positions(len(prompt), max_tokens)} cached positions = {needed} blocks of {size} "
                 f"({needed * self.pool.block_bytes} bytes); the KV budget is {self.budget_blocks} blocks "
-                f"({self.budget_blocks * self.pool.block_bytes} bytes)", 400, "kv_budget_exceeded",
+                f"({self.budget_blocks * self.pool.block_bytes} bytes)", Refusal.KV_BUDGET_EXCEEDED,
                 # the field to change: max_tokens when the prompt with one token to generate would fit
                 "max_tokens" if blocks_for(kv_positions(len(prompt), 1), size) <= self.budget_blocks else prompt_field)
         if len(self.waiting) >= self.max_waiting:
             self.counters.refused_queue_full += 1
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
-                                 f"retry later", 503, "queue_full")
+                                 f"retry later", Refusal.QUEUE_FULL)
         request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
                           text=text)
         if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
@@ -204,9 +205,9 @@ class Scheduler:
                                  self.prefill_rate)
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
-                raise RequestRefused(refusal.message, 503, "prefill_queue_full", retry_after_s=refusal.retry_after_s)
+                raise RequestRefused(refusal.message, Refusal.PREFILL_QUEUE_FULL, retry_after_s=refusal.retry_after_s)
         self.counters.submitted += 1
-        self.waiting.append(request)
+        self.waiting.add(request)
         self._idle.clear()
         self._wake.set()
         return request
@@ -234,14 +235,15 @@ class Scheduler:
         self._wake.set()
 
     def fail_all(self, reason: str) -> None:
-        """Refuse new requests from now on and fail every queued and running one with ``reason`` (503).
+        """Refuse new requests from now on and fail every queued and running one with ``reason``
+        (``Refusal.SERVER_SHUTTING_DOWN``).
 
         Queued requests hold no blocks and fail at once; running ones fail when the step under way returns, so
         no block goes back to the pool while the worker writes into it. A stopped loop has no step under way.
         """
         self.closing = reason
         for request in list(self.waiting):
-            self._retire(request, Status.FAILED, Failed(reason, 503, "server_shutting_down"))
+            self._retire(request, Status.FAILED, Failed(reason, Refusal.SERVER_SHUTTING_DOWN))
         if self._task is None or self._task.done():
             self._fail_running_if_closing()
         self._wake.set()
@@ -259,7 +261,7 @@ class Scheduler:
     def _fail_running_if_closing(self) -> None:
         if self.closing is not None:
             for request in list(self.running):
-                self._retire(request, Status.FAILED, Failed(self.closing, 503, "server_shutting_down"))
+                self._retire(request, Status.FAILED, Failed(self.closing, Refusal.SERVER_SHUTTING_DOWN))
 
     def _cancelled(self, request: Request) -> bool:
         return self.honor_disconnect and request.client_gone
@@ -285,8 +287,9 @@ class Scheduler:
         if self._executor is not None:  # a step still on the worker thread finishes before blocks go back
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
         for request in [*self.waiting, *self.running]:
-            self._retire(request, Status.FAILED, Failed("the server is shutting down", 503, "server_shutting_down"))
+            self._retire(request, Status.FAILED, Failed("the server is shutting down", Refusal.SERVER_SHUTTING_DOWN))
         self.waiting.clear()
+        self._retired.clear()
         self._task = self._executor = None
 
     # --8<-- [start:loop]
@@ -308,35 +311,49 @@ class Scheduler:
             if not self.waiting and not self.running:
                 self._wake.clear()
                 await self._wake.wait()
-            self.counters.iterations += 1
             try:
-                self._retire_cancelled()
-                for group in prefill_groups(self._admit(), PREFILL_TOKENS):
-                    await self._prefill(group)
-                self._retire_cancelled()
-                if self.running:
-                    await self._decode_step()
-                self._retire_cancelled()
+                await self._execute(self.schedule())
             except Exception as error:  # a fault outside a model call: fail everyone rather than spin on it
                 self._fail_for_error([*self.running, *self.waiting], "scheduler iteration", error)
             await asyncio.sleep(0)  # let the HTTP side run even when steps return at once
+
+    def schedule(self) -> SchedulerOutput:
+        """One pass's decisions, no model call: retire the requests whose clients left, admit from the head of
+        ``waiting`` what the policy and the pool allow (each reserving its blocks), and pack the admitted prompts
+        into prefill groups. Synchronous: it runs between model calls, so nothing it touches is being computed."""
+        self.counters.iterations += 1
+        self._retire_cancelled()
+        admitted = self._admit()
+        groups = tuple(tuple(ScheduledPrefill(r, r.cached_tokens, len(r.prompt) - r.cached_tokens) for r in group)
+                       for group in prefill_groups(admitted, PREFILL_TOKENS))
+        finished, self._retired = tuple(self._retired), []
+        return SchedulerOutput(groups, tuple(self.running), finished)
+
+    async def _execute(self, output: SchedulerOutput) -> None:
+        """Run a pass on the model and apply what it returns: each prefill group, then one decode step for the
+        requests still running (``output.decodes`` less any a prefill ended or whose client left meanwhile)."""
+        for group in output.prefill_groups:
+            await self._prefill([prefill.request for prefill in group])
+        self._retire_cancelled()
+        batch = [request for request in output.decodes if request.status is Status.RUNNING]
+        if batch:
+            await self._decode_step(batch)
+        self._retire_cancelled()
     # --8<-- [end:loop]
 
     # --8<-- [start:admit]
     def _admit(self) -> list[Request]:
         admitted = []
-        if self.prefix is not None and self.order == "longest-prefix":  # ties: the earlier arrival first
-            prefix = self.prefix
-            self.waiting = deque(sorted(self.waiting, key=lambda r: (-len(prefix.match(r.keys)), r.arrival_s)))
+        self.waiting.reorder()  # longest-prefix: the cached prefixes as they are now (llm_models.serving.waiting)
         while self.waiting:
-            request = self.waiting[0]
+            request = self.waiting.head
             needed = blocks_for(request.kv_positions, self.pool.block_size)
             hits = [] if self.prefix is None else self.prefix.match(request.keys)
             # A cached block some running request holds is stored once: admitting this one adds only the rest.
             grows = needed - (0 if self.prefix is None else self.prefix.shared(hits))
             if not self.policy.admits(len(self.running), self.pool.num_used_blocks, grows, self.pool):
                 break  # nobody overtakes the head of the queue (its order: self.order)
-            self.waiting.popleft()
+            self.waiting.remove(request)
             try:
                 if self.prefix is None:
                     request.table = self.pool.allocate(needed)
@@ -414,8 +431,7 @@ class Scheduler:
         finally:
             self.pool.release(table)
 
-    async def _decode_step(self) -> None:
-        batch = list(self.running)
+    async def _decode_step(self, batch: list[Request]) -> None:
         tokens = [r.output[-1] for r in batch]
         positions = [r.length for r in batch]  # the fed-back token's position: positions continue per request
         tables = [r.table for r in batch]
@@ -451,13 +467,14 @@ class Scheduler:
             return None
 
     def _fail_for_error(self, requests: list[Request], what: str, error: Exception) -> None:
-        """Fail ``requests`` with a 500 that names the error, and return their blocks (no step is under way)."""
+        """Fail ``requests`` with an internal error that names the error, and return their blocks (no step is under
+        way)."""
         logger.error("the %s failed for %d request(s)", what, len(requests), exc_info=error)
         message = f"internal error in the {what}: {type(error).__name__}: {error}"
         for request in requests:
             if not request.done:
                 self.counters.failed_for_error += 1
-                self._retire(request, Status.FAILED, Failed(message, 500, "internal_error"))
+                self._retire(request, Status.FAILED, Failed(message, Refusal.INTERNAL_ERROR))
 
     def _emit(self, request: Request, token: int) -> None:
         if self._cancelled(request):
@@ -497,6 +514,7 @@ class Scheduler:
         request.table = []
         request.status = status
         request.events.put_nowait(event)
+        self._retired.append(request)
         if not self.running and not self.waiting:
             self._idle.set()
 

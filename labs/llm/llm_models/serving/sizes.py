@@ -1,5 +1,5 @@
-"""The block pool's sizes: blocks that hold a number of positions, one block's bytes, a request's reservation and a
-byte budget in blocks.
+"""The block pool's sizes: blocks that hold a number of positions, one block's bytes, a request's reservation (in
+blocks, of the positions ``admission.kv_positions`` counts) and a byte budget in blocks.
 
 Torch-free, and the one home of each: the pool, the model, the scheduler, the trained model's load and the
 benchmark size blocks with these, and the record's figures, views and tests read them through
@@ -10,6 +10,8 @@ kv_serving.figures.formulas, which re-exports them. A block's bytes are the form
 from __future__ import annotations
 
 from llm_models.kv_bytes import kv_cache_bytes
+
+from .admission import kv_positions
 
 
 def blocks_for(positions: int, block_size: int) -> int:
@@ -26,7 +28,7 @@ def block_bytes(layers: int, block_size: int, kv_heads: int, head_dim: int, byte
 
 def reservation_blocks(prompt: int, max_tokens: int, block_size: int) -> int:
     """Blocks a request reserves when admitted: its prompt and every token but the last, which is never fed back."""
-    return blocks_for(prompt + max_tokens - 1, block_size)
+    return blocks_for(kv_positions(prompt, max_tokens), block_size)
 
 
 def budget_blocks(num_blocks: int, share: float) -> int:

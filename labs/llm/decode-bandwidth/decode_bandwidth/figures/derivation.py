@@ -11,44 +11,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from decode_bandwidth.floors import best_rate, kernel_bytes, square_matmul_flops
+from decode_bandwidth.grid import BASELINE, COMPILED, LAYOUT_KERNELS, OURS, Cell, Group, group_key, headline_key
+from decode_bandwidth.llama_modes import LLAMA_BASELINE, LLAMA_DTYPE, LLAMA_INT8, LLAMA_OURS, LLAMA_WEIGHTS
+from decode_bandwidth.traffic import MATRICES, dims, kind_bytes, kv_crossover, matrix_shapes, step_bytes
 from labkit.figures import Figures, JsonPath, tolerance_bound
-from labkit.summary import as_number, median, paired, side_of_one
+from labkit.summary import as_number, median, paired, parted, side_of_one
 from llm_models.generations import first_departure
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
+from llm_models.llama.traffic import llama_step_bytes
 
-from .formulas import (
-    BASELINE,
-    BYTES_PER_ELEMENT,
-    COMPILED,
-    LAYOUT_KERNELS,
-    LLAMA_BASELINE,
-    LLAMA_DTYPE,
-    LLAMA_INT8,
-    LLAMA_LADDER,
-    LLAMA_OURS,
-    LLAMA_WEIGHTS,
-    MATRICES,
-    OURS,
-    REGIMES,
-    Cell,
-    Group,
-    activation_bytes,
-    best_rate,
-    client_summary,
-    contrast,
-    dims,
-    group_key,
-    headline_key,
-    kernel_bytes,
-    kind_bytes,
-    kv_crossover,
-    llama_step_bytes,
-    matrix_shapes,
-    parted,
-    regime,
-    square_matmul_flops,
-    step_bytes,
-    step_matrix_ns,
-)
+from ..llama_modes import LLAMA_SERVED
+from .formulas import LLAMA_LADDER, REGIMES, activation_bytes, client_summary, contrast, regime, step_matrix_ns
 
 Rates = Mapping[tuple[str, str], float]
 Floors = dict[Group, tuple[float, float]]  # group -> (memory floor, arithmetic floor), ns per step
@@ -346,7 +320,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
                 figures.add((*where, "compute_floor_ns_per_step"), compute, "its flops / the measured matmul rate")
         best = min(LLAMA_OURS, key=lambda mode: medians[(*key, mode)])
         figures.add((*where, "best_float32_mode"), best, "the lowest median of this lab's float32 modes")
-        steps = {mode: repetitions[(*key, mode)] for mode in (*LLAMA_OURS, LLAMA_INT8, LLAMA_BASELINE)}
+        steps = {mode: repetitions[(*key, mode)] for mode in (*LLAMA_OURS, LLAMA_INT8, LLAMA_BASELINE, LLAMA_SERVED)}
         comparisons = {
             "best_over_floor": (steps[best], per_round[(*key, "float32")], "that mode's step / the round's floor"),
             "best_over_transformers": (steps[best], steps[LLAMA_BASELINE], "that mode's step / transformers'"),
@@ -356,6 +330,7 @@ def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> 
                                 "int8 floor"),
             "int8_over_best_float32": (steps[LLAMA_INT8], steps[best], f"{LLAMA_INT8}'s step / the best float32 "
                                        "mode's"),
+            "served_over_best": (steps[LLAMA_SERVED], steps[best], "the served step / the best float32 mode's"),
         }
         for name, (numerators, denominators, how) in comparisons.items():
             ratio = paired(numerators, denominators)

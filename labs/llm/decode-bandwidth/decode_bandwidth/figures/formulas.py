@@ -4,8 +4,8 @@ compare, the tables a record is read through, and each cell's regime.
 Torch-free: the record's derivations (derivation.py, invariants.py) and the views import them from here. What the
 timed code takes (the grid, the floors' kernels, a step's bytes and flops, the trained model's modes) is defined
 by the mechanism, one home each (decode_bandwidth.grid, .floors, .traffic, .llama_modes; the KV formula and the
-element sizes in llm_models.kv_bytes, a Llama step's bytes and flops in llm_models.llama.traffic), and re-exported
-here: the figures, the views and the tests read every constant and formula as ``formulas.X``.
+element sizes in llm_models.kv_bytes, a Llama step's bytes and flops in llm_models.llama.traffic): the figures,
+the views and the tests import each from there, and from here only what is defined here.
 """
 
 from __future__ import annotations
@@ -14,83 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.bench import run_order
-from labkit.summary import MIN_PARTED, middle_half, parted, percentile  # noqa: F401  (MIN_PARTED, parted re-exported)
-from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_bytes  # noqa: F401  (re-exported)
-from llm_models.llama.traffic import (  # noqa: F401  (re-exported)
-    llama_head_bytes,
-    llama_int8_weight_bytes,
-    llama_matrix_elements,
-    llama_step_bytes,
-    llama_weight_bytes,
-)
+from labkit.summary import middle_half, percentile
+from llm_models.kv_bytes import kv_bytes
+from llm_models.llama.traffic import llama_head_bytes, llama_step_bytes
 
-from ..floors import (  # noqa: F401  (re-exported)
-    COMPILED_COLUMNS,
-    MATMUL_SIZES,
-    MATVEC_COLUMNS,
-    MIN_BANDWIDTH_PASSES,
-    READ_KERNELS,
-    STREAMS,
-    best_rate,
-    kernel_bytes,
-    square_matmul_flops,
-)
-from ..grid import (  # noqa: F401  (re-exported)
-    ATOL,
-    BASELINE,
-    COMPILED,
-    EQUIVALENCE_MODES,
-    LAYOUT,
-    LAYOUT_KERNELS,
-    MODES,
-    OURS,
-    RTOL,
-    Cell,
-    Group,
-    grid,
-    group_key,
-    headline_key,
-)
-from ..llama_modes import (  # noqa: F401  (re-exported)
-    ATTENTION,
-    ATTENTION_ATOL,
-    KERNEL_CANDIDATES,
-    KERNEL_PASSES,
-    KERNEL_SETS,
-    LLAMA_ATOL,
-    LLAMA_BASELINE,
-    LLAMA_BATCH,
-    LLAMA_DTYPE,
-    LLAMA_FAST,
-    LLAMA_FAST_ATOL,
-    LLAMA_FAST_RTOL,
-    LLAMA_INT8,
-    LLAMA_KINDS,
-    LLAMA_MODES,
-    LLAMA_OURS,
-    LLAMA_PRESETS,
-    LLAMA_REFERENCE,
-    LLAMA_RTOL,
-    LLAMA_WEIGHTS,
-    QUALITY_NEW_TOKENS,
-    QUALITY_POSITIONS,
-    QUALITY_PROMPT,
-    fastest_attention,
-    fastest_kernel,
-    kernel_set,
-    quality_positions,
-    set_candidates,
-)
-from ..traffic import (  # noqa: F401  (re-exported)
-    KINDS,
-    MATRICES,
-    dims,
-    kind_bytes,
-    kv_crossover,
-    matrix_shapes,
-    step_bytes,
-    weight_bytes,
-)
+from ..grid import Cell, Group, group_key
+from ..traffic import dims, step_bytes
 
 WALL_TIME_TARGET_S = 300  # the whole benchmark within 5 minutes on the 2-core development machine
 CLIENT_FIGURES = ("ttft_ns", "itl_p50_ns", "itl_p90_ns", "itl_p99_ns", "tokens_per_s")

@@ -7,19 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
-
-from .derivation import hardware_figures, memory_floor_ns
-from .formulas import (
-    ATOL,
+from decode_bandwidth.floors import MIN_BANDWIDTH_PASSES, READ_KERNELS, kernel_bytes
+from decode_bandwidth.grid import ATOL, BASELINE, COMPILED, EQUIVALENCE_MODES, LAYOUT, MODES, RTOL, Cell, grid
+from decode_bandwidth.llama_modes import (
     ATTENTION,
-    BASELINE,
-    BYTES_PER_ELEMENT,
-    COMPILED,
-    EQUIVALENCE_MODES,
     KERNEL_SETS,
-    KINDS,
-    LAYOUT,
     LLAMA_ATOL,
     LLAMA_BASELINE,
     LLAMA_BATCH,
@@ -33,25 +25,21 @@ from .formulas import (
     LLAMA_REFERENCE,
     LLAMA_RTOL,
     LLAMA_WEIGHTS,
-    MIN_BANDWIDTH_PASSES,
-    MODES,
     QUALITY_POSITIONS,
-    READ_KERNELS,
-    RTOL,
-    Cell,
     fastest_attention,
     fastest_kernel,
-    grid,
-    kernel_bytes,
     kernel_set,
-    llama_grid,
-    llama_step_bytes,
-    matrix_shapes,
     quality_positions,
-    rotations,
     set_candidates,
-    step_bytes,
 )
+from decode_bandwidth.traffic import KINDS, matrix_shapes, step_bytes
+from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
+from llm_models.kv_bytes import BYTES_PER_ELEMENT
+from llm_models.llama.traffic import llama_step_bytes
+
+from ..llama_modes import LLAMA_CHECKED
+from .derivation import hardware_figures, memory_floor_ns
+from .formulas import llama_grid, rotations
 
 
 def check_invariants(record: dict[str, Any], source: str) -> None:
@@ -283,9 +271,9 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             refuse(source, (*where, "equivalence", index, "max_abs_diff"), f"is {entry['max_abs_diff']:g} at context "
                    f"{entry['context']} (atol + rtol x max|reference| = {bound:g}, within_tolerance "
                    f"{entry['within_tolerance']}): a step that disagrees with transformers is never timed")
-        if sorted(entry["fast"]) != sorted(LLAMA_FAST):
+        if sorted(entry["fast"]) != sorted(LLAMA_CHECKED):
             refuse(source, (*where, "equivalence", index, "fast"), f"checks {sorted(entry['fast'])}, the benchmark "
-                   f"times {sorted(LLAMA_FAST)}")
+                   f"times {sorted(LLAMA_CHECKED)}")
         for mode, check in entry["fast"].items():
             bound = tolerance_bound(LLAMA_FAST_ATOL, LLAMA_FAST_RTOL, check["max_abs_reference"])
             if check["within_tolerance"] is not True or check["max_abs_diff"] > bound:

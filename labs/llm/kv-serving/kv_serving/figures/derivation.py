@@ -12,9 +12,9 @@ import statistics
 from typing import Any
 
 from labkit.figures import Figures, JsonPath
-from labkit.summary import as_number, median
-
+from labkit.summary import as_number, median, middle_half
 from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
+
 from .formulas import (
     arrival_span,
     blocks_for,
@@ -27,6 +27,9 @@ from .formulas import (
     mean_prefill_s,
     mean_step_s,
     mean_used,
+    memory_noise,
+    memory_verdict,
+    memory_window,
     mode,
     nearest_step,
     policy,
@@ -242,6 +245,33 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
             figures.add(("trained", "solo_steps", index, name), as_number(value), "its raw durations")
 
 
+def memory_figures(record: dict[str, Any], figures: Figures) -> None:
+    """Resident memory while the trained model prefilled prompts of distinct lengths: its growth after each prompt,
+    what the packed kernel's prompts added, and the window's growth in all and per prompt with the spread of its
+    prompts' moves, its noise and the verdict (formulas.memory_window, memory_noise). A record made before the
+    section was measured has none."""
+    section = record.get("memory")
+    if section is None:
+        return
+    window, how = memory_window(section), "the resident bytes read before the first prompt and after each"
+    levels, steps, growth = window.levels, window.steps, window.growth
+    largest = max(abs(step) for step in steps)
+    noise = memory_noise(largest)
+    for name, value in (
+            ("growth_bytes", [level - levels[0] for level in levels]), ("tokens", sum(section["lengths"])),
+            ("packed_prompts", window.packed),
+            ("packed_growth_bytes", levels[window.packed] - levels[0] if window.packed else None),
+            ("window_start", window.start), ("window_prompts", len(steps)), ("window_growth_bytes", growth),
+            ("per_length_bytes", growth / len(steps)), ("step_median_bytes", as_number(median(steps))),
+            ("step_middle_half_bytes", [as_number(value) for value in middle_half(steps)]),
+            ("largest_step_bytes", largest), ("peak_growth_bytes", max(levels) - levels[0])):
+        figures.add(("memory", name), value, how)
+    judged = "the window's growth against NOISE_JUMPS x its largest step, at least MEMORY_FLOOR_BYTES"
+    figures.add(("memory", "noise_bytes"), as_number(noise), judged)
+    figures.add(("memory", "grows_above_bytes"), as_number(levels[window.start] - levels[0] + noise), judged)
+    figures.add(("memory", "verdict"), memory_verdict(growth, noise), judged)
+
+
 def derive(record: dict[str, Any]) -> Figures:
     """Every derivable figure, each computed from raw data only (durations, request rows, server counters)."""
     figures = Figures()
@@ -252,6 +282,7 @@ def derive(record: dict[str, Any]) -> Figures:
     cancellation_figures(record, summaries, figures)
     target_figures(record, summaries, figures)
     trained_figures(record, summaries, figures)
+    memory_figures(record, figures)
     figures.add(("equivalence", "tokens_identical"), not record["equivalence"]["ties"],
                 "no step where alone chose another token (equivalence.ties)")
     return figures

@@ -19,15 +19,6 @@ from typing import Any
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
 from labkit.summary import MIN_PARTED, halves_below, middle_half, parted
-
-from ..client_stats import (  # noqa: F401  (re-exported)
-    LATENCIES,
-    OUTCOMES,
-    QUANTILES,
-    client_summary,
-    duration_s,
-    latency_summary,
-)
 from llm_models.serving.dtypes import (  # noqa: F401  (re-exported)
     BFLOAT16_BITS,
     CHOSEN_BY_FLAG,
@@ -46,6 +37,15 @@ from llm_models.serving.dtypes import (  # noqa: F401  (re-exported)
     tolerance_text,
 )
 from llm_models.serving.sizes import block_bytes, blocks_for, reservation_blocks  # noqa: F401  (re-exported)
+
+from ..client_stats import (  # noqa: F401  (re-exported)
+    LATENCIES,
+    OUTCOMES,
+    QUANTILES,
+    client_summary,
+    duration_s,
+    latency_summary,
+)
 
 
 # ---- the pool's sizes in a record's units (llm_models.serving.sizes has the formulas) ----------------------------------
@@ -349,3 +349,51 @@ def ttft_order(first: dict[str, Any], second: dict[str, Any]) -> str | None:
     ttfts = [[r["ttft_s"] for r in run["requests"] if r["outcome"] == "completed" and r["ttft_s"] is not None]
              for run in (first, second)]
     return {True: "sooner", False: "later", None: None}[halves_below(*ttfts)]
+
+
+# ---- resident memory while prompts of ever-new lengths arrive (the benchmark's memory section) ------------------
+# The window's growth is called growth only beyond the larger of two bounds, its noise. NOISE_JUMPS times the largest
+# move of resident memory from one prompt of the window to the next: a process that keeps nothing per length still
+# moves by such a jump whenever its allocator extends or trims its heap, and growth that two such jumps would explain is
+# no evidence of state kept per length. MEMORY_FLOOR_BYTES where the moves are smaller still: resident memory moves by
+# whole pages (4 KiB), and 1 MB is less than a single new length kept (about 1.7 MB at one thread on the 2-core AMD
+# EPYC) while oneDNN's packed kernel multiplied the long prefills, so a window of new lengths passes it at once.
+NOISE_JUMPS = 2
+MEMORY_FLOOR_BYTES = 1_000_000
+GROWS, FLAT = "grows", "flat"
+
+
+@dataclass(frozen=True)
+class MemoryWindow:
+    """The memory section read as the figures judge it: resident bytes after k prompts (k = 0 before the first), the
+    prompts of at most ``packed_rows`` rows (the first ones), and the window: every prompt after the settling ones."""
+
+    levels: list[int]
+    packed: int
+    start: int  # prompts before the window opens: the packed ones and the settling ones
+
+    @property
+    def steps(self) -> list[int]:
+        """Each window prompt's move of resident memory over the prompt before it."""
+        window = self.levels[self.start:]
+        return [after - before for before, after in zip(window, window[1:])]
+
+    @property
+    def growth(self) -> int:
+        return self.levels[-1] - self.levels[self.start]
+
+
+def memory_window(section: dict[str, Any]) -> MemoryWindow:
+    lengths = section["lengths"]
+    packed = sum(length <= section["packed_rows"] for length in lengths)  # the first ones: check_invariants
+    return MemoryWindow([section["rss_before_bytes"], *section["rss_bytes"]], packed, packed + section["settle"])
+
+
+def memory_noise(largest_step: float) -> float:
+    """The growth within which the window is called flat: NOISE_JUMPS x its largest move, at least MEMORY_FLOOR_BYTES."""
+    return max(NOISE_JUMPS * largest_step, MEMORY_FLOOR_BYTES)
+
+
+def memory_verdict(growth: float, noise: float) -> str:
+    """GROWS where the window's growth exceeds its noise, else FLAT (a fall included: nothing was kept)."""
+    return GROWS if growth > noise else FLAT

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.figures import JsonPath, refuse
-
 from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
+
 from .formulas import (
     OUTCOMES,
     TOLERANCES,
@@ -48,6 +48,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
     check_admission(record, source)
     check_cancellation(record, source)
     check_trained(record, source)
+    check_memory(record, source)
     serial, highest = record["rates"]["serial"], max(p["rate"] for p in record["rates"]["points"])
     if serial["rate"] != highest:
         refuse(source, ("rates", "serial", "rate"), f"is {serial['rate']}, but the serial run is made at the "
@@ -242,6 +243,40 @@ def check_trained(record: dict[str, Any], source: str) -> None:
     for index, tie in enumerate(gate["ties"]):
         if tie["margin"] > bound:
             refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
+
+
+def check_memory(record: dict[str, Any], source: str) -> None:
+    """The memory section (where the record has one): one resident reading per prompt, every one positive, every
+    length distinct and apart from the warm-up prompt's (each new to the process), the packed kernel's lengths first,
+    a window after the settling prompts, and the run's own thread count and block size."""
+    section = record.get("memory")
+    if section is None:
+        return
+    lengths, rss, path = section["lengths"], section["rss_bytes"], ("memory",)
+    if len(rss) != len(lengths):
+        refuse(source, (*path, "rss_bytes"), f"holds {len(rss)} readings for {len(lengths)} prompts: one after each")
+    low = [i for i, value in enumerate([section["rss_before_bytes"], *rss]) if value <= 0]
+    if low:
+        where = (*path, "rss_before_bytes") if low[0] == 0 else (*path, "rss_bytes", low[0] - 1)
+        refuse(source, where, "is not positive: a running process holds some memory")
+    seen = sorted({n for n in lengths if lengths.count(n) > 1})
+    if seen or min(lengths) < 1:
+        refuse(source, (*path, "lengths"), f"repeat {seen} or hold a prompt of no token: every prompt is a new, "
+               f"non-empty length")
+    if section["warmup_length"] in lengths:
+        refuse(source, (*path, "warmup_length"), f"= {section['warmup_length']} is among the lengths: the warm-up "
+               f"prompt's length is not one of the new ones")
+    packed = [n <= section["packed_rows"] for n in lengths]
+    if packed != sorted(packed, reverse=True):
+        refuse(source, (*path, "lengths"), f"are not the prompts of at most {section['packed_rows']} rows first, then "
+               f"the longer ones")
+    if len(lengths) <= sum(packed) + section["settle"]:
+        refuse(source, (*path, "settle"), f"= {section['settle']} leaves no prompt of more than "
+               f"{section['packed_rows']} rows after the settling ones: the window is empty")
+    config = record["config"]["benchmark"]
+    for name in ("threads", "block_size"):
+        if section[name] != config[name]:
+            refuse(source, (*path, name), f"is {section[name]}, but the run's $.config.benchmark.{name} is {config[name]}")
 
 
 def check_cancellation(record: dict[str, Any], source: str) -> None:
