@@ -157,6 +157,19 @@ class MemoryView(unittest.TestCase):
         self.assertIn("the window opens after prompt 40", text)
         self.assertIn("growth beyond noise", text)
 
+    def test_a_level_that_falls_below_the_first_reading_is_drawn_over_its_lowest_and_said_to_fall(self) -> None:
+        """The reference run's process handed 147 MB back during its first prompt: no state kept per length, and a
+        chart drawn over the first reading would have had nothing above zero."""
+        memory = section(FLAT)
+        memory["rss_bytes"] = [level - 147 * MB for level in memory["rss_bytes"]]
+        record = with_section(memory)
+        self.assertEqual(min(record["memory"]["growth_bytes"]), 0)
+        self.assertEqual(record["memory"]["lowest_bytes"], record["memory"]["growth_bytes"][0] * -1)
+        text = render_block(VIEWS["prefill-memory"](record))
+        self.assertIn("<svg", text)
+        self.assertIn("left it 146 MB lower (a fall, which no state kept per length can cause)", text)
+        self.assertIn("stayed flat", text)
+
     def test_a_record_made_before_the_section_says_so(self) -> None:
         text = render_block(VIEWS["prefill-memory"](with_section(None)))
         self.assertIn("made before the benchmark read resident memory", text)

@@ -137,3 +137,38 @@ class AdmissionOrder(unittest.TestCase):
         self.assertEqual(formulas.ttft_order(late, early), "later")
         spread = self.requests([0.02, 0.05, 0.15, 0.30])
         self.assertIsNone(formulas.ttft_order(spread, late))
+
+
+class PairedInTheDecodeLabsRounds(unittest.TestCase):
+    """The served step as the decode lab's own rounds timed it: worded by the side of 1 its middle half lies on."""
+
+    @staticmethod
+    def paired(decode_record: dict[str, Any], ratios: dict[int, tuple[float, float, float, str]]) -> dict[str, Any]:
+        for group in decode_record["llama"]["groups"]:
+            median, low, high, side = ratios[group["context"]]
+            group["paired"] = {"served_over_best": {"median": median, "low": low, "high": high, "rounds": 11}}
+            group["sides"] = {"served_over_best": side}
+        return decode_record
+
+    def text(self, dtype: str, fastest: dict[str, Any]) -> str:
+        record = serving({128: (60 * MS, 59 * MS, 61 * MS), 512: (60 * MS, 59 * MS, 61 * MS),
+                          1024: (60 * MS, 59 * MS, 61 * MS)})
+        record["config"]["benchmark"]["dtype_choice"]["chosen"] = dtype
+        with mock.patch.object(solo, "reference_record", lambda name: fastest):
+            return render_block(solo.solo_view(record))
+
+    def test_slower_faster_and_within_follow_the_side_never_the_cross_run_ranges(self) -> None:
+        cells = {c: (50 * MS, 49 * MS, 51 * MS) for c in (128, 512, 1024)}
+        fastest = self.paired(decode(cells), {128: (1.08, 1.05, 1.12, "above"), 512: (0.93, 0.9, 0.96, "below"),
+                                              1024: (1.01, 0.97, 1.04, "within")})
+        rows = self.text("float32", fastest).split("<tr>")[2:]
+        self.assertIn("1.08× (1.05–1.12), slower in its rounds", rows[0])
+        self.assertIn("0.93× (0.90–0.96), faster in its rounds", rows[1])
+        self.assertIn("1.01× (0.97–1.04), within its rounds&#39; noise", rows[2])
+        self.assertIn("apart: served slower", rows[1])  # the cross-run cells say slower where the rounds say faster
+
+    def test_no_paired_column_for_a_bfloat16_server_or_a_decode_record_without_the_measurement(self) -> None:
+        cells = {c: (50 * MS, 49 * MS, 51 * MS) for c in (128, 512, 1024)}
+        fastest = self.paired(decode(cells), {c: (1.0, 0.9, 1.1, "within") for c in cells})
+        self.assertNotIn("Paired in the decode lab", self.text("bfloat16", fastest))  # it timed float32 only
+        self.assertNotIn("Paired in the decode lab", self.text("float32", decode(cells)))

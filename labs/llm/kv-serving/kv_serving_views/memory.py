@@ -25,9 +25,9 @@ def memory_view(record: dict[str, Any]) -> Block:
     limits = [(section["grows_above_bytes"] / MB, f"growth beyond noise: above {format_bytes(section['grows_above_bytes'])}"),
               (section["peak_growth_bytes"] / MB, f"highest: {format_bytes(section['peak_growth_bytes'])}")]
     svg = timeline(lines, limits, "Resident memory against prompts of new lengths",
-                   f"The benchmark process's resident memory over its level before the first of "
+                   f"The benchmark process's resident memory over its lowest reading, before the first of "
                    f"{len(section['lengths'])} prompts, each of a length not prefilled before, after each prompt",
-                   x_label="prompts prefilled, one at a time", y_label="resident memory added, MB")
+                   x_label="prompts prefilled, one at a time", y_label="MB above the lowest reading")
     return Block(paragraphs=[lead(section), verdict(section)],
                  charts=[Chart(svg, f"Each prompt prefilled alone by the trained model, as the scheduler prefills a "
                                     f"request; the window opens after prompt {start}.")],
@@ -40,8 +40,11 @@ def memory_view(record: dict[str, Any]) -> Block:
 
 def lead(section: dict[str, Any]) -> str:
     bound, packed = section["packed_rows"], section["packed_prompts"]
-    first = (f"the first {plural(packed, 'prompt')}, of at most {bound} rows (the table's kernel), added "
-             f"{format_bytes(section['packed_growth_bytes'])}; then " if packed else "")
+    moved = section["packed_growth_bytes"]
+    change = (f"added {format_bytes(moved)}" if moved is not None and moved >= 0 else
+              f"left it {format_bytes(-moved)} lower (a fall, which no state kept per length can cause)")
+    first = (f"the first {plural(packed, 'prompt')}, of at most {bound} rows (the table's kernel), {change}; then "
+             if packed else "")
     return (f"Memory is read once one prompt of {section['warmup_length']} tokens has been prefilled (its first pass "
             f"touches the pool and sets up buffers once); {first}{plural(section['settle'], 'prompt')} of more rows, "
             f"the longest first, let the allocator settle, and the window of "

@@ -39,6 +39,19 @@ def order_words(row: formulas.BesideDecode) -> str:
     return "apart: served slower" if row.ratio > 1 else "apart: served faster"
 
 
+PAIRED_WORDS = {"below": "faster in its rounds", "above": "slower in its rounds", "within": "within its rounds' noise"}
+
+
+def paired_words(row: formulas.BesideDecode) -> str:
+    """'1.05× (1.03–1.14), slower in its rounds': the served step over the decode lab's best as that lab's paired
+    rounds timed it (the median of per-round ratios and their middle half), a direction only where the middle half
+    lies wholly on one side of 1; a dash where the decode record predates that measurement."""
+    if row.paired is None or row.paired_side is None:
+        return "–"
+    ratio = row.paired
+    return f"{format_ratio(ratio['median'])} ({ratio['low']:.2f}–{ratio['high']:.2f}), {PAIRED_WORDS[row.paired_side]}"
+
+
 def growth_words(what: str, nanoseconds: float, first: tuple[float, float, float], last: tuple[float, float, float],
                  repeats: int, contexts: tuple[int, int]) -> str:
     """'the served step took 6.120 ms more at 1,024 positions than at 128' where the two cells lie apart; otherwise
@@ -71,10 +84,12 @@ def solo_view(record: dict[str, Any]) -> Block:
         contexts = join(list(dict.fromkeys(str(s["context"]) for s in steps)))
         return Block(paragraphs=[f"The decode lab's record times no trained step at contexts {contexts} on "
                                  f"{threads}, so there is nothing to set the served step beside."])
+    paired = dtype == "float32" and any(row.paired is not None for row in rows)  # the decode lab times float32 only
     table = Table(["Threads", "Context", f"Served step, {dtype}", "Decode lab's fastest, float32", "Mode",
-                   "Served ÷ fastest", "Min–max ranges"],
+                   "Served ÷ fastest", "Min–max ranges", *(["Paired in the decode lab's rounds"] if paired else [])],
                   [(f"{row.threads}", f"{row.context:,}", ms_range(row.served), ms_range(row.decode), row.decode_mode,
-                    format_ratio(row.ratio), order_words(row)) for row in rows])
+                    format_ratio(row.ratio), order_words(row), *([paired_words(row)] if paired else []))
+                   for row in rows])
     paragraphs = [
         f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
         f"in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
@@ -82,6 +97,13 @@ def solo_view(record: dict[str, Any]) -> Block:
         f"{decode['created_utc'][:10]}, measured in the same run).",
         "Medians, with each cell's min–max: a row calls the served step slower or faster only where every one of its "
         "timed steps lies beyond every one of the other cell's."]
+    if paired:
+        paragraphs.append(
+            "Those two cells were timed minutes apart, in two processes, so the machine's drift between them is in "
+            "their ratio. The decode lab also times this same served step inside its own rounds, one step of every "
+            "mode per round, and the last column is that ratio: the median of the per-round ratios to its best "
+            "float32 mode, with their middle half, a direction named only where the middle half lies wholly on one "
+            "side of 1. Where the two columns disagree, the paired one is the measurement to trust.")
     for count in dict.fromkeys(row.threads for row in rows):
         same = [row for row in rows if row.threads == count]
         growth = formulas.growth_over_decode(same)

@@ -257,18 +257,22 @@ def memory_figures(record: dict[str, Any], figures: Figures) -> None:
     levels, steps, growth = window.levels, window.steps, window.growth
     largest = max(abs(step) for step in steps)
     noise = memory_noise(largest)
+    # NOTE: the chart's levels stand over the lowest reading, not the first: a process can hand memory back to the
+    # system during the run (the allocator trimming what earlier work freed), and a fall is no state kept per length.
+    lowest = min(levels)
     for name, value in (
-            ("growth_bytes", [level - levels[0] for level in levels]), ("tokens", sum(section["lengths"])),
+            ("growth_bytes", [level - lowest for level in levels]), ("lowest_bytes", lowest - levels[0]),
+            ("tokens", sum(section["lengths"])),
             ("packed_prompts", window.packed),
             ("packed_growth_bytes", levels[window.packed] - levels[0] if window.packed else None),
             ("window_start", window.start), ("window_prompts", len(steps)), ("window_growth_bytes", growth),
             ("per_length_bytes", growth / len(steps)), ("step_median_bytes", as_number(median(steps))),
             ("step_middle_half_bytes", [as_number(value) for value in middle_half(steps)]),
-            ("largest_step_bytes", largest), ("peak_growth_bytes", max(levels) - levels[0])):
+            ("largest_step_bytes", largest), ("peak_growth_bytes", max(levels) - lowest)):
         figures.add(("memory", name), value, how)
     judged = "the window's growth against NOISE_JUMPS x its largest step, at least MEMORY_FLOOR_BYTES"
     figures.add(("memory", "noise_bytes"), as_number(noise), judged)
-    figures.add(("memory", "grows_above_bytes"), as_number(levels[window.start] - levels[0] + noise), judged)
+    figures.add(("memory", "grows_above_bytes"), as_number(levels[window.start] - lowest + noise), judged)
     figures.add(("memory", "verdict"), memory_verdict(growth, noise), judged)
 
 

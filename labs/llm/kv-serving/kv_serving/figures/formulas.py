@@ -297,6 +297,11 @@ class BesideDecode:
     ratio: float
     parted: bool  # the two cells' min–max ranges do not overlap: only then is one called faster
     repeats: int = MIN_PARTED  # the fewer of the two cells' timed steps: below MIN_PARTED their ranges say nothing
+    # The same served step timed inside the decode lab's rounds (its llama.groups[].paired.served_over_best: the
+    # median of per-round ratios to that lab's best float32 mode, with their middle half) and the side of 1 that
+    # middle half lies on; None in a decode record older than that measurement.
+    paired: dict[str, Any] | None = None
+    paired_side: str | None = None
 
 
 def cpu_of(record: dict[str, Any]) -> str:
@@ -321,7 +326,9 @@ def beside_decode(serving: dict[str, Any], decode: dict[str, Any]) -> list[Besid
         fastest = (best["median_ns_per_step"], best["min_ns_per_step"], best["max_ns_per_step"])
         rows.append(BesideDecode(step["threads"], step["context"], served, group["best_float32_mode"], fastest,
                                  served[0] / fastest[0], parted(step["durations_ns"], best["durations_ns"]),
-                                 min(len(step["durations_ns"]), len(best["durations_ns"]))))
+                                 min(len(step["durations_ns"]), len(best["durations_ns"])),
+                                 group.get("paired", {}).get("served_over_best"),
+                                 group.get("sides", {}).get("served_over_best")))
     return rows
 
 
