@@ -17,7 +17,6 @@ from unittest import mock
 
 import kv_serving_views
 from kv_serving import benchmark, figures
-from kv_serving.figures import formulas
 from kv_serving.figures.formulas import policy
 from kv_serving.launch import log_text, serving_url
 from kv_serving.testing import BFLOAT16_WINS, FLOAT32_WINS, despite_stalls_sync
@@ -25,6 +24,7 @@ from labkit.figures import JsonPath, check_record, fill, path_text
 from labkit.records import RecordError, load_record
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, quick_run, run_quietly
 from labkit.waiting import HANG_S, communicate, read_until_closed
+from llm_models.serving.dtypes import CHOSEN_BY_SUPPLIED_PROBES, ROW_STEPS, TOLERANCES, TRAINED_TOLERANCES, tie_bound
 from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
@@ -226,7 +226,7 @@ class QuickRun(QuickBenchmarkRun):
         medians = {name: statistics.median(probe["durations_ns"]) for name, probe in choice["probes"].items()}
         self.assertEqual(sorted(medians), ["bfloat16", "float32"])
         self.assertEqual(dtype, min(medians, key=lambda name: medians[name]))
-        self.assertEqual(record["tolerance"], formulas.TOLERANCES[dtype])
+        self.assertEqual(record["tolerance"], TOLERANCES[dtype])
 
     def test_check_record_refuses_a_dtype_choice_its_probes_or_its_model_contradict(self) -> None:
         def slower(record: dict[str, Any]) -> None:
@@ -236,8 +236,8 @@ class QuickRun(QuickBenchmarkRun):
         self.assert_refused("$.config.benchmark.dtype_choice.chosen", slower)
 
         def other_tolerance(record: dict[str, Any]) -> None:
-            other = next(name for name in formulas.TOLERANCES if name != record["config"]["model"]["dtype"])
-            record["tolerance"] = dict(formulas.TOLERANCES[other])
+            other = next(name for name in TOLERANCES if name != record["config"]["model"]["dtype"])
+            record["tolerance"] = dict(TOLERANCES[other])
         self.assert_refused("$.tolerance", other_tolerance)
 
     def test_check_record_refuses_a_failed_equivalence_gate(self) -> None:
@@ -246,7 +246,7 @@ class QuickRun(QuickBenchmarkRun):
     def test_check_record_refuses_token_verdicts_the_ties_contradict_and_ties_rounding_cannot_explain(self) -> None:
         def wide_tie(record: dict[str, Any]) -> None:
             gate, tolerance = record["equivalence"], record["tolerance"]
-            bound = formulas.tie_bound(tolerance, gate["max_abs_reference"])
+            bound = tie_bound(tolerance, gate["max_abs_reference"])
             gate.update(tokens_identical=False, ties=[{"request": 0, "step": 3, "margin": 1.5 * bound}])
         self.assert_refused("$.equivalence.ties[0].margin", wide_tie)
         flipped = not self.record["equivalence"]["tokens_identical"]
@@ -404,14 +404,14 @@ class QuickRunInBfloat16(QuickBenchmarkRun):
             with self.subTest(dtype=dtype):
                 check(record, f"quick record, {dtype} the faster probe")
                 choice = record["config"]["benchmark"]["dtype_choice"]
-                self.assertEqual((choice["chosen"], choice["how"]), (dtype, formulas.CHOSEN_BY_SUPPLIED_PROBES))
+                self.assertEqual((choice["chosen"], choice["how"]), (dtype, CHOSEN_BY_SUPPLIED_PROBES))
                 self.assertEqual(record["config"]["model"]["dtype"], dtype)
                 self.assertEqual(record["trained"]["model"]["dtype"], dtype)  # the trained gate and servers too
-                self.assertEqual(record["trained"]["tolerance"], formulas.TRAINED_TOLERANCES[dtype])
+                self.assertEqual(record["trained"]["tolerance"], TRAINED_TOLERANCES[dtype])
                 self.assertIn("not measured on this CPU", rendered("model-cost", record))
         # bfloat16's trained gate is by steps at each row's scale, and says how many it took
         gate = records["bfloat16"]["trained"]["equivalence"]
-        self.assertLessEqual(gate["max_row_steps"], formulas.ROW_STEPS)
+        self.assertLessEqual(gate["max_row_steps"], ROW_STEPS)
         self.assertNotIn("max_row_steps", records["float32"]["trained"]["equivalence"])
 
     def test_a_record_whose_choice_contradicts_its_probes_is_refused(self) -> None:

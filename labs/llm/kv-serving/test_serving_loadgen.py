@@ -6,7 +6,7 @@ import contextlib
 import io
 import unittest
 
-from kv_serving.figures.formulas import latency_summary
+from kv_serving.client_stats import latency_summary
 from kv_serving.launch import free_port
 from kv_serving.loadgen import main, run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine

@@ -10,8 +10,6 @@ import torch
 
 from kv_serving import trained_load
 from kv_serving.benchmark import equivalence_gate
-from kv_serving.figures import formulas
-from kv_serving.figures.formulas import TRAINED_TOLERANCES
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 from kv_serving.trained_load import prompt_ids
 from labkit.bench import EquivalenceError
@@ -19,6 +17,7 @@ from llm_models.attention import causal_attention
 from llm_models.kv_bytes import kv_cache_bytes
 from llm_models.llama.generate import smollm2
 from llm_models.llama.tiny import TINY, tiny_pair
+from llm_models.serving.dtypes import ROW_STEPS, TRAINED_TOLERANCES, bfloat16_step, difference_bound
 from llm_models.serving.kernels import ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
@@ -198,7 +197,7 @@ class NeighbourKeys(LlamaServingModel):
 
 
 class TrainedBfloat16Gate(unittest.TestCase):
-    """The trained model's bfloat16 gate (bfloat16 steps at each logits row's scale, formulas.ROW_STEPS) holds for
+    """The trained model's bfloat16 gate (bfloat16 steps at each logits row's scale, ROW_STEPS) holds for
     the served decoder on the benchmark's gate prompts, and still refuses a batched path that is wrong."""
 
     @classmethod
@@ -213,13 +212,13 @@ class TrainedBfloat16Gate(unittest.TestCase):
         for magnitude in (0.75, 1.0, 1.5, 36.0, 63.5, 64.0, -36.0):  # each a bfloat16 number
             with self.subTest(magnitude=magnitude):
                 value = torch.tensor(magnitude, dtype=torch.bfloat16)
-                step = formulas.bfloat16_step(magnitude)
+                step = bfloat16_step(magnitude)
                 self.assertEqual(float(torch.nextafter(value, value * 4)) - magnitude, math.copysign(step, magnitude))
-        self.assertEqual(formulas.difference_bound(TRAINED_TOLERANCES["bfloat16"], 36.0), formulas.ROW_STEPS * 0.25)
+        self.assertEqual(difference_bound(TRAINED_TOLERANCES["bfloat16"], 36.0), ROW_STEPS * 0.25)
 
     def test_the_served_decoder_passes_and_a_row_at_the_wrong_position_or_on_anothers_keys_fails(self) -> None:
         result = self.gate(LlamaServingModel(self.decoder, KERNEL_NS))
-        self.assertLessEqual(result["max_row_steps"], formulas.ROW_STEPS)
+        self.assertLessEqual(result["max_row_steps"], ROW_STEPS)
         for broken in (PlusOneRotation, NeighbourKeys, FirstRowRotation):
             with self.subTest(broken=broken.__name__), self.assertRaisesRegex(EquivalenceError, "bfloat16 steps"):
                 self.gate(broken(self.decoder, KERNEL_NS))

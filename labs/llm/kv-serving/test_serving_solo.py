@@ -11,6 +11,7 @@ from unittest import mock
 
 from kv_serving.figures import formulas
 from kv_serving_views import solo
+from labkit.summary import MIN_PARTED
 from site_hooks.blocks import render_block
 
 
@@ -111,7 +112,7 @@ class SoloView(unittest.TestCase):
         record["trained"]["solo_steps"][0]["durations_ns"] = [59 * MS, 61 * MS]  # apart from 49-51 ms, but two steps
         with mock.patch.object(solo, "reference_record", lambda name: decode({128: (50 * MS, 49 * MS, 51 * MS)})):
             row = render_block(solo.solo_view(record)).split("<tr>")[2]
-        self.assertIn(f"too few steps to tell (fewer than {formulas.MIN_PARTED} in a cell)", row)
+        self.assertIn(f"too few steps to tell (fewer than {MIN_PARTED} in a cell)", row)
         self.assertNotIn("slower", row)
 
     def test_a_decode_record_without_these_contexts_is_said_in_one_sentence(self) -> None:

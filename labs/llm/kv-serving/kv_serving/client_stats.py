@@ -2,7 +2,7 @@
 percentiles, summarised by the load generator from its request rows.
 
 Torch-free, and the one home of each: the load generator (kv_serving.loadgen) summarises every run with these,
-and the record's figures, views and tests read them through kv_serving.figures.formulas, which re-exports them.
+and so do the record's figures, views and tests.
 """
 
 from __future__ import annotations

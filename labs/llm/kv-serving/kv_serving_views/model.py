@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_serving.figures.formulas import CHOSEN_BY_SUPPLIED_PROBES
+from llm_models.serving.dtypes import CHOSEN_BY_SUPPLIED_PROBES
 from site_hooks.blocks import Block
 from site_hooks.formatting import join, plural
 

@@ -15,9 +15,9 @@ from kv_serving.figures.formulas import (
     best_point,
     model_thread,
     replay,
-    reservation_blocks,
     token_times,
 )
+from llm_models.serving.sizes import reservation_blocks
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_latency, join

@@ -9,6 +9,7 @@ from typing import Any
 
 from kv_serving.figures import formulas
 from labkit.runs import same_run
+from labkit.summary import MIN_PARTED
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join, plural
 from site_hooks.other_records import reference_record
@@ -32,8 +33,8 @@ def more_or_less(nanoseconds: float) -> str:
 def order_words(row: formulas.BesideDecode) -> str:
     """Faster or slower only where the two cells' min–max ranges lie apart; overlapping ranges, or too few timed steps
     for a range to mean anything, call neither faster."""
-    if row.repeats < formulas.MIN_PARTED:
-        return f"too few steps to tell (fewer than {formulas.MIN_PARTED} in a cell)"
+    if row.repeats < MIN_PARTED:
+        return f"too few steps to tell (fewer than {MIN_PARTED} in a cell)"
     if not row.parted:
         return "ranges overlap: neither faster"
     return "apart: served slower" if row.ratio > 1 else "apart: served faster"

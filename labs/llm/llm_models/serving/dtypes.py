@@ -2,8 +2,7 @@
 each request alone), and how the served dtype is chosen.
 
 Torch-free, and the one home of each: the engine, the server, the trained model's load and the benchmark take them
-from here, and the record's figures, views and tests read them through kv_serving.figures.formulas, which
-re-exports them.
+from here, and so do the serving lab's figures, views and tests.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 blocks, of the positions ``admission.kv_positions`` counts) and a byte budget in blocks.
 
 Torch-free, and the one home of each: the pool, the model, the scheduler, the trained model's load and the
-benchmark size blocks with these, and the record's figures, views and tests read them through
-kv_serving.figures.formulas, which re-exports them. A block's bytes are the formula every lab shares
+benchmark size blocks with these, and so do the serving lab's figures, views and tests. A block's bytes are the formula every lab shares
 (llm_models.kv_bytes).
 """
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from kv_serving.client_stats import client_summary
 from labkit.figures import Figures, JsonPath
 from labkit.summary import as_number, median, middle_half
-from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
+from llm_models.serving.dtypes import faster_dtype, probe_medians
+from llm_models.serving.sizes import (
+    blocks_for,
+    budget_blocks,  # the byte server's budget, as the benchmark sized it
+)
 
 from .formulas import (
     arrival_span,
-    blocks_for,
-    client_summary,
-    faster_dtype,
     growth_range,
     matching_solo,
     mean_batch,
@@ -33,7 +35,6 @@ from .formulas import (
     mode,
     nearest_step,
     policy,
-    probe_medians,
     record_block_bytes,
     runs,
     step_regime,

@@ -4,8 +4,8 @@ holds, and the scheduler's iterations replayed without a model.
 Used by kv_serving.figures to derive and check a record, and by the views to word it. What the mechanism itself
 computes with (the gate's tolerances and the dtype choice, the pool's sizes, the client's summary of a run) is
 defined where the timed code takes it, one home each (llm_models.serving.dtypes, llm_models.serving.sizes,
-kv_serving.client_stats), and re-exported here: the figures, the views and the tests read every constant and
-formula as ``formulas.X``.
+kv_serving.client_stats); the figures, the views and the tests import each from there, and from here only what
+is defined here.
 """
 
 from __future__ import annotations
@@ -19,33 +19,7 @@ from typing import Any
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
 from labkit.summary import MIN_PARTED, halves_below, middle_half, parted
-from llm_models.serving.dtypes import (  # noqa: F401  (re-exported)
-    BFLOAT16_BITS,
-    CHOSEN_BY_FLAG,
-    CHOSEN_BY_SUPPLIED_PROBES,
-    CHOSEN_BY_TIMING,
-    DTYPES,
-    ROW_STEPS,
-    TOLERANCES,
-    TRAINED_TOLERANCES,
-    bfloat16_step,
-    difference_bound,
-    faster_dtype,
-    probe_medians,
-    row_scaled,
-    tie_bound,
-    tolerance_text,
-)
-from llm_models.serving.sizes import block_bytes, blocks_for, reservation_blocks  # noqa: F401  (re-exported)
-
-from ..client_stats import (  # noqa: F401  (re-exported)
-    LATENCIES,
-    OUTCOMES,
-    QUANTILES,
-    client_summary,
-    duration_s,
-    latency_summary,
-)
+from llm_models.serving.sizes import block_bytes, reservation_blocks
 
 
 # ---- the pool's sizes in a record's units (llm_models.serving.sizes has the formulas) ----------------------------------

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from kv_serving.client_stats import OUTCOMES
 from labkit.figures import JsonPath, refuse
-from llm_models.serving.sizes import budget_blocks  # the byte server's budget, as the benchmark sized it
-
-from .formulas import (
-    OUTCOMES,
+from llm_models.serving.dtypes import (
     TOLERANCES,
     TRAINED_TOLERANCES,
-    blocks_for,
     difference_bound,
     faster_dtype,
     probe_medians,
     row_scaled,
-    runs,
     tie_bound,
-    trained_runs,
 )
+from llm_models.serving.sizes import (
+    blocks_for,
+    budget_blocks,  # the byte server's budget, as the benchmark sized it
+)
+
+from .formulas import runs, trained_runs
 
 SLACK_S = 1e-6  # latencies are sums of perf_counter differences: allow their rounding
 MEMORY_FAILURE = "out of KV memory"  # how the scheduler words a failure for memory (scheduler._admit)
