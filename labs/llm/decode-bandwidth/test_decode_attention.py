@@ -13,9 +13,10 @@ import torch
 from decode_bandwidth import attention, native
 from decode_bandwidth.fast_llama import FastLlama
 from decode_bandwidth.figures.derivation import attention_figures
-from decode_bandwidth.llama_modes import ATTENTION_ATOL, LLAMA_KINDS, fastest_attention
+from decode_bandwidth.llama_modes import ATTENTION_ATOL, fastest_attention
 from decode_bandwidth_views.trained import attention_sentence
 from labkit.figures import Figures, fill
+from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.tiny import tiny_pair
 
 # (Hkv, G, D): SmolLM2's heads (64 wide, 3 queries per key/value head: the AVX-512 path where the CPU has it), a
@@ -83,7 +84,7 @@ class CAttention(unittest.TestCase):
         generator = torch.Generator().manual_seed(5)
         prompt = torch.randint(0, model.config.vocab_size, (1, 7), generator=generator)
         for compiled in (False, True):
-            twin = FastLlama(model, dict.fromkeys(LLAMA_KINDS, "out_in"), compiled, attention="c")
+            twin = FastLlama(model, dict.fromkeys(MATRIX_KINDS, "out_in"), compiled, attention="c")
             ours, theirs = model.new_cache(1, 12), model.new_cache(1, 12)
             with self.subTest(compiled=compiled), torch.inference_mode():
                 token = model(prompt, ours)[:, -1:].argmax(-1)
@@ -93,7 +94,7 @@ class CAttention(unittest.TestCase):
                     torch.testing.assert_close(found, expected, atol=1e-4, rtol=1e-4)
                     token = expected[:, -1:].argmax(-1)
         with self.assertRaises(ValueError):
-            FastLlama(model, dict.fromkeys(LLAMA_KINDS, "out_in"), False, attention="flash")
+            FastLlama(model, dict.fromkeys(MATRIX_KINDS, "out_in"), False, attention="flash")
 
 
 class Measurement(unittest.TestCase):

@@ -22,7 +22,7 @@ from decode_bandwidth.figures import formulas
 from decode_bandwidth.grid import MODES as GRID_MODES
 from decode_bandwidth.grid import OURS, grid
 from decode_bandwidth.hf import hf_model
-from decode_bandwidth.llama_modes import KERNEL_SETS, LLAMA_KINDS, LLAMA_WEIGHTS
+from decode_bandwidth.llama_modes import KERNEL_SETS, LLAMA_WEIGHTS
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import ONEDNN_WINS, tiny_model
 from labkit import harness
@@ -30,6 +30,7 @@ from labkit.figures import check_record, fill, path_text
 from labkit.records import RecordError
 from labkit.summary import percentile
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
+from llm_models.llama.kinds import MATRIX_KINDS
 from site_hooks.blocks import render_block
 
 SCHEMA = benchmark.ROOT / benchmark.LAB.schema
@@ -205,7 +206,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                 row = record["llama"]["kernels"]["rows"][0]
                 row["kernels"][record["llama"]["kernels"]["chosen"][chosen][row["kind"]]]["ns"] = 1e12
             # the first set found to name it is refused (the float32 sets often share their choice)
-            self.assert_refused("llama.kernels.chosen.", slower_kernel, f".{LLAMA_KINDS[0]} is ")
+            self.assert_refused("llama.kernels.chosen.", slower_kernel, f".{MATRIX_KINDS[0]} is ")
 
     def test_check_record_refuses_an_int8_quality_entry_that_cannot_be_true(self) -> None:
         def self_divergent(record: dict[str, Any]) -> None:

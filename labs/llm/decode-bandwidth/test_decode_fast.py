@@ -17,13 +17,13 @@ from decode_bandwidth.llama_modes import (
     KERNEL_CANDIDATES,
     LLAMA_FAST_ATOL,
     LLAMA_FAST_RTOL,
-    LLAMA_KINDS,
     fastest_kernel,
 )
 from decode_bandwidth.testing import ONEDNN_WINS, OUT_IN_WINS
 from labkit.bench import EquivalenceError
 from llm_models.kernels import int8_loop, matvec
 from llm_models.kernels.quantize import dequantize, dequantized_state_dict, quantize_rows
+from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.tiny import tiny_pair
 from llm_models.llama.traffic import llama_int8_weight_bytes
@@ -33,7 +33,7 @@ PROMPT = 7
 
 
 def every_kind(kernel: str) -> dict[str, str]:
-    return {kind: kernel for kind in LLAMA_KINDS}
+    return {kind: kernel for kind in MATRIX_KINDS}
 
 
 class SameLogits(unittest.TestCase):
@@ -64,7 +64,7 @@ class SameLogits(unittest.TestCase):
                 self.assert_steps_match(FastLlama(self.model, every_kind(kernel), compiled=False))
 
     def test_the_twin_with_compiled_layers_and_mixed_kernels_gives_the_same_logits(self) -> None:
-        kernels = dict(zip(LLAMA_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
+        kernels = dict(zip(MATRIX_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
         self.assert_steps_match(FastLlama(self.model, kernels, compiled=True))
 
     def test_every_int8_kernel_gives_the_logits_of_the_decoder_on_its_dequantized_weights(self) -> None:
@@ -146,7 +146,7 @@ class KernelTable(unittest.TestCase):
     def test_the_table_covers_every_kind_and_chooses_each_kinds_fastest_kernel_per_weight_format(self) -> None:
         _, model = tiny_pair(seed=1)
         table = llama.kernel_table(model, threads=1)
-        self.assertEqual([row["kind"] for row in table["rows"]], list(LLAMA_KINDS))
+        self.assertEqual([row["kind"] for row in table["rows"]], list(MATRIX_KINDS))
         self.assertEqual(sorted(table["chosen"]), ["float32", "float32-compiled", "int8"])
         self.assertFalse(table["traceable"]["onednn"])
         for row in table["rows"]:

@@ -54,10 +54,16 @@ class TinyMatchesTransformers(unittest.TestCase):
                           prefill(self.model, self.ids[:, prefix:], cache)]
                 torch.testing.assert_close(torch.cat(pieces, dim=1), expected, atol=ATOL, rtol=RTOL)
 
-    def test_weights_are_the_reference_tensors_not_copies(self) -> None:
-        theirs = self.reference.state_dict()
-        self.assertEqual(self.model.layers[1].k.data_ptr(), theirs["model.layers.1.self_attn.k_proj.weight"].data_ptr())
+    def test_weights_are_the_reference_tensors_or_one_stacked_copy_of_them(self) -> None:
+        theirs, layer = self.reference.state_dict(), self.model.layers[1]
+        self.assertEqual(layer.o.data_ptr(), theirs["model.layers.1.self_attn.o_proj.weight"].data_ptr())
         self.assertIs(self.model.head, self.model.embedding)  # tied: one matrix
+        # q, k and v (gate and up) are stacked once into one matrix; each is a view of it, equal to the checkpoint's
+        for ours, name in (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"),
+                           ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj")):
+            stacked = layer.qkv if ours in "qkv" else layer.gate_up
+            self.assertEqual(getattr(layer, ours).untyped_storage().data_ptr(), stacked.untyped_storage().data_ptr())
+            torch.testing.assert_close(getattr(layer, ours), theirs[f"model.layers.1.{name}.weight"], atol=0, rtol=0)
 
     def test_bfloat16_copy_stays_close_and_leaves_the_float32_weights_alone(self) -> None:
         half = LlamaDecoder(dataclasses.replace(self.model.config, dtype=torch.bfloat16), self.reference.state_dict())

@@ -132,16 +132,19 @@ class ChosenKernelsUsed(unittest.TestCase):
             measure({"qkv": [torch.randn(4, 4)]}, {"qkv": {ONE: {"out_in": 1.0}}})
 
 
-class ServedNorm(unittest.TestCase):
-    def test_the_fused_float32_norm_equals_the_decoders_and_bfloat16_takes_the_decoders_own(self) -> None:
+class Norm(unittest.TestCase):
+    def test_the_fused_float32_norm_is_the_formula_and_bfloat16_normalises_in_float32(self) -> None:
         from llm_models.llama.model import rms_norm
-        from llm_models.serving.llama import served_norm
+
+        def formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+            x32 = x.float()  # x / sqrt(mean(x^2) + eps) * weight, in float32, cast back before the weight
+            return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
         generator = torch.Generator().manual_seed(11)
         x, weight = torch.randn(3, 5, 576, generator=generator) * 4, torch.rand(576, generator=generator)
         # float32 sums of 576 squares in another order: a few units in the seventh digit
-        torch.testing.assert_close(served_norm(x, weight, 1e-5), rms_norm(x, weight, 1e-5), atol=1e-6, rtol=1e-6)
-        self.assertGreater(float((served_norm(x, weight, 1e-5) - rms_norm(x, weight * 1.001, 1e-5)).abs().max()), 1e-4)
+        torch.testing.assert_close(rms_norm(x, weight, 1e-5), formula(x, weight, 1e-5), atol=1e-6, rtol=1e-6)
+        self.assertGreater(float((rms_norm(x, weight, 1e-5) - formula(x, weight * 1.001, 1e-5)).abs().max()), 1e-4)
         half = x.to(torch.bfloat16)
-        torch.testing.assert_close(served_norm(half, weight.to(torch.bfloat16), 1e-5),
-                                   rms_norm(half, weight.to(torch.bfloat16), 1e-5), atol=0, rtol=0)
+        torch.testing.assert_close(rms_norm(half, weight.to(torch.bfloat16), 1e-5),
+                                   formula(half, weight.to(torch.bfloat16), 1e-5), atol=0, rtol=0)

@@ -10,6 +10,7 @@ import unittest.mock
 
 import torch
 
+from llm_models.llama.kinds import LAYER_KINDS
 from llm_models.llama.tiny import TINY, tiny_pair
 from llm_models.serving import kernels
 from llm_models.serving.kernels import ONE, PREFILL_PACKED_ROWS, SEVERAL, STATELESS, Weight, candidates, ranking
@@ -22,7 +23,7 @@ LENGTHS = [(1,), (5,), (PREFILL_PACKED_ROWS,)] + [(n, 7, 5) for n in range(PREFI
 
 
 def weights(model: LlamaServingModel) -> list[Weight]:
-    return [getattr(layer, kind) for layer in model.served for kind in kernels.LAYER_KINDS] + [model.head]
+    return [getattr(layer, kind) for layer in model.served for kind in LAYER_KINDS] + [model.head]
 
 
 def prefill_all(model: LlamaServingModel, seed: int = 0) -> list[torch.Tensor]:

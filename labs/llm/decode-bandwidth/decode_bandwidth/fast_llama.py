@@ -1,12 +1,13 @@
-"""The trained Llama's decode step, rebuilt for batch 1: fused matrices, the fastest kernel per kind, compiled layers.
+"""The trained Llama's decode step at batch 1: the decoder's own layer, the fastest kernel per kind, compiled layers.
 
 A twin of ``llm_models.llama.model.LlamaDecoder`` built from its tensors, for one-token steps over the same
-per-layer ``LayerCache`` stores (so the shared decoder can prefill a cache the twin then decodes):
+per-layer ``LayerCache`` stores (so the shared decoder can prefill a cache the twin then decodes). Each layer is
+the decoder's own two halves (``project`` and ``finish``, the code the server and the reference run), called with
+other products and another attention:
 
-- **fused matrices:** q, k and v are one (H*D + 2*Hkv*D, C) matrix and gate and up one (2F, C), so a layer makes
-  four matrix products instead of seven, each a longer stream of one matrix;
-- **a kernel per kind:** each kind of matrix (``LLAMA_KINDS``) is multiplied by the kernel ``llm_models.kernels.matvec``
-  measured fastest for it in this run, over float32 weights or over int8 codes with row scales;
+- **a kernel per kind:** each of the decoder's matrices (``MATRIX_KINDS``: q/k/v stacked, o, gate/up stacked,
+  down, the head) is multiplied by the kernel ``llm_models.kernels.matvec`` measured fastest for its kind in this
+  run, over float32 weights or over int8 codes with row scales;
 - **compiled layers (``compiled=True``):** the step's thirty identical layers are one region for ``torch.compile``,
   compiled once and called per layer: inductor fuses each layer's norms, rotary turns, cache writes, softmax,
   SwiGLU and residual adds into a few loops, the matrix kernels stay calls. One region instead of the whole
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,57 +32,47 @@ from torch import Tensor
 from llm_models.kernels.matvec import KERNELS, Kernel, Prepared
 from llm_models.kernels.row_dot import compile_static
 from llm_models.llama.cache import LayerCache
-from llm_models.llama.model import LlamaDecoder, rms_norm
-from llm_models.serving.llama import fused_matrices as layer_matrices
+from llm_models.llama.kinds import LAYER_KINDS, MATRIX_KINDS
+from llm_models.llama.model import LayerShape, LlamaDecoder, Product, finish, project, rms_norm, rotary_angles, rotate
 
 from .attention import ATTENTION, attend
-from .llama_modes import LLAMA_KINDS
 
 Region = Callable[..., Tensor]
 
 
-@dataclass(frozen=True)
-class Shape:
-    heads: int
-    kv_heads: int
-    head_dim: int
-    eps: float
-    attention: str  # one of decode_bandwidth.attention.ATTENTION
+def product(apply: Callable[..., Tensor], prepared: Prepared) -> Product:
+    """One matrix's product as the layer calls it, x (..., in) -> (..., out), through a kernel that multiplies rows
+    (N, in) by its ``prepared`` copy (inside a compiled region the reshapes are free)."""
+    def multiply(x: Tensor) -> Tensor:
+        return apply(x.reshape(-1, x.shape[-1]), *prepared).view(*x.shape[:-1], -1)
+    return multiply
 
 
 def layer_step(x: Tensor, cos: Tensor, sin: Tensor, position: Tensor, keys: Tensor, values: Tensor,
                norms: tuple[Tensor, Tensor], matrices: tuple[Prepared, ...], apply: tuple[Callable[..., Tensor], ...],
-               shape: Shape) -> Tensor:
-    """One layer of one token: x (1, C) -> (1, C); writes the token's key and value at ``position`` of the
-    (1, Hkv, P, D) buffers and attends over positions 0 .. ``position``."""
-    heads, kv_heads, dim = shape.heads, shape.kv_heads, shape.head_dim
-    group, half = heads // kv_heads, dim // 2
-    qkv, o, gate_up, down = matrices
-    h = rms_norm(x, norms[0], shape.eps)
-    q, k, v = apply[0](h, *qkv).split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
-    q, k, v = q.view(heads, dim), k.view(kv_heads, dim), v.view(kv_heads, dim)  # (H, D), (Hkv, D)
-    q = q * cos + torch.cat((-q[:, half:], q[:, :half]), dim=-1) * sin  # rotary, as llm_models.llama.model.rotate
-    k = k * cos + torch.cat((-k[:, half:], k[:, :half]), dim=-1) * sin
-    keys.index_copy_(2, position, k.view(1, kv_heads, 1, dim))  # in place: the cache is allocated once
-    values.index_copy_(2, position, v.view(1, kv_heads, 1, dim))
-    attended = attend(shape.attention, q.view(kv_heads, group, dim), keys, values, position)  # (Hkv, G, D)
-    attended = attended.reshape(1, heads * dim)  # -> (1, H*D)
-    x = x + apply[1](attended, *o)
-    h = rms_norm(x, norms[1], shape.eps)
-    gate, up = apply[2](h, *gate_up).chunk(2, dim=-1)
-    return x + apply[3](F.silu(gate) * up, *down)  # SwiGLU
+               shape: LayerShape, attention: str) -> Tensor:
+    """One layer of one token, the decoder's own halves (``project``, ``finish``): x (1, 1, C) -> (1, 1, C); writes
+    the token's key and value at ``position`` of the (1, Hkv, P, D) buffers and attends over positions 0 ..
+    ``position`` the ``attention`` way."""
+    qkv, o, gate_up, down = (product(kernel, prepared) for kernel, prepared in zip(apply, matrices, strict=True))
+    q, k, v = project(x, norms[0], qkv, shape)  # (1, H, 1, D), k and v (1, Hkv, 1, D)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    keys.index_copy_(2, position, k)  # in place: the cache is allocated once
+    values.index_copy_(2, position, v)
+    group = shape.heads // shape.kv_heads
+    attended = attend(attention, q.reshape(shape.kv_heads, group, shape.head_dim), keys, values, position)
+    return finish(x, attended.view(1, shape.heads, 1, shape.head_dim), o, norms[1], gate_up, down, shape)
 
 
 def head_step(x: Tensor, norm: Tensor, head: Prepared, apply: Callable[..., Tensor], eps: float) -> Tensor:
-    """The final norm and the output head: (1, C) -> logits (1, V)."""
-    return apply(rms_norm(x, norm, eps), *head)
+    """The final norm and the output head: (1, 1, C) -> logits (1, 1, V)."""
+    return product(apply, head)(rms_norm(x, norm, eps))
 
 
 def fused_matrices(model: LlamaDecoder) -> dict[str, list[tuple[Tensor, None]]]:
-    """Per kind, every layer's float32 (out, in) matrix, q/k/v and gate/up concatenated; the head is the
-    (tied) embedding. The matrices the kernel table measures and the twin is built from."""
-    fused = [layer_matrices(layer) for layer in model.layers]  # the server's fusion, layer by layer
-    return {**{kind: [(matrices[kind].float(), None) for matrices in fused] for kind in LLAMA_KINDS[:4]},
+    """Per kind, every layer's float32 (out, in) matrix as the decoder holds it (q/k/v and gate/up stacked); the
+    head is the (tied) embedding. The matrices the kernel table measures and the twin is built from."""
+    return {**{kind: [(getattr(layer, kind).float(), None) for layer in model.layers] for kind in LAYER_KINDS},
             "head": [(model.head.float(), None)]}
 
 
@@ -93,8 +83,8 @@ class FastLlama:
                  attention: str = "products") -> None:
         if attention not in ATTENTION:
             raise ValueError(f"FastLlama attends by one of {list(ATTENTION)}, got {attention!r}")
-        if sorted(kernels) != sorted(LLAMA_KINDS):
-            raise ValueError(f"FastLlama needs a kernel for each of {list(LLAMA_KINDS)}, got {sorted(kernels)}")
+        if sorted(kernels) != sorted(MATRIX_KINDS):
+            raise ValueError(f"FastLlama needs a kernel for each of {list(MATRIX_KINDS)}, got {sorted(kernels)}")
         formats = {KERNELS[name].weights for name in kernels.values()}
         if len(formats) != 1:
             raise ValueError(f"FastLlama's kernels must share one weight format, got {sorted(formats)}")
@@ -106,25 +96,25 @@ class FastLlama:
             raise ValueError(f"FastLlama cannot compile its layers around {eager_only}: they run in eager steps only")
         self.model, self.kernels, self.compiled = model, dict(kernels), compiled
         self.weights = formats.pop()
-        self.shape = Shape(config.heads, config.kv_heads, config.head_dim, config.rms_norm_eps, attention)
+        self.shape, self.attention = LayerShape.of(config), attention
         chosen: dict[str, Kernel] = {kind: KERNELS[name] for kind, name in kernels.items()}
         fused = fused_matrices(model)
-        self.layers = [tuple(chosen[kind].prepare(*fused[kind][index]) for kind in LLAMA_KINDS[:4])
+        self.layers = [tuple(chosen[kind].prepare(*fused[kind][index]) for kind in LAYER_KINDS)
                        for index in range(config.layers)]
         self.head = chosen["head"].prepare(*fused["head"][0])
         del fused
         self.norms = [(layer.attention_norm, layer.mlp_norm) for layer in model.layers]
         self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager)  # type: ignore[misc]
-                           for kind in LLAMA_KINDS)
+                           for kind in MATRIX_KINDS)
         self.layer: Region = CompiledRegion(layer_step, cached=True) if compiled else layer_step
         self.final: Region = CompiledRegion(head_step, cached=False) if compiled else head_step
 
     def embed(self, token: Tensor) -> Tensor:
-        """The token's row of the (tied) embedding, as float32 (1, C): dequantized from its codes in int8."""
+        """The token's row of the (tied) embedding, as float32 (1, 1, C): dequantized from its codes in int8."""
         if self.weights == "int8":
             codes, scale = self.head[0], self.head[1]
-            return codes[token[0]].float() * scale[token[0], None]
-        return F.embedding(token[0], self.model.embedding)
+            return (codes[token[0]].float() * scale[token[0], None])[None]
+        return F.embedding(token, self.model.embedding)
 
     def step(self, token: Tensor, cache: list[LayerCache]) -> Tensor:
         """Logits (1, 1, V) of one token (1, 1) after the ``cache``'s positions; writes its keys and values."""
@@ -133,14 +123,14 @@ class FastLlama:
             raise ValueError(f"FastLlama steps one token (1, 1) into a cache with room, got {tuple(token.shape)} "
                              f"with {length} of {cache[0].capacity} positions stored")
         position = torch.tensor([length], device=token.device)
-        cos, sin = rotary(position, self.model.inverse_frequencies)
+        cos, sin = rotary_angles(position, self.model.inverse_frequencies, torch.float32)  # (1, D)
         x = self.embed(token)
         for index, store in enumerate(cache):
             x = self.layer(x, cos, sin, position, store.keys, store.values, self.norms[index], self.layers[index],
-                           self.apply[:4], self.shape)
+                           self.apply[:4], self.shape, self.attention)
         for store in cache:
             store.length = length + 1
-        return self.final(x, self.model.norm_final, self.head, self.apply[4], self.shape.eps).view(1, 1, -1)
+        return self.final(x, self.model.norm_final, self.head, self.apply[4], self.shape.eps)
 
     def warm(self, capacity: int = 2) -> float:
         """Compile (or first-run) every region at the thread count in force by one step; the seconds it took."""
@@ -149,13 +139,6 @@ class FastLlama:
         with torch.inference_mode():
             self.step(torch.zeros(1, 1, dtype=torch.long, device=self.model.device), cache)
         return time.perf_counter() - started
-
-
-def rotary(position: Tensor, inverse: Tensor) -> tuple[Tensor, Tensor]:
-    """cos and sin (1, D) of one absolute position, float32, as llm_models.llama.model.rotary_angles computes them."""
-    angles = position.float()[:, None] * inverse  # (1, D/2)
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos(), angles.sin()
 
 
 class CompiledRegion:

@@ -37,6 +37,7 @@ from llm_models.kernels import int8_loop, matvec
 from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.generate import ChatModel
+from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.model import LlamaDecoder
 from llm_models.serving import kernels as serving_kernels
 from llm_models.serving.engine import EngineConfig
@@ -255,7 +256,7 @@ def served_timings(kernel_ns: Mapping[str, Mapping[str, float]]) -> dict[str, di
     """The serving core's kernel timings (kind -> rows -> kernel -> ns) a test's fixed ranking implies: the same
     ranking among the serving core's candidates, at every row count it times."""
     return {kind: {rows: {name: ns for name, ns in kernel_ns[kind].items() if name in serving_kernels.CANDIDATES}
-                   for rows in serving_kernels.ROWS} for kind in serving_kernels.KINDS}
+                   for rows in serving_kernels.ROWS} for kind in MATRIX_KINDS}
 
 
 def kernel_table(model: LlamaDecoder, threads: int,

@@ -56,9 +56,6 @@ LLAMA_FAST_RTOL = 1e-4
 # The modes held to that bound against ours-prealloc (or, for int8, ours on the int8 round trip): the fast twins
 # and the served step, whose fused matrices and kernels reorder the same sums.
 LLAMA_CHECKED = (*LLAMA_FAST, LLAMA_SERVED)
-# The kinds of weight matrix the fast twin's step multiplies by (decode_bandwidth.fast_llama): q, k and v as one
-# matrix, the attention output, gate and up as one, down, and the output head (the tied embedding).
-LLAMA_KINDS = ("qkv", "o", "gate_up", "down", "head")
 # The candidate kernels per weight format (llm_models.kernels.matvec.KERNELS, where each is described).
 # int8-compiled (inductor's loop) is tested but not a candidate: its cold compile per matrix shape costs more of the
 # benchmark's five minutes than a kernel that loses could repay.

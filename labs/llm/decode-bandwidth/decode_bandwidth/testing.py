@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from llm_models.llama.kinds import MATRIX_KINDS
+
 from .config import DecoderConfig, preset
-from .llama_modes import LLAMA_KINDS
 from .model import Decoder
 
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}  # float32, two layers of width 32: cached vs full, ours vs transformers
@@ -17,7 +18,7 @@ def kernel_ranking(*names: str, attention: tuple[str, str]) -> dict[str, dict[st
     attention's (its "attention" entry: way -> ns per layer) in which the ways of ``attention`` win in that order:
     handed to llama.kernel_table and llama.attention_table (benchmark.main(kernel_ns=...)) in place of the timing,
     so a test fixes the outcome."""
-    ranking = {kind: {name: float(rank + 1) for rank, name in enumerate(names)} for kind in LLAMA_KINDS}
+    ranking = {kind: {name: float(rank + 1) for rank, name in enumerate(names)} for kind in MATRIX_KINDS}
     return {**ranking, "attention": {way: float(rank + 1) for rank, way in enumerate(attention)}}
 
 

@@ -10,16 +10,19 @@ numbered from the cache's length, and each query sees the keys at or before
 its absolute position.
 
 Weights come from a transformers ``LlamaForCausalLM`` state dict, by the
-explicit name map ``LAYER_NAMES``; they are used as stored there, (out, in)
-matrices for ``F.linear``, and in the model's dtype they are shared, not
-copied. The arithmetic follows transformers' Llama where rounding could
+explicit name map ``LAYER_NAMES``: (out, in) matrices for ``F.linear``. In the
+model's dtype the norms, o, down and the embedding are shared with the state
+dict, not copied; q, k and v are stacked into one matrix and gate and up into
+another (``fuse``), the layout every path multiplies by. The arithmetic follows transformers' Llama where rounding could
 differ: RMSNorm in float32, the rotation angles in float32, cos and sin then
 cast to the model's dtype.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +48,11 @@ LAYER_NAMES = {
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight, computed in float32 as transformers does, then cast back."""
+    """x / sqrt(mean(x^2) + eps) * weight, normalised in float32 as transformers does, then cast back. In float32
+    it is torch's fused ``F.rms_norm``: the same sums in one call where the formula written out takes six (a one-row
+    step spends more on calls than on these sums; the formula is tested against it)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     x32 = x.float()
     normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * normed.to(x.dtype)
@@ -75,20 +82,98 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + turned * sin
 
 
-class LlamaLayer(nn.Module):
-    """Pre-norm: x + attention(rms_norm(x)), then x + swiglu(rms_norm(x)).
+# One product of a layer: the rows x (..., in) times one weight matrix (out, in), transposed -> (..., out). The
+# reference decoder's is F.linear over its own matrix; the decode lab's fast twin and the server multiply by the
+# kernel timed fastest for that matrix's kind, over float32 weights or int8 codes (llm_models.kernels).
+Product = Callable[[Tensor], Tensor]
 
-    Two halves around the attention: ``project`` (the queries, keys and values of the new tokens, not yet
-    rotated) and ``finish`` (the output projection, the residual and the SwiGLU block). ``forward`` is the
-    contiguous cache's path between them; a cache that numbers, keeps or evicts its slots another way (the
-    serving lab's block pool, the window lab's ring buffer) calls the two halves around its own attention.
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What a layer's arithmetic needs of the config (hashable and tensor-free, so a compiled region guards on it)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+
+    @classmethod
+    def of(cls, config: LlamaDecoderConfig) -> LayerShape:
+        return cls(config.heads, config.kv_heads, config.head_dim, config.rms_norm_eps)
+
+
+# --8<-- [start:halves]
+def project(x: Tensor, norm: Tensor, qkv: Product, shape: LayerShape) -> tuple[Tensor, Tensor, Tensor]:
+    """x (B, T, C) -> the new tokens' queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated: one product
+    by q, k and v stacked in one matrix."""
+    batch, length, _ = x.shape
+    heads, kv_heads, dim = shape.heads, shape.kv_heads, shape.head_dim
+    q, k, v = qkv(rms_norm(x, norm, shape.eps)).split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    return (q.view(batch, length, heads, dim).transpose(1, 2),
+            k.view(batch, length, kv_heads, dim).transpose(1, 2),
+            v.view(batch, length, kv_heads, dim).transpose(1, 2))
+
+
+def finish(x: Tensor, attended: Tensor, o: Product, norm: Tensor, gate_up: Product, down: Product,
+           shape: LayerShape) -> Tensor:
+    """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and the SwiGLU block: gate and up
+    stacked in one matrix, so one product."""
+    batch, length, _ = x.shape
+    x = x + o(attended.transpose(1, 2).reshape(batch, length, -1))
+    gate, up = gate_up(rms_norm(x, norm, shape.eps)).chunk(2, dim=-1)
+    return x + down(F.silu(gate) * up)  # SwiGLU
+# --8<-- [end:halves]
+
+
+def fuse(weights: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """One layer's tensors in our names (LAYER_NAMES) -> as the layer holds them, its two norms and its four matrices
+    (LAYER_KINDS): q, k and v stacked into one (H*D + 2*Hkv*D, C) matrix and gate and up into one (2F, C), so a layer
+    makes four weight products instead of seven, each a longer stream of one matrix. The stacked matrices are new
+    tensors (the others stay the caller's own); q, k, v, gate and up are then views of them."""
+    return {"attention_norm": weights["attention_norm"], "qkv": torch.cat([weights["q"], weights["k"], weights["v"]]),
+            "o": weights["o"], "mlp_norm": weights["mlp_norm"], "gate_up": torch.cat([weights["gate"], weights["up"]]),
+            "down": weights["down"]}
+
+
+class LlamaLayer(nn.Module):
+    """Pre-norm: x + attention(rms_norm(x)), then x + swiglu(rms_norm(x)), written once for every path.
+
+    Two halves around the attention, ``project`` and ``finish`` (module functions, above): every path that runs the
+    trained Llama calls them, each with its own products and its own attention between. ``forward`` is the
+    contiguous cache's path, with F.linear over the layer's own matrices: the reference every faster path is checked
+    against. The decode lab's fast twin (decode_bandwidth.fast_llama) calls the same halves with its chosen kernels,
+    eager or inside a compiled region; the server (llm_models.serving.llama) with its kernel table around the block
+    pool; the window lab's stores around a ring buffer.
     """
 
     def __init__(self, config: LlamaDecoderConfig, weights: Mapping[str, Tensor]) -> None:
+        """``weights`` in our names (LAYER_NAMES), as the checkpoint stores them; held stacked (``fuse``)."""
         super().__init__()
-        self.config = config
-        for name, tensor in weights.items():
+        self.config, self.shape = config, LayerShape.of(config)
+        for name, tensor in fuse(weights).items():
             self.register_parameter(name, nn.Parameter(tensor, requires_grad=False))
+
+    # The checkpoint's matrices, as views of the stacked ones (no copy).
+    @property
+    def q(self) -> Tensor:
+        return self.qkv[: self.config.heads * self.config.head_dim]
+
+    @property
+    def k(self) -> Tensor:
+        start = self.config.heads * self.config.head_dim
+        return self.qkv[start : start + self.config.kv_width]
+
+    @property
+    def v(self) -> Tensor:
+        return self.qkv[self.config.heads * self.config.head_dim + self.config.kv_width :]
+
+    @property
+    def gate(self) -> Tensor:
+        return self.gate_up[: self.config.hidden]
+
+    @property
+    def up(self) -> Tensor:
+        return self.gate_up[self.config.hidden :]
 
     # --8<-- [start:layer]
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, offset: int,
@@ -99,24 +184,17 @@ class LlamaLayer(nn.Module):
         keys, values = (k, v) if cache is None else cache.update(k, v)  # (B, Hkv, offset + T, D)
         attended = causal_attention(q, keys, values, offset)  # (B, H, T, D); each Hkv head serves H/Hkv queries
         return self.finish(x, attended)
+    # --8<-- [end:layer]
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> the new tokens' queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated."""
-        config = self.config
-        batch, length, _ = x.shape
-        h = rms_norm(x, self.attention_norm, config.rms_norm_eps)
-        q = F.linear(h, self.q).view(batch, length, config.heads, config.head_dim).transpose(1, 2)
-        k = F.linear(h, self.k).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
-        v = F.linear(h, self.v).view(batch, length, config.kv_heads, config.head_dim).transpose(1, 2)
-        return q, k, v
+        """``project`` with F.linear over this layer's matrices."""
+        return project(x, self.attention_norm, functools.partial(F.linear, weight=self.qkv), self.shape)
 
     def finish(self, x: Tensor, attended: Tensor) -> Tensor:
-        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and the SwiGLU block."""
-        batch, length, _ = x.shape
-        x = x + F.linear(attended.transpose(1, 2).reshape(batch, length, -1), self.o)
-        h = rms_norm(x, self.mlp_norm, self.config.rms_norm_eps)
-        return x + F.linear(F.silu(F.linear(h, self.gate)) * F.linear(h, self.up), self.down)  # SwiGLU
-    # --8<-- [end:layer]
+        """``finish`` with F.linear over this layer's matrices."""
+        return finish(x, attended, functools.partial(F.linear, weight=self.o), self.mlp_norm,
+                      functools.partial(F.linear, weight=self.gate_up), functools.partial(F.linear, weight=self.down),
+                      self.shape)
 
 
 class LlamaDecoder(nn.Module):

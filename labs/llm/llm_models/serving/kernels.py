@@ -32,11 +32,10 @@ from torch import Tensor
 
 from llm_models.kernels import matvec
 from llm_models.kernels.choice import fastest
+from llm_models.llama.kinds import MATRIX_KINDS
 
 from .kernel_rows import PREFILL_PACKED_ROWS
 
-LAYER_KINDS = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the server fuses them (llm_models.serving.llama)
-KINDS = (*LAYER_KINDS, "head")  # and the output head, the tied embedding
 # The row counts timed: one (a stream alone) and SEVERAL, whose pick serves every call of two rows or more, batches
 # and packed prefills alike. NOTE: 8 sits inside the batches the benchmark serves (1 to 32 running requests); a
 # kernel's ranking moved little between 4 and 32 rows on the machines tried, while between one row and two it
@@ -143,7 +142,7 @@ def ranking(one: str, several: str) -> dict[str, dict[int, dict[str, float]]]:
     run here (oneDNN in bfloat16, or without oneDNN) leaves the choice to the runner-up, ``out_in``."""
     def times(winner: str) -> dict[str, float]:
         return {name: 1.0 if name == winner else 2.0 if name == "out_in" else 3.0 for name in CANDIDATES}
-    return {kind: {ONE: times(one), SEVERAL: times(several)} for kind in KINDS}
+    return {kind: {ONE: times(one), SEVERAL: times(several)} for kind in MATRIX_KINDS}
 
 
 def parse_timings(text: str, where: str = "--kernel-ns") -> dict[str, dict[int, dict[str, float]]]:
@@ -157,8 +156,8 @@ def parse_timings(text: str, where: str = "--kernel-ns") -> dict[str, dict[int, 
         raise ValueError(f"{where}: expected an object of kinds, got {type(data).__name__}")
     found: dict[str, dict[int, dict[str, float]]] = {}
     for kind, counts in data.items():
-        if kind not in KINDS or not isinstance(counts, dict):
-            raise ValueError(f"{where}: {kind!r} is not one of {list(KINDS)} with an object of row counts")
+        if kind not in MATRIX_KINDS or not isinstance(counts, dict):
+            raise ValueError(f"{where}: {kind!r} is not one of {list(MATRIX_KINDS)} with an object of row counts")
         for rows, times in counts.items():
             if rows not in {str(count) for count in ROWS} or not isinstance(times, dict):
                 raise ValueError(f"{where}: {kind}.{rows}: row counts are {list(map(str, ROWS))}, each an object")

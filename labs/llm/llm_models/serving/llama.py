@@ -1,12 +1,11 @@
 """The shared Llama decoder (``llm_models.llama``) served over the block pool: the trained SmolLM2-135M.
 
-The decoder's own pieces (``rms_norm``, ``rotate`` by each token's absolute position, ``causal_attention``) around
-the pool's blocks in place of the contiguous cache, over the decoder's own weights arranged for a server: q, k and
-v side by side in one matrix and gate and up in another (``ServedLayer``), so a step makes four weight products
-per layer instead of seven, each a longer stream of one matrix for the whole batch; each multiplied by the kernel
-timed fastest here for its kind, at one row and at several (``llm_models.serving.kernels``). Keys are stored after
-rotation, as the decoder's own cache stores them,
-so a block never needs to know where its request started.
+The decoder's own layer (``project``, ``rotate`` by each token's absolute position, ``finish``) around the pool's
+blocks in place of the contiguous cache, over the decoder's own stacked matrices (q, k and v in one, gate and up
+in another: four weight products per layer, each one stream of a matrix for the whole batch), each multiplied by
+the kernel timed fastest here for its kind, at one row and at several (``ServedLayer``,
+``llm_models.serving.kernels``). Keys are stored after rotation, as the decoder's own cache stores them, so a block
+never needs to know where its request started.
 
 * ``reference_logits``: the decoder's own forward over the whole prefix, no cache (the oracle);
 * ``prefill``: new requests' prompts packed into one sequence (vLLM's batched prefill): one pass of every
@@ -27,24 +26,28 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from llm_models.llama.config import LlamaDecoderConfig
-from llm_models.llama.model import LlamaDecoder, LlamaLayer, rms_norm, rotary_angles, rotate
+from llm_models.llama.kinds import LAYER_KINDS
+from llm_models.llama.model import (
+    LayerShape,
+    LlamaDecoder,
+    LlamaLayer,
+    finish,
+    project,
+    rms_norm,
+    rotary_angles,
+    rotate,
+)
 
-from .kernels import LAYER_KINDS, KernelTable, Weight, measure, parse_timings
+from .kernels import KernelTable, Weight, measure, parse_timings
 from .model import PacksPrompts, PagedRows
 from .pool import LayeredPool
 
 
-def served_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """The decoder's ``rms_norm``; in float32 as torch's fused ``F.rms_norm``, the same x / sqrt(mean(x^2) + eps) x
-    weight in one call where the decoder's takes six (a one-row step spends more on calls than on these sums)."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    return rms_norm(x, weight, eps)  # bfloat16: the decoder's own order, normalised in float32 before the cast
-
-
 @dataclass(frozen=True)
 class ServedLayer:
-    """One decoder layer's weights as the server multiplies them: q/k/v and gate/up fused, each a ``Weight``."""
+    """One decoder layer as the server multiplies it: its norms, and each of its four matrices (``LAYER_KINDS``,
+    q/k/v and gate/up stacked as the decoder holds them) a ``Weight``, multiplied by its kind's chosen kernel. The
+    arithmetic is the decoder's own (``llm_models.llama.model.project`` and ``finish``)."""
 
     attention_norm: Tensor  # (C,)
     qkv: Weight  # (H*D + 2*Hkv*D, C): queries, then keys, then values
@@ -52,42 +55,27 @@ class ServedLayer:
     mlp_norm: Tensor  # (C,)
     gate_up: Weight  # (2F, C): gate, then up
     down: Weight  # (C, F)
+    shape: LayerShape
 
     @classmethod
-    def of(cls, layer: LlamaLayer, matrices: Mapping[str, Tensor], chosen: Mapping[str, Mapping[int, str]]
-           ) -> ServedLayer:
-        """``layer``'s norms and its fused ``matrices`` (fused_matrices), each multiplied by its kind's ``chosen``
-        kernels."""
-        weight = {kind: Weight(matrices[kind], chosen[kind]) for kind in LAYER_KINDS}
-        return cls(layer.attention_norm, weight["qkv"], weight["o"], layer.mlp_norm, weight["gate_up"], weight["down"])
+    def of(cls, layer: LlamaLayer, chosen: Mapping[str, Mapping[int, str]]) -> ServedLayer:
+        """``layer``'s norms and matrices, each multiplied by its kind's ``chosen`` kernels."""
+        weight = {kind: Weight(getattr(layer, kind), chosen[kind]) for kind in LAYER_KINDS}
+        return cls(layer.attention_norm, weight["qkv"], weight["o"], layer.mlp_norm, weight["gate_up"], weight["down"],
+                   layer.shape)
 
-    def project(self, x: Tensor, config: LlamaDecoderConfig, prefill: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated (LlamaLayer.project).
-        ``prefill``: multiplied by ``Weight.prefill`` (a BLAS kernel above PREFILL_PACKED_ROWS rows), else as a
-        decode step."""
-        batch, length, _ = x.shape
-        heads, kv_heads, dim = config.heads, config.kv_heads, config.head_dim
-        multiply = Weight.prefill if prefill else Weight.__call__
-        qkv = multiply(self.qkv, served_norm(x, self.attention_norm, config.rms_norm_eps))  # (B, T, H*D + 2*Hkv*D)
-        q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
-        return (q.view(batch, length, heads, dim).transpose(1, 2),
-                k.view(batch, length, kv_heads, dim).transpose(1, 2),
-                v.view(batch, length, kv_heads, dim).transpose(1, 2))
+    def project(self, x: Tensor, prefill: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> queries (B, H, T, D), keys and values (B, Hkv, T, D), unrotated. ``prefill``: multiplied by
+        ``Weight.prefill`` (a BLAS kernel above PREFILL_PACKED_ROWS rows), else as a decode step."""
+        return project(x, self.attention_norm, self.qkv.prefill if prefill else self.qkv, self.shape)
 
-    def finish(self, x: Tensor, attended: Tensor, config: LlamaDecoderConfig, prefill: bool = False) -> Tensor:
-        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and SwiGLU (LlamaLayer.finish).
-        ``prefill`` as in ``project``."""
-        batch, length, _ = x.shape
-        multiply = Weight.prefill if prefill else Weight.__call__
-        x = x + multiply(self.o, attended.transpose(1, 2).reshape(batch, length, -1))
-        gate, up = multiply(self.gate_up, served_norm(x, self.mlp_norm, config.rms_norm_eps)).chunk(2, dim=-1)
-        return x + multiply(self.down, F.silu(gate) * up)
-
-
-def fused_matrices(layer: LlamaLayer) -> dict[str, Tensor]:
-    """One layer's matrices as the server multiplies them: q, k and v in one, gate and up in another."""
-    return {"qkv": torch.cat([layer.q, layer.k, layer.v]), "o": layer.o, "gate_up": torch.cat([layer.gate, layer.up]),
-            "down": layer.down}
+    def finish(self, x: Tensor, attended: Tensor, prefill: bool = False) -> Tensor:
+        """The residual stream x (B, T, C) after the attention's output (B, H, T, D) and SwiGLU; ``prefill`` as in
+        ``project``."""
+        if prefill:
+            return finish(x, attended, self.o.prefill, self.mlp_norm, self.gate_up.prefill, self.down.prefill,
+                          self.shape)
+        return finish(x, attended, self.o, self.mlp_norm, self.gate_up, self.down, self.shape)
 
 
 class LlamaServingModel(PacksPrompts):
@@ -101,11 +89,10 @@ class LlamaServingModel(PacksPrompts):
         self.config: LlamaDecoderConfig = decoder.config
         self.layers = decoder.config.layers
         with torch.inference_mode():
-            fused = [fused_matrices(layer) for layer in decoder.layers]
-            kinds = {kind: [matrices[kind] for matrices in fused] for kind in LAYER_KINDS}
+            kinds = {kind: [getattr(layer, kind) for layer in decoder.layers] for kind in LAYER_KINDS}
             self.kernels: KernelTable = measure({**kinds, "head": [decoder.head]}, kernel_ns)
             chosen = self.kernels.chosen
-            self.served = [ServedLayer.of(layer, matrices, chosen) for layer, matrices in zip(decoder.layers, fused)]
+            self.served = [ServedLayer.of(layer, chosen) for layer in decoder.layers]
             self.head = Weight(decoder.head, chosen["head"])  # the tied embedding, (vocab, C)
 
     def check_ids(self, ids: list[int]) -> None:
@@ -118,7 +105,7 @@ class LlamaServingModel(PacksPrompts):
         return rotary_angles(positions, self.decoder.inverse_frequencies, self.config.dtype)
 
     def _head(self, x: Tensor, prefill: bool = False) -> Tensor:
-        normed = served_norm(x, self.decoder.norm_final, self.config.rms_norm_eps)
+        normed = rms_norm(x, self.decoder.norm_final, self.config.rms_norm_eps)
         return self.head.prefill(normed) if prefill else self.head(normed)
 
     @torch.inference_mode()
@@ -140,9 +127,9 @@ class LlamaServingModel(PacksPrompts):
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
         for index, layer in enumerate(self.served):
-            q, k, v = layer.project(x, self.config, prefill=True)  # (1, H, sum T, D), k and v (1, Hkv, sum T, D)
+            q, k, v = layer.project(x, prefill=True)  # (1, H, sum T, D), k and v (1, Hkv, sum T, D)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            x = layer.finish(x, packed.attend(index, q, k, v), self.config, prefill=True)
+            x = layer.finish(x, packed.attend(index, q, k, v), prefill=True)
         return self._head(x[0, packed.last], prefill=True)  # (N, vocab)
 
     # --8<-- [start:decode]
@@ -156,9 +143,9 @@ class LlamaServingModel(PacksPrompts):
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, D): the same angle for every head of a row
         x = F.embedding(torch.tensor(tokens)[:, None], self.decoder.embedding)  # (B, 1, C)
         for index, layer in enumerate(self.served):
-            q, k, v = layer.project(x, self.config)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
+            q, k, v = layer.project(x)  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            x = layer.finish(x, rows.attend(index, q, k, v), self.config)
+            x = layer.finish(x, rows.attend(index, q, k, v))
         return self._head(x)[:, -1]
     # --8<-- [end:decode]
 

@@ -19,7 +19,6 @@ from decode_bandwidth.llama_modes import (
     LLAMA_FAST,
     LLAMA_FAST_ATOL,
     LLAMA_FAST_RTOL,
-    LLAMA_KINDS,
     LLAMA_MODES,
     LLAMA_PRESETS,
     LLAMA_REFERENCE,
@@ -35,6 +34,7 @@ from decode_bandwidth.llama_modes import (
 from decode_bandwidth.traffic import KINDS, matrix_shapes, step_bytes
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
+from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.traffic import llama_step_bytes
 
 from ..llama_modes import LLAMA_CHECKED
@@ -281,9 +281,9 @@ def check_llama(record: dict[str, Any], source: str) -> None:
                        f"{check['max_abs_diff']:g} at context {entry['context']} (bound {bound:g}): a fast mode that "
                        f"disagrees with its reference ({LLAMA_REFERENCE}, or it on the int8 round trip) is never timed")
     kernels = section["kernels"]
-    if sorted(row["kind"] for row in kernels["rows"]) != sorted(LLAMA_KINDS):
+    if sorted(row["kind"] for row in kernels["rows"]) != sorted(MATRIX_KINDS):
         refuse(source, (*where, "kernels", "rows"), f"cover {[row['kind'] for row in kernels['rows']]}, the fast "
-               f"modes multiply by {list(LLAMA_KINDS)}")
+               f"modes multiply by {list(MATRIX_KINDS)}")
     if sorted(kernels["chosen"]) != sorted(KERNEL_SETS):
         refuse(source, (*where, "kernels", "chosen"), f"names {sorted(kernels['chosen'])}, the fast modes take "
                f"{sorted(KERNEL_SETS)}")
