@@ -155,7 +155,7 @@ class KernelTable(unittest.TestCase):
                 times = {kernel: entry["ns"] for kernel, entry in row["kernels"].items()
                          if table["formats"][kernel] == weights and (table["traceable"][kernel] or not compiled)}
                 self.assertEqual(chosen[row["kind"]], min(times, key=times.__getitem__))
-        shapes = {kind: matrices[0][0].shape for kind, matrices in fused_matrices(model).items()}
+        shapes = {kind: matrices[0].shape for kind, matrices in fused_matrices(model).items()}
         config = model.config
         self.assertEqual(tuple(shapes["qkv"]), ((config.heads + 2 * config.kv_heads) * config.head_dim, config.width))
 

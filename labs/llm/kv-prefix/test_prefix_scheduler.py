@@ -10,7 +10,7 @@ from kv_serving.server import parse_args
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, drain
 from labkit.waiting import within
 from llm_models.serving.admission import KVBudget
-from llm_models.serving.pool import block_bytes
+from llm_models.serving.pool import pool_block_bytes
 from llm_models.serving.request import Finished, Request
 from llm_models.serving.scheduler import Scheduler
 
@@ -81,7 +81,7 @@ class PrefixScheduling(SchedulerTestCase):
     async def test_a_cached_block_shared_by_running_requests_is_admitted_once(self) -> None:
         # Each request needs 4 blocks (13 prompt tokens and 2 more positions: three shared blocks, one of its own). Six blocks admit both only if the three
         # shared ones count once: 3 + 1 + 1 = 5; counted per request it would be 8.
-        budget = KVBudget(6 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
+        budget = KVBudget(6 * pool_block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
         scheduler = self.start(num_blocks=6, policy=budget, prefix_index="hash")
         await self.run_one(scheduler, SHARED + [1], max_tokens=2)  # caches the three shared blocks
         first, second = scheduler.submit(SHARED + [2], 3), scheduler.submit(SHARED + [3], 3)
@@ -98,7 +98,7 @@ class PrefixScheduling(SchedulerTestCase):
         for order, names in expected.items():
             with self.subTest(order=order):
                 scheduler = self.start(num_blocks=30, prefix_index="hash", order=order,
-                                       policy=KVBudget(30 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
+                                       policy=KVBudget(30 * pool_block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
                 await self.run_one(scheduler, SHARED + [1])
                 prompts = {"blocker": [9] * 80, "cold": [4] * 40, "warm": SHARED + [2]}
                 take, admitted = scheduler.pool.take, []
@@ -118,7 +118,7 @@ class PrefixScheduling(SchedulerTestCase):
         # a queue behind a request that holds most of the pool: every submit prices the queue (the TTFT bound),
         # every iteration sorts it by cached prefix and looks at its head; each full block is still hashed once
         scheduler = self.start(num_blocks=30, prefix_index="hash", order="longest-prefix",
-                               policy=KVBudget(30 * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
+                               policy=KVBudget(30 * pool_block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK)))
         await self.run_one(scheduler, SHARED + [1])
         hashed: list[int] = []
         index = scheduler.pool.index

@@ -13,22 +13,13 @@ import numpy as np
 
 import labkit.testing
 from kv_quant import benchmark
-from kv_quant.config import CacheFormat
-from kv_quant.figures import (
-    TEXT,
-    TRAINED_LABELS,
-    admitted_requests,
-    axis_of,
-    block_bytes,
-    check_invariants,
-    derive,
-    first_departure,
-    format_of,
-    quality,
-    trained_verdicts,
-)
+from kv_quant.config import CacheFormat, format_of
+from kv_quant.evaluation import TEXT, TRAINED_LABELS
+from kv_quant.figures import admitted_requests, axis_of, check_invariants, derive, quality, trained_verdicts
 from labkit import figures
 from labkit.records import RecordError
+from llm_models.cache_formats import block_bytes
+from llm_models.generations import first_departure
 
 
 def check_record(record: dict[str, Any]) -> None:

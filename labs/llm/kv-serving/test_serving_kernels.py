@@ -10,7 +10,7 @@ import torch
 
 from llm_models.llama.tiny import TINY, tiny_pair
 from llm_models.serving import kernels
-from llm_models.serving.kernels import ONE, ROWS, SEVERAL, Weight, candidates, measure, ranking
+from llm_models.serving.kernels import ONE, ROWS, SEVERAL, Weight, candidates, kernel_table, ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.model import greedy_together
 from llm_models.serving.pool import LayeredPool
@@ -65,7 +65,7 @@ class TableTest(unittest.TestCase):
                     "head": {ONE: {"out_in": 1.0, "in_out": 3.0, "onednn": 4.0},
                              SEVERAL: {"out_in": 7.0, "in_out": 8.0, "onednn": 1.0}}}
         with unittest.mock.patch.object(kernels, "onednn_runs", return_value=True):
-            table = measure(self.MATRICES, supplied)
+            table = kernel_table(self.MATRICES, supplied)
         self.assertEqual(table.chosen, {"qkv": {ONE: "in_out", SEVERAL: "out_in"},
                                         "head": {ONE: "out_in", SEVERAL: "onednn"}})
         record = table.as_record()
@@ -75,7 +75,7 @@ class TableTest(unittest.TestCase):
                          [("qkv", 1, [12, 8]), ("qkv", 8, [12, 8]), ("head", 1, [30, 8]), ("head", 8, [30, 8])])
 
     def test_a_timed_table_times_every_candidate_at_each_row_count(self) -> None:
-        table = measure(self.MATRICES)
+        table = kernel_table(self.MATRICES)
         self.assertEqual(table.timings, "timed")
         for row in table.rows:
             self.assertEqual(sorted(row["ns"]), sorted(candidates(torch.float32, row["rows"])))
@@ -129,7 +129,7 @@ class ChosenKernelsUsed(unittest.TestCase):
             with self.subTest(text=text), self.assertRaisesRegex(ValueError, named):
                 kernels.parse_timings(text)
         with self.assertRaisesRegex(ValueError, "no ns for"):
-            measure({"qkv": [torch.randn(4, 4)]}, {"qkv": {ONE: {"out_in": 1.0}}})
+            kernel_table({"qkv": [torch.randn(4, 4)]}, {"qkv": {ONE: {"out_in": 1.0}}})
 
 
 class Norm(unittest.TestCase):

@@ -21,7 +21,7 @@ from llm_models.serving.dtypes import ROW_STEPS, TRAINED_TOLERANCES, bfloat16_st
 from llm_models.serving.kernels import ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
-from llm_models.serving.pool import LayeredPool, block_bytes
+from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.toy.equivalence import ATOL, RTOL
 from llm_models.toy.model import DecoderBlock
 
@@ -230,7 +230,7 @@ class PoolTest(unittest.TestCase):
         per_layer = kv_cache_bytes(1, TINY_MODEL.kv_heads, TINY_BLOCK, TINY_MODEL.head_dim,
                                    TINY_MODEL.bytes_per_element)
         self.assertEqual(pool.block_bytes, TINY_LAYERS * per_layer)
-        self.assertEqual(block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK), pool.block_bytes)
+        self.assertEqual(pool_block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK), pool.block_bytes)
         self.assertEqual(pool.blocks.keys.numel() * 4 * 2, 8 * pool.block_bytes)  # storage holds exactly that
 
     def test_layers_are_disjoint_views_of_one_storage(self) -> None:

@@ -20,7 +20,7 @@ from labkit.waiting import HANG_S, until
 from llm_models.llama.generate import ChatModel, smollm2
 from llm_models.serving.admission import KVBudget
 from llm_models.serving.engine import EngineConfig
-from llm_models.serving.pool import block_bytes
+from llm_models.serving.pool import pool_block_bytes
 from llm_models.serving.scheduler import Scheduler
 
 CLIENT_TIMEOUT_S = HANG_S  # a reply may be slow on a loaded machine: this bound is for a hang, never for speed
@@ -139,7 +139,7 @@ class TrainedModelThroughTheClient(unittest.TestCase):
 
 
 def policy_for(chat: ChatModel, blocks: int) -> KVBudget:
-    return KVBudget(blocks * block_bytes(chat.model.config, chat.model.config.layers, 16))
+    return KVBudget(blocks * pool_block_bytes(chat.model.config, chat.model.config.layers, 16))
 
 
 if __name__ == "__main__":

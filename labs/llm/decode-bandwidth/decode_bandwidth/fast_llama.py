@@ -69,11 +69,11 @@ def head_step(x: Tensor, norm: Tensor, head: Prepared, apply: Callable[..., Tens
     return product(apply, head)(rms_norm(x, norm, eps))
 
 
-def fused_matrices(model: LlamaDecoder) -> dict[str, list[tuple[Tensor, None]]]:
+def fused_matrices(model: LlamaDecoder) -> dict[str, list[Tensor]]:
     """Per kind, every layer's float32 (out, in) matrix as the decoder holds it (q/k/v and gate/up stacked); the
     head is the (tied) embedding. The matrices the kernel table measures and the twin is built from."""
-    return {**{kind: [(getattr(layer, kind).float(), None) for layer in model.layers] for kind in LAYER_KINDS},
-            "head": [(model.head.float(), None)]}
+    return {**{kind: [getattr(layer, kind).float() for layer in model.layers] for kind in LAYER_KINDS},
+            "head": [model.head.float()]}
 
 
 class FastLlama:
@@ -99,9 +99,9 @@ class FastLlama:
         self.shape, self.attention = LayerShape.of(config), attention
         chosen: dict[str, Kernel] = {kind: KERNELS[name] for kind, name in kernels.items()}
         fused = fused_matrices(model)
-        self.layers = [tuple(chosen[kind].prepare(*fused[kind][index]) for kind in LAYER_KINDS)
+        self.layers = [tuple(chosen[kind].prepare(fused[kind][index], None) for kind in LAYER_KINDS)
                        for index in range(config.layers)]
-        self.head = chosen["head"].prepare(*fused["head"][0])
+        self.head = chosen["head"].prepare(fused["head"][0], None)
         del fused
         self.norms = [(layer.attention_norm, layer.mlp_norm) for layer in model.layers]
         self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager)  # type: ignore[misc]

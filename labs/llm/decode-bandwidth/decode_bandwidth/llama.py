@@ -33,7 +33,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from labkit import bench, harness
 from labkit.summary import median
-from llm_models.kernels import int8_loop, matvec
+from llm_models.kernels import int8_loop, matvec, timing
 from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.generate import ChatModel
@@ -269,8 +269,14 @@ def kernel_table(model: LlamaDecoder, threads: int,
     how = "timed" if supplied_ns is None else "supplied"
     bench.progress(f"Llama kernel table: {', '.join(runs)} over each kind of fused matrix, {threads} thread(s)"
                    + ("" if supplied_ns is None else "; timings supplied by the caller, not measured"))
-    with torch.inference_mode():
-        rows = matvec.measure(fused_matrices(model), runs, llama_modes.KERNEL_PASSES, supplied_ns=supplied_ns)
+    kinds = fused_matrices(model)
+    kernels = {name: (matvec.KERNELS[name].prepare, matvec.KERNELS[name].eager) for name in runs}
+    ns = timing.measure(kinds, lambda dtype, rows: kernels, (1,), llama_modes.KERNEL_PASSES,
+                        supplied_ns=None if supplied_ns is None else {kind: {1: supplied_ns[kind]} for kind in kinds})
+    rows = [{"kind": kind, "shape_out_in": list(matrices[0].shape), "matrices": len(matrices),
+             "kernels": {name: {"bytes": matvec.KERNELS[name].bytes_per_matrix(*matrices[0].shape), "ns": ns[kind][1][name]}
+                         for name in runs}}
+            for kind, matrices in kinds.items()]
     traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
     chosen = {}
     for weight_format, compiled in sorted(set(llama_modes.LLAMA_FAST.values())):

@@ -16,10 +16,10 @@ from typing import Any
 
 from labkit.figures import Figures, refuse
 from labkit.summary import halves_below, percentile
+from llm_models.cache_formats import CacheFormat, block_bytes
 from llm_models.hardware import H100_SXM
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.published import model
-from llm_models.serving.sizes import block_bytes
 
 from .workloads import common_prefix, next_prompt
 
@@ -115,7 +115,7 @@ def block_cost(record: dict[str, Any]) -> dict[str, Any]:
     server = record["workloads"]["shared_system"]["runs"][run_key("off", "fcfs", "holds")]["server"]
     shared = common_prefix(*(session["prompt"] for session in record["workloads"]["shared_system"]["sessions"]))
     per_token = server["prefill_seconds"] / server["prefill_tokens"]
-    one = block_bytes(shape["layers"], size, shape["kv_heads"], shape["head_dim"], element)
+    one = block_bytes(CacheFormat(shape["dtype"]), shape["layers"], size, shape["kv_heads"], shape["head_dim"])
     return {"element_bytes": element, "bytes": one, "prefill_s_per_token": per_token, "prefill_s": per_token * size,
             "shared_head_tokens": shared, "shared_head_blocks": shared // size,
             "shared_head_bytes": shared // size * one, "shared_head_prefill_s": shared // size * size * per_token}

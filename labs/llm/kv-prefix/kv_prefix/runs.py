@@ -58,9 +58,9 @@ def settings(sizes: dict[str, int]) -> list[Setting]:
 
 
 def engine(chat: Any, setting: Setting, threads: int) -> EngineConfig:
-    from llm_models.serving.pool import block_bytes
+    from llm_models.serving.pool import pool_block_bytes
 
-    size = block_bytes(chat.model.config, chat.model.config.layers, BLOCK_SIZE)
+    size = pool_block_bytes(chat.model.config, chat.model.config.layers, BLOCK_SIZE)
     return EngineConfig.for_chat(chat, BLOCK_SIZE, setting.num_blocks, KVBudget(setting.num_blocks * size),
                                  ttft_target_s=None, threads=threads, max_waiting=1024,
                                  prefix_index=None if setting.caching == "off" else setting.caching,

@@ -2,7 +2,7 @@
 format the others are compared with.
 
 Torch-free, and the one home of each: the benchmark measures with them (kv_quant.trained runs the passes), and
-the record's figures, views and tests read them through kv_quant.figures, which re-exports them.
+the record's figures, views and tests import them from here.
 """
 
 from __future__ import annotations

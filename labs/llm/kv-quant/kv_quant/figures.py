@@ -18,8 +18,7 @@ import numpy as np
 from labkit.bootstrap import LEVEL, RESAMPLES, SEED, interval
 from labkit.figures import Figures, JsonPath, refuse
 from labkit.summary import median
-from llm_models.cache_formats import block_bytes, formula_bytes, per_token_head_bytes
-from llm_models.cache_formats import kivi_split as kivi_split  # re-exported: the tests draw the split from here
+from llm_models.cache_formats import block_bytes, formula_bytes, kivi_split, per_token_head_bytes
 from llm_models.generations import first_departure
 from llm_models.kv_bytes import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 

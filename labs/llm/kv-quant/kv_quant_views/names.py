@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.config import FLOAT_SIDE_BITS, GGML_BLOCK, CacheFormat
-from kv_quant.figures import format_of
+from kv_quant.config import FLOAT_SIDE_BITS, GGML_BLOCK, CacheFormat, format_of
 from site_hooks.blocks import Block, Table
 
 from .common import bits

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.figures import FP8_MAX, REFERENCE, SPLIT, format_of
+from kv_quant.config import FP8_MAX, format_of
+from kv_quant.evaluation import REFERENCE, SPLIT
 from llm_models.cache_formats import kivi_residual_range
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart

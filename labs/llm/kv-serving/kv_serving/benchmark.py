@@ -46,7 +46,7 @@ from llm_models.serving.engine import SERVING_LAYERS, SERVING_MODEL, serving_mod
 from llm_models.serving.kernel_rows import PREFILL_PACKED_ROWS
 from llm_models.serving.llama import LlamaServingModel, served
 from llm_models.serving.model import ServingModel, greedy_together
-from llm_models.serving.pool import LayeredPool, block_bytes
+from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.serving.sizes import blocks_for
 from llm_models.serving.sizes import budget_blocks as blocks_in_budget
 
@@ -380,7 +380,7 @@ def admission_policies(args: argparse.Namespace) -> tuple[WorkloadSpec, dict[str
     longest = blocks_for(workload.longest_positions, size)  # the longest request the workload allows
     mean = statistics.mean(need)
     blocks = budget_blocks(args.num_blocks)  # smaller than the pool: the policy, not the allocator, enforces it
-    budget = blocks * block_bytes(serving_model(args.dtype), SERVING_LAYERS, size)
+    budget = blocks * pool_block_bytes(serving_model(args.dtype), SERVING_LAYERS, size)
     # the count limits keep the whole pool: they have no budget of their own
     safe, average = max(1, args.num_blocks // longest), max(1, round(args.num_blocks / mean))
     sizes = {"workload": workload_record(workload), "pool_blocks": args.num_blocks, "request_blocks": need}

@@ -53,13 +53,12 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from labkit.exit import exit_now
-from llm_models.cache_formats import FORMAT_NAMES, CacheFormat
-from llm_models.cache_formats import block_bytes as format_block_bytes
+from llm_models.cache_formats import FORMAT_NAMES, CacheFormat, block_bytes
 from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from llm_models.serving.dtypes import DTYPES
 from llm_models.serving.engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
 from llm_models.serving.kernels import parse_timings
-from llm_models.serving.pool import block_bytes
+from llm_models.serving.pool import pool_block_bytes
 from llm_models.serving.prefill_bound import TTFT_TARGET_S
 from llm_models.serving.prefix import INDEXES
 from llm_models.serving.refusals import RequestRefused
@@ -481,7 +480,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--kv-format {args.kv_format} prices a KV budget; --max-running {args.max_running} admits by "
                      f"count instead")
     shape, layers = served_shape(args.model, args.dtype)
-    needed = args.num_blocks * block_bytes(shape, layers, args.block_size)
+    needed = args.num_blocks * pool_block_bytes(shape, layers, args.block_size)
     available = available_memory()
     if available is not None and needed > available:
         parser.error(f"--num-blocks {args.num_blocks} of --block-size {args.block_size} needs {needed} bytes "
@@ -525,8 +524,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         cache_format = None if args.kv_format is None else CacheFormat(args.kv_format)
         budget = args.kv_budget_bytes
         if budget is None:  # the whole pool, priced in the format's bytes if one is named
-            pool_block = block_bytes(shape, layers, args.block_size)
-            block = pool_block if cache_format is None else format_block_bytes(
+            pool_block = pool_block_bytes(shape, layers, args.block_size)
+            block = pool_block if cache_format is None else block_bytes(
                 cache_format, layers, args.block_size, shape.kv_heads, shape.head_dim)
             budget = args.num_blocks * block
         policy = KVBudget(budget, cache_format)

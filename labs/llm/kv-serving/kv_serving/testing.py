@@ -24,7 +24,7 @@ from llm_models.llama.generate import ChatModel
 from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.kernels import dump_timings, ranking
-from llm_models.serving.pool import block_bytes
+from llm_models.serving.pool import pool_block_bytes
 from llm_models.serving.request import Failed, Finished, Request, Token
 from llm_models.serving.runner import ServedModel
 from llm_models.serving.scheduler import Scheduler
@@ -68,7 +68,7 @@ def despite_stalls_sync(method: str, url: str, **request: Any) -> httpx.Response
 
 def tiny_engine(num_blocks: int = 32, policy: AdmissionPolicy | None = None, **changes: object) -> EngineConfig:
     """A two-layer, width-32 engine: every test runs in milliseconds per step."""
-    budget = KVBudget(num_blocks * block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
+    budget = KVBudget(num_blocks * pool_block_bytes(TINY_MODEL, TINY_LAYERS, TINY_BLOCK))
     config = EngineConfig(model=TINY_MODEL, layers=TINY_LAYERS, block_size=TINY_BLOCK, num_blocks=num_blocks,
                           policy=policy or budget, model_name="tiny", ttft_target_s=None)
     return replace(config, **changes)  # the queue bound by time is off unless a test asks for it, at a fixed rate
@@ -100,7 +100,7 @@ def tiny_chat_engine(chat: ChatModel, num_blocks: int = 64, policy: AdmissionPol
                      **changes: object) -> EngineConfig:
     """The engine serving ``chat`` (tiny_chat) with a pool of ``num_blocks`` blocks of TINY_BLOCK positions."""
     config = chat.model.config
-    budget = KVBudget(num_blocks * block_bytes(config, config.layers, TINY_BLOCK))
+    budget = KVBudget(num_blocks * pool_block_bytes(config, config.layers, TINY_BLOCK))
     return replace(EngineConfig.for_chat(chat, TINY_BLOCK, num_blocks, policy or budget, ttft_target_s=None,
                                          kernel_ns=KERNEL_NS), **changes)
 

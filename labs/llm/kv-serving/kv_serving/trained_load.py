@@ -21,7 +21,7 @@ from labkit import bench
 from llm_models.llama.generate import smollm2
 from llm_models.serving.dtypes import TRAINED_TOLERANCES
 from llm_models.serving.llama import LlamaServingModel, served
-from llm_models.serving.pool import LayeredPool, block_bytes
+from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.serving.sizes import blocks_for
 
 from .workload import PROMPTS, real_prompts, real_workload
@@ -77,7 +77,7 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
         raise ValueError(f"--trained-admission-blocks {pool} (budget {budget}) and --trained-blocks "
                          f"{args.trained_blocks} must hold the longest request, {longest} blocks of {size}")
     config = smollm2(getattr(torch, args.dtype)).model.config
-    block = block_bytes(config, config.layers, size)
+    block = pool_block_bytes(config, config.layers, size)
     # the bursts are the experiment: no queue bound may refuse them (a count far above any run's, no time bound)
     common = ["--model", MODEL, "--block-size", str(size), "--max-waiting", "1024", "--ttft-target-s", "0",
               "--threads", str(args.threads), "--dtype", args.dtype]

@@ -20,19 +20,16 @@ and over int8 codes with one float32 scale per row (llm_models.kernels.quantize)
 The float32 kernels are torch's own (BLAS, oneDNN, inductor's generated C++); the C loop needs only the
 compiler inductor already uses.
 
-``measure`` times each over every matrix of one kind in a model, so the weights come from memory as in a step;
-the decode lab's benchmark takes the fastest per kind, at each thread count, and records the table and the choice.
-The serving lab times the float32 kernels that multiply any number of rows (``out_in``, ``in_out``, ``onednn``)
-the same way.
+``llm_models.kernels.timing`` times them, the one way for every table: the decode lab's benchmark takes the
+fastest per kind, at each thread count, and records the table and the choice; the serving core times the float32
+kernels that multiply any number of rows (``out_in``, ``in_out``, ``onednn``) the same way.
 """
 
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,9 +38,7 @@ from torch import Tensor
 from llm_models.kernels import int8_loop
 from llm_models.kernels.quantize import quantize_rows
 from llm_models.kernels.row_dot import compile_static, row_dot
-
-Prepared = tuple[Tensor | None, ...]  # a kernel's own copy of one matrix (and its bias)
-Matrices = Sequence[tuple[Tensor, Tensor | None]]  # (weight (out, in) float32, bias or None), one per layer
+from llm_models.kernels.timing import Prepared
 
 
 def int8_row_dot(x: Tensor, codes: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
@@ -175,47 +170,3 @@ def available(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         else:
             missing[name] = reason
     return runs, missing
-
-
-def best_pass_ns(work: Callable[[], object], passes: int) -> int:
-    work()  # warm: first calls compile or pack
-    best = None
-    for _ in range(passes):
-        start = time.perf_counter_ns()
-        work()
-        elapsed = time.perf_counter_ns() - start
-        best = elapsed if best is None else min(best, elapsed)
-    return int(best)  # type: ignore[arg-type]
-
-
-def ns_per_matrix(multiply: Callable[..., Tensor], prepared: Sequence[Prepared], x: Tensor, passes: int) -> float:
-    """ns per matrix of ``multiply(x, *copy)`` over every prepared copy of a kind's matrices, the best of ``passes``
-    passes: each pass multiplies every matrix once, so the weights stream from memory as in a step. The one way a
-    kernel is timed, for the decode lab's table and the serving core's alike."""
-    def work() -> None:
-        for tensors in prepared:
-            multiply(x, *tensors)
-
-    return best_pass_ns(work, passes) / len(prepared)
-
-
-def measure(kinds: Mapping[str, Matrices], names: Sequence[str], passes: int, seed: int = 0,
-            supplied_ns: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Per kind, the ns per matrix of each kernel (best of ``passes``; each pass multiplies every matrix of the
-    kind once, so the weights stream from memory as in a step), with the matrix's shape and each kernel's bytes.
-    ``supplied_ns`` (kind -> kernel -> ns) stands in for the timing: a test sets which kernel wins, on any CPU."""
-    generator = torch.Generator().manual_seed(seed)
-    rows = []
-    for kind, matrices in kinds.items():
-        out, inner = matrices[0][0].shape
-        x = torch.randn(1, inner, generator=generator)
-        row: dict[str, Any] = {"kind": kind, "shape_out_in": [out, inner], "matrices": len(matrices), "kernels": {}}
-        for name in names:
-            kernel = KERNELS[name]
-            prepared = [kernel.prepare(weight, bias) for weight, bias in matrices]
-
-            ns = supplied_ns[kind][name] if supplied_ns is not None else ns_per_matrix(kernel.eager, prepared, x, passes)
-            row["kernels"][name] = {"bytes": kernel.bytes_per_matrix(out, inner), "ns": ns}
-            del prepared
-        rows.append(row)
-    return rows

@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llm_models.cache_formats import CacheFormat
-from llm_models.cache_formats import block_bytes as format_block_bytes
+from llm_models.cache_formats import CacheFormat, block_bytes
 
 if TYPE_CHECKING:  # a type only: torch-free, so the block sizes (sizes.reservation_blocks) reserve with kv_positions
     from .pool import LayeredPool
@@ -78,7 +77,7 @@ class KVBudget:
         """``block_bytes`` before a pool exists: the pool's block, or the format's for the same positions."""
         if self.cache_format is None:
             return pool_block_bytes
-        return format_block_bytes(self.cache_format, layers, block_size, kv_heads, head_dim)
+        return block_bytes(self.cache_format, layers, block_size, kv_heads, head_dim)
 
     def budget_blocks(self, pool: LayeredPool) -> int:
         size = self.block_bytes(pool)

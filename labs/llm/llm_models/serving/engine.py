@@ -17,7 +17,7 @@ from llm_models.toy.config import ModelConfig
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .dtypes import DTYPES
 from .model import ServingModel
-from .pool import LayeredPool, block_bytes
+from .pool import LayeredPool, pool_block_bytes
 from .prefill_bound import TTFT_TARGET_S, PrefillRate
 from .prefix import INDEXES, CachingPool
 from .runner import ServedModel
@@ -49,7 +49,7 @@ class EngineConfig:
     layers: int = SERVING_LAYERS
     block_size: int = 16
     num_blocks: int = 256
-    policy: AdmissionPolicy = field(default_factory=lambda: KVBudget(256 * block_bytes(SERVING_MODEL,
+    policy: AdmissionPolicy = field(default_factory=lambda: KVBudget(256 * pool_block_bytes(SERVING_MODEL,
                                                                                       SERVING_LAYERS, 16)))
     max_waiting: int = 256
     # The waiting queue's bound by time (llm_models.serving.prefill_bound): None leaves only the count bound above, as the load
@@ -86,7 +86,7 @@ class EngineConfig:
             raise ValueError("a chat model's engine takes its config and layers from the decoder "
                              "(EngineConfig.for_chat)")
         if isinstance(self.policy, KVBudget):
-            size = self.policy.priced_block_bytes(block_bytes(self.model, self.layers, self.block_size), self.layers,
+            size = self.policy.priced_block_bytes(pool_block_bytes(self.model, self.layers, self.block_size), self.layers,
                                                   self.block_size, self.model.kv_heads, self.model.head_dim)
             blocks = self.policy.kv_budget_bytes // size
             if not 1 <= blocks <= self.num_blocks:
@@ -95,7 +95,7 @@ class EngineConfig:
 
     @property
     def block_bytes(self) -> int:
-        return block_bytes(self.model, self.layers, self.block_size)
+        return pool_block_bytes(self.model, self.layers, self.block_size)
 
     def build(self) -> Scheduler:
         """A fresh model, pool and scheduler (not started)."""

@@ -10,7 +10,7 @@ rows oneDNN's packed copy beat both on both machines. So the server times the de
 (``llm_models.kernels.matvec``: ``out_in``, ``in_out``, ``onednn``) over every matrix of each fused kind at one row and
 at ``SEVERAL`` rows, and each ``Weight`` keeps a copy only for the kernels chosen.
 
-The choice is a timing, so it differs between machines and runs: ``measure(..., supplied_ns=...)`` takes the
+The choice is a timing, so it differs between machines and runs: ``kernel_table(..., supplied_ns=...)`` takes the
 timings from a caller instead (a test fixing which kernel wins), and every kernel is checked against ``F.linear``
 for any number of rows, whichever is chosen (test_serving_kernels).
 
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from llm_models.kernels import matvec
+from llm_models.kernels import matvec, timing
 from llm_models.kernels.choice import fastest
 from llm_models.llama.kinds import MATRIX_KINDS
 
@@ -42,13 +42,13 @@ from .kernel_rows import PREFILL_PACKED_ROWS
 # flipped. Prefills of more rows than PREFILL_PACKED_ROWS do not follow this table (below).
 ONE, SEVERAL = 1, 8
 ROWS = (ONE, SEVERAL)
-PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept (matvec.best_pass_ns)
+PASSES = 3  # passes per kernel over every matrix of a kind; the best is kept (llm_models.kernels.timing)
 CANDIDATES = ("out_in", "in_out", "onednn")  # llm_models.kernels.matvec's kernels that multiply any number of rows
 PACK_ROWS = 16  # the batch oneDNN lays out its packed copy for at several rows; any number of rows multiplies it
 STATELESS = ("out_in", "in_out")  # the BLAS kernels: a prefill of more than PREFILL_PACKED_ROWS rows takes one
 
 
-def pack_for_rows(weight: Tensor, bias: Tensor | None) -> matvec.Prepared:
+def pack_for_rows(weight: Tensor, bias: Tensor | None) -> timing.Prepared:
     """oneDNN's packed copy laid out for a batch of PACK_ROWS rows (matvec's own is laid out for one row)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS), bias
 
@@ -58,7 +58,7 @@ class Way:
     """One kernel at one row count: how it copies a matrix, and how it multiplies rows by that copy."""
 
     kernel: str  # a llm_models.kernels.matvec.KERNELS name
-    prepare: Callable[[Tensor, Tensor | None], matvec.Prepared]
+    prepare: Callable[[Tensor, Tensor | None], timing.Prepared]
     multiply: Callable[..., Tensor]  # (x (N, in), *prepared) -> (N, out)
 
 
@@ -101,44 +101,29 @@ class KernelTable:
                                               for kind, picks in self.chosen.items()}}
 
 
-def measure(kinds: Mapping[str, Sequence[Tensor]], supplied_ns: Mapping[str, Mapping[int, Mapping[str, float]]]
-            | None = None, seed: int = 0) -> KernelTable:
-    """Every candidate over every matrix of each kind, at one row and at SEVERAL, at the thread count in force.
-    ``supplied_ns`` (kind -> rows -> kernel -> ns) stands in for the timings (a test setting the winner)."""
+def kernel_table(kinds: Mapping[str, Sequence[Tensor]], supplied_ns: Mapping[str, Mapping[int, Mapping[str, float]]]
+                 | None = None, seed: int = 0) -> KernelTable:
+    """Every candidate over every matrix of each kind, at one row and at SEVERAL, at the thread count in force
+    (``llm_models.kernels.timing.measure``). ``supplied_ns`` (kind -> rows -> kernel -> ns) stands in for the
+    timings (a test setting the winner)."""
     dtype = next(iter(kinds.values()))[0].dtype
     table = KernelTable(str(dtype).removeprefix("torch."), torch.get_num_threads(),
                         "timed" if supplied_ns is None else "supplied")
-    generator = torch.Generator().manual_seed(seed)
+
+    def ways(dtype: torch.dtype, rows: int) -> dict[str, tuple[timing.Prepare, timing.Multiply]]:
+        return {name: (way.prepare, way.multiply) for name, way in candidates(dtype, rows).items()}
+
+    ns = timing.measure(kinds, ways, ROWS, PASSES, seed, supplied_ns)
     for kind, matrices in kinds.items():
-        out, inner = matrices[0].shape
         for rows in ROWS:
-            ways = candidates(dtype, rows)
-            if supplied_ns is not None:
-                given = supplied_ns.get(kind, {}).get(rows, {})
-                missing = [name for name in ways if name not in given]
-                if missing:
-                    raise ValueError(f"the supplied kernel timings give no ns for {missing} at kind {kind!r}, "
-                                     f"{rows} row(s); every kernel that runs here needs one")
-                ns = {name: float(given[name]) for name in ways}
-            else:
-                x = torch.randn(rows, inner, generator=generator).to(dtype)
-                ns = {name: time_way(way, matrices, x) for name, way in ways.items()}
-            table.rows.append({"kind": kind, "rows": rows, "shape_out_in": [out, inner], "matrices": len(matrices),
-                               "ns": ns})
+            table.rows.append({"kind": kind, "rows": rows, "shape_out_in": list(matrices[0].shape),
+                               "matrices": len(matrices), "ns": ns[kind][rows]})
     return table
-
-
-def time_way(way: Way, matrices: Sequence[Tensor], x: Tensor) -> float:
-    """ns per matrix of ``way`` over every matrix of a kind (best of PASSES passes): weights streamed from memory
-    as in a step, the copies made only for this timing."""
-    prepared = [way.prepare(matrix, None) for matrix in matrices]
-    with torch.inference_mode():
-        return matvec.ns_per_matrix(way.multiply, prepared, x, PASSES)
 
 
 def ranking(one: str, several: str) -> dict[str, dict[int, dict[str, float]]]:
     """Timings that make ``one`` win at one row and ``several`` at several, for every kind: what
-    ``measure(supplied_ns=...)`` takes so a test runs each outcome of the choice on any CPU. A winner that cannot
+    ``kernel_table(supplied_ns=...)`` takes so a test runs each outcome of the choice on any CPU. A winner that cannot
     run here (oneDNN in bfloat16, or without oneDNN) leaves the choice to the runner-up, ``out_in``."""
     def times(winner: str) -> dict[str, float]:
         return {name: 1.0 if name == winner else 2.0 if name == "out_in" else 3.0 for name in CANDIDATES}
@@ -171,7 +156,7 @@ def parse_timings(text: str, where: str = "--kernel-ns") -> dict[str, dict[int, 
 
 def timings_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, dict[str, float]]]:
     """kind -> rows -> kernel -> ns of a table's rows (``KernelTable.rows``, or a record's): what
-    ``measure(supplied_ns=...)`` takes to choose as that table did."""
+    ``kernel_table(supplied_ns=...)`` takes to choose as that table did."""
     found: dict[str, dict[int, dict[str, float]]] = {}
     for row in rows:
         found.setdefault(row["kind"], {})[row["rows"]] = dict(row["ns"])
@@ -194,8 +179,8 @@ class Weight:
     def __init__(self, weight: Tensor, chosen: Mapping[int, str]) -> None:
         self.out_features = weight.shape[0]
         ways = {rows: candidates(weight.dtype, rows)[chosen[rows]] for rows in ROWS}
-        copies: dict[tuple[str, Callable[..., Any]], matvec.Prepared] = {}
-        self.ways: dict[int, tuple[Callable[..., Tensor], matvec.Prepared]] = {}
+        copies: dict[tuple[str, Callable[..., Any]], timing.Prepared] = {}
+        self.ways: dict[int, tuple[Callable[..., Tensor], timing.Prepared]] = {}
         for rows, way in ways.items():
             key = (way.kernel, way.prepare)
             if key not in copies:

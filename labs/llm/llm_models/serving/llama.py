@@ -38,7 +38,7 @@ from llm_models.llama.model import (
     rotate,
 )
 
-from .kernels import KernelTable, Weight, measure, parse_timings
+from .kernels import KernelTable, Weight, kernel_table, parse_timings
 from .model import PacksPrompts, PagedRows
 from .pool import LayeredPool
 
@@ -90,7 +90,7 @@ class LlamaServingModel(PacksPrompts):
         self.layers = decoder.config.layers
         with torch.inference_mode():
             kinds = {kind: [getattr(layer, kind) for layer in decoder.layers] for kind in LAYER_KINDS}
-            self.kernels: KernelTable = measure({**kinds, "head": [decoder.head]}, kernel_ns)
+            self.kernels: KernelTable = kernel_table({**kinds, "head": [decoder.head]}, kernel_ns)
             chosen = self.kernels.chosen
             self.served = [ServedLayer.of(layer, chosen) for layer in decoder.layers]
             self.head = Weight(decoder.head, chosen["head"])  # the tied embedding, (vocab, C)

@@ -15,9 +15,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from llm_models.cache_formats import CacheFormat, block_bytes
 from llm_models.paged.pool import BlockPool, PoolExhausted
-
-from . import sizes
 
 
 class CacheShape(Protocol):
@@ -29,10 +28,10 @@ class CacheShape(Protocol):
     dtype: torch.dtype
 
 
-def block_bytes(config: CacheShape, layers: int, block_size: int) -> int:
-    """Keys and values of one block in every layer, from the first lab's formula (batch 1)."""
-    element = torch.empty((), dtype=config.dtype).element_size()
-    return sizes.block_bytes(layers, block_size, config.kv_heads, config.head_dim, element)
+def pool_block_bytes(config: CacheShape, layers: int, block_size: int) -> int:
+    """Keys and values of one block in every layer of a pool in ``config``'s dtype (cache_formats.block_bytes)."""
+    return block_bytes(CacheFormat(str(config.dtype).removeprefix("torch.")), layers, block_size, config.kv_heads,
+                       config.head_dim)
 
 
 class LayeredPool:
@@ -44,7 +43,7 @@ class LayeredPool:
         self.config, self.layers = config, layers
         # (blocks, layers x Hkv, S, D): the storage lab's pool, with every layer's heads side by side
         self.blocks = BlockPool(num_blocks, block_size, layers * config.kv_heads, config.head_dim, config.dtype)
-        if self.blocks.block_bytes != block_bytes(config, layers, block_size):
+        if self.blocks.block_bytes != pool_block_bytes(config, layers, block_size):
             raise AssertionError("pool storage and the cache formula disagree on the bytes of a block")
 
     @property

@@ -19,14 +19,15 @@ from typing import Any
 from labkit.figures import JsonPath
 from labkit.regimes import FLAT_BAND
 from labkit.summary import MIN_PARTED, halves_below, middle_half, parted
-from llm_models.serving.sizes import block_bytes, reservation_blocks
+from llm_models.cache_formats import CacheFormat, block_bytes
+from llm_models.serving.sizes import reservation_blocks
 
 
 # ---- the pool's sizes in a record's units (llm_models.serving.sizes has the formulas) ----------------------------------
 def record_block_bytes(record: dict[str, Any], block_size: int) -> int:
     """``block_bytes`` for the record's model and layer count: block_size 1 is one token's keys and values."""
     model, layers = record["config"]["model"], record["config"]["benchmark"]["layers"]
-    return block_bytes(layers, block_size, model["kv_heads"], model["head_dim"], model["bytes_per_element"])
+    return block_bytes(CacheFormat(model["dtype"]), layers, block_size, model["kv_heads"], model["head_dim"])
 
 
 # ---- one run, as its client saw it (kv_serving.client_stats summarises it) ---------------------------------------
@@ -125,8 +126,7 @@ def trained_runs(record: dict[str, Any]) -> Iterator[tuple[JsonPath, dict[str, A
 def trained_block_bytes(record: dict[str, Any], block_size: int) -> int:
     """One block's keys and values in every layer of the trained model, in the dtype it was served in."""
     model = record["trained"]["model"]
-    element = {"float32": 4, "bfloat16": 2}[model["dtype"]]
-    return block_bytes(model["layers"], block_size, model["kv_heads"], model["head_dim"], element)
+    return block_bytes(CacheFormat(model["dtype"]), model["layers"], block_size, model["kv_heads"], model["head_dim"])
 
 
 def matching_solo(run: dict[str, Any], solo: dict[str, Any]) -> int:
