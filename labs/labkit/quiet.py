@@ -27,7 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-QUIET_SAMPLE_S = 3.0
+# Two seconds: a few hundred clock ticks on two cores, enough to tell a quarter of a core busy from an idle machine;
+# every benchmark of a reference run waits this long before it starts, so it counts seven times in a run's wall time.
+QUIET_SAMPLE_S = 2.0
 QUIET_BUSY_CORES = 0.25
 QUIET_STEAL_SHARE = 0.05
 STAT = Path("/proc/stat")

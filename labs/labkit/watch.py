@@ -29,7 +29,7 @@ from typing import Any
 
 from . import quiet
 
-WATCH_EDGE_S = 2.0  # before and after the measurement: a few hundred ticks on two cores, and little wall time
+WATCH_EDGE_S = 1.0  # before and after the measurement: two hundred ticks on two cores, and little wall time
 WATCH_QUICK_EDGE_S = 0.2  # --quick: the test suite runs many quick benchmarks, whose records no page quotes
 WATCH_EVERY_S = 10.0  # during: a burst of a few seconds shows, and a run of minutes keeps a few dozen samples
 WATCH_MIN_PARTIAL_S = 1.0  # the measurement's last, partial interval is kept from this long: shorter says little

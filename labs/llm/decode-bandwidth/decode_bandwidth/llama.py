@@ -42,6 +42,7 @@ from llm_models.llama.model import LlamaDecoder
 from llm_models.serving import kernels as serving_kernels
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.llama import LlamaServingModel
+from llm_models.serving.model import PromptSlots
 from llm_models.serving.pool import LayeredPool
 from llm_models.serving.sizes import blocks_for
 from llm_models.texts import PYTHON_REFERENCE
@@ -140,18 +141,16 @@ def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int,
 def served_runner(served: LlamaServingModel, layers: list[tuple[Tensor, Tensor]], token: int, context: int,
                   held: list[Tensor]) -> Runner:
     """The served step for one request whose first ``context - 1`` positions hold ``layers``' keys and values,
-    copied block by block into a pool of the serving engine's block size. The step writes position ``context - 1``
+    written into a pool of the serving engine's block size where the server's prefill writes them (PromptSlots). The step writes position ``context - 1``
     in place, so running it again repeats the same step: the reset only drops the logits."""
     cached, size = context - 1, EngineConfig.block_size
+    if cached < 1:
+        raise ValueError(f"the served step needs at least one cached position before it, got context {context}")
     pool = LayeredPool(served.config, served.layers, blocks_for(context, size), size)
     table = pool.allocate(blocks_for(context, size))
+    slots = PromptSlots(pool, cached, table)  # where a prefill of the first context - 1 positions writes them
     for index, (keys, values) in enumerate(layers):  # (1, Hkv, cached, D) each
-        for number, block in enumerate(table):
-            start, end = number * size, min((number + 1) * size, cached)
-            if start >= end:
-                break
-            pool.layer_keys(index)[block, :, :end - start] = keys[0, :, start:end]
-            pool.layer_values(index)[block, :, :end - start] = values[0, :, start:end]
+        slots.write(index, keys, values)
 
     def run() -> None:
         held.append(served.decode(pool, [token], [cached], [table])[:, None])  # (1, 1, vocab), as the decoder's
