@@ -28,7 +28,7 @@ from site_hooks.blocks import render_block
 BEFORE = 2_000_000_000
 MB = 1_000_000
 SETTLE = 8
-LENGTHS = [*range(1, PREFILL_PACKED_ROWS + 1), *range(88, PREFILL_PACKED_ROWS, -1)]  # the full run's order
+LENGTHS = [*range(1, PREFILL_PACKED_ROWS + 1), *range(64, PREFILL_PACKED_ROWS, -1)]  # the full run's order
 WINDOW = len(LENGTHS) - PREFILL_PACKED_ROWS - SETTLE
 
 

@@ -238,10 +238,11 @@ def step_times(model: ServingModel, args: argparse.Namespace) -> list[dict[str, 
 # count the packed kernel may still meet in a prefill (1 to PREFILL_PACKED_ROWS, 528 tokens: the whole bounded set it
 # keeps a primitive for), then every length from MEMORY_LONGEST down to PREFILL_PACKED_ROWS + 1 (the BLAS kernel's),
 # each new to this process, the longest first, so that no prompt needs more activation memory than one before it.
-# 88 prompts, 3,916 tokens: about 16 s at the 250 tokens/s one quiet thread prefilled the trained model at these
-# lengths on the 2-core AMD EPYC (18 to 26 s with the cores shared). With oneDNN's packed kernel taking these
-# prefills, each new length there kept about 1.7 MB: the window's 48 new lengths would show some 80 MB.
-MEMORY_LONGEST = 88
+# 64 prompts, 2,080 tokens: about 8 s at the 250 tokens/s one quiet thread prefilled the trained model at these
+# lengths on the 2-core AMD EPYC (88 prompts took 21 s of a reference run that must fit 20 minutes). With oneDNN's
+# packed kernel taking these prefills, each new length there kept about 1.7 MB: the window's 24 new lengths would
+# show some 40 MB, where after the warm-up no prompt moved resident memory by more than 4 kB.
+MEMORY_LONGEST = 64
 # Prompts above the bound before the window whose growth the figures judge (kv_serving.figures): what the allocator
 # still does after the warm-up lands here, not in the window. Measured there: after the warm-up, none of the 56 moved
 # resident memory by more than 4 kB; in a run without one, the first of them moved it by 4.7 MB, the next seven by up
