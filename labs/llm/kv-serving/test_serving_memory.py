@@ -140,7 +140,7 @@ class MemoryInvariants(unittest.TestCase):
 class MemoryView(unittest.TestCase):
     def test_the_sentence_says_growth_only_beyond_the_noise(self) -> None:
         growing = verdict(with_section(section(GROWING))["memory"])
-        self.assertIn("grew with the new lengths: 28.8 MB", growing)
+        self.assertIn("grew with the new lengths: 14.4 MB over the window's 24 new lengths", growing)  # 24 x 600 kB
         self.assertIn("600 kB per prompt", growing)
         for name, steps in [("flat", FLAT), ("noisy", NOISY), ("pages", PAGES)]:
             with self.subTest(window=name):
