@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kv_prefix.figures import check_invariants, derive, predicted_hits
+from kv_prefix.figures import check_invariants, derive, per_request, predicted_hits
 from labkit.figures import fill
 from labkit.records import RecordError
 from labkit.summary import halves_below
@@ -276,6 +276,31 @@ class Figures(unittest.TestCase):
         run = {"requests": [{"session": i, "turn": 0, "sent_s": float(i), "output": [5, 6]} for i in range(3)]}
         # block 4: the second shares 9 tokens with the first (two whole blocks), the third nothing
         self.assertEqual(predicted_hits(workload, run, 4), 8)
+
+    def test_a_cached_runs_ttft_is_set_over_the_same_requests_in_the_uncached_run_whatever_their_order(self) -> None:
+        def request(session: int, turn: int, ttft: float) -> dict[str, Any]:
+            return {"session": session, "turn": turn, "ttft_s": ttft}
+        off = {"requests": [request(0, 0, 1.0), request(1, 0, 2.0), request(0, 1, 4.0), request(1, 1, 8.0)]}
+        # the cached run finished its requests in another order: each is paired with its own, not its neighbour
+        run = {"requests": [request(1, 1, 4.0), request(0, 0, 0.5), request(0, 1, 2.0), request(1, 0, 1.0)]}
+        self.assertEqual(per_request(run, off), {"median": 0.5, "low": 0.5, "high": 0.5, "rounds": 4})
+        slower = {"requests": [request(0, 0, 2.0), request(1, 0, 2.0), request(0, 1, 4.0), request(1, 1, 16.0)]}
+        ratio = per_request(slower, off)
+        self.assertEqual((ratio["median"], ratio["rounds"]), (1.5, 4))
+        self.assertLessEqual(ratio["low"], 1.0)
+        self.assertGreaterEqual(ratio["high"], 2.0)
+
+    def test_the_runs_table_gives_each_cached_run_its_per_request_ratio_and_the_uncached_none(self) -> None:
+        record = copy.deepcopy(committed_record(__file__))
+        runs = record["workloads"]["shared_system"]["runs"]
+        for r in runs["hash-fcfs-holds"]["requests"]:  # every request's time halved against the uncached run's
+            r["ttft_s"] = next(o["ttft_s"] for o in runs["off-fcfs-holds"]["requests"]
+                               if (o["session"], o["turn"]) == (r["session"], r["turn"])) / 2
+        table = VIEWS["shared-system"](rederived(record)).tables[0]
+        column = table.headings.index("÷ off")
+        rows = {(row[0], row[1]): row[column] for row in table.rows}
+        self.assertEqual(rows[("hash, fcfs", "holds")], "0.50 (0.50–0.50)")
+        self.assertEqual(rows[("off", "holds")], "—")
 
     def test_a_record_whose_counters_disagree_with_its_requests_is_refused(self) -> None:
         record = copy.deepcopy(committed_record(__file__))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.figures import Figures, refuse
-from labkit.summary import halves_below, percentile
+from labkit.summary import halves_below, paired, percentile
 from llm_models.cache_formats import CacheFormat, block_bytes
 from llm_models.hardware import H100_SXM
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
@@ -125,6 +125,17 @@ def work(run: dict[str, Any]) -> tuple[int, int]:
     """What a run computed: prompt tokens found cached and prompt tokens prefilled, over all its requests."""
     cached = sum(r["cached_tokens"] for r in run["requests"])
     return cached, sum(r["prompt_tokens"] for r in run["requests"]) - cached
+
+
+def per_request(run: dict[str, Any], off: dict[str, Any]) -> dict[str, float | int]:
+    """Each request's time to first token in ``run`` over the same request's (its session and turn: the same prompt,
+    sent at the same moment of the workload) in the uncached run ``off``: their median, middle half and count
+    (labkit.summary.paired, one 'round' per request). Paired by request, not by time: the two runs ran one after
+    the other, so what the machine did between them moves every ratio alike; the spread is the requests'."""
+    before = {(r["session"], r["turn"]): r["ttft_s"] for r in off["requests"]}
+    pairs = [(r["ttft_s"], before[(r["session"], r["turn"])]) for r in run["requests"]
+             if (r["session"], r["turn"]) in before]
+    return paired([on for on, _ in pairs], [without for _, without in pairs])
 
 
 def same_work(runs: dict[str, Any], pool: str) -> dict[str, Any]:
@@ -260,6 +271,7 @@ def derive(record: dict[str, Any]) -> Figures:
                     run = runs[run_key(caching, order, pool)]
                     key = run_key(caching, order, pool)
                     summary[f"{key}_ttft_p50_over_off"] = (percentile(ttfts(run), 0.5) / percentile(ttfts(off), 0.5))
+                    summary[f"{key}_ttft_over_off_per_request"] = per_request(run, off)
                     summary[f"{key}_ttft_lower"] = halves_below(ttfts(run), ttfts(off))
                     summary[f"{key}_outputs_equal"] = all(by_request.get((r["session"], r["turn"])) == r["output"]
                                                          for r in run["requests"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kv_prefix.figures import QUEUE_MOSTLY
+from kv_prefix.figures import QUEUE_MOSTLY, run_key
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_percent, join, plural
 
@@ -75,20 +75,32 @@ def runs_view(workload: str, legend: bool = False) -> Callable[[dict[str, Any]],
             f = entry["figures"]
             setting = "off" if entry["caching"] == "off" else f"{entry['caching']}, {SHORT_ORDER[entry['order']]}"
             rows.append((setting, entry["pool"], format_percent(f["hit_rate"]), f"{f['prefilled_tokens']:,}",
-                         median, p99,
+                         median, p99, over_off(record, workload, entry),
                          f"{f['output_tokens_per_s']:.1f}", f"{entry['server']['peak_running']:,}",
                          f"{f['evictions']:,}", f"{f['cached_blocks_peak']:,}"))
         return Block(tables=[Table(
-            ["cache", "pool", "hits", "prefilled", "p50", "p99", "tok/s", "running", "evicted", "cached"], rows,
+            ["cache", "pool", "hits", "prefilled", "p50", "p99", "÷ off", "tok/s", "running", "evicted", "cached"],
+            rows,
             caption=f"{NAMES[workload].capitalize()}: one run per row, {summary(record, workload)['requests']} "
                     f"requests each." + (LEGEND if legend else " The columns are those of the shared-system table."))])
     return view
 
 
+def over_off(record: dict[str, Any], workload: str, entry: dict[str, Any]) -> str:
+    """A cached run's per-request time to first token over the uncached run's in the same pool: the median ratio
+    and its middle half ('—' for the uncached run itself)."""
+    if entry["caching"] == "off":
+        return "—"
+    key = run_key(entry["caching"], entry["order"], entry["pool"])
+    ratio = summary(record, workload)[f"{key}_ttft_over_off_per_request"]
+    return f"{ratio['median']:.2f} ({ratio['low']:.2f}–{ratio['high']:.2f})"
+
+
 LEGEND = (" Cache: off, the hash chain or the radix tree, first come (fcfs) or longest cached "
           "prefix first (lpf). Pool: holds the working set, or evicts. Hits: share of prompt tokens found "
           "cached; prefilled: prompt tokens computed. p50, p99: time to first token (the p99 of so few "
-          "requests is their slowest one or close to it). Tok/s: every request's generated tokens over the "
+          "requests is their slowest one or close to it). ÷ off: each request's time to first token over the same "
+          "request's in the uncached run of that pool, the median ratio and the middle half of them. Tok/s: every request's generated tokens over the "
           "run's span, which includes the sessions' fixed start times. Running: requests at once, at most (a "
           "small pool also runs fewer). Evicted, cached: blocks evicted, and cached at most.")
 
