@@ -16,6 +16,7 @@ from labkit.figures import check, fill, refuse
 from labkit.machines import LabelError, check_label
 from labkit.records import RecordError
 from labkit.summary import sweep_figures
+from llm_models.kv_bytes import BYTES_PER_ELEMENT  # the labs' one table of element sizes
 
 # No record of this project can predate it: records need PyTorch 2 (2023) and schema version 3. An
 # earlier date is a clock that was never set (1970) or a hand edit, not a measurement.
@@ -38,9 +39,6 @@ def check_header(record: dict[str, Any], source: str) -> None:
     if created < EARLIEST_RECORD:
         refuse(source, ("created_utc",), f"is {record['created_utc']!r}, before "
                           f"{EARLIEST_RECORD:%Y-%m-%d}, earlier than any record of this project")
-
-
-BYTES_PER_ELEMENT = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def check_config(record: dict[str, Any], source: str) -> None:

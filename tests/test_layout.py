@@ -3,6 +3,7 @@ fingerprint holds what its benchmark runs to measure, no test code, view or deri
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -292,3 +293,54 @@ def lab_to_lab_imports() -> dict[tuple[str, str], set[str]]:
 def test_no_lab_imports_another_lab() -> None:
     """What two labs share lives below them (llm_models); a lab holds what it measures and teaches."""
     assert lab_to_lab_imports() == {}, "move what these import into llm_models, and import it from there"
+
+
+# ---- one home for each: the Llama layer, the kernel timing, the byte formulas ----------------------------------------
+
+# A name the shared engine defines once, and the module that defines it: a second top-level definition anywhere in the
+# labs or the build hook (a lab's own rms_norm, a second timing loop, another block formula) fails here.
+ONE_HOME = {
+    "rms_norm": "labs/llm/llm_models/llama/model.py", "project": "labs/llm/llm_models/llama/model.py",
+    "finish": "labs/llm/llm_models/llama/model.py", "fuse": "labs/llm/llm_models/llama/model.py",
+    "rotary_angles": "labs/llm/llm_models/llama/model.py", "rotate": "labs/llm/llm_models/llama/model.py",
+    "LAYER_KINDS": "labs/llm/llm_models/llama/kinds.py", "MATRIX_KINDS": "labs/llm/llm_models/llama/kinds.py",
+    "best_pass_ns": "labs/llm/llm_models/kernels/timing.py", "ns_per_matrix": "labs/llm/llm_models/kernels/timing.py",
+    "fastest": "labs/llm/llm_models/kernels/choice.py", "block_bytes": "labs/llm/llm_models/cache_formats.py",
+    "kv_positions": "labs/llm/llm_models/serving/admission.py",
+    "BYTES_PER_ELEMENT": "labs/llm/llm_models/kv_bytes.py",
+}
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names a module binds at its top level: functions, classes and assignments."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_each_shared_formula_and_the_llama_layer_are_defined_once() -> None:
+    defined: dict[str, set[str]] = {name: set() for name in ONE_HOME}
+    for path in source_files():
+        if is_test_code(path):
+            continue
+        for name in top_level_names(path) & ONE_HOME.keys():
+            defined[name].add(path.relative_to(ROOT).as_posix())
+    assert defined == {name: {home} for name, home in ONE_HOME.items()}
+
+
+def test_the_swiglu_is_computed_in_the_llama_layer_only() -> None:
+    """Every path that runs the trained Llama (the reference decoder, the decode lab's fast twin, the server, the
+    window lab's stores) calls the layer's own halves: no other production module applies SiLU."""
+    calls = set()
+    for path in source_files():
+        if is_test_code(path):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "silu":
+                calls.add(path.relative_to(ROOT).as_posix())
+    assert calls == {"labs/llm/llm_models/llama/model.py"}

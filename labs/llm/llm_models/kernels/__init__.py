@@ -2,7 +2,8 @@
 lab picks among the float32 ones per matrix kind and number of rows.
 
 - ``matvec``: the kernel table (``KERNELS``: BLAS in both layouts, oneDNN's packed copy, inductor's row dot, and
-  three int8 weight-only products), which of them run here, and ``measure``, which times them.
+  three int8 weight-only products) and which of them run here.
+- ``timing``: how a kernel is timed, the one way for every table (``measure``: kind -> rows -> kernel -> ns).
 - ``choice``: the one rule a kernel is chosen by (the least time, the first listed on a tie), torch-free.
 - ``row_dot``: one row times an (out, in) matrix as the reduction inductor compiles into one loop per row, and
   ``compile_static``.

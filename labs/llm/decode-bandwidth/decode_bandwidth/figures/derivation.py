@@ -18,6 +18,7 @@ from decode_bandwidth.traffic import MATRICES, dims, kind_bytes, kv_crossover, m
 from labkit.figures import Figures, JsonPath, tolerance_bound
 from labkit.summary import as_number, median, paired, parted, side_of_one
 from llm_models.generations import first_departure
+from llm_models.kernels.choice import fastest
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.llama.traffic import llama_step_bytes
 
@@ -128,15 +129,16 @@ def grid_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> t
         key = group_key(group)
         if key[:2] == headline:
             bound = memory_floor_ns(work[key], rates[("bandwidth", str(key[1]))])
-            counts[regime(repetitions[(*key, fastest(medians, key))], *floors[key], bound)] += 1
+            counts[regime(repetitions[(*key, fastest_mode(medians, key))], *floors[key], bound)] += 1
     for name, count in counts.items():
         figures.add(("headline_regimes", name), count, "the headline cells' medians against their floors")
     return medians, floors
 
 
-def fastest(medians: Mapping[Cell, float], key: Group) -> str:
-    """The fastest of this lab's modes at one group (the lower median; the first listed on a tie)."""
-    return min(OURS, key=lambda mode: medians[(*key, mode)])
+def fastest_mode(medians: Mapping[Cell, float], key: Group) -> str:
+    """The fastest of this lab's modes at one group: the lower median, the first listed on a tie (the one choice
+    rule, llm_models.kernels.choice.fastest)."""
+    return fastest({mode: medians[(*key, mode)] for mode in OURS})
 
 
 def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[Cell, float], floors: Floors,
@@ -144,7 +146,7 @@ def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[
     """One group's fastest of ours, that mode against transformers and per token, the other modes against
     ours-prealloc, and the group against its batch-1 group at the same context."""
     key, where = group_key(groups[index]), ("groups", index)
-    best = fastest(medians, key)
+    best = fastest_mode(medians, key)
     ns = medians[(*key, best)]
     figures.add((*where, "best_ours"), best, "its cells' medians")
     for name, mode, over in (("best_over_hf_dynamic", best, BASELINE), ("compiled_over_prealloc", COMPILED, "ours-prealloc"),
@@ -155,7 +157,7 @@ def figures_of_group(groups: list[dict[str, Any]], index: int, medians: Mapping[
     figures.add((*where, "best_ns_per_token"), ns / key[2], "its fastest median / its batch")
     one = (*key[:2], 1, key[3])
     has_one = one in floors
-    figures.add((*where, "best_over_batch_1"), ns / medians[(*one, fastest(medians, one))] if has_one else None,
+    figures.add((*where, "best_over_batch_1"), ns / medians[(*one, fastest_mode(medians, one))] if has_one else None,
                 "its fastest median / the batch-1 group's")
     figures.add((*where, "floor_over_batch_1"), floors[key][0] / floors[one][0] if has_one else None,
                 "its floor / the batch-1 group's")
