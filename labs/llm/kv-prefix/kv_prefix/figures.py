@@ -41,10 +41,21 @@ def ttfts(run: dict[str, Any]) -> list[float]:
     return [r["ttft_s"] for r in run["requests"]]
 
 
+def request_key(request: dict[str, Any]) -> tuple[int, int]:
+    """What names a request across runs of one workload: its session and turn (the same prompt, sent at the same
+    moment of the workload)."""
+    return request["session"], request["turn"]
+
+
+def by_request(run: dict[str, Any], field: str) -> dict[tuple[int, int], Any]:
+    """One field of every request of ``run``, keyed by request_key."""
+    return {request_key(r): r[field] for r in run["requests"]}
+
+
 def prompts_sent(workload: dict[str, Any], run: dict[str, Any]) -> dict[tuple[int, int], list[int]]:
     """Every request's prompt, rebuilt from the workload's sessions and the replies of this run (a later turn
     resends the history with the reply it got): keyed by (session, turn)."""
-    replies = {(r["session"], r["turn"]): r["output"] for r in run["requests"]}
+    replies = by_request(run, "output")
     built = {}
     for index, session in enumerate(workload["sessions"]):
         prompt = list(session["prompt"])
@@ -65,7 +76,7 @@ def predicted_hits(workload: dict[str, Any], run: dict[str, Any], block_size: in
     prompts = prompts_sent(workload, run)
     found, stored = 0, []
     for r in sorted(run["requests"], key=lambda r: r["sent_s"]):
-        prompt = prompts[(r["session"], r["turn"])]
+        prompt = prompts[request_key(r)]
         shared = max((common_prefix(prompt, earlier) for earlier in stored), default=0)
         usable = min(shared, len(prompt) - 1)
         found += usable // block_size * block_size if whole_blocks else usable  # a tree of single tokens: all of it
@@ -128,13 +139,12 @@ def work(run: dict[str, Any]) -> tuple[int, int]:
 
 
 def per_request(run: dict[str, Any], off: dict[str, Any]) -> dict[str, float | int]:
-    """Each request's time to first token in ``run`` over the same request's (its session and turn: the same prompt,
-    sent at the same moment of the workload) in the uncached run ``off``: their median, middle half and count
-    (labkit.summary.paired, one 'round' per request). Paired by request, not by time: the two runs ran one after
-    the other, so what the machine did between them moves every ratio alike; the spread is the requests'."""
-    before = {(r["session"], r["turn"]): r["ttft_s"] for r in off["requests"]}
-    pairs = [(r["ttft_s"], before[(r["session"], r["turn"])]) for r in run["requests"]
-             if (r["session"], r["turn"]) in before]
+    """Each request's time to first token in ``run`` over the same request's (request_key) in the uncached run
+    ``off``: their median, middle half and count (labkit.summary.paired, one 'round' per request). Paired by request,
+    not by time: the two runs ran one after the other, so what the machine did between them moves every ratio alike;
+    the spread is the requests'."""
+    before = by_request(off, "ttft_s")
+    pairs = [(r["ttft_s"], before[request_key(r)]) for r in run["requests"] if request_key(r) in before]
     return paired([on for on, _ in pairs], [without for _, without in pairs])
 
 
@@ -188,11 +198,11 @@ def order_price(fcfs: dict[str, Any], ranked: dict[str, Any], head: int) -> dict
     half under longest prefix first lay wholly below first come's (True), above (False) or overlapped (None; also
     where a group is empty); of the head-only requests, the one whose TTFT rose most, its TTFT under each order
     (None where none rose)."""
-    before = {(r["session"], r["turn"]): r["ttft_s"] for r in fcfs["requests"]}
+    before = by_request(fcfs, "ttft_s")
     groups: dict[str, tuple[list[float], list[float]]] = {"head_only": ([], []), "more": ([], [])}
     for r in ranked["requests"]:
         first, then = groups["head_only" if r["cached_tokens"] <= head else "more"]
-        first.append(before[(r["session"], r["turn"])])
+        first.append(before[request_key(r)])
         then.append(r["ttft_s"])
     price: dict[str, Any] = {}
     for name, (first, then) in groups.items():
@@ -226,7 +236,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
             where = ("workloads", name, "runs", key)
             prompts = prompts_sent(workload, run)
             for number, r in enumerate(run["requests"]):
-                if len(prompts[(r["session"], r["turn"])]) != r["prompt_tokens"]:
+                if len(prompts[request_key(r)]) != r["prompt_tokens"]:
                     refuse(source, (*where, "requests", number, "prompt_tokens"),
                            f"is {r['prompt_tokens']}, but the workload and the replies rebuild a prompt of "
                            f"{len(prompts[(r['session'], r['turn'])])} tokens")
@@ -265,7 +275,7 @@ def derive(record: dict[str, Any]) -> Figures:
         differ = []
         for pool in POOLS:
             off = runs[run_key("off", "fcfs", pool)]
-            by_request = {(r["session"], r["turn"]): r["output"] for r in off["requests"]}
+            outputs = by_request(off, "output")
             for caching in ("hash", "radix"):
                 for order in ORDERS:
                     run = runs[run_key(caching, order, pool)]
@@ -273,7 +283,7 @@ def derive(record: dict[str, Any]) -> Figures:
                     summary[f"{key}_ttft_p50_over_off"] = (percentile(ttfts(run), 0.5) / percentile(ttfts(off), 0.5))
                     summary[f"{key}_ttft_over_off_per_request"] = per_request(run, off)
                     summary[f"{key}_ttft_lower"] = halves_below(ttfts(run), ttfts(off))
-                    summary[f"{key}_outputs_equal"] = all(by_request.get((r["session"], r["turn"])) == r["output"]
+                    summary[f"{key}_outputs_equal"] = all(outputs.get(request_key(r)) == r["output"]
                                                          for r in run["requests"])
             for caching in ("hash", "radix"):  # the cache-aware order against first come, same cache and pool
                 fcfs, lpm = (runs[run_key(caching, order, pool)] for order in ORDERS)
