@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit.bootstrap import interval, resampled_indices
+from labkit.bootstrap import interval, mean, resampled_indices
 
 
 def test_the_same_seed_gives_the_same_interval_and_another_seed_a_different_one() -> None:
@@ -60,3 +60,23 @@ def test_bad_arguments_are_refused_with_the_numbers(kwargs: dict, message: str) 
     values = kwargs.pop("values")
     with pytest.raises(ValueError, match=message):
         interval(values, **kwargs)
+
+
+def test_every_resample_at_once_gives_the_interval_one_resample_at_a_time_gives() -> None:
+    values = np.random.default_rng(9).normal(size=300)
+    found = interval(values, lambda x: np.exp(np.mean(x, axis=-1)), block=8)
+    rows = [np.exp(np.mean(values[row])) for row in resampled_indices(300, 8)]
+    low, high = np.quantile(rows, [0.025, 0.975])
+    assert (found.low, found.high) == pytest.approx((low, high), rel=1e-12)
+    assert found.estimate == pytest.approx(np.exp(values.mean()), rel=1e-12)
+
+
+def test_a_statistic_that_does_not_reduce_the_last_axis_is_refused_with_the_shape_it_gave() -> None:
+    with pytest.raises(ValueError, match=r"reduces the last axis: over 1000 resamples of 5 values it gave shape \(\)"):
+        interval([1.0, 2.0, 3.0, 4.0, 5.0], np.mean)  # the mean of the whole array, not of each resample
+    assert interval([1.0, 2.0, 3.0], mean).estimate == 2.0
+
+
+def test_kept_indices_cannot_be_edited_by_a_caller() -> None:
+    with pytest.raises(ValueError, match="read-only"):
+        resampled_indices(20, 4)[0, 0] = 3

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.bootstrap import LEVEL, RESAMPLES, SEED, interval
+from labkit.bootstrap import LEVEL, RESAMPLES, SEED, interval, mean
 from labkit.figures import Figures, JsonPath, refuse
 from labkit.summary import median
 from llm_models.cache_formats import block_bytes, formula_bytes, kivi_split, per_token_head_bytes
@@ -213,7 +213,7 @@ def derive(record: dict[str, Any]) -> Figures:
 Interval = dict[str, float]  # {"estimate", "low", "high"}: labkit.bootstrap.Interval as a derived figure holds it
 
 
-def bootstrap(values: np.ndarray, statistic: Any = np.mean) -> Interval:
+def bootstrap(values: np.ndarray, statistic: Any = mean) -> Interval:
     """The seeded moving-block bootstrap interval of ``statistic`` over per-position ``values``; every call on
     as many positions resamples the same positions, so two formats' intervals (and their difference) pair."""
     return interval(values, statistic, block=min(BOOTSTRAP_BLOCK, len(values))).as_record()
@@ -228,13 +228,15 @@ def per_position(record: dict[str, Any], label: str, context: int) -> dict[str, 
     return {"nll": np.asarray(stored["nll"][:context]), "kl": np.asarray(stored["kl"][:context]), "top1": agree}
 
 
-def perplexity(nll: np.ndarray) -> float:
-    return float(np.exp(np.mean(nll)))
+def perplexity(nll: np.ndarray) -> np.ndarray:
+    """exp of the mean loss along the last axis (labkit.bootstrap: one value per resample)."""
+    return np.exp(np.mean(nll, axis=-1))
 
 
-def relative_change(difference: np.ndarray) -> float:
-    """Perplexity over the reference's, less one, from the per-position difference of their losses."""
-    return float(np.exp(np.mean(difference)) - 1)
+def relative_change(difference: np.ndarray) -> np.ndarray:
+    """Perplexity over the reference's, less one, from the per-position difference of their losses (along the last
+    axis)."""
+    return np.exp(np.mean(difference, axis=-1)) - 1
 
 
 def quality(record: dict[str, Any], label: str) -> dict[str, dict[str, Interval]]:

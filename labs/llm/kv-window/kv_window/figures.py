@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.bootstrap import Interval, interval
+from labkit.bootstrap import Interval, interval, mean
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import median
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_cache_bytes
@@ -117,12 +117,9 @@ def layout_tokens(lengths: Sequence[int]) -> dict[str, int]:
 
 # --- statistics --------------------------------------------------------------------------------------------
 
-def mean(values: np.ndarray) -> float:
-    return float(np.mean(values))
-
-
-def exp_mean(values: np.ndarray) -> float:
-    return math.exp(float(np.mean(values)))
+def exp_mean(values: np.ndarray) -> np.ndarray:
+    """exp of the mean along the last axis (labkit.bootstrap: one value per resample)."""
+    return np.exp(np.mean(values, axis=-1))
 
 
 def estimate(values: Sequence[float], statistic: Callable[[np.ndarray], float], block: int) -> dict[str, float]:
@@ -265,9 +262,9 @@ def derive(record: dict[str, Any]) -> Figures:
     sinks_label = policy_label(policies, "sinks")
     sinks_at = policies[sinks_label]["nll"]
     window_label = policy_label(policies, "window")
-    window_after = exp_mean(np.asarray(policies[window_label]["nll"][slots:]))
-    sinks_after = exp_mean(np.asarray(sinks_at[slots:]))
-    full_after = exp_mean(np.asarray(full["nll"][slots:]))
+    window_after = float(exp_mean(np.asarray(policies[window_label]["nll"][slots:])))
+    sinks_after = float(exp_mean(np.asarray(sinks_at[slots:])))
+    full_after = float(exp_mean(np.asarray(full["nll"][slots:])))
     figures.add(("comparisons", "recovered_share"), (window_after - sinks_after) / (window_after - full_after)
                 if window_after != full_after else None,
                 "how much of window-only's perplexity excess over the full cache the sinks take back")
