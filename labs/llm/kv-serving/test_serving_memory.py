@@ -172,7 +172,8 @@ class MemoryView(unittest.TestCase):
 
     def test_a_record_made_before_the_section_says_so(self) -> None:
         text = render_block(VIEWS["prefill-memory"](with_section(None)))
-        self.assertIn("made before the benchmark read resident memory", text)
+        self.assertIn("holds no reading of resident memory", text)
+        self.assertIn("without /proc/self/status", text)
         self.assertNotIn("<svg", text)
 
 

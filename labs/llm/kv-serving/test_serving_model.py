@@ -196,8 +196,8 @@ class NeighbourKeys(LlamaServingModel):
 
 
 class TrainedBfloat16Gate(unittest.TestCase):
-    """The trained model's bfloat16 gate (bfloat16 steps at each logits row's scale, ROW_STEPS) holds for the served
-    decoder on the benchmark's first two gate prompts, and still refuses a batched path that is wrong. Two prompts
+    """The trained model's bfloat16 gate (bfloat16 steps at each logits row's scale, ROW_STEPS) still refuses a
+    batched path that is wrong, on the benchmark's first two gate prompts. Two prompts
     and three steps (the benchmark's own gate runs all of its prompts and steps, every run): a batch of two is the
     least that tells each broken path from the right one, and this CPU multiplies bfloat16 slowly."""
 
@@ -219,9 +219,9 @@ class TrainedBfloat16Gate(unittest.TestCase):
                 self.assertEqual(float(torch.nextafter(value, value * 4)) - magnitude, math.copysign(step, magnitude))
         self.assertEqual(difference_bound(TRAINED_TOLERANCES["bfloat16"], 36.0), ROW_STEPS * 0.25)
 
-    def test_the_served_decoder_passes_and_a_row_at_the_wrong_position_or_on_anothers_keys_fails(self) -> None:
-        result = self.gate(LlamaServingModel(self.decoder, KERNEL_NS))
-        self.assertLessEqual(result["max_row_steps"], ROW_STEPS)
+    def test_a_row_at_the_wrong_position_or_on_anothers_keys_fails(self) -> None:
+        # that the served decoder passes this gate, every quick run in bfloat16 shows: test_serving_benchmark's
+        # QuickRunInBfloat16 reads its record's gate (max_row_steps within ROW_STEPS)
         for broken in (PlusOneRotation, NeighbourKeys, FirstRowRotation):
             with self.subTest(broken=broken.__name__), self.assertRaisesRegex(EquivalenceError, "bfloat16 steps"):
                 self.gate(broken(self.decoder, KERNEL_NS))

@@ -16,8 +16,9 @@ MB = 1_000_000  # the chart's unit, as format_bytes writes it
 def memory_view(record: dict[str, Any]) -> Block:
     section = record.get("memory")
     if section is None:
-        return Block(paragraphs=["This record was made before the benchmark read resident memory over prompts of "
-                                 "new lengths; its next run adds the measurement here."])
+        return Block(paragraphs=["This record holds no reading of resident memory over prompts of new lengths: it was "
+                                 "made before the benchmark took one, or on a system without /proc/self/status to "
+                                 "read it from."])
     bound, packed, start = section["packed_rows"], section["packed_prompts"], section["window_start"]
     mb = [growth / MB for growth in section["growth_bytes"]]
     lines = [(f"prompts of at most {bound} rows (the table's kernel)", list(enumerate(mb[:packed + 1]))),
