@@ -167,3 +167,19 @@ class KeptHashes(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Salts(unittest.TestCase):
+    def test_a_salt_changes_every_blocks_hash_and_the_same_salt_gives_the_same_chain(self) -> None:
+        plain, salted = block_hashes(DOC, BLOCK), block_hashes(DOC, BLOCK, salt="tenant")
+        self.assertEqual(len(salted), 3)
+        self.assertTrue(all(a != b for a, b in zip(plain, salted)))
+        self.assertEqual(salted, block_hashes(DOC, BLOCK, salt="tenant"))
+        self.assertNotEqual(salted, block_hashes(DOC, BLOCK, salt="tenant "))
+        self.assertEqual(block_hashes(DOC, BLOCK, salt=None), plain)
+
+    def test_a_requests_kept_hashes_start_from_its_salts_root(self) -> None:
+        keys = hashing.BlockKeys(DOC, "tenant")
+        self.assertEqual(keys.hashes(BLOCK, 3, lambda parent, page: hash_block(parent, page)),
+                         block_hashes(DOC, BLOCK, salt="tenant"))
+        self.assertEqual(hashing.root_hash(None), NONE_HASH)

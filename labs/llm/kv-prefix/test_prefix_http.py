@@ -56,3 +56,35 @@ class PrefixOverHttp(QuietLoopTestCase):
         self.assertEqual((config.prefix_index, config.order), ("radix", "longest-prefix"))
         self.assertEqual(config.as_record()["prefix_index"], "radix")
         self.assertIsNone(engine_config(parse_args(["--port", "0"])).prefix_index)
+
+
+class TenantsOverHttp(QuietLoopTestCase):
+    """cache_salt (vLLM's field): a prompt cached under one salt is found only by requests with the same salt, so a
+    tenant can neither reuse another's blocks nor learn from its own reply's cached_tokens that they exist."""
+
+    async def test_a_salted_prefix_is_found_only_under_its_own_salt_and_the_answers_stay_the_same(self) -> None:
+        for index in ("hash", "radix"):
+            async with serve_in_loop(tiny_engine(num_blocks=40, prefix_index=index)) as (url, _), \
+                    httpx.AsyncClient(timeout=HANG_S) as client:
+                found, answers = [], []
+                for salt in ("tenant-a", "tenant-b", None, "tenant-a"):
+                    body = {"prompt": PROMPT, "max_tokens": 4} | ({} if salt is None else {"cache_salt": salt})
+                    reply = (await client.post(f"{url}/v1/completions", json=body)).json()
+                    found.append(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
+                    answers.append(reply["choices"][0]["token_ids"])
+            with self.subTest(index=index):
+                # another tenant's salt and no salt find nothing; the same tenant's second request finds its blocks
+                self.assertEqual(found, [0, 0, 0, 3 * TINY_BLOCK])
+                self.assertEqual(answers, [answers[0]] * 4)
+
+    async def test_a_cache_salt_that_is_not_a_non_empty_string_is_refused_naming_the_field(self) -> None:
+        async with serve_in_loop(tiny_engine(num_blocks=40, prefix_index="hash")) as (url, _), \
+                httpx.AsyncClient(timeout=HANG_S) as client:
+            for salt in ("", 7, None, ["a"], "x" * 1025):
+                with self.subTest(salt=str(salt)[:12]):
+                    reply = await client.post(f"{url}/v1/completions",
+                                              json={"prompt": PROMPT, "max_tokens": 2, "cache_salt": salt})
+                    self.assertEqual(reply.status_code, 400)
+                    error = reply.json()["error"]
+                    self.assertEqual(error["param"], "cache_salt")
+                    self.assertIn("cache_salt must be a non-empty string of at most 1024 characters", error["message"])

@@ -11,7 +11,7 @@ import unittest
 from collections import OrderedDict
 
 from kv_prefix.broken import UnchainedHashIndex
-from llm_models.serving.prefix import HashIndex, RadixIndex
+from llm_models.serving.prefix import BlockKeys, HashIndex, RadixIndex
 
 BLOCK = 4
 NO_LIMIT = 1 << 20
@@ -245,3 +245,32 @@ class Unchained(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Salted(unittest.TestCase):
+    """A prompt cached under one cache_salt is found under that salt only, by both indexes; the tree keeps one root
+    per salt and drops it with its last page."""
+
+    PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9]  # two full blocks and a position
+
+    def test_each_salt_finds_only_its_own_blocks_in_either_index(self) -> None:
+        for kind in (HashIndex, RadixIndex):
+            index = kind(BLOCK)
+            index.insert(BlockKeys(self.PROMPT, "a"), [10, 11])
+            index.insert(self.PROMPT, [20, 21])  # the same tokens, unsalted
+            with self.subTest(index=kind.name):
+                self.assertEqual(index.match(BlockKeys(self.PROMPT, "a"), NO_LIMIT), [10, 11])
+                self.assertEqual(index.match(BlockKeys(self.PROMPT, "b"), NO_LIMIT), [])
+                self.assertEqual(index.match(BlockKeys(self.PROMPT), NO_LIMIT), [20, 21])
+                self.assertEqual(index.match(self.PROMPT, NO_LIMIT), [20, 21])
+
+    def test_a_salts_tree_goes_with_its_last_page_and_a_prompt_shorter_than_a_page_starts_none(self) -> None:
+        index = RadixIndex(BLOCK)
+        index.insert(BlockKeys([1, 2], "short"), [])
+        self.assertEqual(index.salted, {})
+        index.insert(BlockKeys(self.PROMPT, "a"), [10, 11])
+        self.assertEqual(set(index.salted), {"a"})
+        self.assertEqual(index.matched_tokens(BlockKeys(self.PROMPT[:6], "b")), 0)
+        self.assertEqual(index.forget(10), 2)  # the first page, and the one below it
+        self.assertEqual(index.salted, {})
+        self.assertEqual(index.match(BlockKeys(self.PROMPT, "a"), NO_LIMIT), [])

@@ -25,7 +25,7 @@ import httpx
 
 from kv_serving import server
 from kv_serving.launch import log_text, serving_url
-from kv_serving.protocol import max_body_bytes
+from kv_serving.protocol import BadRequest, max_body_bytes
 from kv_serving.testing import (
     KERNEL_NS,
     TINY_BLOCK,
@@ -39,6 +39,7 @@ from kv_serving.testing import (
     tiny_chat_engine,
     unread_stream,
 )
+from kv_serving.text_protocol import parse_chat, parse_completion
 from labkit.waiting import HANG_S, communicate, eventually, read_until_closed, run, until, within
 from llm_models.llama.generate import ChatModel
 from llm_models.serving.scheduler import Scheduler
@@ -102,6 +103,15 @@ class ChatFrontEnd(unittest.TestCase):
         self.assertEqual(self.control_ids(self.chat.chat_ids(forged)), self.control_ids(self.chat.chat_ids(plain)))
         self.assertEqual(self.control_ids(self.chat.encode(FORGED)), [])
         self.assertEqual(self.chat.tokenizer.decode(self.chat.encode(FORGED)), FORGED)  # the characters, as written
+
+    def test_chat_and_text_completions_carry_their_cache_salt_to_the_engine(self) -> None:
+        chat = parse_chat(json.dumps({"messages": QUESTION, "cache_salt": "tenant-a"}).encode(), self.chat)
+        text = parse_completion(json.dumps({"prompt": "hi", "cache_salt": "tenant-b"}).encode(), self.chat)
+        plain = parse_completion(b'{"prompt": "hi"}', self.chat)
+        self.assertEqual((chat.cache_salt, text.cache_salt, plain.cache_salt), ("tenant-a", "tenant-b", None))
+        with self.assertRaisesRegex(BadRequest, "cache_salt must be a non-empty string") as refused:
+            parse_chat(json.dumps({"messages": QUESTION, "cache_salt": ""}).encode(), self.chat)
+        self.assertEqual(refused.exception.param, "cache_salt")
 
     def test_content_without_special_spellings_gets_the_templates_own_ids(self) -> None:
         template = self.chat.tokenizer.apply_chat_template

@@ -17,7 +17,9 @@ from typing import Any
 
 from llm_models.serving.refusals import Refusal
 
-ACCEPTED_FIELDS = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "n", "temperature"})
+ACCEPTED_FIELDS = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "n", "temperature",
+                             "cache_salt"})
+MAX_SALT_CHARS = 1024  # a tenant's secret or id, not a document: a longer one is refused
 MAX_INT_DIGITS = 20  # no token id or max_tokens comes near; Python refuses to parse past 4300 digits anyway
 BYTES_PER_TOKEN_ID = 32  # a generous JSON spelling of one id: digits, comma, indentation
 BODY_SLACK_BYTES = 16 * 1024  # the other fields, whitespace and a long model name
@@ -43,6 +45,7 @@ class CompletionRequest:
     stream: bool
     model: str | None
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage, as OpenAI sends
+    cache_salt: str | None = None  # vLLM's: the prefix cache shares blocks only among requests with the same salt
 
 
 def _is_int(value: object) -> bool:
@@ -143,10 +146,21 @@ class Common:
     stream: bool
     model: str | None
     include_usage: bool
+    cache_salt: str | None = None
+
+
+def cache_salt(body: dict[str, Any]) -> str | None:
+    """The optional cache_salt (vLLM's field): a non-empty string of at most MAX_SALT_CHARS characters."""
+    salt = body.get("cache_salt")
+    if "cache_salt" in body and (not isinstance(salt, str) or not 0 < len(salt) <= MAX_SALT_CHARS):
+        raise BadRequest(f"cache_salt must be a non-empty string of at most {MAX_SALT_CHARS} characters, got "
+                         f"{_shown(salt)}", param="cache_salt")
+    return salt
 
 
 def common_fields(body: dict[str, Any], max_tokens_default: int, max_tokens_name: str = "max_tokens") -> Common:
-    """max_tokens (under ``max_tokens_name``), stream, stream_options, model; n and temperature only as greedy."""
+    """max_tokens (under ``max_tokens_name``), stream, stream_options, model, cache_salt; n and temperature only as
+    greedy."""
     max_tokens = body.get(max_tokens_name, max_tokens_default)
     if not _is_int(max_tokens) or max_tokens < 1:
         raise BadRequest(f"{max_tokens_name} must be an integer >= 1, got {_shown(max_tokens)}", param=max_tokens_name)
@@ -163,7 +177,7 @@ def common_fields(body: dict[str, Any], max_tokens_default: int, max_tokens_name
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature != 0:
         raise BadRequest(f"temperature must be 0 (this server decodes greedily), got {_shown(temperature)}",
                          param="temperature")
-    return Common(max_tokens, stream, model, _include_usage(body, stream))
+    return Common(max_tokens, stream, model, _include_usage(body, stream), cache_salt(body))
 
 
 def parse_body(raw: bytes) -> CompletionRequest:
@@ -181,7 +195,8 @@ def parse_body(raw: bytes) -> CompletionRequest:
             raise BadRequest(f"prompt[{position}] must be an integer token id, got {_shown(token)}",
                              param="prompt")
     common = common_fields(body, 16)  # OpenAI's default for completions
-    return CompletionRequest(prompt, common.max_tokens, common.stream, common.model, common.include_usage)
+    return CompletionRequest(prompt, common.max_tokens, common.stream, common.model, common.include_usage,
+                             common.cache_salt)
 
 
 def _include_usage(body: dict[str, Any], stream: bool) -> bool:

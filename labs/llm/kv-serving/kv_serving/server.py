@@ -320,12 +320,12 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         except asyncio.CancelledError:  # uvicorn gave up waiting at shutdown; the request is already disconnected
             return JSONResponse(error_body(SHUTTING_DOWN, "server_shutting_down", "server_error"), status_code=503)
 
-    def submission(body: Parsed) -> tuple[list[int], int, TextStream | None, str]:
+    def submission(body: Parsed) -> tuple[list[int], int, TextStream | None, str, str | None]:
         if isinstance(body, CompletionRequest):
-            return body.prompt, body.max_tokens, None, "prompt"
+            return body.prompt, body.max_tokens, None, "prompt", body.cache_salt
         assert config.chat is not None
         text = TextStream(config.chat.tokenizer, config.chat.stop_ids, body.stop)
-        return body.prompt_ids, body.max_tokens, text, body.prompt_field
+        return body.prompt_ids, body.max_tokens, text, body.prompt_field, body.cache_salt
 
     def replies_for(body: Parsed, request: Request) -> TokenReplies | TextReplies:
         if isinstance(body, CompletionRequest):

@@ -17,7 +17,7 @@ from .protocol import BadRequest, _is_int, _shown, common_fields, load_object, s
 if TYPE_CHECKING:  # a type only: the random model's server never imports transformers
     from llm_models.llama.generate import ChatModel
 
-SHARED_FIELDS = frozenset({"model", "max_tokens", "stream", "stream_options", "n", "temperature", "stop"})
+SHARED_FIELDS = frozenset({"model", "max_tokens", "stream", "stream_options", "n", "temperature", "stop", "cache_salt"})
 CHAT_FIELDS = SHARED_FIELDS | {"messages", "max_completion_tokens"}
 COMPLETION_FIELDS = SHARED_FIELDS | {"prompt"}
 ROLES = ("system", "user", "assistant")  # the roles SmolLM2's template renders (it prints any role name verbatim)
@@ -37,6 +37,7 @@ class TextRequest:
     include_usage: bool
     stop: tuple[str, ...]
     chat: bool  # /v1/chat/completions (message deltas) rather than /v1/completions (text)
+    cache_salt: str | None = None  # vLLM's: the prefix cache shares blocks only among requests with the same salt
 
 
 def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:
@@ -79,7 +80,7 @@ def parse_chat(raw: bytes, chat: ChatModel) -> TextRequest:
     stop = parse_stop(body)
     prompt = chat.chat_ids(messages)  # each content tokenized as text: no message can open another turn
     return TextRequest(prompt, "messages", common.max_tokens, common.stream, common.model, common.include_usage,
-                       stop, chat=True)
+                       stop, chat=True, cache_salt=common.cache_salt)
 
 
 def parse_completion(raw: bytes, chat: ChatModel) -> TextRequest:
@@ -96,7 +97,7 @@ def parse_completion(raw: bytes, chat: ChatModel) -> TextRequest:
     common = common_fields(body, COMPLETION_MAX_TOKENS)
     stop = parse_stop(body)
     return TextRequest(ids, "prompt", common.max_tokens, common.stream, common.model, common.include_usage, stop,
-                       chat=False)
+                       chat=False, cache_salt=common.cache_salt)
 
 
 

@@ -86,8 +86,8 @@ class EngineConfig:
             raise ValueError("a chat model's engine takes its config and layers from the decoder "
                              "(EngineConfig.for_chat)")
         if isinstance(self.policy, KVBudget):
-            size = self.policy.priced_block_bytes(pool_block_bytes(self.model, self.layers, self.block_size), self.layers,
-                                                  self.block_size, self.model.kv_heads, self.model.head_dim)
+            size = self.policy.priced_block_bytes(self.block_bytes, self.layers, self.block_size, self.model.kv_heads,
+                                                  self.model.head_dim)
             blocks = self.policy.kv_budget_bytes // size
             if not 1 <= blocks <= self.num_blocks:
                 raise ValueError(f"kv_budget_bytes={self.policy.kv_budget_bytes} is {blocks} blocks of {size} "

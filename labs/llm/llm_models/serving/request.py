@@ -64,11 +64,14 @@ class Request:
     decode_steps_after_gone: int = 0
     gone_reason: str = "the client disconnected"
     text: TextStream | None = None  # the output as text, with its stops (None: token ids only)
+    # vLLM's cache_salt: the prefix cache finds this request's blocks only for requests with the same salt (a tenant's
+    # own), and its prompt only in blocks cached under it (prefix.hashing.root_hash); None: the shared cache
+    cache_salt: str | None = None
     # the positions stored so far as the prefix cache looks them up, their block hashes kept (prefix.BlockKeys)
     keys: BlockKeys = field(init=False)
 
     def __post_init__(self) -> None:
-        self.keys = BlockKeys(self.prompt)
+        self.keys = BlockKeys(self.prompt, self.cache_salt)
 
     def stored_keys(self) -> BlockKeys:
         """``keys`` brought up to every position written so far: the prompt, then each generated token fed back."""

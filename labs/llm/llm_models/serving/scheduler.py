@@ -159,11 +159,12 @@ class Scheduler:
 
     # ---- requests in -------------------------------------------------------------------------------
     def submit(self, prompt: list[int], max_tokens: int, text: TextStream | None = None,
-               prompt_field: str = "prompt") -> Request:
+               prompt_field: str = "prompt", cache_salt: str | None = None) -> Request:
         """Queue a request, or raise RequestRefused: one that can never run here (an invalid request, too long for
         the model or the KV budget), or one the engine is too loaded or stopping to take now (the queue full by count
         or by prefill time, a shutdown). With ``text``, its tokens stream as text and its stops end it.
-        ``prompt_field`` is the request field a refusal of the prompt names (``messages`` for a chat)."""
+        ``prompt_field`` is the request field a refusal of the prompt names (``messages`` for a chat).
+        ``cache_salt``: the prefix cache shares blocks only among requests with the same salt (Request.cache_salt)."""
         config, size = self.model.config, self.pool.block_size
         if self.closing is not None:
             raise RequestRefused(self.closing, Refusal.SERVER_SHUTTING_DOWN)
@@ -199,7 +200,7 @@ class Scheduler:
             raise RequestRefused(f"the waiting queue is full ({len(self.waiting)} of {self.max_waiting}); "
                                  f"retry later", Refusal.QUEUE_FULL)
         request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
-                          text=text)
+                          text=text, cache_salt=cache_salt)
         if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
             refusal = over_bound(self.waiting_prompt_tokens, self._uncached(request), self.ttft_target_s,
                                  self.prefill_rate)

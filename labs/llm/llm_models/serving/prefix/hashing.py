@@ -16,8 +16,18 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import overload
 
 BlockHash = bytes
-# The first block's parent (vLLM seeds it; a constant here: one server, one model, nothing to separate).
+# The first block's parent (vLLM seeds it; a constant here: one server, one model). A request's cache_salt replaces it
+# with a root of its own (root_hash), so one tenant's chains never meet another's.
 NONE_HASH: BlockHash = hashlib.sha256(b"kv-serving prefix cache: no parent").digest()
+
+
+def root_hash(salt: str | None) -> BlockHash:
+    """The first block's parent: NONE_HASH, or for a request with a ``cache_salt`` (vLLM's field) a hash of it, so
+    that a salted prompt's blocks hash apart from the same tokens under any other salt or none. Another tenant can
+    then neither reuse them nor tell by a faster first token that they were cached."""
+    if salt is None:
+        return NONE_HASH
+    return hashlib.sha256(NONE_HASH + b"\0cache_salt\0" + salt.encode("utf-8", "surrogatepass")).digest()
 
 
 def hash_block(parent: BlockHash, tokens: Sequence[int], extra: tuple[str, ...] = ()) -> BlockHash:
@@ -30,22 +40,26 @@ def hash_block(parent: BlockHash, tokens: Sequence[int], extra: tuple[str, ...] 
     return digest.digest()
 
 
-def block_hashes(tokens: Sequence[int], block_size: int, extra: tuple[str, ...] = ()) -> list[BlockHash]:
-    """The chained hashes of every full block of ``tokens``, first block first (a partial tail has none)."""
-    return chained(tokens, block_size, len(tokens), lambda parent, page: hash_block(parent, page, extra))
+def block_hashes(tokens: Sequence[int], block_size: int, extra: tuple[str, ...] = (),
+                 salt: str | None = None) -> list[BlockHash]:
+    """The chained hashes of every full block of ``tokens``, first block first (a partial tail has none), from the
+    root of ``salt`` (root_hash)."""
+    return chained(tokens, block_size, len(tokens), lambda parent, page: hash_block(parent, page, extra),
+                   root=root_hash(salt))
 
 
 Hasher = Callable[[BlockHash, Sequence[int]], BlockHash]  # (parent's hash, a full block's tokens) -> its hash
 
 
 def chained(tokens: Sequence[int], block_size: int, count: int, hasher: Hasher,
-            known: Sequence[BlockHash] = ()) -> list[BlockHash]:
+            known: Sequence[BlockHash] = (), root: BlockHash = NONE_HASH) -> list[BlockHash]:
     """The first ``count`` full blocks' hashes of ``tokens`` (fewer if it holds fewer), each from its parent's by
-    ``hasher``; ``known``: the first ones, already computed, extended rather than computed again."""
+    ``hasher``, the first from ``root``; ``known``: the first ones, already computed, extended rather than computed
+    again."""
     if block_size < 1:
         raise ValueError(f"block_size must be at least 1, got {block_size}")
     hashes = list(known)
-    parent = hashes[-1] if hashes else NONE_HASH
+    parent = hashes[-1] if hashes else root
     for index in range(len(hashes), min(count, len(tokens) // block_size)):
         parent = hasher(parent, tokens[index * block_size:(index + 1) * block_size])
         hashes.append(parent)
@@ -56,10 +70,12 @@ class BlockKeys(Sequence[int]):
     """A request's tokens with their full blocks' hashes kept as they are computed, as vLLM keeps each request's
     block hashes: a waiting prompt is looked up on every submit (the TTFT bound), on every admission pass and in
     every longest-prefix sort, and each lookup would otherwise hash the whole prompt again. Tokens are only ever
-    appended (a decode step's fed-back token), so a hash, once computed, stays right."""
+    appended (a decode step's fed-back token), so a hash, once computed, stays right. ``salt``: the request's
+    cache_salt, whose root its chain starts from (root_hash; a radix index keeps a tree per salt)."""
 
-    def __init__(self, tokens: Iterable[int] = ()) -> None:
+    def __init__(self, tokens: Iterable[int] = (), salt: str | None = None) -> None:
         self.tokens: list[int] = list(tokens)
+        self.salt = salt
         self._hashes: list[BlockHash] = []
         self._by: tuple[int, Hasher] | None = None  # the block size and hasher the kept hashes were made with
 
@@ -81,5 +97,5 @@ class BlockKeys(Sequence[int]):
         block size or hasher)."""
         if self._by != (block_size, hasher):
             self._by, self._hashes = (block_size, hasher), []
-        self._hashes = chained(self.tokens, block_size, count, hasher, self._hashes)
+        self._hashes = chained(self.tokens, block_size, count, hasher, self._hashes, root_hash(self.salt))
         return self._hashes[:count]

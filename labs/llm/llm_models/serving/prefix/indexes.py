@@ -120,6 +120,7 @@ class Node:
     parent: Node | None
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
     last_used: int = 0
+    salt: str | None = None  # a root's: the cache_salt whose tree it starts (None: the unsalted tree's)
 
 
 class RadixIndex:
@@ -130,15 +131,29 @@ class RadixIndex:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.root = Node((), -1, None)
+        # NOTE: one tree per cache_salt (prefix.BlockKeys.salt), as the hash index starts each salt's chains from
+        # its own root: a salted prompt finds only its own tenant's pages. A salt's root goes with its last page
+        # (forget), so salts a client invents leave nothing behind.
+        self.salted: dict[str, Node] = {}
         self.node_of: dict[int, Node] = {}
         self._clock = itertools.count(1)
+
+    def _root(self, tokens: Sequence[int], create: bool = False) -> Node | None:
+        salt = getattr(tokens, "salt", None)
+        if salt is None:
+            return self.root
+        if create and salt not in self.salted:
+            self.salted[salt] = Node((), -1, None, salt=salt)
+        return self.salted.get(salt)
 
     def _pages(self, tokens: Sequence[int], count: int) -> list[tuple[int, ...]]:
         size = self.block_size
         return [tuple(tokens[i * size:(i + 1) * size]) for i in range(count)]
 
     def _path(self, tokens: Sequence[int], limit: int) -> list[Node]:
-        node, path = self.root, []
+        node, path = self._root(tokens), []
+        if node is None:
+            return path
         for page in self._pages(tokens, min(limit, len(tokens) // self.block_size)):
             node = node.children.get(page)
             if node is None:
@@ -153,7 +168,9 @@ class RadixIndex:
         """How many leading tokens of ``tokens`` the tree holds, counting a page matched only in part: what a tree
         of single tokens (SGLang's page size 1) would find, where this pool can reuse full blocks only."""
         path = self._path(tokens, len(tokens))
-        node = path[-1] if path else self.root
+        node = path[-1] if path else self._root(tokens)
+        if node is None:
+            return 0
         done = len(path) * self.block_size
         rest = tokens[done:done + self.block_size]
         common = max((next((i for i, (a, b) in enumerate(zip(rest, page)) if a != b), min(len(rest), len(page)))
@@ -167,8 +184,12 @@ class RadixIndex:
             node.last_used = now
 
     def insert(self, tokens: Sequence[int], table: Sequence[int]) -> int:
-        node, added, now = self.root, 0, next(self._clock)
-        for page, block in zip(self._pages(tokens, len(tokens) // self.block_size), table):
+        pages = self._pages(tokens, min(len(tokens) // self.block_size, len(table)))
+        if not pages:
+            return 0  # nothing to cache (and no salt's tree started that would hold nothing)
+        node, added, now = self._root(tokens, create=True), 0, next(self._clock)
+        assert node is not None
+        for page, block in zip(pages, table):
             child = node.children.get(page)
             if child is not None and child.block != block:
                 # NOTE: the page was computed twice (two requests prefilled in one batch): the tree keeps the first
@@ -202,8 +223,11 @@ class RadixIndex:
         node = self.node_of.get(block)
         if node is None:
             return 0
-        assert node.parent is not None
-        del node.parent.children[node.page]
+        parent = node.parent
+        assert parent is not None
+        del parent.children[node.page]
+        if parent.salt is not None and not parent.children:
+            del self.salted[parent.salt]  # the salt's last page: its tree goes with it
         stack, dropped = [node], 0
         while stack:  # the subtree below is unreachable without it: none of it is cached any more
             current = stack.pop()
