@@ -165,9 +165,6 @@ class KeptHashes(unittest.TestCase):
         self.assertEqual(keys.hashes(6, 2, hash_block), block_hashes(DOC, 6))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class Salts(unittest.TestCase):
     def test_a_salt_changes_every_blocks_hash_and_the_same_salt_gives_the_same_chain(self) -> None:
@@ -183,3 +180,7 @@ class Salts(unittest.TestCase):
         self.assertEqual(keys.hashes(BLOCK, 3, lambda parent, page: hash_block(parent, page)),
                          block_hashes(DOC, BLOCK, salt="tenant"))
         self.assertEqual(hashing.root_hash(None), NONE_HASH)
+
+
+if __name__ == "__main__":
+    unittest.main()

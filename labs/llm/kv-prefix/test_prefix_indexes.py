@@ -243,9 +243,6 @@ class Unchained(unittest.TestCase):
         self.assertGreater(wrong, 0)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class Salted(unittest.TestCase):
     """A prompt cached under one cache_salt is found under that salt only, by both indexes; the tree keeps one root
@@ -274,3 +271,7 @@ class Salted(unittest.TestCase):
         self.assertEqual(index.forget(10), 2)  # the first page, and the one below it
         self.assertEqual(index.salted, {})
         self.assertEqual(index.match(BlockKeys(self.PROMPT, "a"), NO_LIMIT), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

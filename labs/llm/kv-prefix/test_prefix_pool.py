@@ -14,7 +14,7 @@ import torch
 
 from kv_prefix.broken import EagerFreePool
 from llm_models.paged.pool import PoolExhausted
-from llm_models.serving.prefix import CachingPool, PrefixStats
+from llm_models.serving.prefix import BlockKeys, CachingPool, PrefixStats
 
 BLOCK = 4
 INDEXES = ("hash", "radix")
@@ -364,6 +364,78 @@ class EagerFree(unittest.TestCase):
         cache, b, c = self.scenario(EagerFreePool)
         self.assertTrue(set(b) & set(c))  # B still reads keys and values C is about to overwrite
         self.assertNotEqual(cache.refcount, holders(cache, [b, c]))
+
+
+class SaltedWorkload(unittest.TestCase):
+    """Requests under ten salts and none, sharing prompt heads, admitted, decoding (their new full blocks offered),
+    released and evicted at random: every hit a lookup returns holds the same salt's same tokens, and the radix index
+    keeps no empty salt tree, every cached block reachable from its own tree, no block in use below a free one."""
+
+    SALTS = (None, "a", "b", "c", *(f"tenant-{i}" for i in range(6)))
+
+    def check_tree(self, cache: CachingPool) -> None:
+        index = cache.index
+        reached: dict[int, object] = {}
+        stack = [index.root, *index.salted.values()]
+        for salt, root in index.salted.items():
+            self.assertTrue(root.children, f"salt {salt!r} keeps an empty tree")
+        while stack:
+            node = stack.pop()
+            for child in node.children.values():
+                reached[child.block] = child
+                stack.append(child)
+                if cache.refcount[child.block] > 0:  # in use: no free node above it
+                    parent = node
+                    while parent.block >= 0:
+                        self.assertGreater(cache.refcount[parent.block], 0)
+                        parent = parent.parent
+        self.assertEqual(set(reached), set(index.node_of))
+
+    def run_workload(self, index: str, seed: int) -> int:
+        rng = random.Random(seed)
+        cache = pool(24, index)
+        holds: dict[int, tuple[str | None, tuple[int, ...]]] = {}  # block -> the salt and prefix it was written for
+        running: list[list] = []
+        heads = [[rng.randrange(5) for _ in range(20)] for _ in range(3)]
+        hits_seen = 0
+        for _ in range(600):
+            roll = rng.random()
+            if roll < 0.4:
+                salt = rng.choice(self.SALTS)
+                prompt = rng.choice(heads)[:rng.randrange(1, 17)] + [rng.randrange(5) for _ in range(rng.randrange(5))]
+                keys = BlockKeys(prompt, salt)
+                hits = cache.match(keys)
+                for i, block in enumerate(hits):
+                    self.assertEqual(holds.get(block), (salt, tuple(prompt[:(i + 1) * BLOCK])))
+                hits_seen += len(hits)
+                try:
+                    table = cache.take(keys, hits, -(-(len(prompt) + 6) // BLOCK) - len(hits))
+                except PoolExhausted:
+                    continue
+                for i in range(len(hits), len(prompt) // BLOCK):
+                    holds[table[i]] = (salt, tuple(prompt[:(i + 1) * BLOCK]))
+                cache.offer(keys, table)
+                running.append([keys, table, rng.randrange(6)])
+            elif roll < 0.75 and running:
+                request = rng.choice(running)
+                keys, table, left = request
+                if left:
+                    keys.extend([rng.randrange(5)])
+                    request[2] -= 1
+                    if len(keys) % BLOCK == 0:  # a block filled by decoding: offered as the scheduler does
+                        holds[table[len(keys) // BLOCK - 1]] = (keys.salt, tuple(keys.tokens))
+                        cache.offer(keys, table)
+            elif running:
+                cache.release(running.pop(rng.randrange(len(running)))[1])
+            if index == "radix":
+                self.check_tree(cache)
+        return hits_seen
+
+    def test_no_hit_crosses_a_salt_and_the_tree_stays_whole(self) -> None:
+        for index in INDEXES:
+            for seed in range(4):
+                with self.subTest(index=index, seed=seed):
+                    self.assertGreater(self.run_workload(index, seed), 0)  # the workload does reuse blocks
 
 
 if __name__ == "__main__":

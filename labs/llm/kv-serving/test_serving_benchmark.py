@@ -438,7 +438,8 @@ class QuickRunInBfloat16(QuickBenchmarkRun):
 
 class FailedRun(ExistingRecordTest):
     def test_a_failing_experiment_keeps_the_previous_record(self) -> None:
-        with mock.patch.object(benchmark, "step_times", side_effect=RuntimeError("boom")):
+        # the first experiment fails: what follows it never runs, and the record must survive all the same
+        with mock.patch.object(benchmark, "choose_dtype", side_effect=RuntimeError("boom")):
             code, log = run_quietly(benchmark.main, ["--quick", "--output", str(self.path)])
         self.assertEqual(code, 1)
         self.assert_untouched(log)
