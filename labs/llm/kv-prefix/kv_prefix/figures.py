@@ -239,7 +239,7 @@ def check_invariants(record: dict[str, Any], source: str) -> None:
                 if len(prompts[request_key(r)]) != r["prompt_tokens"]:
                     refuse(source, (*where, "requests", number, "prompt_tokens"),
                            f"is {r['prompt_tokens']}, but the workload and the replies rebuild a prompt of "
-                           f"{len(prompts[(r['session'], r['turn'])])} tokens")
+                           f"{len(prompts[request_key(r)])} tokens")
             prefilled = sum(r["prompt_tokens"] - r["cached_tokens"] for r in run["requests"])
             if run["server"]["prefill_tokens"] != prefilled:
                 refuse(source, (*where, "server", "prefill_tokens"),

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.bootstrap import LEVEL, RESAMPLES, SEED, interval, mean
+from labkit.bootstrap import LEVEL, RESAMPLES, SEED, Statistic, interval, mean
 from labkit.figures import Figures, JsonPath, refuse
 from labkit.summary import median
 from llm_models.cache_formats import block_bytes, formula_bytes, kivi_split, per_token_head_bytes
@@ -213,7 +213,7 @@ def derive(record: dict[str, Any]) -> Figures:
 Interval = dict[str, float]  # {"estimate", "low", "high"}: labkit.bootstrap.Interval as a derived figure holds it
 
 
-def bootstrap(values: np.ndarray, statistic: Any = mean) -> Interval:
+def bootstrap(values: np.ndarray, statistic: Statistic = mean) -> Interval:
     """The seeded moving-block bootstrap interval of ``statistic`` over per-position ``values``; every call on
     as many positions resamples the same positions, so two formats' intervals (and their difference) pair."""
     return interval(values, statistic, block=min(BOOTSTRAP_BLOCK, len(values))).as_record()

@@ -13,12 +13,12 @@ packed against padded prefill.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from labkit.bootstrap import Interval, interval, mean
+from labkit.bootstrap import Interval, Statistic, interval, mean
 from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
 from labkit.summary import median
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_cache_bytes
@@ -122,7 +122,7 @@ def exp_mean(values: np.ndarray) -> np.ndarray:
     return np.exp(np.mean(values, axis=-1))
 
 
-def estimate(values: Sequence[float], statistic: Callable[[np.ndarray], float], block: int) -> dict[str, float]:
+def estimate(values: Sequence[float], statistic: Statistic, block: int) -> dict[str, float]:
     """The statistic with its bootstrap interval, as a derived figure holds it."""
     found: Interval = interval(values, statistic, block=min(block, len(values)))
     return found.as_record()
