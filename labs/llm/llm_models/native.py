@@ -23,6 +23,10 @@ from pathlib import Path
 FLAGS = ("-O3", "-march=native", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
          "-shared", "-fPIC", "-lm")
 
+# Flags that take the vector instructions the loops test for away again, so that their plain loops are built
+# (on x86; elsewhere there is nothing to take away and the loops are plain already).
+PLAIN = ("-mno-avx2", "-mno-fma", "-mno-avx512f") if os.uname().machine in ("x86_64", "AMD64") else ()
+
 
 @dataclass(frozen=True)
 class Build:
@@ -38,8 +42,9 @@ class Build:
 
 
 @functools.cache
-def build(sources: tuple[Path, ...]) -> Build:
-    """Compile and load ``sources`` into one library once per process (a deliberate cache: it stays loaded)."""
+def build(sources: tuple[Path, ...], extra: tuple[str, ...] = ()) -> Build:
+    """Compile and load ``sources`` into one library once per process (a deliberate cache: it stays loaded);
+    ``extra`` flags follow the others (a test builds a loop's plain path with ``PLAIN``)."""
     started = time.perf_counter()
     names = " and ".join(source.name for source in sources)
     compiler = os.environ.get("CC") or next(filter(None, map(shutil.which, ("gcc", "cc", "g++"))), None)
@@ -47,7 +52,7 @@ def build(sources: tuple[Path, ...]) -> Build:
         return Build(None, 0.0, "no C compiler: set CC, or install gcc")
     with tempfile.TemporaryDirectory(prefix="lab-loops-") as folder:
         library = Path(folder) / "loops.so"
-        done = subprocess.run([compiler, *map(str, sources), *FLAGS, "-o", str(library)], capture_output=True,
+        done = subprocess.run([compiler, *map(str, sources), *FLAGS, *extra, "-o", str(library)], capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no message"])[0]

@@ -6,7 +6,7 @@ float32, the part of a step that grows with the context. The two ways:
 - ``products``: two batched matrix products around a masked softmax, through torch's BLAS: q (Hkv, G, D) times the
   transposed keys, then the weights times the values. Each key/value head serves its G query heads as one product,
   so grouped heads are never copied G times; the mask covers the buffer's positions past the token's.
-- ``c``: this lab's loop (decode_bandwidth/attend_rows.c, through ``native.attend``): per key/value head one pass
+- ``c``: a C loop (llm_models/llama/attend_rows.c, through ``native.attend``): per key/value head one pass
   over the stored key rows scores all G queries against each row, a softmax, one pass over the value rows adds each
   into all G outputs; only the positions stored are read, so there is no mask.
 

@@ -11,9 +11,11 @@ As in the grid, the timed caches hold random keys and values of the exact shape,
 caches. Beside them, the fast twin of our decoder (``decode_bandwidth.fast_llama``) on the same weights:
 ``ours-fused`` (q/k/v and gate/up fused, each matrix kind through the kernel the kernel table measured fastest in
 this run) and ``ours-fused-compiled`` (the same, each layer one region torch.compile generates; its compile time
-is recorded); and ``ours-int8``, the eager twin over int8 weight-only codes (llm_models.kernels.quantize) through
-the int8 kernel measured fastest per kind; and ``served``, the step the server runs (llm_models.serving.llama) for
-one request, its cache in a paged block pool, its kernels from the serving core's own table. Before any timing, one untimed step per mode at every context is
+is recorded); ``ours-native``, the whole step in one C call (llm_models.llama.native_step: every layer's norms,
+products, rotary turn, attention and SwiGLU in one loop nest over packed weights) and ``ours-int8``, the same call
+over int8 weight-only codes (llm_models.kernels.quantize); and ``served``, the step the server runs
+(llm_models.serving.llama) for one request, its cache in a paged block pool, its kernels from the serving core's
+own table. Before any timing, one untimed step per mode at every context is
 compared: ours must give transformers' logits, each float32 fast mode ours', and the int8 mode the logits of ours
 on the int8 round trip of the weights, within the stated tolerance, or the run stops. How far that round trip is
 from the float32 model is measured after the timing (``int8_quality``).
@@ -35,10 +37,12 @@ from labkit import bench, harness
 from labkit.summary import median
 from llm_models.kernels import int8_loop, matvec, timing
 from llm_models.kernels.quantize import dequantized_state_dict
+from llm_models.llama import native_step
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.generate import ChatModel
 from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.model import LlamaDecoder
+from llm_models.llama.native_step import NativeStep
 from llm_models.serving import kernels as serving_kernels
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.llama import LlamaServingModel
@@ -90,7 +94,7 @@ def random_layers(model: LlamaDecoder, cached: int, generator: torch.Generator) 
 
 
 def step_runners(model: LlamaDecoder, reference: LlamaForCausalLM, context: int, generator: torch.Generator,
-                 fast: dict[str, FastLlama] | None = None, round_trip: LlamaDecoder | None = None,
+                 fast: Mapping[str, FastLlama | NativeStep] | None = None, round_trip: LlamaDecoder | None = None,
                  served: LlamaServingModel | None = None) -> tuple[dict[str, Runner], list[Tensor]]:
     """Per mode, one decode step at ``context`` over the same random cache contents and the reset that rewinds
     its cache (run outside the clock); and the list every step appends its logits to, which the reset clears.
@@ -231,12 +235,17 @@ def prepare(args: argparse.Namespace, threads: list[int],
     torch.set_num_threads(threads[0])
     kernels = kernel_table(model, threads[0], kernel_ns)
     attention = attention_table(model, args.contexts, args.seed, kernel_ns)
-    fast = {}
+    fast: dict[str, FastLlama | NativeStep] = {}
     for mode, (weight_format, compiled) in llama_modes.LLAMA_FAST.items():
         fast[mode] = FastLlama(model, kernels["chosen"][llama_modes.kernel_set(weight_format, compiled)], compiled,
                                attention["chosen"])
         bench.progress(f"Llama {mode}: {'compiling its layer and head regions' if compiled else 'first step'}")
         kernels["warm_s"][mode] = fast[mode].warm()
+    for mode, weight_format in llama_modes.LLAMA_NATIVE.items():
+        bench.progress(f"Llama {mode}: the whole step in one C call, packing its {weight_format} weights")
+        started_native = time.perf_counter()
+        fast[mode] = NativeStep(model, weight_format)
+        kernels["warm_s"][mode] = time.perf_counter() - started_native + fast[mode].warm()
     bench.progress(f"Llama {llama_modes.LLAMA_SERVED}: the serving core's kernel table, {threads[0]} thread(s)")
     served = LlamaServingModel(model, None if kernel_ns is None else served_timings(kernel_ns))
     with torch.inference_mode():
@@ -278,7 +287,7 @@ def kernel_table(model: LlamaDecoder, threads: int,
             for kind, matrices in kinds.items()]
     traceable = {name: matvec.KERNELS[name].traced is not None for name in runs}
     chosen = {}
-    for weight_format, compiled in sorted(set(llama_modes.LLAMA_FAST.values())):
+    for weight_format, compiled in llama_modes.KERNEL_CHOICES:
         present = llama_modes.set_candidates(weight_format, compiled, runs, traceable)
         if not present:
             raise RuntimeError(f"no {weight_format} kernel{' a compiled region can trace' if compiled else ''} runs "
@@ -288,7 +297,8 @@ def kernel_table(model: LlamaDecoder, threads: int,
     return {"threads": threads, "passes": llama_modes.KERNEL_PASSES, "timings": how, "unavailable": missing,
             "descriptions": {name: matvec.KERNELS[name].description for name in runs},
             "formats": {name: matvec.KERNELS[name].weights for name in runs}, "traceable": traceable, "rows": rows,
-            "chosen": chosen, "native_build_s": int8_loop.build().seconds + native.build().seconds, "warm_s": {}}
+            "chosen": chosen, "native_build_s": int8_loop.build().seconds + native.build().seconds
+            + native_step.build().seconds, "warm_s": {}}
 
 
 def attention_table(model: LlamaDecoder, contexts: list[int], seed: int,

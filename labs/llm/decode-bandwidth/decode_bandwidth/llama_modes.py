@@ -19,19 +19,25 @@ from llm_models.kernels.choice import fastest
 LLAMA_PRESETS = {"smollm2": "SmolLM2-135M-Instruct, trained, dequantized from its packaged GGUF file to float32",
                  "tiny": "a tiny random Llama (llm_models.llama.tiny.TINY), for smoke runs"}
 # Our decoder's preallocated cache, transformers' DynamicCache, then the fast twin (decode_bandwidth.fast_llama) of
-# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled, and
-# eager over int8 weight-only codes; and the step the server runs (llm_models.serving.llama): one request's token
-# over a paged block pool, through the serving core's own kernel table, timed in the same rounds so that the
-# serving page's step stands beside this lab's as a paired ratio.
+# our decoder: fused matrices through the kernel measured fastest per kind, eager and with its layers compiled; then
+# the whole step in one C call (llm_models.llama.native_step) over float32 weights and over int8 weight-only codes;
+# and the step the server runs (llm_models.serving.llama): one request's token over a paged block pool, through the
+# serving core's own kernel table, timed in the same rounds so that the serving page's step stands beside this
+# lab's as a paired ratio.
 LLAMA_SERVED = "served"
-LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-int8", LLAMA_SERVED]
-# Each fast mode: the weights its kernels read (llm_models.kernels.matvec formats) and whether its layers are compiled.
-LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True), "ours-int8": ("int8", False)}
+LLAMA_MODES = ["ours-prealloc", "hf-dynamic", "ours-fused", "ours-fused-compiled", "ours-native", "ours-int8",
+               LLAMA_SERVED]
+# Each fast twin's mode: the weights its kernels read (llm_models.kernels.matvec formats) and whether its layers are
+# compiled.
+LLAMA_FAST = {"ours-fused": ("float32", False), "ours-fused-compiled": ("float32", True)}
+# Each one-call step's mode: the weights it reads (llm_models.llama.native_step.WEIGHTS).
+LLAMA_NATIVE = {"ours-native": "float32", "ours-int8": "int8"}
 LLAMA_REFERENCE = "ours-prealloc"  # the step the float32 fast modes must equal (it equals transformers')
 # The int8 mode must equal ours-prealloc's step on the int8 round trip of the weights (each matrix dequantized):
 # the float model its codes stand for. How far that model is from the float32 one is its quality, measured apart.
 LLAMA_INT8 = "ours-int8"
-LLAMA_WEIGHTS = {mode: LLAMA_FAST.get(mode, ("float32", False))[0] for mode in LLAMA_MODES}  # what each mode reads
+LLAMA_WEIGHTS = {mode: LLAMA_NATIVE.get(mode) or LLAMA_FAST.get(mode, ("float32", False))[0]
+                 for mode in LLAMA_MODES}  # what each mode reads
 # The lab's own float32 modes, among which "best" is chosen: not transformers', not the server's.
 LLAMA_OURS = tuple(mode for mode in LLAMA_MODES
                    if mode not in ("hf-dynamic", LLAMA_SERVED) and LLAMA_WEIGHTS[mode] == "float32")
@@ -46,16 +52,17 @@ LLAMA_ROUNDS = 11
 # on the same weights use the same bounds (logits reach about 40).
 LLAMA_ATOL = 1e-3
 LLAMA_RTOL = 1e-4
-# The fast modes reduce each dot product in another order (fused matrices, other kernels, inductor's loops), so
+# The fast modes reduce each dot product in another order (fused matrices, other kernels, inductor's loops, the C
+# step's four-row blocks), so
 # their logits move further from ours-prealloc's than transformers' do: up to a few thousandths on SmolLM2's
 # logits (which reach about 40) in a float32 step of 30 layers. They are held to 1e-2 absolute (a quarter of a
 # thousandth of the largest logit) and the same relative bound; the record keeps each difference and whether the
 # most likely token agreed.
 LLAMA_FAST_ATOL = 1e-2
 LLAMA_FAST_RTOL = 1e-4
-# The modes held to that bound against ours-prealloc (or, for int8, ours on the int8 round trip): the fast twins
-# and the served step, whose fused matrices and kernels reorder the same sums.
-LLAMA_CHECKED = (*LLAMA_FAST, LLAMA_SERVED)
+# The modes held to that bound against ours-prealloc (or, for int8, ours on the int8 round trip): the fast twins,
+# the one-call steps and the served step, whose fused matrices and kernels reorder the same sums.
+LLAMA_CHECKED = (*LLAMA_FAST, *LLAMA_NATIVE, LLAMA_SERVED)
 # The candidate kernels per weight format (llm_models.kernels.matvec.KERNELS, where each is described).
 # int8-compiled (inductor's loop) is tested but not a candidate: its cold compile per matrix shape costs more of the
 # benchmark's five minutes than a kernel that loses could repay.
@@ -83,7 +90,11 @@ def kernel_set(weights: str, compiled: bool) -> str:
     return f"{weights}-compiled" if compiled else weights
 
 
-KERNEL_SETS = tuple(sorted({kernel_set(weights, compiled) for weights, compiled in LLAMA_FAST.values()}))
+# The kernel table's choices: the fast twins' two (float32, eager and compiled) and the fastest int8 kernel per kind,
+# which no timed mode takes (ours-int8 is the one-call step) but which sets torch's own int8 product beside the C
+# loop for every matrix kind, and which the int8 twin (tested, not timed) runs on.
+KERNEL_CHOICES = (("float32", False), ("float32", True), ("int8", False))
+KERNEL_SETS = tuple(sorted(kernel_set(weights, compiled) for weights, compiled in KERNEL_CHOICES))
 
 
 def set_candidates(weights: str, compiled: bool, measured: Sequence[str], traceable: Mapping[str, bool]) -> list[str]:

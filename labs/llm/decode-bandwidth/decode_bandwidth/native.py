@@ -1,4 +1,5 @@
-"""One token's attention over its cache in C (``attend_rows.c``), built at run time and called through ctypes.
+"""One token's attention over its cache in C (``llm_models/llama/attend_rows.c``, whose per-head loop the one-call
+decode step runs too), built at run time and called through ctypes.
 
 Why a hand-written attention: one token's scores are G = H / Hkv rows times a transposed (D, P) matrix per
 key/value head, then G rows of weights times a (P, D) matrix: shapes a CPU BLAS is not tuned for, and torch's fused
@@ -20,10 +21,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+import llm_models.llama
 from llm_models import native
 from llm_models.native import Build
 
-SOURCES = (Path(__file__).with_name("attend_rows.c"),)
+SOURCES = (Path(llm_models.llama.__file__).with_name("attend_rows.c"),)  # the loop the one-call step attends with too
 
 
 @functools.cache

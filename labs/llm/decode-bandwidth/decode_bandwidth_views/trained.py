@@ -206,13 +206,17 @@ def trained_kernels_view(record: dict[str, Any]) -> Block:
     notes = [f"{name}: {text}." for name, text in kernels["descriptions"].items()]
     notes += [f"{name} does not run here: {why}." for name, why in kernels["unavailable"].items()]
     if "int8-c" in kernels["descriptions"]:
-        notes.append(f"The C loops (the int8 product and the attention) were compiled and loaded in "
-                     f"{kernels['native_build_s']:.2f} s.")
+        notes.append(f"The C loops (the int8 product, the attention and the one-call step) were compiled and loaded "
+                     f"in {kernels['native_build_s']:.2f} s.")
+    if "int8" in kernels["chosen"]:
+        notes.append("No timed mode takes the “Chosen, int8” column: ours-int8 is the one-call step, whose own loop "
+                     "widens each code as it streams; the column sets torch's int8 product beside the C loop per kind.")
     eager = [name for name, traced in kernels["traceable"].items() if not traced]
     if eager:
         notes.append(f"{join(eager)} run in eager steps only, so the compiled mode chooses among the others "
                      "(the “-compiled” column).")
-    notes.append("First step of each fast mode (its kernels' and, compiled, its regions' compile): " + join(
+    notes.append("First step of each fast mode (its kernels' and, compiled, its regions' compile; for the one-call "
+                 "steps, packing their weights too): " + join(
         [f"{mode} {seconds:.1f} s" for mode, seconds in kernels["warm_s"].items()]) + ".")
     return Block(tables=[table], notes=notes)
 

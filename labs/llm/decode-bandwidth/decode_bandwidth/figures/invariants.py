@@ -11,12 +11,12 @@ from decode_bandwidth.floors import MIN_BANDWIDTH_PASSES, READ_KERNELS, kernel_b
 from decode_bandwidth.grid import ATOL, BASELINE, COMPILED, EQUIVALENCE_MODES, LAYOUT, MODES, RTOL, Cell, grid
 from decode_bandwidth.llama_modes import (
     ATTENTION,
+    KERNEL_CHOICES,
     KERNEL_SETS,
     LLAMA_ATOL,
     LLAMA_BASELINE,
     LLAMA_BATCH,
     LLAMA_DTYPE,
-    LLAMA_FAST,
     LLAMA_FAST_ATOL,
     LLAMA_FAST_RTOL,
     LLAMA_MODES,
@@ -287,7 +287,7 @@ def check_llama(record: dict[str, Any], source: str) -> None:
     if sorted(kernels["chosen"]) != sorted(KERNEL_SETS):
         refuse(source, (*where, "kernels", "chosen"), f"names {sorted(kernels['chosen'])}, the fast modes take "
                f"{sorted(KERNEL_SETS)}")
-    for weights, compiled in set(LLAMA_FAST.values()):
+    for weights, compiled in KERNEL_CHOICES:
         chosen = kernel_set(weights, compiled)
         for row in kernels["rows"]:
             present = set_candidates(weights, compiled, list(row["kernels"]), kernels["traceable"])

@@ -4,7 +4,9 @@
  * first `length` positions are valid (the rest are never read, so no mask is needed); out (Hkv, G, D); scores
  * (Hkv, G, length) scratch. For each key/value head: one pass over its key rows scores all G queries against each
  * row while it is in the first-level cache, a softmax per query, then one pass over its value rows adds each row
- * into all G outputs. Grouped heads share the rows: nothing is copied G times.
+ * into all G outputs. Grouped heads share the rows: nothing is copied G times. `attend_rows` splits the key/value
+ * heads across `threads`; `attend_head` is one head's loop, which the one-call decode step (step.c) runs inside
+ * its own team of threads.
  *
  * Where the compiler targets AVX-512 and a head is 64 wide with at most 4 queries per key/value head (SmolLM2 and
  * GPT-2 both), the rows go through 16-lane registers: the G queries and the G outputs stay in registers for the
@@ -93,17 +95,25 @@ static void head_avx512_64(const float *__restrict__ hq, const float *__restrict
 #ifdef __cplusplus
 extern "C"
 #endif
+/* one key/value head's `group` queries hq (G, D) over its `length` rows: the loop for that head's shape. Also
+ * called by the one-call decode step (step.c), inside its own team of threads. */
+void attend_head(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+                 float *__restrict__ ho, float *__restrict__ hs, long group, long dim, long length) {
+    const float scale = 1.0f / sqrtf((float)dim);
+#if defined(__AVX512F__)
+    if (dim == 64 && group <= 4) { head_avx512_64(hq, hk, hv, ho, hs, group, length, scale); return; }
+#endif
+    head_plain(hq, hk, hv, ho, hs, group, dim, length, scale);
+}
+
+#ifdef __cplusplus
+extern "C"
+#endif
 void attend_rows(const float *__restrict__ q, const float *__restrict__ keys, const float *__restrict__ values,
                  float *__restrict__ out, float *__restrict__ scores, long kv_heads, long group, long dim,
                  long capacity, long length, int threads) {
-    const float scale = 1.0f / sqrtf((float)dim);
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (long h = 0; h < kv_heads; h++) {
-        const float *hq = q + h * group * dim, *hk = keys + h * capacity * dim, *hv = values + h * capacity * dim;
-        float *hs = scores + h * group * length, *ho = out + h * group * dim;
-#if defined(__AVX512F__)
-        if (dim == 64 && group <= 4) { head_avx512_64(hq, hk, hv, ho, hs, group, length, scale); continue; }
-#endif
-        head_plain(hq, hk, hv, ho, hs, group, dim, length, scale);
-    }
+    for (long h = 0; h < kv_heads; h++)
+        attend_head(q + h * group * dim, keys + h * capacity * dim, values + h * capacity * dim, out + h * group * dim,
+                    scores + h * group * length, group, dim, length);
 }

@@ -1,0 +1,212 @@
+/* One decode step of the Llama decoder at batch 1, every layer in one call: the step with no per-operation cost.
+ *
+ * The decoder's arithmetic (llm_models/llama/model.py), written out: per layer RMSNorm, one product by q/k/v
+ * stacked, the rotary turn of q and k, the new key and value written at `position` of the layer's (Hkv, P, D)
+ * buffers, attention of each query head over positions 0 .. position, the o product added to the residual,
+ * RMSNorm, one product by gate/up stacked, SwiGLU, the down product added; then the final norm and the head.
+ * Weights are float32 (out, in) matrices or int8 codes (out, in) with one float32 scale per row
+ * (llm_models/kernels/quantize.py); activations and the cache are float32.
+ *
+ * Why one call: a one-row step moves about 0.5 GB of float32 weights in some 25 ms, but its thirty layers also make
+ * a few hundred small operations (norms, the rotary turn, softmax, residual adds), each a dispatch through Python and
+ * PyTorch that costs microseconds while doing nanoseconds of arithmetic. Here they are a few loops over 576 numbers.
+ *
+ * Threads: one OpenMP team for the whole step. Each product splits its rows in runs of whole four-row blocks
+ * (`omp for`), attention splits the query heads, the small vector operations run on one thread (`omp single`);
+ * each ends in the team's barrier. Products read four rows at once with one load of x serving all four, so
+ * each row keeps its own sum and the four multiply-add chains overlap (one chain alone waits on its own latency:
+ * the int8 loop over one row at a time streamed about 8 GB/s on a 2-core AMD EPYC). Where the compiler targets
+ * AVX2 and FMA the block goes through 8-lane registers; elsewhere plain loops the compiler vectorises as it can.
+ * Built by llm_models/native.py with -fassociative-math: sums run in another order than a sequential loop's, as
+ * any BLAS's do (the step is held to the decoder's logits within the decode lab's fast-mode tolerance).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define STEP_AVX2 1
+#endif
+
+#define BLOCK_ROWS 4
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 4096
+#endif
+
+typedef struct {
+    long layers, width, heads, kv_heads, head_dim, hidden, vocab;
+    float eps;
+    int int8;  /* 0: float32 matrices, 1: int8 codes with row scales */
+} StepShape;
+
+#if defined(STEP_AVX2)
+static inline float sum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+/* 8 int8 codes from p, sign-extended and converted: 8 float32 lanes */
+#define WIDEN8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#endif
+
+/* Matrices are packed (llm_models/llama/native_step.py, ``pack``): rows in blocks of four, padded with zero rows to a
+ * whole block, and within a block, for each run of 8 columns, the four rows' 8 weights one after another. A block
+ * is then read strictly in address order, one 128-byte (float32) or 32-byte (int8) piece per 8 columns: in the
+ * rows' own layout the four rows are four streams 4 * cols bytes apart, and the float32 head read at about 15 GB/s
+ * on one thread of a 2-core AMD EPYC where a plain sum reads 19. cols is a multiple of 8. */
+
+/* block `b` of y = W x: y[4b .. 4b + 3], W float32 packed */
+static void block_f32(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ out, long b,
+                      long cols) {
+    const float *__restrict__ p = w + b * BLOCK_ROWS * cols;
+#if defined(STEP_AVX2)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (long i = 0; i < cols; i += 8, p += 32) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p), a0);
+        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 8), a1);
+        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 16), a2);
+        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 24), a3);
+    }
+    out[0] = sum8(a0); out[1] = sum8(a1); out[2] = sum8(a2); out[3] = sum8(a3);
+#else
+    float acc[BLOCK_ROWS] = {0.0f};
+    for (long i = 0; i < cols; i += 8, p += 32)
+        for (int r = 0; r < BLOCK_ROWS; r++)
+            for (int j = 0; j < 8; j++) acc[r] += x[i + j] * p[8 * r + j];
+    for (int r = 0; r < BLOCK_ROWS; r++) out[r] = acc[r];
+#endif
+}
+
+/* block `b` of y = (codes x) * scale, codes int8 packed: each code widened to float32 inside the loop, so memory
+ * delivers one byte per weight and no float32 copy exists */
+static void block_int8(const float *__restrict__ x, const int8_t *__restrict__ codes, const float *__restrict__ scale,
+                       float *__restrict__ out, long b, long cols) {
+    const int8_t *__restrict__ p = codes + b * BLOCK_ROWS * cols;
+    const float *__restrict__ s = scale + b * BLOCK_ROWS;
+#if defined(STEP_AVX2)
+    const char *ahead = (const char *)p + PREFETCH_BYTES;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (long i = 0; i < cols; i += 8, p += 32) {
+        if ((i & 15) == 0) _mm_prefetch(ahead + 4 * i, _MM_HINT_T0);  /* 64 bytes per 16 columns */
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(xv, WIDEN8(p), a0);
+        a1 = _mm256_fmadd_ps(xv, WIDEN8(p + 8), a1);
+        a2 = _mm256_fmadd_ps(xv, WIDEN8(p + 16), a2);
+        a3 = _mm256_fmadd_ps(xv, WIDEN8(p + 24), a3);
+    }
+    out[0] = sum8(a0) * s[0]; out[1] = sum8(a1) * s[1]; out[2] = sum8(a2) * s[2]; out[3] = sum8(a3) * s[3];
+#else
+    float acc[BLOCK_ROWS] = {0.0f};
+    for (long i = 0; i < cols; i += 8, p += 32)
+        for (int r = 0; r < BLOCK_ROWS; r++)
+            for (int j = 0; j < 8; j++) acc[r] += x[i + j] * (float)p[8 * r + j];
+    for (int r = 0; r < BLOCK_ROWS; r++) out[r] = acc[r] * s[r];
+#endif
+}
+
+/* y = W x over `rows`, the team's share of whole blocks each; called by every thread of the team. The last block's
+ * padding rows are computed into a local and dropped. int8 scales are padded like the rows. */
+static void product(const StepShape *shape, const void *matrix, const float *scale, const float *x, float *y,
+                    long rows, long cols) {
+    const long blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    #pragma omp for schedule(static)
+    for (long b = 0; b < blocks; b++) {
+        float out[BLOCK_ROWS];
+        if (shape->int8) block_int8(x, (const int8_t *)matrix, scale, out, b, cols);
+        else block_f32(x, (const float *)matrix, out, b, cols);
+        for (long r = 0; r < BLOCK_ROWS && b * BLOCK_ROWS + r < rows; r++) y[b * BLOCK_ROWS + r] = out[r];
+    }
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * weight, the sum in float32 as the decoder's F.rms_norm */
+static void rms_norm(const float *x, const float *weight, float *out, long width, float eps) {
+    float total = 0.0f;
+    for (long i = 0; i < width; i++) total += x[i] * x[i];
+    const float inverse = 1.0f / sqrtf(total / (float)width + eps);
+    for (long i = 0; i < width; i++) out[i] = x[i] * inverse * weight[i];
+}
+
+/* turn each (j, j + D/2) pair of a head by its angle: cos and sin (D,) hold each angle twice, as the decoder's */
+static void rotate(float *head, const float *cos_, const float *sin_, long dim) {
+    const long half = dim / 2;
+    for (long j = 0; j < half; j++) {
+        const float a = head[j], b = head[j + half];
+        head[j] = a * cos_[j] - b * sin_[j];
+        head[j + half] = b * cos_[j + half] + a * sin_[j + half];
+    }
+}
+
+/* the `group` query heads of one key/value head over its `length` stored rows, each row read once for all of
+ * them (attend_rows.c, built into the same library) */
+#ifdef __cplusplus
+extern "C"
+#endif
+void attend_head(const float *hq, const float *hk, const float *hv, float *ho, float *hs, long group, long dim,
+                 long length);
+
+#ifdef __cplusplus
+extern "C"  /* built by g++ where no C compiler is found: keep the C name */
+#endif
+/* x (width,): the token's embedding row on entry, the residual stream after the last layer on return.
+ * matrices: per layer qkv, o, gate_up, down (4 * layers pointers), then the head; scales the same (int8 only).
+ * norms: per layer the attention and MLP norms, then the final norm. keys, values: per layer a (Hkv, capacity, D)
+ * buffer. cos_, sin_ (D,): the position's angles. scratch: 2 width + (H + 2 Hkv) D + H D + 2 hidden floats.
+ * scores: H * capacity floats. logits (vocab,). */
+void llama_step(const StepShape *shape, const void *const *matrices, const float *const *scales,
+                const float *const *norms, float *const *keys, float *const *values, long capacity, long position,
+                const float *cos_, const float *sin_, float *x, float *scratch, float *scores, float *logits,
+                int threads) {
+    const long C = shape->width, H = shape->heads, Hkv = shape->kv_heads, D = shape->head_dim, F = shape->hidden;
+    const long group = H / Hkv, qkv_rows = (H + 2 * Hkv) * D, length = position + 1;
+    float *normed = scratch, *qkv = normed + C, *attended = qkv + qkv_rows, *gate_up = attended + H * D;
+    float *added = gate_up + 2 * F;
+    #pragma omp parallel num_threads(threads)
+    {
+        for (long l = 0; l < shape->layers; l++) {
+            const void *const *m = matrices + 4 * l;
+            const float *const *s = scales ? scales + 4 * l : NULL;
+            float *layer_keys = keys[l], *layer_values = values[l];
+            #pragma omp single
+            rms_norm(x, norms[2 * l], normed, C, shape->eps);
+            product(shape, m[0], s ? s[0] : NULL, normed, qkv, qkv_rows, C);  /* q (H D), k (Hkv D), v (Hkv D) */
+            #pragma omp single
+            {
+                for (long h = 0; h < H; h++) rotate(qkv + h * D, cos_, sin_, D);
+                for (long h = 0; h < Hkv; h++) {
+                    float *k = qkv + (H + h) * D;
+                    rotate(k, cos_, sin_, D);
+                    memcpy(layer_keys + (h * capacity + position) * D, k, D * sizeof(float));
+                    memcpy(layer_values + (h * capacity + position) * D, qkv + (H + Hkv + h) * D, D * sizeof(float));
+                }
+            }
+            #pragma omp for schedule(static)
+            for (long kv = 0; kv < Hkv; kv++)  /* query heads kv * group .. (kv + 1) * group - 1 */
+                attend_head(qkv + kv * group * D, layer_keys + kv * capacity * D, layer_values + kv * capacity * D,
+                            attended + kv * group * D, scores + kv * group * capacity, group, D, length);
+            product(shape, m[1], s ? s[1] : NULL, attended, added, C, H * D);
+            #pragma omp single
+            {
+                for (long i = 0; i < C; i++) x[i] += added[i];
+                rms_norm(x, norms[2 * l + 1], normed, C, shape->eps);
+            }
+            product(shape, m[2], s ? s[2] : NULL, normed, gate_up, 2 * F, C);  /* gate (F), up (F) */
+            #pragma omp for schedule(static)
+            for (long i = 0; i < F; i++) {
+                const float g = gate_up[i];
+                gate_up[i] = g / (1.0f + expf(-g)) * gate_up[F + i];  /* SwiGLU: silu(gate) * up */
+            }
+            product(shape, m[3], s ? s[3] : NULL, gate_up, added, C, F);
+            #pragma omp single
+            for (long i = 0; i < C; i++) x[i] += added[i];
+        }
+        #pragma omp single
+        rms_norm(x, norms[2 * shape->layers], normed, C, shape->eps);
+        product(shape, matrices[4 * shape->layers], scales ? scales[4 * shape->layers] : NULL, normed, logits,
+                shape->vocab, C);
+    }
+}
