@@ -19,7 +19,7 @@ from labkit.figures import Figures, fill
 from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.tiny import tiny_pair
 
-# (Hkv, G, D): SmolLM2's heads (64 wide, 3 queries per key/value head: the AVX-512 path where the CPU has it), a
+# (Hkv, G, D): SmolLM2's heads (64 wide, 3 queries per key/value head: the AVX-512 or AVX2 path where the CPU has one), a
 # narrow head and a wide group (the plain loops everywhere)
 SHAPES = ((3, 3, 64), (2, 2, 16), (2, 5, 64))
 CAPACITY = 37

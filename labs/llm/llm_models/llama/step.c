@@ -26,8 +26,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "vector_math.h"
+#if defined(VECTOR_MATH_AVX2)
 #define STEP_AVX2 1
 #endif
 
@@ -43,12 +43,6 @@ typedef struct {
 } StepShape;
 
 #if defined(STEP_AVX2)
-static inline float sum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 /* 8 int8 codes from p, sign-extended and converted: 8 float32 lanes */
 #define WIDEN8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #endif
@@ -131,6 +125,19 @@ static void rms_norm(const float *x, const float *weight, float *out, long width
     for (long i = 0; i < width; i++) out[i] = x[i] * inverse * weight[i];
 }
 
+/* gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i] for `count` (at most 8) entries: SwiGLU */
+static void swiglu(float *__restrict__ gate, const float *__restrict__ up, long count) {
+#if defined(STEP_AVX2)
+    if (count == 8) {
+        const __m256 g = _mm256_loadu_ps(gate), one = _mm256_set1_ps(1.0f);
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(gate, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up)));
+        return;
+    }
+#endif
+    for (long i = 0; i < count; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 /* turn each (j, j + D/2) pair of a head by its angle: cos and sin (D,) hold each angle twice, as the decoder's */
 static void rotate(float *head, const float *cos_, const float *sin_, long dim) {
     const long half = dim / 2;
@@ -196,10 +203,7 @@ void llama_step(const StepShape *shape, const void *const *matrices, const float
             }
             product(shape, m[2], s ? s[2] : NULL, normed, gate_up, 2 * F, C);  /* gate (F), up (F) */
             #pragma omp for schedule(static)
-            for (long i = 0; i < F; i++) {
-                const float g = gate_up[i];
-                gate_up[i] = g / (1.0f + expf(-g)) * gate_up[F + i];  /* SwiGLU: silu(gate) * up */
-            }
+            for (long i = 0; i < F; i += 8) swiglu(gate_up + i, gate_up + F + i, F - i < 8 ? F - i : 8);
             product(shape, m[3], s ? s[3] : NULL, gate_up, added, C, F);
             #pragma omp single
             for (long i = 0; i < C; i++) x[i] += added[i];
