@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from unittest import mock
 
 import kv_serving_views
-from kv_serving import benchmark, figures
+from kv_serving import benchmark, figures, trained_load
 from kv_serving.figures.formulas import policy
 from kv_serving.launch import log_text, serving_url
 from kv_serving.testing import BFLOAT16_WINS, FLOAT32_WINS, despite_stalls_sync
@@ -63,6 +63,15 @@ class QuickRun(QuickBenchmarkRun):
         headline = kv_serving_views.headline(record)
         self.assertEqual(len(headline), 4)  # the trained model's batched over one at a time, then the random model's
         self.assertEqual(headline[0][1], record["trained"]["speedup_over_serial"])
+
+    def test_the_quick_record_times_a_clients_gaps_between_tokens_in_rounds_with_the_step_in_process(self) -> None:
+        client = self.record["trained"]["client_steps"]
+        self.assertEqual([row["context"] for row in client["rows"]], list(trained_load.QUICK_SOLO_CONTEXTS))
+        for row in client["rows"]:
+            self.assertEqual(len(row["in_process_ns"]), client["rounds"])
+            self.assertTrue(all(len(steps) == client["tokens"] - 1 for steps in row["in_process_ns"]))
+            self.assertTrue(all(2 <= len(gaps) <= client["tokens"] - 1 for gaps in row["client_gaps_ns"]))
+            self.assertEqual(row["paired"]["rounds"], client["rounds"])
 
     def test_the_quick_record_reads_resident_memory_over_the_quick_lengths_on_the_trained_model(self) -> None:
         memory = self.record["memory"]  # on Linux: /proc/self/status (no section where it is missing)

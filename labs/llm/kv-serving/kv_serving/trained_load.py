@@ -12,6 +12,7 @@ Every request's tokens are kept, so the record can show each batched run's token
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 from typing import Any
 
@@ -23,8 +24,10 @@ from llm_models.serving.dtypes import TRAINED_TOLERANCES
 from llm_models.serving.llama import LlamaServingModel, served
 from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.serving.sizes import blocks_for
+from llm_models.texts import PYTHON_REFERENCE
 
-from .workload import PROMPTS, real_prompts, real_workload
+from .loadgen import run_load
+from .workload import PROMPTS, WorkItem, real_prompts, real_workload
 
 MODEL = "smollm2"
 # Sized to the benchmark's five minutes on two cores: the serial run (every request's solo run, one after another)
@@ -42,6 +45,14 @@ QUICK_SOLO_CONTEXTS = (16, 64)
 # decode lab's other count. Each count's model times its own kernel table (llm_models.serving.kernels) at that count.
 SOLO_THREADS = (1, 2)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
+# What a client sees per token, beside the step that makes it, in paired rounds at the solo contexts: each round runs
+# the served step in process CLIENT_TOKENS - 1 times, and one streamed request to the one-at-a-time server whose
+# prompt leaves it at the same context and which asks for CLIENT_TOKENS tokens (the first from its prefill, then
+# CLIENT_TOKENS - 1 gaps between tokens, each one decode step as the client receives it); the two sides alternate
+# which goes first. 5 rounds of 9 tokens cost about 20 s at the three contexts on a 2-core machine, most of it the
+# prefills.
+CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 5, 3
+CLIENT_TOKENS = 9
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +124,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
     highest = max(args.trained_rates)
     bench.progress(f"trained model, the same prompts at {highest:g}/s, one at a time")
     serial = {"rate": highest, **measure(urls["trained serial"], workload(highest))}
+    client = client_steps(args, urls["trained serial"])
     policies = []
     for name, label, options in planned["policies"]:
         bench.progress(f"trained model, admission {label}: at {highest:g}/s")
@@ -122,7 +134,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
             "prompts_sha256": digest, "requests": requests, "max_tokens": out, "seed": args.seed + SEED_OFFSET,
             "prompt_tokens": planned["prompt_tokens"], "request_blocks": planned["request_blocks"],
             "sweep_blocks": args.trained_blocks, "admission_blocks": args.trained_admission_blocks,
-            "points": points, "serial": serial, "admission": {"policies": policies}}
+            "points": points, "serial": serial, "client_steps": client, "admission": {"policies": policies}}
 
 
 def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed: Any) -> dict[str, Any]:
@@ -168,3 +180,51 @@ def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], 
 
         rows.append({"threads": threads, "context": context, **timed(step, args.repeats)})
     return rows
+
+
+def client_steps(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """Paired rounds at each solo context (CLIENT_ROUNDS, in the comment above): the served step in process at
+    ``args.threads``, and one streamed completion to the one-at-a-time server at ``url`` (after its own run, so
+    idle), whose gaps between tokens the client times. The prompt is the long text's first ``context - 1`` tokens,
+    so the request's decode steps attend over the same positions as the in-process step (and a few more)."""
+    chat = smollm2(getattr(torch, args.dtype))
+    model = served(chat.model)  # the gate's model (a per-process cache): the kernels the servers were handed
+    text = chat.encode(PYTHON_REFERENCE.read())
+    contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
+    rounds = QUICK_CLIENT_ROUNDS if args.quick else CLIENT_ROUNDS
+    if len(text) < max(contexts):
+        raise ValueError(f"the long text holds {len(text)} tokens, fewer than the {max(contexts)} a context needs")
+    torch.set_num_threads(args.threads)
+    rows = []
+    for context in contexts:
+        bench.progress(f"trained model: what a client sees per token at context {context}, {rounds} rounds of "
+                       f"{CLIENT_TOKENS - 1} in-process steps and one streamed request")
+        pool = LayeredPool(model.config, model.layers, blocks_for(context, args.block_size), args.block_size)
+        table = pool.allocate(blocks_for(context, args.block_size))
+
+        def step(pool: LayeredPool = pool, table: list[int] = table, position: int = context - 1) -> None:
+            model.decode(pool, [0], [position], [table])
+
+        item = WorkItem(0, 0.0, text[: context - 1], CLIENT_TOKENS)
+        in_process: list[list[int]] = []
+        client: list[list[int]] = []
+        first_token: list[int] = []
+        step()  # warm, as the solo steps are
+        for index in range(rounds):
+            for side in (("in process", "client") if index % 2 == 0 else ("client", "in process")):
+                if side == "in process":
+                    with torch.inference_mode():
+                        in_process.append([bench.time_ns(step) for _ in range(CLIENT_TOKENS - 1)])
+                    continue
+                # one /metrics read at the start, none during the stream: a poll would share the server's loop
+                request = asyncio.run(run_load(url, [item], MODEL, metrics_interval_s=3600.0)).requests[0]
+                if request.outcome != "completed" or len(request.itl_s) < 2 or request.ttft_s is None:
+                    raise RuntimeError(f"the client's request at context {context} ended {request.outcome} with "
+                                       f"{request.tokens} tokens ({request.error or 'no error'}): no interval to time")
+                client.append([round(gap * 1e9) for gap in request.itl_s])
+                first_token.append(round(request.ttft_s * 1e9))
+        rows.append({"context": context, "prompt_tokens": context - 1, "in_process_ns": in_process,
+                     "client_gaps_ns": client, "client_ttft_ns": first_token})
+    return {"rounds": rounds, "tokens": CLIENT_TOKENS, "threads": args.threads, "server": "trained serial",
+            "prompt": PYTHON_REFERENCE.name, "order_policy": "alternating: even rounds in process first, odd rounds "
+            "the client first", "rows": rows}

@@ -16,6 +16,7 @@ from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, ac
 from .admission import admission_detail_view, admission_outcome_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
 from .checks import checks_view
+from .client import client_verdict_view, client_view
 from .kernels import kernels_view
 from .memory import memory_view
 from .model import model_cost_view, pool_view
@@ -58,6 +59,8 @@ VIEWS: dict[str, View] = {
     "model-cost": model_cost_view,
     "steps": step_view,
     "solo-steps": solo_view,
+    "client-steps": client_view,
+    "client-verdict": client_verdict_view,
     "kernels": kernels_view,
     "prefill-memory": memory_view,
     "admission": admission_view,

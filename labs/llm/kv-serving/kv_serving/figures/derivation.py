@@ -13,7 +13,7 @@ from typing import Any
 
 from kv_serving.client_stats import client_summary
 from labkit.figures import Figures, JsonPath
-from labkit.summary import as_number, median, middle_half
+from labkit.summary import as_number, median, middle_half, paired, side_of_one
 from llm_models.serving.dtypes import faster_dtype, probe_medians
 from llm_models.serving.sizes import (
     blocks_for,
@@ -244,6 +244,26 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
         durations = row["durations_ns"]
         for name, value in (("median_ns", median(durations)), ("min_ns", min(durations)), ("max_ns", max(durations))):
             figures.add(("trained", "solo_steps", index, name), as_number(value), "its raw durations")
+    for index, row in enumerate(trained.get("client_steps", {}).get("rows", [])):
+        client_figures(row, ("trained", "client_steps", "rows", index), figures)
+
+
+def client_figures(row: dict[str, Any], where: JsonPath, figures: Figures) -> None:
+    """One context's rounds of what a client sees per token: per round the client's median gap between tokens
+    over the in-process step's median, paired (labkit.summary.paired) with the side of 1 its middle half lies on;
+    and each side's median over every round, this run's absolute times."""
+    steps = [median(durations) for durations in row["in_process_ns"]]
+    gaps = [median(durations) for durations in row["client_gaps_ns"]]
+    ratio = paired(gaps, steps)
+    figures.add((*where, "paired"), ratio, "per round, the client's median gap / the in-process step's median: "
+                "median and middle half")
+    figures.add((*where, "side"), side_of_one(ratio), "whether its rounds' middle half lies wholly below 1, wholly "
+                "above, or holds it")
+    every = {"client_median_ns": [gap for gaps_ in row["client_gaps_ns"] for gap in gaps_],
+             "in_process_median_ns": [ns for durations in row["in_process_ns"] for ns in durations],
+             "client_ttft_median_ns": row["client_ttft_ns"]}
+    for name, values in every.items():
+        figures.add((*where, name), as_number(median(values)), "every round's raw values")
 
 
 def memory_figures(record: dict[str, Any], figures: Figures) -> None:

@@ -244,6 +244,37 @@ def check_trained(record: dict[str, Any], source: str) -> None:
     for index, tie in enumerate(gate["ties"]):
         if tie["margin"] > bound:
             refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
+    check_client_steps(trained, source)
+
+
+def check_client_steps(trained: dict[str, Any], source: str) -> None:
+    """What a client sees per token: every round holds tokens - 1 in-process steps, at most tokens - 1 client gaps
+    (a reply may end early) and one time to first token, and the rows cover the solo steps' contexts."""
+    client = trained.get("client_steps")
+    if client is None:
+        return
+    contexts = list(dict.fromkeys(step["context"] for step in trained["solo_steps"]))
+    found = [row["context"] for row in client["rows"]]
+    if found != contexts:
+        refuse(source, ("trained", "client_steps", "rows"), f"cover contexts {found}, but the solo steps time "
+               f"{contexts}")
+    steps = client["tokens"] - 1
+    for index, row in enumerate(client["rows"]):
+        where = ("trained", "client_steps", "rows", index)
+        for name in ("in_process_ns", "client_gaps_ns", "client_ttft_ns"):
+            if len(row[name]) != client["rounds"]:
+                refuse(source, (*where, name), f"holds {len(row[name])} rounds, but the record ran {client['rounds']}")
+        if row["prompt_tokens"] != row["context"] - 1:
+            refuse(source, (*where, "prompt_tokens"), f"is {row['prompt_tokens']}, but a prompt of context - 1 = "
+                   f"{row['context'] - 1} tokens leaves the first decode step at the context")
+        for round_index, durations in enumerate(row["in_process_ns"]):
+            if len(durations) != steps:
+                refuse(source, (*where, "in_process_ns", round_index), f"holds {len(durations)} steps, but each round "
+                       f"times tokens - 1 = {steps}")
+        for round_index, gaps in enumerate(row["client_gaps_ns"]):
+            if not 2 <= len(gaps) <= steps:
+                refuse(source, (*where, "client_gaps_ns", round_index), f"holds {len(gaps)} gaps, but a reply of at "
+                       f"most {client['tokens']} tokens has 2 to {steps}")
 
 
 def check_memory(record: dict[str, Any], source: str) -> None:

@@ -1,0 +1,75 @@
+"""What a client of the trained server sees per token, beside the step that makes it: one streamed request alone on
+the one-at-a-time server against the same served step in this process, in paired rounds at each context. The
+wording (longer, shorter, within noise) follows where each context's middle half of per-round ratios lies against
+1 (labkit.summary.side_of_one), never the medians alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from site_hooks.blocks import Block, Table
+from site_hooks.formatting import format_ms, format_ratio, join, plural
+
+READINGS = {"above": "the client waited longer", "below": "the client waited less",
+            "within": "within its rounds' noise"}
+
+
+def ratio_text(paired: dict[str, Any]) -> str:
+    """'1.08× (1.05–1.12)': the median of per-round ratios and their middle half."""
+    return f"{format_ratio(paired['median'])} ({paired['low']:.2f}–{paired['high']:.2f})"
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """One sentence over every context, chosen by the sides their rounds lie on."""
+    sides = {row["side"] for row in rows}
+    contexts = join([f"{row['context']:,}" for row in rows])
+    if sides == {"above"}:
+        extra = [row["client_median_ns"] - row["in_process_median_ns"] for row in rows]
+        return (f"**At every context ({contexts} positions) a client waited longer between tokens than the step "
+                f"itself takes** ({join([ratio_text(row['paired']) for row in rows])} of it): the server adds "
+                f"{format_ms(min(extra), 2)}–{format_ms(max(extra), 2)} ms per token on the way out in this run "
+                "(medians).")
+    if sides == {"within"}:
+        return (f"**At every context ({contexts} positions) the client's interval between tokens was within its "
+                f"rounds' noise of the step itself** ({join([ratio_text(row['paired']) for row in rows])}): what the "
+                "server adds on the way out is smaller than this run could tell apart.")
+    if sides == {"below"}:
+        return (f"At every context ({contexts} positions) the client's interval came out shorter than the step timed "
+                f"in this process ({join([ratio_text(row['paired']) for row in rows])}): the server's process ran "
+                "its step faster than this one did, so the ratio bounds what the server adds rather than measuring it.")
+    return ("Context by context: " + "; ".join(
+        f"at {row['context']:,} positions {ratio_text(row['paired'])}, {READINGS[row['side']]}" for row in rows) + ".")
+
+
+NONE = ("This record holds no client-side timing of the trained server: it was made before the benchmark measured "
+        "one.")
+
+
+def client_verdict_view(record: dict[str, Any]) -> Block:
+    """The one sentence the page shows outside its fold."""
+    client = record["trained"].get("client_steps")
+    return Block(paragraphs=[NONE if client is None else verdict(client["rows"])])
+
+
+def client_view(record: dict[str, Any]) -> Block:
+    client = record["trained"].get("client_steps")
+    if client is None:
+        return Block(paragraphs=[NONE])
+    rows = client["rows"]
+    dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
+    table = Table(["Context", "Client's gap between tokens (ms)", "The step in process (ms)",
+                   "Client ÷ step, per round", "Reading", "Time to first token (ms)"],
+                  [(f"{row['context']:,}", format_ms(row["client_median_ns"]), format_ms(row["in_process_median_ns"]),
+                    ratio_text(row["paired"]), READINGS[row["side"]], format_ms(row["client_ttft_median_ns"]))
+                   for row in rows],
+                  caption=f"This run's medians, {dtype}, {plural(client['threads'], 'thread')}; the ratio is the median "
+                          "of the per-round ratios with their middle half")
+    return Block(paragraphs=[
+        f"In each of {plural(client['rounds'], 'round')} per context, the server's decode step ran "
+        f"{client['tokens'] - 1} times in this process and one client streamed a completion of {client['tokens']} "
+        f"tokens from the server that runs one request at a time (idle otherwise), its prompt the first context − 1 "
+        f"tokens of the long text, so each of its decode steps attends over about as many positions; the two sides "
+        f"took turns going first. The client's gap between two tokens is one step plus whatever lies between the "
+        "engine and the socket: the hand-off from the engine's thread to the event loop, detokenising, the HTTP "
+        "chunk. A ratio is taken inside one round only, where the machine's drift slows both sides alike."],
+        tables=[table])
