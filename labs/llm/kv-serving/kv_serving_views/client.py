@@ -10,7 +10,7 @@ from typing import Any
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join, plural
 
-READINGS = {"above": "the client waited longer", "below": "the client waited less",
+READINGS = {"above": "the client waited longer", "below": "the client waited less: the server's process stepped faster",
             "within": "within its rounds' noise"}
 
 
@@ -24,7 +24,7 @@ def verdict(rows: list[dict[str, Any]]) -> str:
     sides = {row["side"] for row in rows}
     contexts = join([f"{row['context']:,}" for row in rows])
     if sides == {"above"}:
-        extra = [row["client_median_ns"] - row["in_process_median_ns"] for row in rows]
+        extra = [row["added_ns"] for row in rows]
         return (f"**At every context ({contexts} positions) a client waited longer between tokens than the step "
                 f"itself takes** ({join([ratio_text(row['paired']) for row in rows])} of it): the server adds "
                 f"{format_ms(min(extra), 2)}–{format_ms(max(extra), 2)} ms per token on the way out in this run "

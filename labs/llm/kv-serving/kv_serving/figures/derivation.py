@@ -262,8 +262,11 @@ def client_figures(row: dict[str, Any], where: JsonPath, figures: Figures) -> No
     every = {"client_median_ns": [gap for gaps_ in row["client_gaps_ns"] for gap in gaps_],
              "in_process_median_ns": [ns for durations in row["in_process_ns"] for ns in durations],
              "client_ttft_median_ns": row["client_ttft_ns"]}
-    for name, values in every.items():
-        figures.add((*where, name), as_number(median(values)), "every round's raw values")
+    medians = {name: as_number(median(values)) for name, values in every.items()}
+    for name, value in medians.items():
+        figures.add((*where, name), value, "every round's raw values")
+    figures.add((*where, "added_ns"), medians["client_median_ns"] - medians["in_process_median_ns"],
+                "the client's median gap - the in-process step's median")
 
 
 def memory_figures(record: dict[str, Any], figures: Figures) -> None:
