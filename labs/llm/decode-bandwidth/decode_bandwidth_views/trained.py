@@ -239,8 +239,9 @@ def attention_sentence(record: dict[str, Any]) -> str:
                    "difference within this run's noise")
     else:
         verdict = "at no context did the two ways' passes part: the difference is within this run's noise"
-    return (f"The C loop took {ratios} the products' time per layer: {verdict}. The fast modes attend through "
-            f"{'the C loop' if table['chosen'] == 'c' else 'the two products'}, the faster in sum.")
+    return (f"The C loop took {ratios} the products' time per layer: {verdict}. The fused modes attend through "
+            f"{'the C loop' if table['chosen'] == 'c' else 'the two products'}, the faster in sum; the one-call steps "
+            "always run the C loop's per-head code.")
 
 
 def trained_attention_view(record: dict[str, Any]) -> Block:
