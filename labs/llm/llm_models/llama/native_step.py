@@ -120,7 +120,6 @@ class NativeStep:
                                config.hidden, config.vocab_size, config.rms_norm_eps, int(weights == "int8"))
         q_width = config.heads * config.head_dim
         self._scratch = torch.empty(2 * config.width + 2 * q_width + 2 * config.kv_width + 2 * config.hidden)
-        self._caches: dict[tuple[int, ...], tuple[ctypes.Array, ctypes.Array, Tensor]] = {}
 
     def embed(self, token: Tensor) -> Tensor:
         """The token's embedding row (C,) float32: dequantized from its codes in int8."""
@@ -130,15 +129,11 @@ class NativeStep:
         return self.model.embedding[token].clone()
 
     def buffers(self, cache: list[LayerCache]) -> tuple[ctypes.Array, ctypes.Array, Tensor]:
-        """The cache's key and value pointer arrays and a scores scratch for its capacity, made once per cache."""
-        key = tuple(store.keys.data_ptr() for store in cache)
-        if key not in self._caches:
-            if len(self._caches) > 8:  # a long run through many caches keeps only the latest few
-                self._caches.clear()
-            capacity = cache[0].capacity
-            self._caches[key] = (pointers([store.keys for store in cache]), pointers([store.values for store in cache]),
-                                 torch.empty(self.config.heads * capacity))
-        return self._caches[key]
+        """The cache's key and value pointer arrays and a scores scratch for its capacity. Made again every step
+        (some microseconds against milliseconds): kept across steps, keyed by address, they would outlive a cache
+        whose memory is then reused by another of a larger capacity, and the loop would write past the scratch."""
+        return (pointers([store.keys for store in cache]), pointers([store.values for store in cache]),
+                torch.empty(self.config.heads * cache[0].capacity))
 
     def check(self, token: Tensor, cache: list[LayerCache]) -> int:
         """The cache's length after checking that one token fits (ValueError naming what does not)."""
