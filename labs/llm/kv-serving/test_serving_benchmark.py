@@ -66,7 +66,10 @@ class QuickRun(QuickBenchmarkRun):
 
     def test_the_quick_record_times_a_clients_gaps_between_tokens_in_rounds_with_the_step_in_process(self) -> None:
         client = self.record["trained"]["client_steps"]
-        self.assertEqual([row["context"] for row in client["rows"]], list(trained_load.QUICK_SOLO_CONTEXTS))
+        self.assertEqual([(row["weights"], row["context"]) for row in client["rows"]],
+                         [(weights, context) for weights in ("float32", "int8")
+                          for context in trained_load.QUICK_SOLO_CONTEXTS])  # int8: the float32 run's own codes
+        self.assertEqual(client["server"], trained_load.CLIENT_SERVERS)
         for row in client["rows"]:
             self.assertEqual(len(row["in_process_ns"]), client["rounds"])
             self.assertTrue(all(len(steps) == client["tokens"] - 1 for steps in row["in_process_ns"]))

@@ -18,9 +18,9 @@ MS = 1_000_000
 ROUNDS, TOKENS = 5, 5
 
 
-def row(context: int, step_ms: list[float], gap_ms: list[float]) -> dict[str, Any]:
+def row(context: int, step_ms: list[float], gap_ms: list[float], weights: str = "float32") -> dict[str, Any]:
     """One context's rounds: round r's in-process steps all take step_ms[r], its client gaps all gap_ms[r]."""
-    return {"context": context, "prompt_tokens": context - 1,
+    return {"weights": weights, "context": context, "prompt_tokens": context - 1,
             "in_process_ns": [[int(ms * MS)] * (TOKENS - 1) for ms in step_ms],
             "client_gaps_ns": [[int(ms * MS)] * (TOKENS - 1) for ms in gap_ms],
             "client_ttft_ns": [int(400 * MS)] * len(step_ms)}
@@ -81,11 +81,20 @@ class View(unittest.TestCase):
         del record["trained"]["client_steps"]
         self.assertIn("holds no client-side timing", render_block(view.client_verdict_view(record)))
 
+    def test_each_weight_format_gets_its_own_sentence(self) -> None:
+        rows = [derived(row(128, STEPS, SLOWER)), derived(row(128, STEPS, NOISY, "int8"))]
+        record = {"trained": {"client_steps": {"rows": rows}}}
+        text = render_block(view.client_verdict_view(record))
+        self.assertIn("float32 weights: **At every context (128 positions) a client waited longer", text)
+        self.assertIn("int8 weights: **At every context (128 positions) the client&#39;s interval between tokens "
+                      "was within", text)
+
 
 class Refused(unittest.TestCase):
     trained = {"solo_steps": [{"context": 128}, {"context": 1024}],
-               "client_steps": {"rounds": ROUNDS, "tokens": TOKENS,
-                                "rows": [row(128, STEPS, SLOWER), row(1024, STEPS, SLOWER)]}}
+               "client_steps": {"rounds": ROUNDS, "tokens": TOKENS, "server": {"float32": "serial", "int8": "int8"},
+                                "rows": [row(128, STEPS, SLOWER), row(1024, STEPS, SLOWER),
+                                         row(128, STEPS, SLOWER, "int8"), row(1024, STEPS, SLOWER, "int8")]}}
 
     def test_a_consistent_section_passes(self) -> None:
         check_client_steps(copy.deepcopy(self.trained), "record")
@@ -96,7 +105,8 @@ class Refused(unittest.TestCase):
                 (lambda t: t["client_steps"]["rows"][1]["in_process_ns"][2].pop(), r"rows\[1\]\.in_process_ns\[2\]"),
                 (lambda t: t["client_steps"]["rows"][0]["client_gaps_ns"][0].extend([MS] * 3),
                  r"rows\[0\]\.client_gaps_ns\[0\]"),
-                (lambda t: t["client_steps"]["rows"].pop(), r"client_steps\.rows"),
+                (lambda t: t["client_steps"]["rows"].pop(), r"client_steps\.rows.*\[128\] with int8 weights"),
+                (lambda t: t["client_steps"]["server"].pop("int8"), r"client_steps\.rows.*int8 weights, which no server"),
                 (lambda t: t["client_steps"]["rows"][0].update(prompt_tokens=128), r"rows\[0\]\.prompt_tokens")):
             trained = copy.deepcopy(self.trained)
             edit(trained)

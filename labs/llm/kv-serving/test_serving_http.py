@@ -797,5 +797,18 @@ class StartupTest(unittest.TestCase):
                       "this machine has 1073741824 bytes (1.0 GiB) available", stderr.getvalue())
 
 
+    def test_int8_weights_are_the_trained_models_in_float32_only(self) -> None:
+        for argv in (["--weights", "int8"], ["--model", "smollm2", "--dtype", "bfloat16", "--weights", "int8"]):
+            with self.subTest(argv=argv):
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as stop:
+                    server.parse_args(argv)
+                self.assertEqual(stop.exception.code, 2)
+                self.assertIn("--weights int8 is the trained model's in float32: use --model smollm2 --dtype float32",
+                              stderr.getvalue())
+        self.assertEqual(server.parse_args(["--model", "smollm2", "--weights", "int8"]).weights, "int8")
+        self.assertEqual(server.parse_args([]).weights, "float32")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -10,10 +10,10 @@ from kv_serving_views.kernels import kernels_view
 from site_hooks.blocks import render_block
 
 
-def record(timings: str = "timed", with_onednn: bool = True, kind: str = "qkv") -> dict[str, Any]:
+def record(timings: str = "timed", with_onednn: bool = True, kind: str = "qkv", way: str = "torch") -> dict[str, Any]:
     def ns(out_in: float, in_out: float, onednn: float) -> dict[str, float]:
         return {"out_in": out_in, "in_out": in_out, **({"onednn": onednn} if with_onednn else {})}
-    return {"trained": {"kernels": [{
+    return {"trained": {"decode_way": way, "kernels": [{
         "dtype": "float32" if with_onednn else "bfloat16", "threads": 1, "passes": 3, "timings": timings,
         "rows": [{"kind": kind, "rows": 1, "shape_out_in": [960, 576], "matrices": 30, "ns": ns(154e3, 132e3, 169e3)},
                  {"kind": kind, "rows": 8, "shape_out_in": [960, 576], "matrices": 30, "ns": ns(324e3, 276e3, 251e3)}],
@@ -36,6 +36,10 @@ class KernelsView(unittest.TestCase):
         self.assertIn("<th>out_in</th><th>in_out</th><th>Chosen</th>", html)
         self.assertNotIn("onednn</th>", html)
         self.assertIn("supplied by the caller, not measured", html)
+
+    def test_decode_steps_of_the_one_call_step_are_said_to_take_none_of_them(self) -> None:
+        self.assertIn("the decode steps took none of these", render_block(kernels_view(record(way="one call"))))
+        self.assertNotIn("took none of these", render_block(kernels_view(record(way="torch"))))
 
     def test_a_kind_named_in_the_record_is_escaped(self) -> None:
         html = render_block(kernels_view(record(kind="<b>x</b>")))

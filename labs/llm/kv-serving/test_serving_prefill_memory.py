@@ -84,7 +84,7 @@ class PrefillRows(unittest.TestCase):
                 weight.ways[rows] = (recording, prepared)
         return model, seen
 
-    def test_prefills_above_the_bound_never_reach_the_tables_kernels_and_decode_still_does(self) -> None:
+    def test_prefills_above_the_bound_never_reach_the_tables_kernels_and_decode_in_torch_still_does(self) -> None:
         model, seen = self.recorded("in_out", "onednn")
         prefill_all(model)
         counts = {sum(lengths) for lengths in LENGTHS}
@@ -94,7 +94,11 @@ class PrefillRows(unittest.TestCase):
         seen.clear()
         pool = LayeredPool(model.config, model.layers, 64, BLOCK)
         tables = [pool.allocate(2) for _ in range(3)]
-        model.decode(pool, [1, 2, 3], [0, 1, 2], tables)  # a decode step: the table's kernels, as before
+        model.decode(pool, [1, 2, 3], [0, 1, 2], tables)
+        if model.decode_why is None:  # the one-call step reads its own packed copy: none of the table's kernels
+            self.assertEqual(seen, [])
+        model.native, model.decode_why = None, "the test's choice"  # the torch way: the table's kernels, as before
+        model.decode(pool, [1, 2, 3], [0, 1, 2], tables)
         self.assertEqual(set(seen), {3})
 
     def test_long_prefills_give_the_tables_kernels_logits(self) -> None:

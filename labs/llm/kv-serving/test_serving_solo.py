@@ -19,7 +19,7 @@ def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> d
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
     return {"created_utc": "2026-12-03T21:00:00Z", "run": RUN, "environment": CPU,
             "config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
-            "trained": {"solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
+            "trained": {"decode_way": "torch", "solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
                                         "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
@@ -71,6 +71,13 @@ class SoloView(unittest.TestCase):
         self.assertIn("At 1 thread, the served step at 128 and at 1,024 positions: ranges overlap, medians 10.00 ms apart; "
                       "the decode lab&#39;s fastest step at 128 and at 1,024 positions: ranges overlap, medians 0.00 ms "
                       "apart.", text)  # 40-60 ms holds 59-61 ms: neither more nor less
+
+    def test_the_way_the_server_stepped_is_named_from_the_record(self) -> None:
+        self.assertIn("by the decoder&#39;s layer in torch", self.text({128: (60 * MS, 59 * MS, 61 * MS)},
+                                                                     {128: (50 * MS, 49 * MS, 51 * MS)}))
+        record = serving({128: (60 * MS, 59 * MS, 61 * MS)})
+        record["trained"]["decode_way"] = "one call"
+        self.assertIn("by the decode lab's one-call step", solo.way_words(record))
 
     def test_a_decode_record_from_another_run_is_not_set_beside_even_on_the_same_cpu(self) -> None:
         for other_run in ({**RUN, "id": "20261201T080000Z-0b1c2d", "labs": ["decode-bandwidth"]}, None):

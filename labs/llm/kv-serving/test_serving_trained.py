@@ -42,6 +42,7 @@ from kv_serving.testing import (
 from kv_serving.text_protocol import parse_chat, parse_completion
 from labkit.waiting import HANG_S, communicate, eventually, read_until_closed, run, until, within
 from llm_models.llama.generate import ChatModel
+from llm_models.serving.llama import round_trip
 from llm_models.serving.scheduler import Scheduler
 from llm_models.serving.sizes import reservation_blocks
 
@@ -162,6 +163,21 @@ class TrainedEngineHTTP(QuietLoopTestCase):
             expected_ids, expected_text = self.alone(messages, 12)
             self.assertEqual((ids, text), (listed(expected_ids, self.chat), expected_text))
             self.assertEqual(reason, "stop" if expected_ids[-1] in self.chat.stop_ids else "length")
+
+    async def test_an_int8_server_writes_what_the_round_trip_model_writes_alone(self) -> None:
+        messages = [{"role": "user", "content": "Count to three."}]
+        async with serve_in_loop(tiny_chat_engine(self.chat, weights="int8")) as (url, app), \
+                httpx.AsyncClient(timeout=HANG_S) as client:
+            model = app.state.scheduler.model
+            if model.native is None:
+                self.skipTest("the one-call step cannot run here")
+            self.assertEqual((model.weights, model.native.weights), ("int8", "int8"))  # the logits differ: test_serving_model
+            text, ids, _, _ = await within(stream(client, url, "/v1/chat/completions", CHAT | {"messages": messages}),
+                                           "the int8 chat to finish")
+        # the float32 model the codes stand for, decoded by its own greedy loop over a contiguous cache
+        trip = ChatModel(round_trip(self.chat.model), self.chat.tokenizer, self.chat.name)
+        expected = trip.generate(trip.chat_ids(messages), 12)
+        self.assertEqual((ids, text), (listed(expected.ids, trip), expected.text))
 
     async def test_a_reply_ended_by_the_end_of_turn_token_lists_every_token_but_that_one(self) -> None:
         """The fourth greedy token made the model's end of turn (a copy of the chat whose stop id it is): plain and

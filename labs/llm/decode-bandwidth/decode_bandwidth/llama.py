@@ -257,6 +257,7 @@ def prepare(args: argparse.Namespace, threads: list[int],
             checks.append(check_step(*runners[context], context))
     return {"model": model, "round_trip": round_trip, "chat": chat, "weights": weights, "runners": runners,
             "equivalence": checks, "kernels": kernels, "attention": attention, "served_kernels": served.kernels.as_record(),
+            "served_way": served.decode_way,
             "prepare_ns": time.perf_counter_ns() - started}
 
 
@@ -372,7 +373,8 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "tolerance": {"atol": llama_modes.LLAMA_ATOL, "rtol": llama_modes.LLAMA_RTOL}, "equivalence": prepared["equivalence"],
             "fast_tolerance": {"atol": llama_modes.LLAMA_FAST_ATOL, "rtol": llama_modes.LLAMA_FAST_RTOL},
             "kernels": prepared["kernels"], "attention": prepared["attention"],
-            "served_kernels": prepared["served_kernels"], "int8_reference": ROUND_TRIP, "quality": quality,
+            "served_kernels": prepared["served_kernels"], "served_way": prepared["served_way"],
+            "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 

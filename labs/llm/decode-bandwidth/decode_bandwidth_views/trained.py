@@ -9,7 +9,8 @@ from typing import Any
 
 from decode_bandwidth.figures.formulas import LLAMA_LADDER, REGIMES
 from decode_bandwidth.grid import headline_key
-from decode_bandwidth.llama_modes import LLAMA_BASELINE, LLAMA_INT8, LLAMA_SERVED
+from decode_bandwidth.llama_modes import LLAMA_BASELINE, LLAMA_INT8, LLAMA_NATIVE, LLAMA_SERVED
+from llm_models.llama.kinds import ONE_CALL
 from site_hooks.blocks import Block, Strong, Table, answer
 from site_hooks.diagrams import Canvas, Diagram, legend
 from site_hooks.formatting import format_bytes, format_ms, format_percent, format_ratio, format_sci, join
@@ -18,6 +19,7 @@ from .common import against, ratio_range, threads_text
 from .pictures import headline_groups, stacked_bar
 
 OURS = "ours-prealloc"
+NATIVE_FLOAT = next(mode for mode, weights in LLAMA_NATIVE.items() if weights == "float32")  # the one-call step
 # Each bar's segments: the field of llama.contrast.<model> it draws (a batch-1 step at the longest context), its
 # fill and its legend.
 SEGMENTS = (("layer_bytes", "old", "layer weights, read once"),
@@ -436,10 +438,15 @@ def trained_served_view(record: dict[str, Any]) -> Block:
         verdict = against([g["served_over_best"] for g in mine], [g["sides"]["served_over_best"] for g in mine],
                           contexts, "this lab's best float32 step")
         parts.append(f"on {threads_text(threads)} it was {verdict}")
+    if section["served_way"] == ONE_CALL:
+        how = (f"The server runs this lab's one-call step ({NATIVE_FLOAT}'s C loop, here at batch 1), over a cache kept in "
+               "fixed-size blocks of a shared pool that each request's block table lists, so the loop reads a "
+               "request's keys and values where its blocks lie")
+    else:
+        how = ("The server ran the decoder's layer in torch, one operation at a time (the one-call step could not "
+               "run in this run), over a cache kept in fixed-size blocks of a shared pool, each matrix multiplied by "
+               "the kernel the serving engine's own table chose")
     return Block(paragraphs=[
-        "The server runs its own copy of this step (the serving page's engine): one request's token over a cache "
-        "kept in fixed-size blocks of a shared pool, its matrices fused the same way, each multiplied by the "
-        "kernel the serving engine's own table chose, and it took its place in every round above, after matching "
-        f"{OURS}'s logits within the same tolerance. Taken round by round, "
-        + "; ".join(parts) + ". What a paged cache and a served step add over a contiguous one shows here as that "
-        "ratio's distance from 1."])
+        how + f". It took its place in every round above, after matching {OURS}'s logits within the same tolerance. "
+        "Taken round by round, " + "; ".join(parts) + ". What a paged cache and a served step add over a contiguous "
+        "one shows here as that ratio's distance from 1."])

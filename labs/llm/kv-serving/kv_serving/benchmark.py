@@ -505,7 +505,8 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
     bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
     with launch(list(servers.values())) as addresses:
         # the trained model first: what a reader would see from a real server
-        record["trained"] = {**trained, **trained_load.run(args, dict(zip(servers, addresses)), planned, measure)}
+        record["trained"] = {**trained, **trained_load.run(args, dict(zip(servers, addresses)), planned, measure,
+                                                                  handed)}
     servers = server_arguments(args)
     bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
     with launch(list(servers.values())) as addresses:

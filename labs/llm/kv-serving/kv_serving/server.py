@@ -54,6 +54,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from labkit.exit import exit_now
 from llm_models.cache_formats import FORMAT_NAMES, CacheFormat, block_bytes
+from llm_models.llama.kinds import WEIGHTS
 from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from llm_models.serving.dtypes import DTYPES
 from llm_models.serving.engine import SERVING_LAYERS, EngineConfig, policy_from, serving_model
@@ -448,6 +449,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the trained model's kernel timings as JSON (kind -> rows -> kernel -> ns, as /metrics kernels lists "
              "them): its kernels are chosen by these instead of timed at start (default: timed)")
     add("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default: %(default)s)")
+    add("--weights", choices=WEIGHTS, default="float32",
+        help="the trained model's matrices: float32, or int8 codes with one scale per row, which its decode steps "
+             "read (a quarter of the bytes; the decode lab's ours-int8 step, whose page gives their quality); "
+             "prefill runs on the float32 matrices the codes stand for (default: %(default)s)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
         help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
              "body, may take to arrive before a 408 "
@@ -476,6 +481,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.schedule != "fcfs" and args.prefix_caching == "off":
         parser.error(f"--schedule {args.schedule} ranks requests by their cached prefix: it needs --prefix-caching "
                      f"hash or radix")
+    if args.weights != "float32" and (args.model != "smollm2" or args.dtype != "float32"):
+        parser.error(f"--weights {args.weights} is the trained model's in float32: use --model smollm2 --dtype float32, "
+                     f"got --model {args.model} --dtype {args.dtype}")
     if args.kv_format is not None and args.max_running is not None:
         parser.error(f"--kv-format {args.kv_format} prices a KV budget; --max-running {args.max_running} admits by "
                      f"count instead")
@@ -533,7 +541,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                    max_waiting=args.max_waiting, ttft_target_s=args.ttft_target_s or None,
                    honor_disconnect=not args.ignore_disconnects, threads=args.threads,
                    prefix_index=None if args.prefix_caching == "off" else args.prefix_caching, order=args.schedule,
-                   kernel_ns=args.kernel_ns)
+                   kernel_ns=args.kernel_ns, weights=args.weights)
     if args.model == "smollm2":
         from llm_models.llama.generate import smollm2
 

@@ -21,6 +21,7 @@ import torch
 from labkit import bench
 from llm_models.llama.generate import smollm2
 from llm_models.serving.dtypes import TRAINED_TOLERANCES
+from llm_models.serving.kernels import timings_of
 from llm_models.serving.llama import LlamaServingModel, served
 from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.serving.sizes import blocks_for
@@ -42,17 +43,21 @@ GATE_PROMPTS, GATE_STEPS = 3, 8  # the in-process gate: the first real prompts, 
 SOLO_CONTEXTS = (128, 512, 1024)
 QUICK_SOLO_CONTEXTS = (16, 64)
 # ...and at these thread counts (a full run; a quick one at the run's own): the server's default and two, the
-# decode lab's other count. Each count's model times its own kernel table (llm_models.serving.kernels) at that count.
+# decode lab's other count. Every count's model chooses by the kernel table timed at the run's own count (the decode
+# steps read none: they take the one-call step; the table picks the short prefills' kernels).
 SOLO_THREADS = (1, 2)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
 # What a client sees per token, beside the step that makes it, in paired rounds at the solo contexts: each round runs
 # the served step in process CLIENT_TOKENS - 1 times, and one streamed request to the one-at-a-time server whose
 # prompt leaves it at the same context and which asks for CLIENT_TOKENS tokens (the first from its prefill, then
 # CLIENT_TOKENS - 1 gaps between tokens, each one decode step as the client receives it); the two sides alternate
-# which goes first. 5 rounds of 9 tokens cost about 20 s at the three contexts on a 2-core machine, most of it the
-# prefills.
-CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 5, 3
+# which goes first. Each round's request prefills its whole prompt (the server caches no prefix), about 6 s over the
+# three contexts on a 2-core AMD EPYC, so 4 rounds per weight format cost about 50 s of the benchmark's five minutes.
+CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 4, 3
 CLIENT_TOKENS = 9
+# The one-at-a-time server each weight format's client streams from: the serial run's for float32, and one of its
+# own reading int8 codes (--weights int8), idle but for the client.
+CLIENT_SERVERS = {"float32": "trained serial", "int8": "trained serial int8"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,12 +110,16 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
     servers = {**{f"trained rate {rate:g}": sweep for rate in args.trained_rates},
                "trained serial": [*sweep, "--max-running", "1"],
                **{f"trained {name}": options for name, _, options in policies}}
+    if args.dtype == "float32":  # int8 weights are the float32 model's: the client's side of their step too
+        servers[CLIENT_SERVERS["int8"]] = [*sweep, "--max-running", "1", "--weights", "int8"]
     return {"prompt_tokens": [len(p) for p in ids], "request_blocks": need, "policies": policies,
             "servers": servers, "ids": ids}
 
 
-def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any], measure: Any) -> dict[str, Any]:
-    """Every trained run, one fresh server each; ``measure(url, items)`` is the benchmark's."""
+def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any], measure: Any,
+        kernel_ns: str | None = None) -> dict[str, Any]:
+    """Every trained run, one fresh server each; ``measure(url, items)`` is the benchmark's; ``kernel_ns``, the
+    kernel timings the servers were handed (the in-process int8 model is handed them too)."""
     requests, out = args.trained_requests, args.trained_max_tokens
     _, digest = real_prompts()
 
@@ -124,7 +133,8 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
     highest = max(args.trained_rates)
     bench.progress(f"trained model, the same prompts at {highest:g}/s, one at a time")
     serial = {"rate": highest, **measure(urls["trained serial"], workload(highest))}
-    client = client_steps(args, urls["trained serial"])
+    client = client_steps(args, {weights: urls[name] for weights, name in CLIENT_SERVERS.items() if name in urls},
+                          kernel_ns)
     policies = []
     for name, label, options in planned["policies"]:
         bench.progress(f"trained model, admission {label}: at {highest:g}/s")
@@ -152,16 +162,18 @@ def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed:
             bench.progress(f"trained model: one request's decode step at contexts {', '.join(map(str, contexts))}, "
                            f"{threads} thread{'s' if threads > 1 else ''}")
             torch.set_num_threads(threads)
-            # the run's own count serves the model the gate checked; another count times its own kernel table (its
-            # picks are not gated again: every kernel multiplies as F.linear does, test_serving_kernels)
-            at = model if threads == args.threads else LlamaServingModel(chat.model)
-            tables.append(at.kernels.as_record())
+            # the run's own count serves the model the gate checked, whose kernel table every server was handed;
+            # another count steps the same weights by the same picks. NOTE: the decode steps take the one-call step,
+            # which reads no table (llm_models.serving.llama); timing a table per count only bought prefill picks
+            at = model if threads == args.threads else LlamaServingModel(chat.model, timings_of(model.kernels.rows))
+            if threads == args.threads:
+                tables.append(at.kernels.as_record())
             steps += solo_steps(at, args, contexts, timed, threads)
             del at
     finally:
         torch.set_num_threads(args.threads)
     return {"model": chat.model.config.as_record(), "tolerance": dict(TRAINED_TOLERANCES[args.dtype]),
-            "equivalence": result, "kernels": tables, "solo_steps": steps}
+            "equivalence": result, "kernels": tables, "solo_steps": steps, "decode_way": model.decode_way}
 
 
 def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], timed: Any,
@@ -170,25 +182,17 @@ def solo_steps(model: Any, args: argparse.Namespace, contexts: tuple[int, ...], 
     ``threads`` in force: what a stream alone on the server waits for per token. Its cache holds zeros: a step's time
     depends on how many positions it reads, not on their values (both models' equivalence is proven before this on
     real prompts)."""
-    rows = []
-    for context in contexts:
-        pool = LayeredPool(model.config, model.layers, blocks_for(context, args.block_size), args.block_size)
-        table = pool.allocate(blocks_for(context, args.block_size))
-
-        def step(pool: LayeredPool = pool, table: list[int] = table, position: int = context - 1) -> None:
-            model.decode(pool, [0], [position], [table])
-
-        rows.append({"threads": threads, "context": context, **timed(step, args.repeats)})
-    return rows
+    return [{"threads": threads, "context": context, **timed(solo_step(model, context, args.block_size), args.repeats)}
+            for context in contexts]
 
 
-def client_steps(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    """Paired rounds at each solo context (CLIENT_ROUNDS, in the comment above): the served step in process at
-    ``args.threads``, and one streamed completion to the one-at-a-time server at ``url`` (after its own run, so
-    idle), whose gaps between tokens the client times. The prompt is the long text's first ``context - 1`` tokens,
-    so the request's decode steps attend over the same positions as the in-process step (and a few more)."""
+def client_steps(args: argparse.Namespace, urls: dict[str, str], kernel_ns: str | None = None) -> dict[str, Any]:
+    """Paired rounds at each solo context (CLIENT_ROUNDS, in the comment above), for each weight format's
+    one-at-a-time server in ``urls`` (weights -> url, idle): the served step in process at ``args.threads`` over
+    the same weights, and one streamed completion to that server, whose gaps between tokens the client times. The
+    prompt is the long text's first ``context - 1`` tokens, so the request's decode steps attend over the same
+    positions as the in-process step (and a few more)."""
     chat = smollm2(getattr(torch, args.dtype))
-    model = served(chat.model)  # the gate's model (a per-process cache): the kernels the servers were handed
     text = chat.encode(PYTHON_REFERENCE.read())
     contexts = QUICK_SOLO_CONTEXTS if args.quick else SOLO_CONTEXTS
     rounds = QUICK_CLIENT_ROUNDS if args.quick else CLIENT_ROUNDS
@@ -196,35 +200,51 @@ def client_steps(args: argparse.Namespace, url: str) -> dict[str, Any]:
         raise ValueError(f"the long text holds {len(text)} tokens, fewer than the {max(contexts)} a context needs")
     torch.set_num_threads(args.threads)
     rows = []
-    for context in contexts:
-        bench.progress(f"trained model: what a client sees per token at context {context}, {rounds} rounds of "
-                       f"{CLIENT_TOKENS - 1} in-process steps and one streamed request")
-        pool = LayeredPool(model.config, model.layers, blocks_for(context, args.block_size), args.block_size)
-        table = pool.allocate(blocks_for(context, args.block_size))
+    for weights, url in urls.items():
+        # float32: the gate's model (a per-process cache, given the kernels the servers were handed)
+        model = served(chat.model) if weights == "float32" else served(chat.model, kernel_ns, weights)
+        for context in contexts:
+            bench.progress(f"trained model, {weights} weights: what a client sees per token at context {context}, "
+                           f"{rounds} rounds of {CLIENT_TOKENS - 1} in-process steps and one streamed request")
+            rows.append({"weights": weights, **client_rounds(model, url, text, context, rounds, args.block_size)})
+    return {"rounds": rounds, "tokens": CLIENT_TOKENS, "threads": args.threads,
+            "server": {weights: CLIENT_SERVERS[weights] for weights in urls}, "prompt": PYTHON_REFERENCE.name,
+            "order_policy": "alternating: even rounds in process first, odd rounds the client first", "rows": rows}
 
-        def step(pool: LayeredPool = pool, table: list[int] = table, position: int = context - 1) -> None:
-            model.decode(pool, [0], [position], [table])
 
-        item = WorkItem(0, 0.0, text[: context - 1], CLIENT_TOKENS)
-        in_process: list[list[int]] = []
-        client: list[list[int]] = []
-        first_token: list[int] = []
-        step()  # warm, as the solo steps are
-        for index in range(rounds):
-            for side in (("in process", "client") if index % 2 == 0 else ("client", "in process")):
-                if side == "in process":
-                    with torch.inference_mode():
-                        in_process.append([bench.time_ns(step) for _ in range(CLIENT_TOKENS - 1)])
-                    continue
-                # one /metrics read at the start, none during the stream: a poll would share the server's loop
-                request = asyncio.run(run_load(url, [item], MODEL, metrics_interval_s=3600.0)).requests[0]
-                if request.outcome != "completed" or len(request.itl_s) < 2 or request.ttft_s is None:
-                    raise RuntimeError(f"the client's request at context {context} ended {request.outcome} with "
-                                       f"{request.tokens} tokens ({request.error or 'no error'}): no interval to time")
-                client.append([round(gap * 1e9) for gap in request.itl_s])
-                first_token.append(round(request.ttft_s * 1e9))
-        rows.append({"context": context, "prompt_tokens": context - 1, "in_process_ns": in_process,
-                     "client_gaps_ns": client, "client_ttft_ns": first_token})
-    return {"rounds": rounds, "tokens": CLIENT_TOKENS, "threads": args.threads, "server": "trained serial",
-            "prompt": PYTHON_REFERENCE.name, "order_policy": "alternating: even rounds in process first, odd rounds "
-            "the client first", "rows": rows}
+def solo_step(model: Any, context: int, block_size: int) -> Any:
+    """One request's decode step at ``context`` positions over a pool of its own, as a no-argument callable: the
+    step the solo and the client's rounds time. Its cache holds zeros (a step's time depends on how many positions
+    it reads, not on their values)."""
+    pool = LayeredPool(model.config, model.layers, blocks_for(context, block_size), block_size)
+    table = pool.allocate(blocks_for(context, block_size))
+
+    def step() -> None:
+        model.decode(pool, [0], [context - 1], [table])
+
+    return step
+
+
+def client_rounds(model: Any, url: str, text: list[int], context: int, rounds: int, block_size: int) -> dict[str, Any]:
+    """One context's paired rounds against the server at ``url``: the in-process step and one streamed request."""
+    step = solo_step(model, context, block_size)
+    item = WorkItem(0, 0.0, text[: context - 1], CLIENT_TOKENS)
+    in_process: list[list[int]] = []
+    client: list[list[int]] = []
+    first_token: list[int] = []
+    step()  # warm, as the solo steps are
+    for index in range(rounds):
+        for side in (("in process", "client") if index % 2 == 0 else ("client", "in process")):
+            if side == "in process":
+                with torch.inference_mode():
+                    in_process.append([bench.time_ns(step) for _ in range(CLIENT_TOKENS - 1)])
+                continue
+            # one /metrics read at the start, none during the stream: a poll would share the server's loop
+            request = asyncio.run(run_load(url, [item], MODEL, metrics_interval_s=3600.0)).requests[0]
+            if request.outcome != "completed" or len(request.itl_s) < 2 or request.ttft_s is None:
+                raise RuntimeError(f"the client's request at context {context} ended {request.outcome} with "
+                                   f"{request.tokens} tokens ({request.error or 'no error'}): no interval to time")
+            client.append([round(gap * 1e9) for gap in request.itl_s])
+            first_token.append(round(request.ttft_s * 1e9))
+    return {"context": context, "prompt_tokens": context - 1, "in_process_ns": in_process,
+            "client_gaps_ns": client, "client_ttft_ns": first_token}

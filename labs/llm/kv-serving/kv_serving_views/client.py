@@ -45,10 +45,20 @@ NONE = ("This record holds no client-side timing of the trained server: it was m
         "one.")
 
 
+def by_weights(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows of each weight format, in the record's order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["weights"], []).append(row)
+    return groups
+
+
 def client_verdict_view(record: dict[str, Any]) -> Block:
-    """The one sentence the page shows outside its fold."""
+    """One sentence per weight format, the page's only words on it outside its fold."""
     client = record["trained"].get("client_steps")
-    return Block(paragraphs=[NONE if client is None else verdict(client["rows"])])
+    if client is None:
+        return Block(paragraphs=[NONE])
+    return Block(paragraphs=[f"{weights} weights: {verdict(rows)}" for weights, rows in by_weights(client["rows"]).items()])
 
 
 def client_view(record: dict[str, Any]) -> Block:
@@ -57,17 +67,19 @@ def client_view(record: dict[str, Any]) -> Block:
         return Block(paragraphs=[NONE])
     rows = client["rows"]
     dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
-    table = Table(["Context", "Client's gap between tokens (ms)", "The step in process (ms)",
+    table = Table(["Weights", "Context", "Client's gap between tokens (ms)", "The step in process (ms)",
                    "Client ÷ step, per round", "Reading", "Time to first token (ms)"],
-                  [(f"{row['context']:,}", format_ms(row["client_median_ns"]), format_ms(row["in_process_median_ns"]),
+                  [(row["weights"], f"{row['context']:,}", format_ms(row["client_median_ns"]),
+                    format_ms(row["in_process_median_ns"]),
                     ratio_text(row["paired"]), READINGS[row["side"]], format_ms(row["client_ttft_median_ns"]))
                    for row in rows],
                   caption=f"This run's medians, {dtype}, {plural(client['threads'], 'thread')}; the ratio is the median "
                           "of the per-round ratios with their middle half")
     return Block(paragraphs=[
-        f"In each of {plural(client['rounds'], 'round')} per context, the server's decode step ran "
+        f"In each of {plural(client['rounds'], 'round')} per context and weight format, the server's decode step ran "
         f"{client['tokens'] - 1} times in this process and one client streamed a completion of {client['tokens']} "
-        f"tokens from the server that runs one request at a time (idle otherwise), its prompt the first context − 1 "
+        f"tokens from a server over the same weights that runs one request at a time (idle otherwise; int8: "
+        f"`--weights int8`, the decode lab's int8 step, whose page gives its quality), its prompt the first context − 1 "
         f"tokens of the long text, so each of its decode steps attends over about as many positions; the two sides "
         f"took turns going first. The client's gap between two tokens is one step plus whatever lies between the "
         "engine and the socket: the hand-off from the engine's thread to the event loop, detokenising, the HTTP "

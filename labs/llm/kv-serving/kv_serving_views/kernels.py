@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_models.llama.kinds import ONE_CALL
 from llm_models.serving.kernel_rows import PREFILL_PACKED_ROWS
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, join, plural
@@ -32,7 +33,11 @@ def kernels_view(record: dict[str, Any]) -> Block:
         f"{join(list(dict.fromkeys(how.get(table['timings'], table['timings']) for table in tables)))}; ms per "
         "matrix:"],
         tables=[kernel_table(table) for table in tables],
-        notes=[f"Every trained server of this run chose by the {first['threads']}-thread table above, timed in "
+        notes=[*([f"In this run the decode steps took none of these: they ran the decode lab's one-call step, which "
+                  "reads every matrix in its own packed order, batch or not; the table chose the kernels of the "
+                  f"prefills of up to {PREFILL_PACKED_ROWS} rows."]
+                 if record["trained"]["decode_way"] == ONE_CALL else []),
+               f"Every trained server of this run chose by the {first['threads']}-thread table above, timed in "
                "process before they started, so all of them multiply alike. A server started by hand times its own "
                "table when it starts (the kernels entry of its /metrics); two such servers may pick differently "
                "where two kernels take about the same time.",

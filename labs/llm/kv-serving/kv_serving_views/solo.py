@@ -10,6 +10,7 @@ from typing import Any
 from kv_serving.figures import formulas
 from labkit.runs import same_run
 from labkit.summary import MIN_PARTED
+from llm_models.llama.kinds import ONE_CALL
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ms, format_ratio, join, plural
 from site_hooks.other_records import reference_record
@@ -63,6 +64,13 @@ def growth_words(what: str, nanoseconds: float, first: tuple[float, float, float
             f"{format_ms(abs(nanoseconds), 2)} ms apart")
 
 
+def way_words(record: dict[str, Any]) -> str:
+    """How the served steps ran, as a clause: the decode lab's one-call step, or the decoder's layer in torch."""
+    if record["trained"]["decode_way"] == ONE_CALL:
+        return " by the decode lab's one-call step (every layer in one C call, each block read through its table)"
+    return " by the decoder's layer in torch, one operation at a time (the one-call step could not run)"
+
+
 def solo_view(record: dict[str, Any]) -> Block:
     decode = reference_record(DECODE_LAB)
     rows = formulas.beside_decode(record, decode)
@@ -76,7 +84,8 @@ def solo_view(record: dict[str, Any]) -> Block:
                        for s in steps])
         return Block(paragraphs=[
             f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
-            f"in {dtype}, its blocks read in place (medians, with each cell's min–max). The decode lab's "
+            f"in {dtype}, its blocks read in place{way_words(record)} (medians, with each cell's min–max). The "
+            f"decode lab's "
             f"record, whose fastest float32 step this table would stand beside, comes from a different run "
             f"({formulas.cpu_of(decode)}, {decode['created_utc'][:10]}; this one: {formulas.cpu_of(record)}, "
             f"{record['created_utc'][:10]}); a step time is set beside another only when both were measured in "
@@ -93,9 +102,9 @@ def solo_view(record: dict[str, Any]) -> Block:
                    for row in rows])
     paragraphs = [
         f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
-        f"in {dtype} (the served dtype this run chose), its blocks read in place; beside it, the fastest "
-        f"float32 mode the decode lab timed on the same weights, contexts and thread count (its record of "
-        f"{decode['created_utc'][:10]}, measured in the same run).",
+        f"in {dtype} (the served dtype this run chose), its blocks read in place{way_words(record)}; beside it, "
+        f"the fastest float32 mode the decode lab timed on the same weights, contexts and thread count (its record "
+        f"of {decode['created_utc'][:10]}, measured in the same run).",
         "Medians, with each cell's min–max: a row calls the served step slower or faster only where every one of its "
         "timed steps lies beyond every one of the other cell's."]
     if paired:

@@ -7,7 +7,8 @@
 - ``generate``: greedy generation with and without the cache, ``ChatModel`` and ``smollm2()``.
 - ``weights``: the packaged GGUF file, dequantized once per machine into a cache folder (``trained()``).
 - ``tiny``: a tiny seeded random Llama and its transformers twin, for quick runs.
-- ``native_step``: ``NativeStep``, one decode step at batch 1 in a single C call (``step.c``), float32 or int8 weights.
+- ``native_step``: ``NativeStep``, one decode step in a single C call (``step.c``), float32 or int8 weights, over the
+  decoder's own cache at batch 1 or over the server's block pool for a batch.
 - ``traffic``: torch-free, the bytes and flops one decode step must move and compute, from a config's numbers.
 
 The KV-cache lab's trained-model section, the decode lab's trained-model step, the quantization lab's quality

@@ -2,7 +2,9 @@
  *
  * q (Hkv, G, D): the token's G query heads per key/value head; keys and values (Hkv, capacity, D), of which the
  * first `length` positions are valid (the rest are never read, so no mask is needed); out (Hkv, G, D); scores
- * (Hkv, G, length) scratch. For each key/value head: one pass over its key rows scores all G queries against each
+ * (Hkv, G, length) scratch. `attend_head` reads a paged cache as well (the server's pool, read by the one-call
+ * step): a head's rows then lie in blocks of `size` positions, position p in block table[p / size], `stride`
+ * floats from block 0, row p % size. Each pass walks the rows in order and looks up a block only where one starts. For each key/value head: one pass over its key rows scores all G queries against each
  * row while it is in the first-level cache, a softmax per query, then one pass over its value rows adds each row
  * into all G outputs. Grouped heads share the rows: nothing is copied G times. `attend_rows` splits the key/value
  * heads across `threads`; `attend_head` is one head's loop, which the one-call decode step (step.c) runs inside
@@ -14,6 +16,8 @@
  * 2-core Xeon, half what a plain sum reads). Elsewhere plain loops that the compiler vectorises as it can.
  */
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include "vector_math.h"
 #ifdef _OPENMP
 #include <omp.h>
@@ -45,10 +49,31 @@ static void softmax_rows(float *__restrict__ s, long count, long length) {
     }
 }
 
-static void head_plain(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+/* Where one head's rows lie: in blocks of `size` rows listed by `table`, `stride` floats per block id; or, with no
+ * table, in one run (`size` at least the length, so no block ever ends). */
+typedef struct {
+    const int64_t *table;
+    long size, stride;
+} Rows;
+
+/* the first row of the block that starts at position p (p a multiple of size), from the head's block 0 row 0 */
+static inline const float *block_at(const float *base, Rows at, long p) {
+    return at.table ? base + at.table[p / at.size] * at.stride : base;  /* no table: called at p = 0 only */
+}
+
+/* Where to prefetch from while reading the block that starts at p: row `slot` of the next block (in one run, the
+ * row PREFETCH_ROWS ahead), so that the hint crosses a block boundary as the rows do; the last block hints at
+ * itself (lines already on their way). */
+static inline const float *ahead_of(const float *base, Rows at, long p, long length, long dim) {
+    if (!at.table) return base + PREFETCH_ROWS * dim;
+    return p + at.size < length ? block_at(base, at, p + at.size) : block_at(base, at, p);
+}
+
+static void head_plain(const float *__restrict__ hq, const float *hk, const float *hv, Rows at,
                        float *__restrict__ ho, float *__restrict__ hs, long group, long dim, long length, float scale) {
-    for (long p = 0; p < length; p++) {
-        const float *__restrict__ row = hk + p * dim;
+    const float *row = block_at(hk, at, 0);
+    for (long p = 0, slot = 0; p < length; p++, slot++, row += dim) {
+        if (slot == at.size) { slot = 0; row = block_at(hk, at, p); }
         for (long g = 0; g < group; g++) {
             float dot = 0.0f;
             for (long d = 0; d < dim; d++) dot += hq[g * dim + d] * row[d];
@@ -57,8 +82,9 @@ static void head_plain(const float *__restrict__ hq, const float *__restrict__ h
     }
     softmax_rows(hs, group, length);
     for (long i = 0; i < group * dim; i++) ho[i] = 0.0f;
-    for (long p = 0; p < length; p++) {
-        const float *__restrict__ row = hv + p * dim;
+    row = block_at(hv, at, 0);
+    for (long p = 0, slot = 0; p < length; p++, slot++, row += dim) {
+        if (slot == at.size) { slot = 0; row = block_at(hv, at, p); }
         for (long g = 0; g < group; g++) {
             const float w = hs[g * length + p];
             for (long d = 0; d < dim; d++) ho[g * dim + d] += w * row[d];
@@ -67,14 +93,15 @@ static void head_plain(const float *__restrict__ hq, const float *__restrict__ h
 }
 
 #if defined(__AVX512F__)
-static void head_avx512_64(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+static void head_avx512_64(const float *__restrict__ hq, const float *hk, const float *hv, Rows at,
                            float *__restrict__ ho, float *__restrict__ hs, long group, long length, float scale) {
     __m512 q[4][4], acc[4][4];
     for (long g = 0; g < group; g++)
         for (int c = 0; c < 4; c++) { q[g][c] = _mm512_mul_ps(_mm512_loadu_ps(hq + g * 64 + 16 * c), _mm512_set1_ps(scale)); acc[g][c] = _mm512_setzero_ps(); }
-    for (long p = 0; p < length; p++) {
-        const float *row = hk + p * 64;
-        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16 * c), _MM_HINT_T0);
+    const float *row = block_at(hk, at, 0), *ahead = ahead_of(hk, at, 0, length, 64);
+    for (long p = 0, slot = 0; p < length; p++, slot++, row += 64) {
+        if (slot == at.size) { slot = 0; row = block_at(hk, at, p); ahead = ahead_of(hk, at, p, length, 64); }
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(ahead + slot * 64 + 16 * c), _MM_HINT_T0);
         const __m512 k0 = _mm512_loadu_ps(row), k1 = _mm512_loadu_ps(row + 16);
         const __m512 k2 = _mm512_loadu_ps(row + 32), k3 = _mm512_loadu_ps(row + 48);
         for (long g = 0; g < group; g++) {
@@ -86,9 +113,11 @@ static void head_avx512_64(const float *__restrict__ hq, const float *__restrict
         }
     }
     softmax_rows(hs, group, length);
-    for (long p = 0; p < length; p++) {
-        const float *row = hv + p * 64;
-        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16 * c), _MM_HINT_T0);
+    row = block_at(hv, at, 0);
+    const float *ahead_v = ahead_of(hv, at, 0, length, 64);
+    for (long p = 0, slot = 0; p < length; p++, slot++, row += 64) {
+        if (slot == at.size) { slot = 0; row = block_at(hv, at, p); ahead_v = ahead_of(hv, at, p, length, 64); }
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(ahead_v + slot * 64 + 16 * c), _MM_HINT_T0);
         const __m512 v0 = _mm512_loadu_ps(row), v1 = _mm512_loadu_ps(row + 16);
         const __m512 v2 = _mm512_loadu_ps(row + 32), v3 = _mm512_loadu_ps(row + 48);
         for (long g = 0; g < group; g++) {
@@ -108,13 +137,14 @@ static void head_avx512_64(const float *__restrict__ hq, const float *__restrict
 /* The same in 8-lane registers, for CPUs with AVX2 and no AVX-512, a head 64 wide and at most 3 queries per
  * key/value head (SmolLM2's 3): each key row's 8 pieces are multiplied into every query's sum, and the value pass
  * runs twice, over each half of the 64 features, so that 3 queries' sums (12 registers) stay in registers. */
-static void head_avx2_64(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
+static void head_avx2_64(const float *__restrict__ hq, const float *hk, const float *hv, Rows at,
                          float *__restrict__ ho, float *__restrict__ hs, long group, long length, float scale) {
     float q[3 * 64];
     for (long i = 0; i < group * 64; i++) q[i] = hq[i] * scale;
-    for (long p = 0; p < length; p++) {
-        const float *row = hk + p * 64;
-        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16 * c), _MM_HINT_T0);
+    const float *row = block_at(hk, at, 0), *ahead = ahead_of(hk, at, 0, length, 64);
+    for (long p = 0, slot = 0; p < length; p++, slot++, row += 64) {
+        if (slot == at.size) { slot = 0; row = block_at(hk, at, p); ahead = ahead_of(hk, at, p, length, 64); }
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(ahead + slot * 64 + 16 * c), _MM_HINT_T0);
         for (long g = 0; g < group; g++) {
             const float *qg = q + g * 64;
             /* two sums of four products each: two short chains of multiply-adds, not one of eight */
@@ -132,10 +162,16 @@ static void head_avx2_64(const float *__restrict__ hq, const float *__restrict__
         __m256 acc[3][4];
         for (long g = 0; g < group; g++)
             for (int c = 0; c < 4; c++) acc[g][c] = _mm256_setzero_ps();
-        for (long p = 0; p < length; p++) {
-            const float *row = hv + p * 64 + half;
-            _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(row + PREFETCH_ROWS * 64 + 16), _MM_HINT_T0);
+        row = block_at(hv, at, 0) + half;
+        const float *ahead = ahead_of(hv, at, 0, length, 64) + half;
+        for (long p = 0, slot = 0; p < length; p++, slot++, row += 64) {
+            if (slot == at.size) {
+                slot = 0;
+                row = block_at(hv, at, p) + half;
+                ahead = ahead_of(hv, at, p, length, 64) + half;
+            }
+            _mm_prefetch((const char *)(ahead + slot * 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + slot * 64 + 16), _MM_HINT_T0);
             for (long g = 0; g < group; g++) {
                 const __m256 w = _mm256_set1_ps(hs[g * length + p]);
                 for (int c = 0; c < 4; c++) acc[g][c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * c), acc[g][c]);
@@ -150,17 +186,19 @@ static void head_avx2_64(const float *__restrict__ hq, const float *__restrict__
 #ifdef __cplusplus
 extern "C"
 #endif
-/* one key/value head's `group` queries hq (G, D) over its `length` rows: the loop for that head's shape. Also
- * called by the one-call decode step (step.c), inside its own team of threads. */
-void attend_head(const float *__restrict__ hq, const float *__restrict__ hk, const float *__restrict__ hv,
-                 float *__restrict__ ho, float *__restrict__ hs, long group, long dim, long length) {
+/* one key/value head's `group` queries hq (G, D) over its `length` rows, hk and hv its block 0 row 0 and `table`
+ * its blocks (NULL: one run): the loop for that head's shape. Also called by the one-call decode step (step.c),
+ * inside its own team of threads, over a contiguous cache or the server's pool. */
+void attend_head(const float *__restrict__ hq, const float *hk, const float *hv, const int64_t *table, long size,
+                 long stride, float *__restrict__ ho, float *__restrict__ hs, long group, long dim, long length) {
     const float scale = 1.0f / sqrtf((float)dim);
+    const Rows at = {table, table ? size : length, stride};  /* no table: one run, no block ever ends */
 #if defined(__AVX512F__)
-    if (dim == 64 && group <= 4) { head_avx512_64(hq, hk, hv, ho, hs, group, length, scale); return; }
+    if (dim == 64 && group <= 4) { head_avx512_64(hq, hk, hv, at, ho, hs, group, length, scale); return; }
 #elif defined(__AVX2__) && defined(__FMA__)
-    if (dim == 64 && group <= 3) { head_avx2_64(hq, hk, hv, ho, hs, group, length, scale); return; }
+    if (dim == 64 && group <= 3) { head_avx2_64(hq, hk, hv, at, ho, hs, group, length, scale); return; }
 #endif
-    head_plain(hq, hk, hv, ho, hs, group, dim, length, scale);
+    head_plain(hq, hk, hv, at, ho, hs, group, dim, length, scale);
 }
 
 #ifdef __cplusplus
@@ -171,6 +209,6 @@ void attend_rows(const float *__restrict__ q, const float *__restrict__ keys, co
                  long capacity, long length, int threads) {
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (long h = 0; h < kv_heads; h++)
-        attend_head(q + h * group * dim, keys + h * capacity * dim, values + h * capacity * dim, out + h * group * dim,
-                    scores + h * group * length, group, dim, length);
+        attend_head(q + h * group * dim, keys + h * capacity * dim, values + h * capacity * dim, NULL, capacity, 0,
+                    out + h * group * dim, scores + h * group * length, group, dim, length);
 }

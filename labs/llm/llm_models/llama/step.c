@@ -1,8 +1,10 @@
-/* One decode step of the Llama decoder at batch 1, every layer in one call: the step with no per-operation cost.
+/* One decode step of the Llama decoder, every layer in one call: the step with no per-operation cost.
  *
- * The decoder's arithmetic (llm_models/llama/model.py), written out: per layer RMSNorm, one product by q/k/v
- * stacked, the rotary turn of q and k, the new key and value written at `position` of the layer's (Hkv, P, D)
- * buffers, attention of each query head over positions 0 .. position, the o product added to the residual,
+ * The decoder's arithmetic (llm_models/llama/model.py), written out for a batch of rows, each a request at its own
+ * position: per layer RMSNorm, one product by q/k/v stacked, the rotary turn of q and k, the new key and value
+ * written at the row's position of its cache (the decoder's contiguous store, or the server's pool of blocks
+ * through the row's block table: `CacheView`), attention of each query head over positions 0 .. position, the o
+ * product added to the residual,
  * RMSNorm, one product by gate/up stacked, SwiGLU, the down product added; then the final norm and the head.
  * Weights are float32 (out, in) matrices or int8 codes (out, in) with one float32 scale per row
  * (llm_models/kernels/quantize.py); activations and the cache are float32.
@@ -11,9 +13,9 @@
  * a few hundred small operations (norms, the rotary turn, softmax, residual adds), each a dispatch through Python and
  * PyTorch that costs microseconds while doing nanoseconds of arithmetic. Here they are a few loops over 576 numbers.
  *
- * Threads: one OpenMP team for the whole step. Each product splits its rows in runs of whole four-row blocks
- * (`omp for`), attention splits the query heads, the small vector operations run on one thread (`omp single`);
- * each ends in the team's barrier. Products read four rows at once with one load of x serving all four, so
+ * Threads: one OpenMP team for the whole step. Each product splits its weight rows in runs of whole four-row
+ * blocks (`omp for`), attention splits the (row, key/value head) pairs, the small vector operations split the
+ * batch's rows (at batch 1, one thread); each ends in the team's barrier. Products read four rows at once with one load of x serving all four, so
  * each row keeps its own sum and the four multiply-add chains overlap (one chain alone waits on its own latency:
  * the int8 loop over one row at a time streamed about 8 GB/s on a 2-core AMD EPYC). Where the compiler targets
  * AVX2 and FMA the block goes through 8-lane registers; elsewhere plain loops the compiler vectorises as it can.
@@ -54,7 +56,7 @@ typedef struct {
  * on one thread of a 2-core AMD EPYC where a plain sum reads 19. cols is a multiple of 8. */
 
 /* block `b` of y = W x: y[4b .. 4b + 3], W float32 packed */
-static void block_f32(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ out, long b,
+static inline __attribute__((always_inline)) void block_f32(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ out, long b,
                       long cols) {
     const float *__restrict__ p = w + b * BLOCK_ROWS * cols;
 #if defined(STEP_AVX2)
@@ -78,7 +80,7 @@ static void block_f32(const float *__restrict__ x, const float *__restrict__ w, 
 
 /* block `b` of y = (codes x) * scale, codes int8 packed: each code widened to float32 inside the loop, so memory
  * delivers one byte per weight and no float32 copy exists */
-static void block_int8(const float *__restrict__ x, const int8_t *__restrict__ codes, const float *__restrict__ scale,
+static inline __attribute__((always_inline)) void block_int8(const float *__restrict__ x, const int8_t *__restrict__ codes, const float *__restrict__ scale,
                        float *__restrict__ out, long b, long cols) {
     const int8_t *__restrict__ p = codes + b * BLOCK_ROWS * cols;
     const float *__restrict__ s = scale + b * BLOCK_ROWS;
@@ -103,18 +105,21 @@ static void block_int8(const float *__restrict__ x, const int8_t *__restrict__ c
 #endif
 }
 
-/* y = W x over `rows`, the team's share of whole blocks each; called by every thread of the team. The last block's
- * padding rows are computed into a local and dropped. int8 scales are padded like the rows. */
-static void product(const StepShape *shape, const void *matrix, const float *scale, const float *x, float *y,
-                    long rows, long cols) {
+/* Y = X W^T for `batch` rows of X (batch, cols) into Y (batch, rows): the team's share of whole weight blocks
+ * each, every row of X multiplied by a block while it is in the first-level cache, so the weights cross memory once
+ * per step whatever the batch. Called by every thread of the team. The last block's padding rows are computed into
+ * a local and dropped. int8 scales are padded like the rows. */
+static void product(const StepShape *shape, const void *matrix, const float *scale, const float *x, long x_stride,
+                    float *y, long y_stride, long batch, long rows, long cols) {
     const long blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     #pragma omp for schedule(static)
-    for (long b = 0; b < blocks; b++) {
-        float out[BLOCK_ROWS];
-        if (shape->int8) block_int8(x, (const int8_t *)matrix, scale, out, b, cols);
-        else block_f32(x, (const float *)matrix, out, b, cols);
-        for (long r = 0; r < BLOCK_ROWS && b * BLOCK_ROWS + r < rows; r++) y[b * BLOCK_ROWS + r] = out[r];
-    }
+    for (long b = 0; b < blocks; b++)
+        for (long i = 0; i < batch; i++) {
+            float out[BLOCK_ROWS];
+            if (shape->int8) block_int8(x + i * x_stride, (const int8_t *)matrix, scale, out, b, cols);
+            else block_f32(x + i * x_stride, (const float *)matrix, out, b, cols);
+            for (long r = 0; r < BLOCK_ROWS && b * BLOCK_ROWS + r < rows; r++) y[i * y_stride + b * BLOCK_ROWS + r] = out[r];
+        }
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, the sum in float32 as the decoder's F.rms_norm */
@@ -149,68 +154,100 @@ static void rotate(float *head, const float *cos_, const float *sin_, long dim) 
 }
 
 /* the `group` query heads of one key/value head over its `length` stored rows, each row read once for all of
- * them (attend_rows.c, built into the same library) */
+ * them, the rows in one run or in blocks listed by `table` (attend_rows.c, built into the same library) */
 #ifdef __cplusplus
 extern "C"
 #endif
-void attend_head(const float *hq, const float *hk, const float *hv, float *ho, float *hs, long group, long dim,
-                 long length);
+void attend_head(const float *hq, const float *hk, const float *hv, const int64_t *table, long size, long stride,
+                 float *ho, float *hs, long group, long dim, long length);
+
+/* Where the cache lies. keys, values: per layer, that layer's block 0, head 0, row 0. Position p of row i's head h
+ * is at  block * block_stride + h * head_stride + (p % block_size) * D  from there, block being
+ * tables[i * width + p / block_size], or 0 with no tables: the decoder's own (1, Hkv, capacity, D) store per layer
+ * is one block of `capacity` positions; the server's pool (blocks, layers x Hkv, S, D) is blocks of S positions
+ * with every layer's heads side by side. */
+typedef struct {
+    float *const *keys, *const *values;
+    const int64_t *tables;
+    long width, block_size, block_stride, head_stride;
+} CacheView;
+
+/* row i's block and row within it for position p: the element offset of its head 0 */
+static long cache_offset(const CacheView *cache, long i, long p, long dim) {
+    const long block = cache->tables ? cache->tables[i * cache->width + p / cache->block_size] : 0;
+    return block * cache->block_stride + (p % cache->block_size) * dim;
+}
 
 #ifdef __cplusplus
 extern "C"  /* built by g++ where no C compiler is found: keep the C name */
 #endif
-/* x (width,): the token's embedding row on entry, the residual stream after the last layer on return.
+/* One step for `batch` rows, row i a token at positions[i] after its own cached positions 0 .. positions[i] - 1.
+ * x (batch, width): the tokens' embedding rows on entry, the residual streams after the last layer on return.
  * matrices: per layer qkv, o, gate_up, down (4 * layers pointers), then the head; scales the same (int8 only).
- * norms: per layer the attention and MLP norms, then the final norm. keys, values: per layer a (Hkv, capacity, D)
- * buffer. cos_, sin_ (D,): the position's angles. scratch: 2 width + (H + 2 Hkv) D + H D + 2 hidden floats.
- * scores: H * capacity floats. logits (vocab,). */
+ * norms: per layer the attention and MLP norms, then the final norm. cos_, sin_ (batch, D): each row's angles.
+ * scratch: batch * (2 width + (H + 2 Hkv) D + H D + 2 hidden) floats. scores: batch * H * (longest position + 1)
+ * floats. logits (batch, vocab). */
 void llama_step(const StepShape *shape, const void *const *matrices, const float *const *scales,
-                const float *const *norms, float *const *keys, float *const *values, long capacity, long position,
+                const float *const *norms, const CacheView *cache, long batch, const int64_t *positions,
                 const float *cos_, const float *sin_, float *x, float *scratch, float *scores, float *logits,
                 int threads) {
     const long C = shape->width, H = shape->heads, Hkv = shape->kv_heads, D = shape->head_dim, F = shape->hidden;
-    const long group = H / Hkv, qkv_rows = (H + 2 * Hkv) * D, length = position + 1;
-    float *normed = scratch, *qkv = normed + C, *attended = qkv + qkv_rows, *gate_up = attended + H * D;
-    float *added = gate_up + 2 * F;
+    const long group = H / Hkv, qkv_rows = (H + 2 * Hkv) * D;
+    long longest = 0;
+    for (long i = 0; i < batch; i++) longest = positions[i] + 1 > longest ? positions[i] + 1 : longest;
+    /* each (batch, n) with n the per-row width: rows of one buffer lie one after another */
+    float *normed = scratch, *qkv = normed + batch * C, *attended = qkv + batch * qkv_rows;
+    float *gate_up = attended + batch * H * D, *added = gate_up + batch * 2 * F;
     #pragma omp parallel num_threads(threads)
     {
         for (long l = 0; l < shape->layers; l++) {
             const void *const *m = matrices + 4 * l;
             const float *const *s = scales ? scales + 4 * l : NULL;
-            float *layer_keys = keys[l], *layer_values = values[l];
-            #pragma omp single
-            rms_norm(x, norms[2 * l], normed, C, shape->eps);
-            product(shape, m[0], s ? s[0] : NULL, normed, qkv, qkv_rows, C);  /* q (H D), k (Hkv D), v (Hkv D) */
-            #pragma omp single
-            {
-                for (long h = 0; h < H; h++) rotate(qkv + h * D, cos_, sin_, D);
+            float *layer_keys = cache->keys[l], *layer_values = cache->values[l];
+            #pragma omp for schedule(static)
+            for (long i = 0; i < batch; i++) rms_norm(x + i * C, norms[2 * l], normed + i * C, C, shape->eps);
+            product(shape, m[0], s ? s[0] : NULL, normed, C, qkv, qkv_rows, batch, qkv_rows, C);  /* q, k, v */
+            #pragma omp for schedule(static)
+            for (long i = 0; i < batch; i++) {
+                float *row = qkv + i * qkv_rows;
+                const float *row_cos = cos_ + i * D, *row_sin = sin_ + i * D;
+                const long at = cache_offset(cache, i, positions[i], D);
+                for (long h = 0; h < H; h++) rotate(row + h * D, row_cos, row_sin, D);
                 for (long h = 0; h < Hkv; h++) {
-                    float *k = qkv + (H + h) * D;
-                    rotate(k, cos_, sin_, D);
-                    memcpy(layer_keys + (h * capacity + position) * D, k, D * sizeof(float));
-                    memcpy(layer_values + (h * capacity + position) * D, qkv + (H + Hkv + h) * D, D * sizeof(float));
+                    float *k = row + (H + h) * D;
+                    rotate(k, row_cos, row_sin, D);
+                    memcpy(layer_keys + at + h * cache->head_stride, k, D * sizeof(float));
+                    memcpy(layer_values + at + h * cache->head_stride, row + (H + Hkv + h) * D, D * sizeof(float));
                 }
             }
+            #pragma omp for schedule(static) collapse(2)
+            for (long i = 0; i < batch; i++)
+                for (long kv = 0; kv < Hkv; kv++) {  /* row i's query heads kv * group .. (kv + 1) * group - 1 */
+                    const int64_t *table = cache->tables ? cache->tables + i * cache->width : NULL;
+                    attend_head(qkv + i * qkv_rows + kv * group * D, layer_keys + kv * cache->head_stride,
+                                layer_values + kv * cache->head_stride, table, cache->block_size, cache->block_stride,
+                                attended + (i * H + kv * group) * D, scores + (i * H + kv * group) * longest, group, D,
+                                positions[i] + 1);
+                }
+            product(shape, m[1], s ? s[1] : NULL, attended, H * D, added, C, batch, C, H * D);
             #pragma omp for schedule(static)
-            for (long kv = 0; kv < Hkv; kv++)  /* query heads kv * group .. (kv + 1) * group - 1 */
-                attend_head(qkv + kv * group * D, layer_keys + kv * capacity * D, layer_values + kv * capacity * D,
-                            attended + kv * group * D, scores + kv * group * capacity, group, D, length);
-            product(shape, m[1], s ? s[1] : NULL, attended, added, C, H * D);
-            #pragma omp single
-            {
-                for (long i = 0; i < C; i++) x[i] += added[i];
-                rms_norm(x, norms[2 * l + 1], normed, C, shape->eps);
+            for (long i = 0; i < batch; i++) {
+                for (long c = 0; c < C; c++) x[i * C + c] += added[i * C + c];
+                rms_norm(x + i * C, norms[2 * l + 1], normed + i * C, C, shape->eps);
             }
-            product(shape, m[2], s ? s[2] : NULL, normed, gate_up, 2 * F, C);  /* gate (F), up (F) */
+            product(shape, m[2], s ? s[2] : NULL, normed, C, gate_up, 2 * F, batch, 2 * F, C);  /* gate, up */
+            #pragma omp for schedule(static) collapse(2)
+            for (long i = 0; i < batch; i++)
+                for (long f = 0; f < F; f += 8)
+                    swiglu(gate_up + i * 2 * F + f, gate_up + i * 2 * F + F + f, F - f < 8 ? F - f : 8);
+            product(shape, m[3], s ? s[3] : NULL, gate_up, 2 * F, added, C, batch, C, F);
             #pragma omp for schedule(static)
-            for (long i = 0; i < F; i += 8) swiglu(gate_up + i, gate_up + F + i, F - i < 8 ? F - i : 8);
-            product(shape, m[3], s ? s[3] : NULL, gate_up, added, C, F);
-            #pragma omp single
-            for (long i = 0; i < C; i++) x[i] += added[i];
+            for (long i = 0; i < batch; i++)
+                for (long c = 0; c < C; c++) x[i * C + c] += added[i * C + c];
         }
-        #pragma omp single
-        rms_norm(x, norms[2 * shape->layers], normed, C, shape->eps);
-        product(shape, matrices[4 * shape->layers], scales ? scales[4 * shape->layers] : NULL, normed, logits,
-                shape->vocab, C);
+        #pragma omp for schedule(static)
+        for (long i = 0; i < batch; i++) rms_norm(x + i * C, norms[2 * shape->layers], normed + i * C, C, shape->eps);
+        product(shape, matrices[4 * shape->layers], scales ? scales[4 * shape->layers] : NULL, normed, C, logits,
+                shape->vocab, batch, shape->vocab, C);
     }
 }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from llm_models.llama.kinds import WEIGHTS
 from llm_models.toy.config import ModelConfig
 
 from .admission import AdmissionPolicy, KVBudget, MaxRunning
@@ -67,6 +68,9 @@ class EngineConfig:
     # The trained model's kernel timings as JSON (llm_models.serving.kernels.dump_timings): its kernels chosen by them instead
     # of timed at start (the benchmark hands every trained server the table it timed quietly; tests fix one)
     kernel_ns: str | None = None
+    # The trained model's matrices: float32, or int8 codes with a scale per row read by the decode steps
+    # (llm_models.serving.llama.LlamaServingModel); the random model has float32 or bfloat16 (its dtype) only
+    weights: str = "float32"
 
     @classmethod
     def for_chat(cls, chat: ChatModel, block_size: int, num_blocks: int, policy: AdmissionPolicy,
@@ -77,6 +81,9 @@ class EngineConfig:
                    model_name=chat.name, chat=chat, **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        if self.weights not in WEIGHTS or (self.weights != "float32" and self.chat is None):
+            raise ValueError(f"weights must be float32, or int8 for the trained model, got {self.weights!r}"
+                             + ("" if self.chat is not None else " for the random model"))
         if self.prefix_index is not None and self.prefix_index not in INDEXES:
             raise ValueError(f"prefix_index must be one of {', '.join(INDEXES)} or None, got {self.prefix_index!r}")
         if self.order not in ORDERS or (self.order != "fcfs" and self.prefix_index is None):
@@ -110,7 +117,7 @@ class EngineConfig:
         else:
             from .llama import served
 
-            model = served(self.chat.model, self.kernel_ns)
+            model = served(self.chat.model, self.kernel_ns, self.weights)
         rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
         return Scheduler(model, pool, self.policy, max_waiting=self.max_waiting, honor_disconnect=self.honor_disconnect,
                          ttft_target_s=self.ttft_target_s, prefill_rate=rate, order=self.order, prefix=prefix)

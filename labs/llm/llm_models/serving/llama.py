@@ -11,12 +11,16 @@ never needs to know where its request started.
 * ``prefill``: new requests' prompts packed into one sequence (vLLM's batched prefill): one pass of every
   weight matrix for all of their tokens, each prompt attending only over its own keys, its keys and values
   written into its blocks;
-* ``decode``: one new token for each of B requests, each at its own position, attending over its own blocks
-  (``llm_models.serving.model.PagedRows``: the blocks read where they lie, as for the random model).
+* ``decode``: one new token for each of B requests, each at its own position, attending over its own blocks:
+  the decode lab's one-call step (``llm_models.llama.native_step``, every layer in one C loop that reads each
+  request's blocks through its table), so the server runs the step the decode lab measures; where that step cannot
+  run (no C compiler, a bfloat16 pool, a shape its loop does not take), the layer above in torch, over
+  ``llm_models.serving.model.PagedRows`` (the blocks read where they lie, as for the random model).
 """
 
 from __future__ import annotations
 
+import copy as copy_module
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from llm_models.kernels.quantize import dequantize, quantize_rows
 from llm_models.llama.config import LlamaDecoderConfig
-from llm_models.llama.kinds import LAYER_KINDS
+from llm_models.llama.kinds import IN_TORCH, LAYER_KINDS, ONE_CALL, WEIGHTS
 from llm_models.llama.model import (
     LayerShape,
     LlamaDecoder,
@@ -37,6 +42,7 @@ from llm_models.llama.model import (
     rotary_angles,
     rotate,
 )
+from llm_models.llama.native_step import NativeStep, refusal, unavailable
 
 from .kernels import KernelTable, Weight, kernel_table, parse_timings
 from .model import PacksPrompts, PagedRows
@@ -81,10 +87,21 @@ class ServedLayer:
 class LlamaServingModel(PacksPrompts):
     """``decoder``'s weights behind the interface the scheduler drives (``check_ids``, ``prefill``, ``decode``),
     each matrix multiplied by the kernel timed fastest here for its kind and number of rows (llm_models.serving.kernels);
-    ``kernel_ns`` (kind -> rows -> kernel -> ns) supplies those timings instead (a test fixing the outcome)."""
+    ``kernel_ns`` (kind -> rows -> kernel -> ns) supplies those timings instead (a test fixing the outcome).
+
+    ``weights="int8"``: every matrix becomes int8 codes with one scale per row (llm_models.kernels.quantize, the
+    decode lab's ``ours-int8``). Decode steps read the codes (the one-call step; a quarter of the bytes); prefill,
+    the reference and the torch way run on the float32 matrices the codes stand for (``round_trip``), so a request's
+    every token comes from that one model. int8 needs the one-call step: without it there is no int8 decode here."""
 
     def __init__(self, decoder: LlamaDecoder,
-                 kernel_ns: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> None:
+                 kernel_ns: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None,
+                 weights: str = "float32") -> None:
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+        self.weights = weights
+        if weights == "int8":
+            decoder = round_trip(decoder)
         self.decoder = decoder
         self.config: LlamaDecoderConfig = decoder.config
         self.layers = decoder.config.layers
@@ -94,6 +111,26 @@ class LlamaServingModel(PacksPrompts):
             chosen = self.kernels.chosen
             self.served = [ServedLayer.of(layer, chosen) for layer in decoder.layers]
             self.head = Weight(decoder.head, chosen["head"])  # the tied embedding, (vocab, C)
+        self.decode_why = unavailable() or refusal(decoder, weights)  # None: decode steps take the one-call step
+        if weights == "int8" and self.decode_why is not None:
+            raise ValueError(f"int8 weights are read by the one-call step only, which cannot run here: "
+                             f"{self.decode_why}")
+
+    @functools.cached_property
+    def native(self) -> NativeStep | None:
+        """The one-call step over this model's matrices as ``weights``, made at the first decode step (its packed
+        copy of the weights is as large as they are, and a model that never decodes needs none); None where it
+        cannot run (``decode_why``)."""
+        return None if self.decode_why is not None else NativeStep(self.decoder, self.weights)
+
+    @property
+    def decode_way(self) -> str:
+        """ONE_CALL where a float32 pool's steps run the decode lab's one-call step, else IN_TORCH (``decode_why``)."""
+        return ONE_CALL if self.decode_why is None else IN_TORCH
+
+    def steps_in_one_call(self, pool: LayeredPool) -> bool:
+        """Whether ``decode`` over ``pool`` runs the one-call step (a float32 pool and a step that could be made)."""
+        return self.decode_why is None and pool.blocks.keys.dtype == torch.float32
 
     def check_ids(self, ids: list[int]) -> None:
         vocab = self.config.vocab_size
@@ -138,6 +175,8 @@ class LlamaServingModel(PacksPrompts):
                tables: list[list[int]]) -> Tensor:
         """One step for B requests: token b sits at position b, keys in tables[b]; logits (B, vocab)."""
         self.check_ids(tokens)
+        if self.steps_in_one_call(pool) and self.native is not None:
+            return self.native.step_paged(tokens, positions, tables, pool.blocks.keys, pool.blocks.values)
         rows = PagedRows(pool, tokens, positions, tables)
         cos, sin = self._angles(rows.position[:, None])  # (B, 1, D): each row turns by its own position
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, D): the same angle for every head of a row
@@ -150,10 +189,27 @@ class LlamaServingModel(PacksPrompts):
     # --8<-- [end:decode]
 
 
+def round_trip(decoder: LlamaDecoder) -> LlamaDecoder:
+    """A copy of ``decoder`` whose every matrix is its int8 round trip (codes x row scales), norms untouched: the
+    float32 model the int8 codes stand for. Quantizing a stacked matrix row by row gives each stacked matrix's own
+    rows, so the fused q/k/v and gate/up round-trip as the separate ones would."""
+    copy = copy_module.deepcopy(decoder)
+    with torch.inference_mode():
+        for layer in copy.layers:
+            for kind in LAYER_KINDS:
+                getattr(layer, kind).copy_(dequantize(*quantize_rows(getattr(layer, kind))))
+        copy.embedding.copy_(dequantize(*quantize_rows(copy.embedding)))
+        if copy.head.data_ptr() != copy.embedding.data_ptr():  # an untied head is a matrix of its own
+            copy.head.copy_(dequantize(*quantize_rows(copy.head)))
+    return copy
+
+
 @functools.cache
-def served(decoder: LlamaDecoder, kernel_ns: str | None = None) -> LlamaServingModel:
+def served(decoder: LlamaDecoder, kernel_ns: str | None = None, weights: str = "float32") -> LlamaServingModel:
     """``decoder`` arranged for serving, once per process, decoder and kernel timings (a deliberate cache): the fused
     and packed copies take seconds to build and only ever read, so servers sharing a process (the quick run's
     threads, the tests) share them. Each server process of a timed run builds its own. ``kernel_ns``: the kernel
     table's timings as JSON (llm_models.serving.kernels.dump_timings), so it chooses as they say instead of timing."""
-    return LlamaServingModel(decoder, None if kernel_ns is None else parse_timings(kernel_ns))
+    model = LlamaServingModel(decoder, None if kernel_ns is None else parse_timings(kernel_ns), weights)
+    _ = model.native  # packed now: a server arranges its weights when it starts, not in its first request's step
+    return model

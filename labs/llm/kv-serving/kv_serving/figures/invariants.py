@@ -249,15 +249,20 @@ def check_trained(record: dict[str, Any], source: str) -> None:
 
 def check_client_steps(trained: dict[str, Any], source: str) -> None:
     """What a client sees per token: every round holds tokens - 1 in-process steps, at most tokens - 1 client gaps
-    (a reply may end early) and one time to first token, and the rows cover the solo steps' contexts."""
+    (a reply may end early) and one time to first token, and each weight format's rows cover the solo steps'
+    contexts."""
     client = trained.get("client_steps")
     if client is None:
         return
     contexts = list(dict.fromkeys(step["context"] for step in trained["solo_steps"]))
-    found = [row["context"] for row in client["rows"]]
-    if found != contexts:
-        refuse(source, ("trained", "client_steps", "rows"), f"cover contexts {found}, but the solo steps time "
-               f"{contexts}")
+    for weights in client["server"]:
+        found = [row["context"] for row in client["rows"] if row["weights"] == weights]
+        if found != contexts:
+            refuse(source, ("trained", "client_steps", "rows"), f"cover contexts {found} with {weights} weights, but "
+                   f"the solo steps time {contexts}")
+    strays = sorted({row["weights"] for row in client["rows"]} - set(client["server"]))
+    if strays:
+        refuse(source, ("trained", "client_steps", "rows"), f"hold {strays[0]} weights, which no server streamed")
     steps = client["tokens"] - 1
     for index, row in enumerate(client["rows"]):
         where = ("trained", "client_steps", "rows", index)
