@@ -78,10 +78,10 @@ def client_view(record: dict[str, Any]) -> Block:
     return Block(paragraphs=[
         f"In each of {plural(client['rounds'], 'round')} per context and weight format, the server's decode step ran "
         f"{client['tokens'] - 1} times in this process and one client streamed a completion of {client['tokens']} "
-        f"tokens from a server over the same weights that runs one request at a time (idle otherwise; int8: "
-        f"`--weights int8`, the decode lab's int8 step, whose page gives its quality), its prompt the first context − 1 "
-        f"tokens of the long text, so each of its decode steps attends over about as many positions; the two sides "
-        f"took turns going first. The client's gap between two tokens is one step plus whatever lies between the "
+        "tokens from a server over the same weights that runs one request at a time (idle otherwise; int8: the "
+        "server started with --weights int8, the decode lab's int8 step, whose page gives its quality), its prompt "
+        "the first context − 1 tokens of the long text, so each of its decode steps attends over about as many "
+        "positions; the two sides took turns going first. The client's gap between two tokens is one step plus whatever lies between the "
         "engine and the socket: the hand-off from the engine's thread to the event loop, detokenising, the HTTP "
         "chunk. A ratio is taken inside one round only, where the machine's drift slows both sides alike."],
         tables=[table])
