@@ -38,8 +38,11 @@ class KernelsView(unittest.TestCase):
         self.assertIn("supplied by the caller, not measured", html)
 
     def test_decode_steps_of_the_one_call_step_are_said_to_take_none_of_them(self) -> None:
-        self.assertIn("the decode steps took none of these", render_block(kernels_view(record(way="one call"))))
-        self.assertNotIn("took none of these", render_block(kernels_view(record(way="torch"))))
+        one_call, in_torch = (render_block(kernels_view(record(way=way))) for way in ("one call", "torch"))
+        self.assertIn("the decode steps took none of these", one_call)
+        self.assertIn("A short prefill multiplies a few rows by each weight matrix", one_call)
+        self.assertNotIn("took none of these", in_torch)
+        self.assertIn("A decode step alone multiplies one row by each weight matrix", in_torch)
 
     def test_a_kind_named_in_the_record_is_escaped(self) -> None:
         html = render_block(kernels_view(record(kind="<b>x</b>")))

@@ -22,8 +22,11 @@ def kernels_view(record: dict[str, Any]) -> Block:
     counts = sorted({row["rows"] for table in tables for row in table["rows"]})
     how = {"timed": "timed on this run's machine", "supplied": "supplied by the caller, not measured (a test run)"}
     threads = thread_counts([table["threads"] for table in tables])
+    one_call = record["trained"]["decode_way"] == ONE_CALL
+    rows_of = ("A short prefill multiplies a few rows by each weight matrix (a one-token prompt one row)" if one_call
+               else "A decode step alone multiplies one row by each weight matrix, a batch or a packed prefill several")
     return Block(paragraphs=[
-        "A decode step alone multiplies one row by each weight matrix, a batch or a packed prefill several, and "
+        f"{rows_of}, and "
         "which kernel streams a matrix fastest depends on the CPU, its BLAS, the matrix's shape and the number of "
         "rows. So the server times the decode lab's kernels over every matrix of each kind when it arranges the "
         f"weights, at {join([str(count) for count in counts])} rows (more than one standing for any batch), and "
@@ -35,8 +38,7 @@ def kernels_view(record: dict[str, Any]) -> Block:
         tables=[kernel_table(table) for table in tables],
         notes=[*([f"In this run the decode steps took none of these: they ran the decode lab's one-call step, which "
                   "reads every matrix in its own packed order, batch or not; the table chose the kernels of the "
-                  f"prefills of up to {PREFILL_PACKED_ROWS} rows."]
-                 if record["trained"]["decode_way"] == ONE_CALL else []),
+                  f"prefills of up to {PREFILL_PACKED_ROWS} rows."] if one_call else []),
                f"Every trained server of this run chose by the {first['threads']}-thread table above, timed in "
                "process before they started, so all of them multiply alike. A server started by hand times its own "
                "table when it starts (the kernels entry of its /metrics); two such servers may pick differently "
