@@ -35,8 +35,17 @@ class EquivalenceError(RuntimeError):
     """The modes disagree: timing them would compare different computations."""
 
 
+_STARTED = time.monotonic()  # when the benchmark's process imported labkit: progress lines count from here
+
+
 def progress(message: str) -> None:
-    """One line on stderr; the site build streams these into its log."""
+    """One line on stderr as a section starts, with the seconds since the benchmark started, so a slow section shows
+    in the log; the site build streams these into its log."""
+    print(f"benchmark: {time.monotonic() - _STARTED:6.1f} s  {message}", file=sys.stderr, flush=True)
+
+
+def outcome(message: str) -> None:
+    """One line on stderr saying what became of the run or the record, or a summary line: no clock."""
     print(f"benchmark: {message}", file=sys.stderr, flush=True)
 
 
@@ -102,17 +111,17 @@ def write_record(output: Path, build: Callable[[], dict[str, Any]], schema: Path
         validate_record(record, load_json(schema, "record schema"), "new record", schema_registry(schema.parent))
         atomic_write_json(output, record, then=say_written_on_interrupt)
     except EquivalenceError as error:
-        progress(f"equivalence check failed, no timing taken: {error}; {untouched}")
+        outcome(f"equivalence check failed, no timing taken: {error}; {untouched}")
         return 2
     except (KeyboardInterrupt, Terminated) as stop:
         if getattr(stop, "record_written", False):
             say_written_on_interrupt()
-            progress(f"interrupted ({signal_name(stop)}); {written}")
+            outcome(f"interrupted ({signal_name(stop)}); {written}")
         else:
-            progress(f"interrupted ({signal_name(stop)}); {untouched}")
+            outcome(f"interrupted ({signal_name(stop)}); {untouched}")
         return EXIT_INTERRUPTED[signal_name(stop)]
     except Exception as error:  # one clear line instead of a traceback; the record is the thing to protect
-        progress(f"failed: {type(error).__name__}: {error}; {untouched}")
+        outcome(f"failed: {type(error).__name__}: {error}; {untouched}")
         return 1
-    progress(f"wrote {output}")
+    outcome(f"wrote {output}")
     return 0

@@ -51,7 +51,7 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
         run_identity = runs.current_run(lab.name, reference)
     except runs.RunError as error:
         kept = " and still holds the previous record" if args.output.exists() else ""
-        bench.progress(f"{error}; nothing was measured, {args.output} was not written{kept}")
+        bench.outcome(f"{error}; nothing was measured, {args.output} was not written{kept}")
         return 1
 
     def build() -> dict[str, Any]:
@@ -71,11 +71,11 @@ def run(lab: Lab, root: Path, args: argparse.Namespace, argv: Sequence[str] | No
     except Refused as refused:
         # NOTE: the words bench.write_record uses for a record it did not write
         kept = " and still holds the previous record" if args.output.exists() else ""
-        bench.progress(f"{args.output} was not written{kept}: {refused}")
+        bench.outcome(f"{args.output} was not written{kept}: {refused}")
         return 1
     if code == 0:
         for line in summary(with_figures(load_json(args.output, "measurement record"), derive)):
-            bench.progress(line)
+            bench.outcome(line)
     return code
 
 

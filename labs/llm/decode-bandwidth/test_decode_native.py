@@ -8,10 +8,16 @@ a position read wrong change the logits."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import unittest
+import unittest.mock
+from pathlib import Path
 
 import torch
 
+from llm_models import native
 from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.native_step import NativeStep, pack, unavailable, unpack
@@ -121,3 +127,53 @@ class Packing(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class BuildCache(unittest.TestCase):
+    """llm_models.native keeps each build in a cache folder under a key of its inputs: the next process loads it, an
+    edited C file builds anew, a cached file that does not load is rebuilt, and "off" keeps nothing."""
+
+    SOURCE = "int answer(void) { return %d; }\n"
+
+    def setUp(self) -> None:
+        if unavailable() is not None:
+            self.skipTest(f"no C compiler here: {unavailable()}")
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.root = Path(folder.name)
+        (self.root / "src").mkdir()
+        self.source = self.root / "src" / "answer.c"
+        self.source.write_text(self.SOURCE % 42)
+        self.cache = self.root / "cache"
+        patcher = unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: str(self.cache)})
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def build(self) -> native.Build:
+        return native.build.__wrapped__((self.source,))  # past the per-process cache: as a new process would
+
+    def kept(self) -> list[Path]:
+        return sorted(self.cache.glob("*.so"))
+
+    def test_a_second_build_loads_the_kept_library_and_an_edited_source_builds_anew(self) -> None:
+        self.assertEqual(self.build().require("answer").answer(), 42)
+        first = self.kept()
+        self.assertEqual(len(first), 1)
+        with unittest.mock.patch.object(native.subprocess, "run", wraps=subprocess.run) as ran:
+            self.assertEqual(self.build().require("answer").answer(), 42)
+        self.assertEqual([call.args[0][1] for call in ran.call_args_list], ["--version"])  # no compile
+        self.source.write_text(self.SOURCE % 7)
+        self.assertEqual(self.build().require("answer").answer(), 7)
+        self.assertEqual(len(self.kept()), 2)
+        self.assertEqual(sorted(p.name for p in self.cache.iterdir()), [p.name for p in self.kept()])  # no temp left
+
+    def test_a_kept_file_that_does_not_load_is_rebuilt_and_off_keeps_nothing(self) -> None:
+        self.build()
+        [kept] = self.kept()
+        kept.write_bytes(b"not a library")
+        self.assertEqual(self.build().require("answer").answer(), 42)
+        self.assertNotEqual(kept.read_bytes(), b"not a library")
+        with unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: "off"}):
+            self.source.write_text(self.SOURCE % 5)
+            self.assertEqual(self.build().require("answer").answer(), 5)
+        self.assertEqual(len(self.kept()), 1)

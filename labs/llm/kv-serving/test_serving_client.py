@@ -78,6 +78,11 @@ class View(unittest.TestCase):
         text = render_block(view.client_view(record))
         self.assertIn("48.60", text)  # the client's median gap, ms
         self.assertIn("the client waited longer", text)
+        self.assertIn("prefilled its whole prompt", text)  # a record whose servers cached no prefix
+        record["trained"]["client_steps"]["prefix_caching"] = "hash"
+        cached = render_block(view.client_view(record))
+        self.assertIn("prefilled only the prompt&#39;s last partial block", cached)
+        self.assertNotIn("prefilled its whole prompt", cached)
         del record["trained"]["client_steps"]
         self.assertIn("holds no client-side timing", render_block(view.client_verdict_view(record)))
 
@@ -85,9 +90,10 @@ class View(unittest.TestCase):
         rows = [derived(row(128, STEPS, SLOWER)), derived(row(128, STEPS, NOISY, "int8"))]
         record = {"trained": {"client_steps": {"rows": rows}}}
         text = render_block(view.client_verdict_view(record))
-        self.assertIn("float32 weights: **At every context (128 positions) a client waited longer", text)
-        self.assertIn("int8 weights: **At every context (128 positions) the client&#39;s interval between tokens "
+        self.assertIn("float32 weights: At every context (128 positions) a client waited longer", text)
+        self.assertIn("int8 weights: At every context (128 positions) the client&#39;s interval between tokens "
                       "was within", text)
+        self.assertNotIn("**", text)  # a paragraph is HTML: markdown's bold would show as asterisks
 
 
 class Refused(unittest.TestCase):

@@ -193,15 +193,18 @@ class ViewsFromTheRecord(unittest.TestCase):
         self.assertIn("10.00× the same requests served one at a time.", self.render("key-results", rederived(record)))
         scale_times(serial, 0.1)  # serial as fast as the best
         self.assertIn("1.00× the same requests served one at a time.", self.render("key-results", rederived(record)))
-        trained = record["trained"]
-        # the speedup is the highest rate's throughput over one at a time (not the best rate's)
-        highest = max(trained["points"], key=lambda p: p["rate"])["summary"]["throughput_tokens_per_s"]
-        scale_times(trained["serial"], 10 * trained["serial"]["summary"]["throughput_tokens_per_s"] / highest)
+        # the trained model's: batched over one at a time in paired rounds, worded by the side of 1 they lie on
+        rounds = record["trained"]["batching_rounds"]
+        rounds["serial"]["tokens"] = list(rounds["batched"]["tokens"])
+        rounds["serial"]["seconds"] = [10 * seconds for seconds in rounds["batched"]["seconds"]]
         html = self.render("key-results", rederived(record))
-        self.assertIn("10.00× the output tokens per second it wrote admitting one request at a time", html)
-        self.assertNotIn("aims for", html)
-        scale_times(trained["serial"], 0.2)  # one at a time at half the batched rate
-        self.assertIn("2.00× the output tokens per second it wrote admitting one request at a time, at",
+        self.assertIn("batching wrote 10.00× (middle half 10.00–10.00) the output tokens per second of one at a time",
+                      html)
+        self.assertNotIn("noise", html)
+        rounds["serial"]["seconds"] = list(rounds["batched"]["seconds"])
+        self.assertIn("within its rounds&#39; noise of no gain", self.render("key-results", rederived(record)))
+        rounds["serial"]["seconds"] = [seconds / 2 for seconds in rounds["batched"]["seconds"]]
+        self.assertIn("fewer output tokens per second than one at a time (0.50×",
                       self.render("key-results", rederived(record)))
         average = next(p for p in record["admission"]["policies"] if p["name"] == "count_average")
         average["server"]["failed_for_memory"] = 0

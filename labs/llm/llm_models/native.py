@@ -1,21 +1,30 @@
 """C loops built at run time and called through ctypes: the one builder the labs' hand-written loops share.
 
 The build uses ``CC``, else the first of gcc, cc and g++ (inductor's own builds need g++), ``-march=native`` (the
-machine running it is the one it is for), and takes well under a second; it happens once per process and set of
-sources, into a temporary folder, and its seconds are kept (the decode lab records them).
+machine running it is the one it is for), and takes about a second and a half of a core; it happens once per process
+and set of sources, and its seconds are kept (the decode lab records them). The library is kept in a cache folder
+(``<repository>/.cache/native``, or ``$LAB_NATIVE_CACHE``; ``off`` builds afresh every time) under a key of
+everything that decides its bytes: the compiler and its version, the flags, this CPU, and every C file beside the
+sources (the headers they include live there). A server starting beside six others then loads the loops instead of
+compiling them again; a cached file that does not load is rebuilt.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+CACHE_ENV = "LAB_NATIVE_CACHE"  # a folder for the built libraries, or "off"; else <repository>/.cache/native
+REPOSITORY = Path(__file__).resolve().parents[3]  # this file is <repository>/labs/llm/llm_models/native.py
 
 # -O3 vectorises the inner loops; -fassociative-math (with the two flags it needs) lets a loop keep partial sums
 # in vector lanes. Not -ffast-math: linking with it would switch the whole process's float mode to flush
@@ -41,21 +50,85 @@ class Build:
         return self.library
 
 
+def cache_folder() -> Path | None:
+    """Where built libraries are kept: $LAB_NATIVE_CACHE, None where it says off, else <repository>/.cache/native."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    if value.lower() == "off":
+        return None
+    return Path(value) if value else REPOSITORY / ".cache" / "native"
+
+
+def cpu_identity() -> str:
+    """What -march=native builds for: the machine, and on Linux the first processor's model name and flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    wanted = [line for line in lines if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    return "\n".join([platform.machine(), *dict.fromkeys(wanted)])
+
+
+def build_key(compiler: str, sources: tuple[Path, ...], flags: tuple[str, ...]) -> str:
+    """A digest of everything that decides the library's bytes (the module's docstring lists them)."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    digest = hashlib.sha256("\0".join([compiler, version, *flags, cpu_identity()]).encode())
+    for folder in sorted({source.parent for source in sources}):
+        for path in sorted([*folder.glob("*.c"), *folder.glob("*.h")]):
+            digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
+    digest.update("\0".join(source.name for source in sources).encode())
+    return digest.hexdigest()[:32]
+
+
+def load_cached(path: Path) -> ctypes.CDLL | None:
+    """The cached library at ``path``, or None where there is none or it does not load (truncated, another
+    machine's): it is then built again and replaced."""
+    if not path.is_file():
+        return None
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError:
+        return None
+
+
 @functools.cache
 def build(sources: tuple[Path, ...], extra: tuple[str, ...] = ()) -> Build:
-    """Compile and load ``sources`` into one library once per process (a deliberate cache: it stays loaded);
-    ``extra`` flags follow the others (a test builds a loop's plain path with ``PLAIN``)."""
+    """Compile and load ``sources`` into one library once per process (a deliberate cache: it stays loaded), from
+    the cache folder where an identical build is kept there; ``extra`` flags follow the others (a test builds a
+    loop's plain path with ``PLAIN``)."""
     started = time.perf_counter()
     names = " and ".join(source.name for source in sources)
     compiler = os.environ.get("CC") or next(filter(None, map(shutil.which, ("gcc", "cc", "g++"))), None)
     if compiler is None:
         return Build(None, 0.0, "no C compiler: set CC, or install gcc")
-    with tempfile.TemporaryDirectory(prefix="lab-loops-") as folder:
-        library = Path(folder) / "loops.so"
-        done = subprocess.run([compiler, *map(str, sources), *FLAGS, *extra, "-o", str(library)], capture_output=True,
+    flags = (*FLAGS, *extra)
+    folder = cache_folder()
+    kept = None if folder is None else folder / f"{sources[0].stem}-{build_key(compiler, sources, flags)}.so"
+    if kept is not None and (loaded := load_cached(kept)) is not None:
+        return Build(loaded, time.perf_counter() - started, None)
+    with tempfile.TemporaryDirectory(prefix="lab-loops-") as scratch:
+        library = Path(scratch) / "loops.so"
+        done = subprocess.run([compiler, *map(str, sources), *flags, "-o", str(library)], capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no message"])[0]
             return Build(None, time.perf_counter() - started, f"{compiler} could not build {names}: {first}")
+        if kept is not None:
+            keep(library, kept)
         loaded = ctypes.CDLL(str(library))  # stays mapped once the folder is gone
     return Build(loaded, time.perf_counter() - started, None)
+
+
+def keep(library: Path, kept: Path) -> None:
+    """Copy a fresh build into the cache in one rename (a reader sees the whole file or none); a cache folder that
+    cannot be written only costs the next process a build."""
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=kept.parent, prefix=f".{kept.stem}-", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(library.read_bytes())
+        os.replace(temporary, kept)
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)

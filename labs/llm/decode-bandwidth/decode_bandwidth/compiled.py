@@ -27,6 +27,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from llm_models import native
 from llm_models.kernels.row_dot import compiled_row_dot
 
 from .cache import PreallocatedCache
@@ -38,17 +39,19 @@ CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # where inductor keeps compiled kern
 @contextmanager
 def cold_inductor_cache() -> Iterator[str]:
     """An empty inductor cache for the duration: every kernel compiles from scratch, so a recorded compile time
-    is what a fresh machine pays, not a hit on code an earlier run left on disk. Removed afterwards."""
-    before = os.environ.get(CACHE_VARIABLE)
+    is what a fresh machine pays, not a hit on code an earlier run left on disk. Removed afterwards. The C loops'
+    cache (llm_models.native) is off for the duration too: their recorded build seconds are a fresh build's."""
+    before = {name: os.environ.get(name) for name in (CACHE_VARIABLE, native.CACHE_ENV)}
     with tempfile.TemporaryDirectory(prefix="inductor-") as folder:
-        os.environ[CACHE_VARIABLE] = folder
+        os.environ[CACHE_VARIABLE], os.environ[native.CACHE_ENV] = folder, "off"
         try:
             yield folder
         finally:
-            if before is None:
-                os.environ.pop(CACHE_VARIABLE, None)
-            else:
-                os.environ[CACHE_VARIABLE] = before
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 class CompiledDecoder(Decoder):

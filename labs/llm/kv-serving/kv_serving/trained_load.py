@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -48,16 +49,26 @@ QUICK_SOLO_CONTEXTS = (16, 64)
 SOLO_THREADS = (1, 2)
 SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's workloads
 # What a client sees per token, beside the step that makes it, in paired rounds at the solo contexts: each round runs
-# the served step in process CLIENT_TOKENS - 1 times, and one streamed request to the one-at-a-time server whose
+# the served step in process CLIENT_TOKENS - 1 times, and one streamed request to an idle one-at-a-time server whose
 # prompt leaves it at the same context and which asks for CLIENT_TOKENS tokens (the first from its prefill, then
 # CLIENT_TOKENS - 1 gaps between tokens, each one decode step as the client receives it); the two sides alternate
-# which goes first. Each round's request prefills its whole prompt (the server caches no prefix), about 6 s over the
-# three contexts on a 2-core AMD EPYC, so 4 rounds per weight format cost about 50 s of the benchmark's five minutes.
+# which goes first. The client's servers cache prefixes, and one untimed request per context fills that cache first:
+# each round's request then prefills only its last partial block, where prefilling every prompt whole took 74 s of
+# the benchmark's five minutes (both formats, 1,024 tokens the longest). The decode steps a client times read the
+# same blocks either way.
 CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 4, 3
 CLIENT_TOKENS = 9
-# The one-at-a-time server each weight format's client streams from: the serial run's for float32, and one of its
-# own reading int8 codes (--weights int8), idle but for the client.
-CLIENT_SERVERS = {"float32": "trained serial", "int8": "trained serial int8"}
+# The one-at-a-time server each weight format's client streams from, float32 and int8 codes (--weights int8).
+CLIENT_SERVERS = {"float32": "trained client", "int8": "trained client int8"}
+CLIENT_PREFIX_CACHE = "hash"  # their --prefix-caching
+# Batched against one at a time in paired rounds: each round sends the same burst (the first BATCHING_REQUESTS
+# prompts at once, BATCHING_TOKENS tokens each) to the batching server of the highest rate and to the serial server,
+# alternating which goes first; the figure is the median of the per-round throughput ratios with its middle half
+# (labkit.summary.paired), where the sweep's ratio divides one run by another. The burst is smaller than the sweep's
+# so that BATCHING_ROUNDS rounds cost about 30 s: the serial side is about 8 x (a short prefill + 15 steps).
+BATCHING_ROUNDS, QUICK_BATCHING_ROUNDS = 4, 3
+BATCHING_REQUESTS, BATCHING_TOKENS = 8, 16
+QUICK_BATCHING = (3, 4)  # a quick run's burst: requests, tokens
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,8 +121,10 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
     servers = {**{f"trained rate {rate:g}": sweep for rate in args.trained_rates},
                "trained serial": [*sweep, "--max-running", "1"],
                **{f"trained {name}": options for name, _, options in policies}}
+    client = [*sweep, "--max-running", "1", "--prefix-caching", CLIENT_PREFIX_CACHE]  # idle but for the client (CLIENT_SERVERS)
+    servers[CLIENT_SERVERS["float32"]] = client
     if args.dtype == "float32":  # int8 weights are the float32 model's: the client's side of their step too
-        servers[CLIENT_SERVERS["int8"]] = [*sweep, "--max-running", "1", "--weights", "int8"]
+        servers[CLIENT_SERVERS["int8"]] = [*client, "--weights", "int8"]
     return {"prompt_tokens": [len(p) for p in ids], "request_blocks": need, "policies": policies,
             "servers": servers, "ids": ids}
 
@@ -133,6 +146,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
     highest = max(args.trained_rates)
     bench.progress(f"trained model, the same prompts at {highest:g}/s, one at a time")
     serial = {"rate": highest, **measure(urls["trained serial"], workload(highest))}
+    batching = batching_rounds(args, urls[f"trained rate {highest:g}"], urls["trained serial"], planned["ids"])
     client = client_steps(args, {weights: urls[name] for weights, name in CLIENT_SERVERS.items() if name in urls},
                           kernel_ns)
     policies = []
@@ -144,7 +158,35 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
             "prompts_sha256": digest, "requests": requests, "max_tokens": out, "seed": args.seed + SEED_OFFSET,
             "prompt_tokens": planned["prompt_tokens"], "request_blocks": planned["request_blocks"],
             "sweep_blocks": args.trained_blocks, "admission_blocks": args.trained_admission_blocks,
-            "points": points, "serial": serial, "client_steps": client, "admission": {"policies": policies}}
+            "points": points, "serial": serial, "batching_rounds": batching, "client_steps": client, "admission": {"policies": policies}}
+
+
+def batching_rounds(args: argparse.Namespace, batched_url: str, serial_url: str, ids: list[list[int]]) -> dict[str, Any]:
+    """Paired rounds of batched against one at a time (BATCHING_ROUNDS, in the comment above), on the two servers the
+    sweep's highest rate and its serial run used, after those runs: each round one burst to each, the order
+    alternating. Per round and side: the seconds from the first send to the last token, and the tokens written."""
+    rounds = QUICK_BATCHING_ROUNDS if args.quick else BATCHING_ROUNDS
+    requests, tokens = QUICK_BATCHING if args.quick else (BATCHING_REQUESTS, BATCHING_TOKENS)
+    requests = min(requests, len(ids))
+    # all at once: the arrivals' times are the sweep's concern; a burst gives both servers the same queue
+    items = [replace(item, arrival_s=0.0) for item in real_workload(requests, 1.0, 0, tokens, ids[:requests])]
+    bench.progress(f"trained model, batched against one at a time: {rounds} paired rounds of {requests} prompts at "
+                   f"once, {tokens} tokens each")
+    sides: dict[str, dict[str, list[Any]]] = {side: {"seconds": [], "tokens": []} for side in ("batched", "serial")}
+    for index in range(rounds):
+        for side in (("batched", "serial") if index % 2 == 0 else ("serial", "batched")):
+            run = asyncio.run(run_load(batched_url if side == "batched" else serial_url, items, MODEL,
+                                       metrics_interval_s=3600.0))
+            unfinished = [r for r in run.requests if r.outcome != "completed"]
+            if unfinished:
+                raise RuntimeError(f"batched against one at a time, round {index + 1}, {side}: request "
+                                   f"{unfinished[0].index} ended {unfinished[0].outcome} "
+                                   f"({unfinished[0].error or 'no error'})")
+            sides[side]["seconds"].append(run.duration_s)
+            sides[side]["tokens"].append(sum(r.tokens for r in run.requests))
+    return {"rounds": rounds, "requests": requests, "max_tokens": tokens,
+            "order_policy": "alternating: even rounds the batching server first, odd rounds the serial one first",
+            **sides}
 
 
 def gate(args: argparse.Namespace, planned: dict[str, Any], gate_fn: Any, timed: Any) -> dict[str, Any]:
@@ -208,7 +250,8 @@ def client_steps(args: argparse.Namespace, urls: dict[str, str], kernel_ns: str 
                            f"{rounds} rounds of {CLIENT_TOKENS - 1} in-process steps and one streamed request")
             rows.append({"weights": weights, **client_rounds(model, url, text, context, rounds, args.block_size)})
     return {"rounds": rounds, "tokens": CLIENT_TOKENS, "threads": args.threads,
-            "server": {weights: CLIENT_SERVERS[weights] for weights in urls}, "prompt": PYTHON_REFERENCE.name,
+            "server": {weights: CLIENT_SERVERS[weights] for weights in urls}, "prefix_caching": CLIENT_PREFIX_CACHE,
+            "prompt": PYTHON_REFERENCE.name,
             "order_policy": "alternating: even rounds in process first, odd rounds the client first", "rows": rows}
 
 
@@ -233,6 +276,11 @@ def client_rounds(model: Any, url: str, text: list[int], context: int, rounds: i
     client: list[list[int]] = []
     first_token: list[int] = []
     step()  # warm, as the solo steps are
+    # and the server's prefix cache: the rounds' requests find every full block of the prompt there
+    warm = asyncio.run(run_load(url, [replace(item, max_tokens=1)], MODEL, metrics_interval_s=3600.0)).requests[0]
+    if warm.outcome != "completed":
+        raise RuntimeError(f"the client's warming request at context {context} ended {warm.outcome} "
+                           f"({warm.error or 'no error'})")
     for index in range(rounds):
         for side in (("in process", "client") if index % 2 == 0 else ("client", "in process")):
             if side == "in process":

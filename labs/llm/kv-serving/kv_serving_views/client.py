@@ -25,13 +25,13 @@ def verdict(rows: list[dict[str, Any]]) -> str:
     contexts = join([f"{row['context']:,}" for row in rows])
     if sides == {"above"}:
         extra = [row["added_ns"] for row in rows]
-        return (f"**At every context ({contexts} positions) a client waited longer between tokens than the step "
-                f"itself takes** ({join([ratio_text(row['paired']) for row in rows])} of it): the server adds "
+        return (f"At every context ({contexts} positions) a client waited longer between tokens than the step "
+                f"itself takes ({join([ratio_text(row['paired']) for row in rows])} of it): the server adds "
                 f"{format_ms(min(extra), 2)}–{format_ms(max(extra), 2)} ms per token on the way out in this run "
                 "(medians).")
     if sides == {"within"}:
-        return (f"**At every context ({contexts} positions) the client's interval between tokens was within its "
-                f"rounds' noise of the step itself** ({join([ratio_text(row['paired']) for row in rows])}): what the "
+        return (f"At every context ({contexts} positions) the client's interval between tokens was within its "
+                f"rounds' noise of the step itself ({join([ratio_text(row['paired']) for row in rows])}): what the "
                 "server adds on the way out is smaller than this run could tell apart.")
     if sides == {"below"}:
         return (f"At every context ({contexts} positions) the client's interval came out shorter than the step timed "
@@ -61,6 +61,17 @@ def client_verdict_view(record: dict[str, Any]) -> Block:
     return Block(paragraphs=[f"{weights} weights: {verdict(rows)}" for weights, rows in by_weights(client["rows"]).items()])
 
 
+def cached_text(client: dict[str, Any]) -> str:
+    """How the rounds' prompts were prefilled: from the server's prefix cache (warmed by one untimed request per
+    context), or whole each round."""
+    if client.get("prefix_caching") is None:
+        return " Each round's request prefilled its whole prompt: its time to first token is that prefill's."
+    return (f" The server caches prefixes ({client['prefix_caching']} index): one untimed request per context filled "
+            "that cache before the rounds, so each round's request prefilled only the prompt's last partial block, "
+            "and its time to first token below is that short prefill's, not a whole prompt's; the decode steps read "
+            "the same blocks either way.")
+
+
 def client_view(record: dict[str, Any]) -> Block:
     client = record["trained"].get("client_steps")
     if client is None:
@@ -81,7 +92,8 @@ def client_view(record: dict[str, Any]) -> Block:
         "tokens from a server over the same weights that runs one request at a time (idle otherwise; int8: the "
         "server started with --weights int8, the decode lab's int8 step, whose page gives its quality), its prompt "
         "the first context − 1 tokens of the long text, so each of its decode steps attends over about as many "
-        "positions; the two sides took turns going first. The client's gap between two tokens is one step plus whatever lies between the "
-        "engine and the socket: the hand-off from the engine's thread to the event loop, detokenising, the HTTP "
-        "chunk. A ratio is taken inside one round only, where the machine's drift slows both sides alike."],
+        f"positions; the two sides took turns going first.{cached_text(client)} The client's gap between two tokens "
+        "is one step plus whatever lies between the engine and the socket: the hand-off from the engine's thread to "
+        "the event loop, detokenising, the HTTP chunk. A ratio is taken inside one round only, where the machine's "
+        "drift slows both sides alike."],
         tables=[table])

@@ -12,10 +12,14 @@ from site_hooks.formatting import format_latency, format_ratio, plural
 
 from .common import percent
 from .pictures import stall_times
+from .trained import rounds_sentence
 
 
 def trained_item(record: dict[str, Any]) -> str:
     trained = record["trained"]
+    rounds = trained.get("batching_rounds")
+    if rounds is not None:
+        return f"The trained model, SmolLM2-135M: {rounds_sentence(rounds)}"
     ratio, serial = trained["speedup_over_serial"], trained["serial"]
     return (f"The trained model: with its requests batched, SmolLM2-135M wrote {format_ratio(ratio)} the output tokens "
             f"per second it wrote admitting one request at a time, at {serial['rate']:g} arrivals per second.")

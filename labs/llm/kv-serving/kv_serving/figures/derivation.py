@@ -244,8 +244,26 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
         durations = row["durations_ns"]
         for name, value in (("median_ns", median(durations)), ("min_ns", min(durations)), ("max_ns", max(durations))):
             figures.add(("trained", "solo_steps", index, name), as_number(value), "its raw durations")
+    batching_figures(trained, figures)
     for index, row in enumerate(trained.get("client_steps", {}).get("rows", [])):
         client_figures(row, ("trained", "client_steps", "rows", index), figures)
+
+
+def batching_figures(trained: dict[str, Any], figures: Figures) -> None:
+    """Batched against one at a time in paired rounds (where the record has them): per round the batching server's
+    output tokens per second over the serial server's, paired (labkit.summary.paired) with the side of 1 its middle
+    half lies on ('above': batching wrote faster in most rounds)."""
+    rounds = trained.get("batching_rounds")
+    if rounds is None:
+        return
+    throughput = {side: [tokens / seconds for tokens, seconds in zip(rounds[side]["tokens"], rounds[side]["seconds"],
+                                                                       strict=True)]
+                  for side in ("batched", "serial")}
+    ratio = paired(throughput["batched"], throughput["serial"])
+    figures.add(("trained", "batching_rounds", "paired"), ratio, "per round, the batching server's output tokens per "
+                "second / the serial server's: median and middle half")
+    figures.add(("trained", "batching_rounds", "side"), side_of_one(ratio), "whether its rounds' middle half lies "
+                "wholly below 1, wholly above, or holds it")
 
 
 def client_figures(row: dict[str, Any], where: JsonPath, figures: Figures) -> None:

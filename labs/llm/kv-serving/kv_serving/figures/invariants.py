@@ -245,6 +245,25 @@ def check_trained(record: dict[str, Any], source: str) -> None:
         if tie["margin"] > bound:
             refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
     check_client_steps(trained, source)
+    check_batching_rounds(trained, source)
+
+
+def check_batching_rounds(trained: dict[str, Any], source: str) -> None:
+    """Batched against one at a time: each side holds one burst per round, and no burst wrote more tokens than its
+    requests may (requests x max_tokens)."""
+    rounds = trained.get("batching_rounds")
+    if rounds is None:
+        return
+    most = rounds["requests"] * rounds["max_tokens"]
+    for side in ("batched", "serial"):
+        for name in ("seconds", "tokens"):
+            if len(rounds[side][name]) != rounds["rounds"]:
+                refuse(source, ("trained", "batching_rounds", side, name), f"holds {len(rounds[side][name])} rounds, "
+                       f"but the record ran {rounds['rounds']}")
+        for index, tokens in enumerate(rounds[side]["tokens"]):
+            if not 1 <= tokens <= most:
+                refuse(source, ("trained", "batching_rounds", side, "tokens", index), f"is {tokens}, but a burst of "
+                       f"{rounds['requests']} requests of at most {rounds['max_tokens']} tokens writes 1 to {most}")
 
 
 def check_client_steps(trained: dict[str, Any], source: str) -> None:
