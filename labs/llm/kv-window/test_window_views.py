@@ -296,7 +296,7 @@ class LevelVerdicts(unittest.TestCase):
 
     def test_a_rule_level_with_the_read_rule_but_a_wide_interval_reads_as_too_coarse(self) -> None:
         cell = self.rules_cell(near_read(self.record, self.rule, SWINGS))
-        self.assertRegex(cell, r"^too coarse: \d\.\d× the band$")
+        self.assertRegex(cell, r"^too coarse: \d+\.\d× the band$")
 
 
 class Resolution(unittest.TestCase):
