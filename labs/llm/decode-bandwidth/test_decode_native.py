@@ -125,10 +125,6 @@ class Packing(unittest.TestCase):
         self.assertTrue(torch.equal(unpack(pack(codes), 5), codes))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class BuildCache(unittest.TestCase):
     """llm_models.native keeps each build in a cache folder under a key of its inputs: the next process loads it, an
     edited C file builds anew, a cached file that does not load is rebuilt, and "off" keeps nothing."""
@@ -136,8 +132,6 @@ class BuildCache(unittest.TestCase):
     SOURCE = "int answer(void) { return %d; }\n"
 
     def setUp(self) -> None:
-        if unavailable() is not None:
-            self.skipTest(f"no C compiler here: {unavailable()}")
         folder = tempfile.TemporaryDirectory()
         self.addCleanup(folder.cleanup)
         self.root = Path(folder.name)
@@ -148,6 +142,8 @@ class BuildCache(unittest.TestCase):
         patcher = unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: str(self.cache)})
         patcher.start()
         self.addCleanup(patcher.stop)
+        if unavailable() is not None:  # after the patch: no build of this check lands outside the test's folder
+            self.skipTest(f"no C compiler here: {unavailable()}")
 
     def build(self) -> native.Build:
         return native.build.__wrapped__((self.source,))  # past the per-process cache: as a new process would
@@ -177,3 +173,8 @@ class BuildCache(unittest.TestCase):
             self.source.write_text(self.SOURCE % 5)
             self.assertEqual(self.build().require("answer").answer(), 5)
         self.assertEqual(len(self.kept()), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
+

@@ -58,6 +58,15 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
             width = {"float32": "1,024", "bfloat16": "512"}.get(dtype, "256")
             self.assertIn(f"{dtype} ({width}-wide) at {threads} thread", html)
 
+    def test_the_c_loops_build_time_is_called_a_fresh_build_only_where_the_caches_were_cold(self) -> None:
+        record = copy.deepcopy(self.record)
+        if "int8-c" not in record["llama"]["kernels"]["descriptions"]:
+            self.skipTest("the C loops were not built here")  # a compiler, not a speed
+        record["compiled"]["cold_cache"] = True
+        self.assertIn("were compiled and loaded in", self.page("trained-kernels", record))
+        record["compiled"]["cold_cache"] = False
+        self.assertIn("were compiled, or loaded from the build cache, in", self.page("trained-kernels", record))
+
     def test_the_key_results_follow_the_record(self) -> None:
         record = copy.deepcopy(self.record)
         bench = record["config"]["benchmark"]

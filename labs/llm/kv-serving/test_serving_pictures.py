@@ -206,6 +206,13 @@ class ViewsFromTheRecord(unittest.TestCase):
         rounds["serial"]["seconds"] = [seconds / 2 for seconds in rounds["batched"]["seconds"]]
         self.assertIn("fewer output tokens per second than one at a time (0.50×",
                       self.render("key-results", rederived(record)))
+        # the sweep's single runs, beside the rounds: the highest rate's throughput over one at a time (not the best
+        # rate's)
+        trained = record["trained"]
+        highest = max(trained["points"], key=lambda p: p["rate"])["summary"]["throughput_tokens_per_s"]
+        scale_times(trained["serial"], 10 * trained["serial"]["summary"]["throughput_tokens_per_s"] / highest)
+        self.assertIn("the sweep&#39;s batched run wrote 10.00× the output tokens per second",
+                      self.render("trained", rederived(record)))
         average = next(p for p in record["admission"]["policies"] if p["name"] == "count_average")
         average["server"]["failed_for_memory"] = 0
         self.assertIn("happened to fail nobody", self.render("key-results", rederived(record)))

@@ -208,7 +208,9 @@ def trained_kernels_view(record: dict[str, Any]) -> Block:
     notes = [f"{name}: {text}." for name, text in kernels["descriptions"].items()]
     notes += [f"{name} does not run here: {why}." for name, why in kernels["unavailable"].items()]
     if "int8-c" in kernels["descriptions"]:
-        notes.append(f"The C loops (the int8 product, the attention and the one-call step) were compiled and loaded "
+        # a cold-cache run builds them afresh; another may load them from the build cache (llm_models.native)
+        how = "compiled and loaded" if record["compiled"]["cold_cache"] else "compiled, or loaded from the build cache,"
+        notes.append(f"The C loops (the int8 product, the attention and the one-call step) were {how} "
                      f"in {kernels['native_build_s']:.2f} s.")
     if "int8" in kernels["chosen"]:
         notes.append("No timed mode takes the “Chosen, int8” column: ours-int8 is the one-call step, whose own loop "

@@ -18,7 +18,7 @@ from .common import agreement, at_longest, bits, hiding_rule, kl_text, misses, p
 
 
 def text_of(record: dict[str, Any]) -> str:
-    """'4,096 positions of python-language-reference.txt'."""
+    """'2,048 positions of python-language-reference.txt'."""
     text = record["trained"]["text"]
     return f"{text['evaluated']:,} positions of {text['name']}"
 

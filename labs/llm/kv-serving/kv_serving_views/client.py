@@ -1,5 +1,5 @@
 """What a client of the trained server sees per token, beside the step that makes it: one streamed request alone on
-the one-at-a-time server against the same served step in this process, in paired rounds at each context. The
+an idle one-at-a-time server of its own (prefix-cached) against the same served step in this process, in paired rounds at each context. The
 wording (longer, shorter, within noise) follows where each context's middle half of per-round ratios lies against
 1 (labkit.summary.side_of_one), never the medians alone."""
 

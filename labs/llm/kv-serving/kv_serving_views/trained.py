@@ -41,7 +41,7 @@ def rounds_sentence(rounds: dict[str, Any]) -> str:
     ratio = rounds["paired"]
     text = f"{format_ratio(ratio['median'])} (middle half {ratio['low']:.2f}–{ratio['high']:.2f})"
     return (f"In {plural(rounds['rounds'], 'paired round')}, each sending the same {rounds['requests']} prompts at "
-            f"once ({rounds['max_tokens']} tokens each) to the batching server and to the one-at-a-time server, in "
+            f"once (up to {rounds['max_tokens']} tokens each) to the batching server and to the one-at-a-time server, in "
             f"turns, {ROUNDS_READINGS[rounds['side']].format(ratio=text)}.")
 
 
