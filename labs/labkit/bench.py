@@ -41,7 +41,12 @@ _STARTED = time.monotonic()  # when the benchmark's process imported labkit: pro
 def progress(message: str) -> None:
     """One line on stderr as a section starts, with the seconds since the benchmark started, so a slow section shows
     in the log; the site build streams these into its log."""
-    print(f"benchmark: {time.monotonic() - _STARTED:6.1f} s  {message}", file=sys.stderr, flush=True)
+    print(stamped(message), file=sys.stderr, flush=True)
+
+
+def stamped(message: str) -> str:
+    """A progress line as printed: 'benchmark:', the seconds since the benchmark started, the message."""
+    return f"benchmark: {time.monotonic() - _STARTED:6.1f} s  {message}"
 
 
 def outcome(message: str) -> None:

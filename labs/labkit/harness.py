@@ -129,7 +129,7 @@ class Progress:
         if self.bar.disable:
             bench.progress(message)
         else:
-            self.bar.write(f"benchmark: {message}", file=sys.stderr)
+            self.bar.write(bench.stamped(message), file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()

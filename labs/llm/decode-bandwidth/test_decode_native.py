@@ -127,7 +127,8 @@ class Packing(unittest.TestCase):
 
 class BuildCache(unittest.TestCase):
     """llm_models.native keeps each build in a cache folder under a key of its inputs: the next process loads it, an
-    edited C file builds anew, a cached file that does not load is rebuilt, and "off" keeps nothing."""
+    edited C file builds anew, a cached file that does not load is rebuilt, and "off", a CPU that cannot be named or
+    a failed build keep nothing."""
 
     SOURCE = "int answer(void) { return %d; }\n"
 
@@ -142,6 +143,10 @@ class BuildCache(unittest.TestCase):
         patcher = unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: str(self.cache)})
         patcher.start()
         self.addCleanup(patcher.stop)
+        # the key's CPU part fixed, so that the test reads the same on a host without /proc/cpuinfo
+        named = unittest.mock.patch.object(native, "cpu_identity", return_value="x86_64\nflags : avx2")
+        named.start()
+        self.addCleanup(named.stop)
         if unavailable() is not None:  # after the patch: no build of this check lands outside the test's folder
             self.skipTest(f"no C compiler here: {unavailable()}")
 
@@ -166,13 +171,27 @@ class BuildCache(unittest.TestCase):
     def test_a_kept_file_that_does_not_load_is_rebuilt_and_off_keeps_nothing(self) -> None:
         self.build()
         [kept] = self.kept()
-        kept.write_bytes(b"not a library")
+        # a new file in its place, as every writer of the folder puts one there (llm_models.native.publish): the
+        # kept library is mapped into this process, and writing into it where it lies would pull its pages away
+        damaged = kept.with_suffix(".damaged")
+        damaged.write_bytes(b"not a library")
+        os.replace(damaged, kept)
         self.assertEqual(self.build().require("answer").answer(), 42)
         self.assertNotEqual(kept.read_bytes(), b"not a library")
         with unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: "off"}):
             self.source.write_text(self.SOURCE % 5)
             self.assertEqual(self.build().require("answer").answer(), 5)
         self.assertEqual(len(self.kept()), 1)
+
+    def test_an_unnamed_cpu_and_a_failed_build_leave_nothing_in_the_folder(self) -> None:
+        with unittest.mock.patch.object(native, "cpu_identity", return_value=None):
+            self.assertEqual(self.build().require("answer").answer(), 42)
+        self.assertEqual(list(self.cache.glob("*")), [])
+        self.source.write_text("int answer(void) { return }\n")
+        failed = self.build()
+        self.assertIsNone(failed.library)
+        self.assertIn("could not build answer.c", failed.reason)
+        self.assertEqual(list(self.cache.glob("*")), [])  # nor a temporary file
 
 
 if __name__ == "__main__":

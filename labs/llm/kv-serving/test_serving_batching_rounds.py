@@ -4,12 +4,16 @@ do not add up refused naming the field."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import unittest
+import unittest.mock
 from typing import Any
 
+from kv_serving import trained_load
 from kv_serving.figures.derivation import batching_figures
 from kv_serving.figures.invariants import check_batching_rounds
+from kv_serving.loadgen import RequestResult, RunResult
 from kv_serving_views.results import trained_item
 from kv_serving_views.trained import rounds_sentence, speedup_sentence
 from labkit.figures import Figures, RecordError
@@ -77,6 +81,29 @@ class Sentence(unittest.TestCase):
         del trained["batching_rounds"]
         self.assertTrue(speedup_sentence(trained).startswith("At 64 arrivals per second"))
         self.assertNotIn("paired", trained_item({"trained": trained}))
+
+
+class Rounds(unittest.TestCase):
+    """The rounds themselves, against a stand-in for the load generator (no server): the side that goes first
+    alternates, every round sends the same burst, and no request asks for more tokens than the sweep's."""
+
+    def test_the_order_alternates_and_the_burst_never_outgrows_the_sweeps_requests(self) -> None:
+        sent: list[tuple[str, list[Any]]] = []
+
+        async def fake_load(url: str, items: list[Any], model: str, **_: Any) -> RunResult:
+            sent.append((url, items))
+            done = [RequestResult(i.index, len(i.prompt), i.max_tokens, "completed", 200, i.max_tokens) for i in items]
+            return RunResult(done, 1.0 if url == "batched" else 2.0, [])
+
+        args = argparse.Namespace(quick=False, trained_max_tokens=5)
+        ids = [[1, 2, 3]] * 10
+        with unittest.mock.patch.object(trained_load, "run_load", fake_load):
+            rounds = trained_load.batching_rounds(args, "batched", "serial", ids)
+        alternating = ["batched", "serial", "serial", "batched"] * (trained_load.BATCHING_ROUNDS // 2)
+        self.assertEqual([url for url, _ in sent], alternating)
+        self.assertEqual({len(items) for _, items in sent}, {trained_load.BATCHING_REQUESTS})
+        self.assertEqual({i.max_tokens for _, items in sent for i in items}, {5})  # 16 asked, the sweep's 5 kept
+        self.assertEqual((rounds["max_tokens"], rounds["batched"]["seconds"]), (5, [1.0] * trained_load.BATCHING_ROUNDS))
 
 
 class Refused(unittest.TestCase):

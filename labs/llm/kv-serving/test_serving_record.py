@@ -81,6 +81,16 @@ class CommittedRecordTest(unittest.TestCase):
         self.assertEqual(self.refusal(path, not figure.value),
                          f"{SOURCE}: field $.targets.speedup_met is {not figure.value}, but {figure.how} gives {figure.value}")
 
+    def test_the_trained_admission_runs_the_three_policies_or_two_where_the_counts_are_one(self) -> None:
+        record = copy.deepcopy(self.record)
+        policies = record["trained"]["admission"]["policies"]
+        policies[:] = policies[:2]  # the byte budget and one count
+        figures.check_invariants(record, SOURCE)
+        policies.reverse()
+        with self.assertRaisesRegex(RecordError, r"trained\.admission\.policies.* are \['count_safe', "
+                                                 r"'kv_budget_bytes'\]"):
+            figures.check_invariants(record, SOURCE)
+
     def test_the_model_section_says_why_it_ran_in_its_dtype_from_the_probes(self) -> None:
         record = copy.deepcopy(self.record)
         fill(record, figures.derive(record))  # the probes' medians as the benchmark stores them
@@ -92,6 +102,16 @@ class CommittedRecordTest(unittest.TestCase):
         told = copy.deepcopy(record)
         told["config"]["benchmark"]["dtype_choice"].update(how="given by --dtype", probes={"float32": choice["probes"]["float32"]})
         self.assertIn("as the benchmark was told", dtype_sentence(told))
+
+    def test_a_trained_model_in_another_dtype_than_the_probes_choice_is_explained_only_then(self) -> None:
+        record = copy.deepcopy(self.record)
+        fill(record, figures.derive(record))
+        clause = "The trained model further down runs in float32 all the same"
+        record["trained"]["model"]["dtype"] = record["config"]["benchmark"]["dtype_choice"]["chosen"]
+        self.assertNotIn(clause, dtype_sentence(record))
+        record["config"]["benchmark"]["dtype_choice"]["chosen"] = "bfloat16"
+        record["trained"]["model"]["dtype"] = "float32"
+        self.assertIn(clause, dtype_sentence(record))
 
 
 if __name__ == "__main__":

@@ -63,7 +63,12 @@ class TrainedSentences(unittest.TestCase):
                 {"name": "count_average", "options": ["--num-blocks", "40", "--max-running", average]}]}}
         note = admission_note(policies("8", "8"))
         self.assertIn("are the same, 8 running: each request needs 4 to 5 blocks", note)
+        self.assertIn("the two count rows run one policy twice", note)
         self.assertIsNone(admission_note(policies("6", "8")))
+        once = policies("8", "8")
+        del once["admission"]["policies"][2]  # the benchmark runs a count both are once
+        self.assertIn("are the same, 8 running: each request needs 4 to 5 blocks, so one count row stands for both",
+                      admission_note(once))
 
     def test_the_concurrency_answer_says_no_only_when_a_step_carried_several_requests(self) -> None:
         def record(peak: int) -> dict:

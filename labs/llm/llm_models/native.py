@@ -5,8 +5,10 @@ machine running it is the one it is for), and takes about a second and a half of
 and set of sources, and its seconds are kept (the decode lab records them). The library is kept in a cache folder
 (``<repository>/.cache/native``, or ``$LAB_NATIVE_CACHE``; ``off`` builds afresh every time) under a key of
 everything that decides its bytes: the compiler and its version, the flags, this CPU, and every C file beside the
-sources (the headers they include live there). A server starting beside six others then loads the loops instead of
-compiling them again; a cached file that does not load is rebuilt.
+sources (the headers they include live there). Every trained server a benchmark starts then loads the loops instead
+of compiling them again; a cached file that does not load is rebuilt. Where the CPU cannot be named (no
+/proc/cpuinfo: not Linux) nothing is cached, since a folder shared between two machines could hand one the other's
+-march=native build.
 """
 
 from __future__ import annotations
@@ -58,20 +60,27 @@ def cache_folder() -> Path | None:
     return Path(value) if value else REPOSITORY / ".cache" / "native"
 
 
-def cpu_identity() -> str:
-    """What -march=native builds for: the machine, and on Linux the first processor's model name and flags."""
+def cpu_identity() -> str | None:
+    """What -march=native builds for: the machine, and the first processor's model name and flags as Linux names
+    them; None where it does not (no /proc/cpuinfo, or no flags in it)."""
     try:
         lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
     except OSError:
-        lines = []
+        return None
     wanted = [line for line in lines if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    if not any(line.startswith(("flags", "Features")) for line in wanted):
+        return None
     return "\n".join([platform.machine(), *dict.fromkeys(wanted)])
 
 
-def build_key(compiler: str, sources: tuple[Path, ...], flags: tuple[str, ...]) -> str:
-    """A digest of everything that decides the library's bytes (the module's docstring lists them)."""
+def build_key(compiler: str, sources: tuple[Path, ...], flags: tuple[str, ...]) -> str | None:
+    """A digest of everything that decides the library's bytes (the module's docstring lists them), or None where
+    this CPU cannot be named (nothing is cached then)."""
+    cpu = cpu_identity()
+    if cpu is None:
+        return None
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    digest = hashlib.sha256("\0".join([compiler, version, *flags, cpu_identity()]).encode())
+    digest = hashlib.sha256("\0".join([compiler, version, *flags, cpu]).encode())
     for folder in sorted({source.parent for source in sources}):
         for path in sorted([*folder.glob("*.c"), *folder.glob("*.h")]):
             digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
@@ -80,8 +89,9 @@ def build_key(compiler: str, sources: tuple[Path, ...], flags: tuple[str, ...]) 
 
 
 def load_cached(path: Path) -> ctypes.CDLL | None:
-    """The cached library at ``path``, or None where there is none or it does not load (truncated, another
-    machine's): it is then built again and replaced."""
+    """The cached library at ``path``, or None where there is none or it does not load (a damaged file, or one
+    another compiler's runtime cannot take): it is then built again and replaced. Files are only ever renamed into
+    place whole (``build``), so a half-written one is never found here."""
     if not path.is_file():
         return None
     try:
@@ -102,33 +112,47 @@ def build(sources: tuple[Path, ...], extra: tuple[str, ...] = ()) -> Build:
         return Build(None, 0.0, "no C compiler: set CC, or install gcc")
     flags = (*FLAGS, *extra)
     folder = cache_folder()
-    kept = None if folder is None else folder / f"{sources[0].stem}-{build_key(compiler, sources, flags)}.so"
+    key = None if folder is None else build_key(compiler, sources, flags)
+    kept = None if key is None else folder / f"{sources[0].stem}-{key}.so"
     if kept is not None and (loaded := load_cached(kept)) is not None:
         return Build(loaded, time.perf_counter() - started, None)
     with tempfile.TemporaryDirectory(prefix="lab-loops-") as scratch:
-        library = Path(scratch) / "loops.so"
+        # NOTE: straight into the cache folder where there is one (a temporary name there, renamed whole once
+        # built), else into the scratch folder
+        library = writable_temporary(kept) or Path(scratch) / "loops.so"
         done = subprocess.run([compiler, *map(str, sources), *flags, "-o", str(library)], capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
+            if kept is not None:
+                library.unlink(missing_ok=True)
             first = (done.stderr.strip().splitlines() or ["no message"])[0]
             return Build(None, time.perf_counter() - started, f"{compiler} could not build {names}: {first}")
-        if kept is not None:
-            keep(library, kept)
-        loaded = ctypes.CDLL(str(library))  # stays mapped once the folder is gone
+        loaded = ctypes.CDLL(str(library))  # stays mapped once the file is renamed or its folder is gone
+        if kept is not None and library.parent == kept.parent:
+            publish(library, kept)
     return Build(loaded, time.perf_counter() - started, None)
 
 
-def keep(library: Path, kept: Path) -> None:
-    """Copy a fresh build into the cache in one rename (a reader sees the whole file or none); a cache folder that
-    cannot be written only costs the next process a build."""
+def writable_temporary(kept: Path | None) -> Path | None:
+    """A fresh, empty file beside ``kept`` for the compiler to write, or None where there is no cache or its folder
+    cannot be written (that only costs the next process a build)."""
+    if kept is None:
+        return None
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=kept.parent, prefix=f".{kept.stem}-", suffix=".tmp")
     except OSError:
-        return
+        return None
+    os.close(descriptor)
+    return Path(temporary)
+
+
+def publish(library: Path, kept: Path) -> None:
+    """Rename a fresh build into its cached name once its bytes are on disk (a reader sees the whole file or none,
+    even after a crash); where that fails the file is removed and the next process builds again."""
     try:
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(library.read_bytes())
-        os.replace(temporary, kept)
+        with library.open("rb") as written:
+            os.fsync(written.fileno())
+        os.replace(library, kept)
     except OSError:
-        Path(temporary).unlink(missing_ok=True)
+        library.unlink(missing_ok=True)

@@ -311,7 +311,7 @@ def prefill_memory(model: LlamaServingModel, lengths: Sequence[int], block_size:
 def memory_section(args: argparse.Namespace) -> dict[str, Any] | None:
     """The section on the trained model as the trained gate served it (the same copy: llm_models.serving.llama.served
     and smollm2 keep one per process), at the run's thread count."""
-    model = served(smollm2(getattr(torch, args.dtype)).model)
+    model = served(smollm2(getattr(torch, trained_load.TRAINED_DTYPE)).model)
     lengths = memory_lengths(args.quick)
     bench.progress(f"trained model: resident memory over {len(lengths)} prompts of distinct lengths, each prefilled "
                    f"alone ({sum(lengths):,} tokens)")

@@ -42,7 +42,17 @@ def dtype_sentence(record: dict[str, Any]) -> str:
     return (f"It ran in {chosen} because, at a batch of {choice['batch']}, one step's weight multiplies took "
             f"{medians[chosen]:.1f} ms in {chosen} against {medians[other]:.1f} ms in {other} on this CPU; the "
             f"benchmark times both and keeps the faster, so a CPU without native bfloat16 arithmetic stays in "
-            f"float32. The equivalence gate below uses that dtype's tolerance.")
+            f"float32. The equivalence gate below uses that dtype's tolerance.{trained_dtype_clause(record)}")
+
+
+def trained_dtype_clause(record: dict[str, Any]) -> str:
+    """Where the trained model ran in another dtype than the one the probe chose for the random model, why."""
+    chosen, trained = record["config"]["benchmark"]["dtype_choice"]["chosen"], record.get("trained", {}).get("model")
+    if trained is None or trained["dtype"] == chosen:
+        return ""
+    return (f" The trained model further down runs in {trained['dtype']} all the same: its decode steps take the decode "
+            f"lab's one-call C step, which reads {trained['dtype']} matrices or their int8 codes, and that lab's "
+            f"steps, set beside the served ones, are timed in {trained['dtype']}.")
 
 
 def pool_view(record: dict[str, Any]) -> Block:

@@ -62,16 +62,19 @@ def matching_sentence(trained: dict[str, Any]) -> str:
 
 def admission_note(trained: dict[str, Any]) -> str | None:
     """Where the count safe for the longest request and the count sized for the mean one came out the same (a prompt
-    set of requests of nearly one size), say so: the two count rows are then one policy run twice."""
+    set of requests of nearly one size), say so: the benchmark then runs that count once, and one row stands for
+    both (an older record ran it twice, two rows of one policy)."""
     counts = {p["name"]: p["options"][p["options"].index("--max-running") + 1]
               for p in trained["admission"]["policies"] if "--max-running" in p["options"]}
-    if counts.get("count_safe") is None or counts.get("count_safe") != counts.get("count_average"):
+    safe = counts.get("count_safe")
+    if safe is None or counts.get("count_average", safe) != safe:
         return None
     blocks = trained["request_blocks"]
+    rows = ("one count row stands for both" if "count_average" not in counts else "the two count rows run one "
+            "policy twice")
     return (f"On these prompts the count safe for the longest request and the count sized for the mean one are the "
-            f"same, {counts['count_safe']} running: each request needs {min(blocks)} to {max(blocks)} blocks, so the "
-            f"two count rows run one policy twice. The random model's workload below, whose requests differ far more "
-            f"in length, is where the two counts part.")
+            f"same, {safe} running: each request needs {min(blocks)} to {max(blocks)} blocks, so {rows}. The random "
+            f"model's workload below, whose requests differ far more in length, is where the two counts part.")
 
 
 def prompts_sentence(trained: dict[str, Any]) -> str:
@@ -142,7 +145,7 @@ def answer_concurrent_view(record: dict[str, Any]) -> Block:
 
 
 def trained_admission_view(record: dict[str, Any]) -> Block:
-    """The trained model under the three admission policies, over one pool at the highest rate: the byte budget's
+    """The trained model under the admission policies, over one pool at the highest rate: the byte budget's
     share of that pool said first, since the count servers have the whole of it."""
     trained = record["trained"]
     policies = [(run["label"], run["summary"]["completed"], run["server"]["peak_running"],

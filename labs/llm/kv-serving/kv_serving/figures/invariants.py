@@ -230,6 +230,10 @@ def check_trained(record: dict[str, Any], source: str) -> None:
             if r["outcome"] == "completed" and r["prompt_tokens"] != trained["prompt_tokens"][r["index"]]:
                 refuse(source, (*path, "requests", index, "prompt_tokens"), f"is {r['prompt_tokens']}, but prompt "
                        f"{r['index']} is {trained['prompt_tokens'][r['index']]} tokens ($.trained.prompt_tokens)")
+    names = [p["name"] for p in trained["admission"]["policies"]]
+    if names not in (POLICIES, POLICIES[:2]):  # two where the safe and the mean count are one (trained_load.plan)
+        refuse(source, ("trained", "admission", "policies"), f"are {names}, but this lab measures {POLICIES}, or "
+               f"{POLICIES[:2]} where the two counts are equal")
     serial, highest = trained["serial"], max(p["rate"] for p in trained["points"])
     if serial["rate"] != highest or serial["server"]["peak_running"] > 1:
         refuse(source, ("trained", "serial"), f"ran at {serial['rate']}/s with {serial['server']['peak_running']} "
