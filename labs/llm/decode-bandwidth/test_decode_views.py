@@ -423,5 +423,24 @@ class QuickRecordViews(labkit.testing.QuickBenchmarkRun):
         self.assertNotIn("<b>and</b>", html)
 
 
+class BelowTheFloor(unittest.TestCase):
+    """A group whose best step came out below its floor (its rounds' floor reads slowed) is named with its drift; a
+    run where every group sits at or above its floor says nothing of it."""
+
+    @staticmethod
+    def group(median: float, drift: float) -> dict[str, Any]:
+        return {"paired": {"best_over_floor": {"median": median, "low": median - 0.1, "high": median + 0.1}},
+                "round_floor": {"drift": drift}}
+
+    def test_only_a_group_below_its_floor_is_named_with_its_floors_drift(self) -> None:
+        groups = {(1, 128): self.group(1.16, 0.05), (1, 512): self.group(0.59, 0.87), (2, 512): self.group(1.26, 0.1)}
+        text = trained.below_floor_sentence(groups)
+        self.assertIn("On 1 thread at context 512 (0.59× (0.49–0.69), the floor's reads 87% apart", text)
+        self.assertNotIn("context 128", text)
+        self.assertIn("The other groups' rounds did not see it.", text)
+        groups[(1, 512)] = self.group(1.0, 0.87)  # at its floor, not below
+        self.assertIsNone(trained.below_floor_sentence(groups))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -106,7 +106,7 @@ class CommittedRecordTest(unittest.TestCase):
     def test_a_trained_model_in_another_dtype_than_the_probes_choice_is_explained_only_then(self) -> None:
         record = copy.deepcopy(self.record)
         fill(record, figures.derive(record))
-        clause = "The trained model further down runs in float32 all the same"
+        clause = "The trained model stays in float32: the one-call C step"
         record["trained"]["model"]["dtype"] = record["config"]["benchmark"]["dtype_choice"]["chosen"]
         self.assertNotIn(clause, dtype_sentence(record))
         record["config"]["benchmark"]["dtype_choice"]["chosen"] = "bfloat16"

@@ -121,6 +121,9 @@ class TrainedSentences(unittest.TestCase):
         self.assertIn("The byte server's budget is 75% of the pool, 30 of its 40 blocks, and it ran up to 6 requests "
                       "at once; the count servers, limited only by the pool, ran up to 8.", smaller)
         self.assertIn("a smaller budget beside the whole pool", smaller)
+        one = policies(30)
+        del one["admission"]["policies"][2]  # one count row where the two counts are equal
+        self.assertIn("at once; the count server, limited only by the pool, ran up to 8.", budget_sentence(one))
         whole = budget_sentence(policies(40))
         self.assertIn("budget is 100% of the pool, 40 of its 40 blocks", whole)
         self.assertNotIn("smaller budget", whole)

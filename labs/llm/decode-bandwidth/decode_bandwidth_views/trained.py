@@ -425,7 +425,23 @@ def trained_paired_view(record: dict[str, Any]) -> Block:
         "rotates from round to round. A ratio is taken within a round, where whatever the machine was doing at "
         "that moment slowed both of its sides, and the page quotes the median of those ratios. It calls one step "
         "faster than another only where their middle half lies wholly on one side of 1; absolute times in the "
-        "tables are this run's."], tables=[table])
+        "tables are this run's.", *filter(None, [below_floor_sentence(groups)])], tables=[table])
+
+
+def below_floor_sentence(groups: dict[tuple[int, int], dict[str, Any]]) -> str | None:
+    """Where a group's best step came out below its floor (which no step can be), why: the floor's reads in those
+    rounds were slowed, so they price the machine's neighbours there, not the step."""
+    below = [(threads, context, group) for (threads, context), group in groups.items()
+             if group["paired"]["best_over_floor"]["median"] < 1]
+    if not below:
+        return None
+    where = join([f"{threads_text(threads)} at context {context:,} ({paired_text(group['paired']['best_over_floor'])}"
+                  f", the floor's reads {format_percent(group['round_floor']['drift'])} apart over its rounds)"
+                  for threads, context, group in below])
+    return (f"On {where} the best step came out below its floor, which no step can be: the floor's reads in those "
+            "rounds ran slower than the step's own bytes did, something else on the machine was using the memory "
+            "then, and those ratios price that, not the step."
+            + (" The other groups' rounds did not see it." if len(below) < len(groups) else ""))
 
 
 def trained_served_view(record: dict[str, Any]) -> Block:

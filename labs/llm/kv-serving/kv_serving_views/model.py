@@ -50,9 +50,8 @@ def trained_dtype_clause(record: dict[str, Any]) -> str:
     chosen, trained = record["config"]["benchmark"]["dtype_choice"]["chosen"], record.get("trained", {}).get("model")
     if trained is None or trained["dtype"] == chosen:
         return ""
-    return (f" The trained model further down runs in {trained['dtype']} all the same: its decode steps take the decode "
-            f"lab's one-call C step, which reads {trained['dtype']} matrices or their int8 codes, and that lab's "
-            f"steps, set beside the served ones, are timed in {trained['dtype']}.")
+    return (f" The trained model stays in {trained['dtype']}: the one-call C step its decode steps take reads "
+            f"{trained['dtype']} or int8 weights.")
 
 
 def pool_view(record: dict[str, Any]) -> Block:

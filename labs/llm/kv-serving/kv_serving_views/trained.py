@@ -117,11 +117,13 @@ def budget_sentence(trained: dict[str, Any]) -> str:
     only where the budget is smaller than the pool, that the table compares a smaller budget too."""
     policies = trained["admission"]["policies"]
     by_bytes = byte_server(trained)
-    counts = sorted({p["server"]["peak_running"] for p in policies if p["name"] != "kv_budget_bytes"})
+    by_count = [p for p in policies if p["name"] != "kv_budget_bytes"]
+    counts = sorted({p["server"]["peak_running"] for p in by_count})
     share = by_bytes["budget_share_of_pool"]
     lead = (f"The byte server's budget is {percent(share)} of the pool, "
             f"{by_bytes['budget_blocks']} of its {by_bytes['num_blocks']} blocks, and it ran up to "
-            f"{plural(by_bytes['peak_running'], 'request')} at once; the count servers, limited only by the pool, ran "
+            f"{plural(by_bytes['peak_running'], 'request')} at once; the count "
+            f"{'server' if len(by_count) == 1 else 'servers'}, limited only by the pool, ran "
             f"up to {join([f'{c:,}' for c in counts], 'or')}.")
     if share < 1:
         return lead + " So the table sets a smaller budget beside the whole pool, not only one policy beside another."
