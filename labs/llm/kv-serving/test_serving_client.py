@@ -72,11 +72,12 @@ class Sentence(unittest.TestCase):
 
 class View(unittest.TestCase):
     def test_the_table_shows_each_context_and_a_record_without_the_section_says_so(self) -> None:
-        record = {"config": {"benchmark": {"dtype_choice": {"chosen": "float32"}}},
-                  "trained": {"client_steps": {"rounds": ROUNDS, "tokens": TOKENS, "threads": 1,
+        record = {"config": {"benchmark": {"dtype_choice": {"chosen": "bfloat16"}}},
+                  "trained": {"model": {"dtype": "float32"}, "client_steps": {"rounds": ROUNDS, "tokens": TOKENS, "threads": 1,
                                                "rows": [derived(row(128, STEPS, SLOWER))]}}}
         text = render_block(view.client_view(record))
         self.assertIn("48.60", text)  # the client's median gap, ms
+        self.assertIn("This run&#39;s medians, float32", text)  # the trained model's dtype, not the probe's
         self.assertIn("the client waited longer", text)
         self.assertIn("prefilled its whole prompt", text)  # a record whose servers cached no prefix
         record["trained"]["client_steps"]["prefix_caching"] = "hash"

@@ -19,7 +19,7 @@ def serving(steps: dict[int, tuple[float, float, float]], threads: int = 1) -> d
     """A serving record's parts the comparison reads: each context's (median, min, max) ns."""
     return {"created_utc": "2026-12-03T21:00:00Z", "run": RUN, "environment": CPU,
             "config": {"benchmark": {"threads": threads, "dtype_choice": {"chosen": "bfloat16"}}},
-            "trained": {"decode_way": "torch", "solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
+            "trained": {"model": {"dtype": "bfloat16"}, "decode_way": "torch", "solo_steps": [{"threads": threads, "context": c, "median_ns": m, "min_ns": lo, "max_ns": hi,
                                         "durations_ns": [lo, m, hi]} for c, (m, lo, hi) in steps.items()]}}
 
 
@@ -161,7 +161,7 @@ class PairedInTheDecodeLabsRounds(unittest.TestCase):
     def text(self, dtype: str, fastest: dict[str, Any]) -> str:
         record = serving({128: (60 * MS, 59 * MS, 61 * MS), 512: (60 * MS, 59 * MS, 61 * MS),
                           1024: (60 * MS, 59 * MS, 61 * MS)})
-        record["config"]["benchmark"]["dtype_choice"]["chosen"] = dtype
+        record["trained"]["model"]["dtype"] = dtype  # the trained model's, whatever the random model's probe chose
         with mock.patch.object(solo, "reference_record", lambda name: fastest):
             return render_block(solo.solo_view(record))
 
@@ -174,6 +174,7 @@ class PairedInTheDecodeLabsRounds(unittest.TestCase):
         self.assertIn("0.93× (0.90–0.96), faster in its rounds", rows[1])
         self.assertIn("1.01× (0.97–1.04), within its rounds&#39; noise", rows[2])
         self.assertIn("apart: served slower", rows[1])  # the cross-run cells say slower where the rounds say faster
+        self.assertIn("Paired in the decode lab", self.text("float32", fastest))  # the probe's bfloat16 aside
 
     def test_no_paired_column_for_a_bfloat16_server_or_a_decode_record_without_the_measurement(self) -> None:
         cells = {c: (50 * MS, 49 * MS, 51 * MS) for c in (128, 512, 1024)}

@@ -49,9 +49,14 @@ def comparison_table(c: Comparison) -> Table:
     headings = ["", f"{cpu.name}, {cpu.dtype}", f"{device.name}, {device.dtype}"]
     return Table(headings, rows, caption=(
         f"Both columns: this lab's formula for a Llama step (weights, the cache read and written, and the flops of "
-        f"every multiply) on {c.model}'s published configuration; the machines' rates and dtypes differ (float32 "
-        f"moves twice bfloat16's bytes). Arithmetic, not a measurement: {c.model} ran on neither machine, no "
+        f"every multiply) on {c.model}'s published configuration; the machines' rates differ"
+        f"{dtype_clause(cpu.dtype, device.dtype)}. Arithmetic, not a measurement: {c.model} ran on neither machine, no "
         f"accelerator ran here, and its memory is the datasheet's, taken as decimal bytes with no workspace kept."))
+
+
+def dtype_clause(left: str, right: str) -> str:
+    """', and so do their dtypes (float32 moves twice bfloat16's bytes)' where the two columns' dtypes differ."""
+    return "" if left == right else f", and so do their dtypes ({left} and {right})"
 
 
 def carry_over(c: Comparison) -> list[str]:

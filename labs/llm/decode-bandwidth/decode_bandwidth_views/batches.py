@@ -75,8 +75,8 @@ def dtype_scaling(record: dict[str, Any]) -> Block:
     table = Table(headings=["Dtype", *(f"Batch {b} (ms)" for b in batches), f"Batch {batches[-1]} ÷ batch {batches[0]}"],
                   rows=rows, caption="One step's weight multiplies per batch, in every timed dtype")
     return Block(tables=[table], notes=[
-        f"From batch {batches[0]} to batch {batches[-1]} the weight multiplies grew "
-        + join([f"{format_ratio(ratio)} in {dtype}" for dtype, ratio in growth.items()])
+        f"From batch {batches[0]} to batch {batches[-1]} the weight multiplies took "
+        + join([f"{format_ratio(ratio)} their batch-{batches[0]} time in {dtype}" for dtype, ratio in growth.items()])
         + " on the same matrices (a 16-bit dtype holds half the bytes). A multiply whose time stays flat as rows are "
           "added is bound by reading its weights, and batching it is nearly free; one that grows is bound by its "
           "kernel's arithmetic on these shapes."])

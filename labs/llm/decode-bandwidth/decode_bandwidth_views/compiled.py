@@ -53,9 +53,10 @@ def compiled_view(record: dict[str, Any]) -> Block:
         ratio = group["compiled_over_prealloc"]
         ratios.append(ratio)
         better = compiled["median_ns_per_step"] < eager["median_ns_per_step"]
+        eager_ms, compiled_ms = format_ms(eager["median_ns_per_step"]), format_ms(compiled["median_ns_per_step"])
         rows.append((f"{group['dtype']}, {threads_text(group['threads'])}", f"{group['context']:,}",
-                     format_ms(eager["median_ns_per_step"]), format_ratio(eager["step_over_floor"]),
-                     Strong(format_ms(compiled["median_ns_per_step"])) if better else format_ms(compiled["median_ns_per_step"]),
+                     eager_ms if better else Strong(eager_ms), format_ratio(eager["step_over_floor"]),
+                     Strong(compiled_ms) if better else compiled_ms,
                      format_ratio(compiled["step_over_floor"]), format_ratio(ratio)))
     table = Table(headings=["Dtype, threads", "Context", f"{EAGER} (ms)", "÷ floor", f"{COMPILED} (ms)", "÷ floor",
                             f"{COMPILED} ÷ {EAGER}"], rows=rows)

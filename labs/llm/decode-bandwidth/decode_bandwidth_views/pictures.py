@@ -78,8 +78,8 @@ def step_bytes_view(record: dict[str, Any]) -> Block:
     reached = f", passed in {len(over)} of {len(groups)} cells." if over else ", which no cell here reaches."
     caption = (f"Bars to one scale, from step_bytes on the record's model, {dtype}. The weights cost the same "
                f"at every batch; the KV read grows with batch × context and equals them at B × T ≈ {crossover:,.0f}"
-               f"{reached} The right column divides each total by the fastest read bandwidth measured at "
-               f"{threads_text(threads)}: no step can be faster than that floor.")
+               f"{reached} The right column divides each total by the read bandwidth measured beside that cell's "
+               f"steps at {threads_text(threads)}, its floor: no step can be faster than that.")
     return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 

@@ -93,8 +93,8 @@ def trained_bytes_view(record: dict[str, Any]) -> Block:
                f"record. Each of {llama_name(record)}'s {l_model['kv_heads']} key/value heads serves "
                f"{llama['queries_per_kv_head']} of its {l_model['heads']} query heads, so its cache holds "
                f"{format_ratio(llama['kv_head_share'])} the keys and values that one key/value head per query head "
-               f"would. The right column divides each total by the fastest read bandwidth measured at "
-               f"{threads_text(section['threads'][0])}.")
+               f"would. The right column divides each total by the read bandwidth measured beside that model's "
+               f"steps at {threads_text(section['threads'][0])}, its floor.")
     return Block(diagrams=[Diagram(canvas.svg(), caption)])
 
 

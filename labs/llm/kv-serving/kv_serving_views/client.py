@@ -77,7 +77,7 @@ def client_view(record: dict[str, Any]) -> Block:
     if client is None:
         return Block(paragraphs=[NONE])
     rows = client["rows"]
-    dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
+    dtype = record["trained"]["model"]["dtype"]  # the trained model's activations, whatever its weights' format
     table = Table(["Weights", "Context", "Client's gap between tokens (ms)", "The step in process (ms)",
                    "Client ÷ step, per round", "Reading", "Time to first token (ms)"],
                   [(row["weights"], f"{row['context']:,}", format_ms(row["client_median_ns"]),

@@ -220,5 +220,5 @@ def in_process_sentence(record: dict[str, Any], point: dict[str, Any]) -> str:
         f"of {nearest['batch']} gives "
         f"{nearest['tokens_per_s']:,.0f} tokens per second. Of the run's {duration:.1f} s, the server spent "
         f"{server['decode_seconds']:.1f} s in {server['decode_steps']:,} decode steps ({decode_rate:,.0f} rows per "
-        f"second of decoding) and {server['prefill_seconds']:.1f} s in {server['prefills']:,} prefills, during which "
+        f"second of decoding) and {server['prefill_seconds']:.1f} s prefilling {server['prefills']:,} prompts, during which "
         f"no running request advanced; {idle}.")

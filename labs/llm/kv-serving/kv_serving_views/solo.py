@@ -75,7 +75,7 @@ def solo_view(record: dict[str, Any]) -> Block:
     decode = reference_record(DECODE_LAB)
     rows = formulas.beside_decode(record, decode)
     steps = record["trained"]["solo_steps"]
-    dtype = record["config"]["benchmark"]["dtype_choice"]["chosen"]
+    dtype = record["trained"]["model"]["dtype"]  # the trained model's, not the random model's probe choice
     counts = sorted({s["threads"] for s in steps})
     threads = thread_counts(counts)
     if not same_run(record, decode):  # NOTE: two runs' step times are never set side by side
@@ -102,7 +102,7 @@ def solo_view(record: dict[str, Any]) -> Block:
                    for row in rows])
     paragraphs = [
         f"One request alone on the trained model: the server's own decode step at each context, at {threads}, "
-        f"in {dtype} (the served dtype this run chose), its blocks read in place{way_words(record)}; beside it, "
+        f"in {dtype}, its blocks read in place{way_words(record)}; beside it, "
         f"the fastest float32 mode the decode lab timed on the same weights, contexts and thread count (its record "
         f"of {decode['created_utc'][:10]}, measured in the same run).",
         "Medians, with each cell's min–max: a row calls the served step slower or faster only where every one of its "
