@@ -329,6 +329,11 @@ class QuickRun(QuickBenchmarkRun):
         self.assertIn(f"a step for {small['batch']} requests took 30.00 ms", html)
         self.assertIn("so this is not noise between repeats", html)
         self.assertIn("The weight multiplications alone show the same inversion", html)
+        # the weights' repeats overlapping (the larger batch's slowest above the smaller's fastest): no inversion claimed
+        large["weights"]["durations_ns"][0] = 40_000_000
+        noisy = rendered("steps", rederived(record))
+        self.assertNotIn("show the same inversion", noisy)
+        self.assertIn("but their timed repeats overlap, so they cannot say whether", noisy)
 
     def test_cancellation_view_says_from_which_moment_it_counts_and_what_slipped_in_before(self) -> None:
         record = copy.deepcopy(self.record)
