@@ -78,6 +78,11 @@ class Views(unittest.TestCase):
         self.assertIn("lay wholly above", raised)
         self.assertIn("cannot tell", same)
         self.assertNotIn("cut", same)
+        self.assertIn("request by request, the hash chain's first-come run took 1.00× (middle half 1.00–1.00) of "
+                      "each request's uncached time, a middle half that holds 1", same)
+        nearly = said([0.9] * 4)  # every request a tenth faster: hidden in the spread across requests, not by request
+        self.assertIn("cannot tell", nearly)
+        self.assertIn("took 0.90× (middle half 0.90–0.90) of each request's uncached time, wholly below 1", nearly)
         mixed = said([0.1, 0.1, 0.1, 1])
         self.assertIn("in 3 of the 4 cached runs that did the same work", mixed)
         self.assertIn("in 1 they overlapped", mixed)
