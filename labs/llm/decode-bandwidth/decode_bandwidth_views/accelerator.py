@@ -55,7 +55,7 @@ def comparison_table(c: Comparison) -> Table:
 
 
 def dtype_clause(left: str, right: str) -> str:
-    """', and so do their dtypes (float32 moves twice bfloat16's bytes)' where the two columns' dtypes differ."""
+    """', and so do their dtypes (float32 and bfloat16)' where the two columns' dtypes differ, else nothing."""
     return "" if left == right else f", and so do their dtypes ({left} and {right})"
 
 
