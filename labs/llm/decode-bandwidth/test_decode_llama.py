@@ -110,6 +110,44 @@ class TimedSteps(unittest.TestCase):
                     reset()
 
 
+class MeasuredAgain(unittest.TestCase):
+    """The benchmark measures again the group whose floor reads ran slowed, the most slowed first, up to its limit,
+    and keeps measuring nothing once every group's reads sit near the fastest."""
+
+    @staticmethod
+    def run_groups(reads: dict[tuple[int, int], list[float]]) -> tuple[dict, list[tuple[int, int, int]]]:
+        """measured_groups over fake groups: each attempt's rounds read at the next rate ``reads`` lists for it."""
+        from labkit.harness import Progress
+
+        calls: list[tuple[int, int, int]] = []
+
+        def measure(threads: int, context: int, attempt: int) -> dict:
+            calls.append((threads, context, attempt))
+            return {"rate": reads[(threads, context)][attempt]}
+
+        progress = Progress(len(reads))
+        try:
+            found = llama.measured_groups(list(reads), measure, lambda attempt: [attempt["rate"]] * 3, progress, 1)
+        finally:
+            progress.close()
+        return found, calls
+
+    def test_a_quiet_run_measures_each_group_once(self) -> None:
+        _, calls = self.run_groups({(1, 128): [10.0], (1, 512): [9.5], (2, 128): [19.0]})
+        self.assertEqual(calls, [(1, 128, 0), (1, 512, 0), (2, 128, 0)])
+
+    def test_the_slowed_group_is_measured_again_until_its_reads_recover(self) -> None:
+        found, calls = self.run_groups({(1, 128): [10.0], (1, 512): [3.0, 5.0, 9.8, 1.0], (2, 128): [19.0]})
+        self.assertEqual(calls[3:], [(1, 512, 1), (1, 512, 2)])  # 70% then 50% under; its third read 2% under
+        self.assertEqual([a["rate"] for a in found[(1, 512)]], [3.0, 5.0, 9.8])
+
+    def test_no_more_than_the_limit_is_measured_again(self) -> None:
+        from decode_bandwidth.llama_modes import LLAMA_REMEASURE
+
+        _, calls = self.run_groups({(1, 128): [10.0], (1, 512): [1.0] * (LLAMA_REMEASURE + 2)})
+        self.assertEqual(len(calls), 2 + LLAMA_REMEASURE)
+
+
 class Rewind(unittest.TestCase):
     def test_rewinding_our_cache_sets_every_layer_back_to_the_same_length(self) -> None:
         _, model = tiny_pair(seed=1)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import unittest
+from typing import Any
 
+from decode_bandwidth.llama_modes import LLAMA_SLOWED, kept_attempt, most_slowed
 from decode_bandwidth_views.common import against
+from decode_bandwidth_views.trained import remeasure_sentence
 
 
 class AgainstWords(unittest.TestCase):
@@ -23,6 +26,50 @@ class AgainstWords(unittest.TestCase):
         words = against([0.5, 0.6, 0.7], ["within"] * 3, self.CONTEXTS, "transformers")
         self.assertEqual(words, "within this run's noise of transformers (0.50–0.70×)")
         self.assertNotIn("faster", words)
+
+
+class MeasuredAgain(unittest.TestCase):
+    """A group whose floor reads ran slowed is the one measured again; the page names it, or says none was."""
+
+    THREADS = {(1, 128): 1, (1, 512): 1, (2, 128): 2}
+
+    def test_a_quiet_section_measures_nothing_again(self) -> None:
+        quiet = {(1, 128): [[10.0, 9.8, 9.7]], (1, 512): [[9.9, 9.6, 9.5]], (2, 128): [[20.0, 19.0, 19.5]]}
+        self.assertIsNone(most_slowed(quiet, self.THREADS))
+
+    def test_the_most_slowed_group_is_measured_again_against_its_own_thread_count(self) -> None:
+        rates = {(1, 128): [[10.0, 9.9, 9.8]], (1, 512): [[8.7, 8.6, 8.8]], (2, 128): [[20.0, 16.0, 16.5]]}
+        self.assertEqual(most_slowed(rates, self.THREADS), (2, 128))  # 17.5% under 20, against (1, 512)'s 13%
+        rates[(2, 128)].append([19.5, 19.8, 19.9])  # its second attempt ran near the fastest: the next is (1, 512)
+        self.assertEqual(kept_attempt(rates[(2, 128)]), 1)
+        self.assertEqual(most_slowed(rates, self.THREADS), (1, 512))
+
+    def test_a_slowdown_at_the_threshold_is_not_measured_again(self) -> None:
+        at = 10.0 * (1 - LLAMA_SLOWED)
+        self.assertIsNone(most_slowed({(1, 128): [[10.0, at, at]]}, {(1, 128): 1}))
+
+    @staticmethod
+    def record(*slowdowns: list[float]) -> dict[str, Any]:
+        """Groups at 1 thread, contexts 128, 512, ..., each given its attempts' slowdowns, the kept one last."""
+        groups = [{"threads": 1, "context": 128 * 4 ** index, "floor_slowdown": tries[-1],
+                   "set_aside": [{"floor_slowdown": share} for share in tries[:-1]]}
+                  for index, tries in enumerate(slowdowns)]
+        return {"llama": {"groups": groups, "remeasure": {"slowed": 0.1, "limit": 3}}}
+
+    def test_the_page_says_none_was_and_how_far_the_furthest_lay(self) -> None:
+        text = remeasure_sentence(self.record([0.03], [0.06]))
+        self.assertIn("None did here: the furthest under was 1 thread at context 512, at 6%.", text)
+
+    def test_the_page_names_each_group_measured_again_and_what_it_kept(self) -> None:
+        text = remeasure_sentence(self.record([0.03], [0.69, 0.04]))
+        self.assertIn("That happened for 1 thread at context 512 (69% under; kept: 4%)", text)
+        self.assertNotIn("None did", text)
+        self.assertNotIn("noise", text)
+
+    def test_a_group_still_slowed_after_every_attempt_is_called_noise(self) -> None:
+        text = remeasure_sentence(self.record([0.5, 0.3, 0.2, 0.15], [0.04]))
+        self.assertIn("1 thread at context 128 (50%, then 30%, then 20% under; kept: 15%)", text)
+        self.assertIn("1 of them stayed above 10% after every attempt", text)
 
 
 if __name__ == "__main__":

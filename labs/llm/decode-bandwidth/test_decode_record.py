@@ -53,6 +53,8 @@ EDITS: list[tuple[JsonPath, str]] = [
     (("llama", "groups", 1, "bytes", "kv_read"), "the Llama config, float32 weights"),
     (("llama", "groups", 0, "floor_ns_per_step"), "its float32 bytes / the median read rate of its rounds"),
     (("llama", "groups", 1, "round_floor", "drift"), "(fastest - slowest) / fastest of its rounds' read rates"),
+    (("llama", "groups", 1, "floor_slowdown"), "1 - its rounds' median read rate / the fastest round read at its "
+     "thread count"),
     (("llama", "groups", 5, "int8_over_floor"), "the median over rounds of ours-int8's step / the round's int8 floor"),
     (("hardware", "step_sized", "threads", "1", "step_bytes_per_s"), "the median of its rounds' fastest step-sized reads"),
     (("hardware", "step_sized", "weight_bytes"), "the trained model's float32 weights"),
@@ -116,6 +118,21 @@ class CommittedRecord(unittest.TestCase):
         record["cells"][0]["median_ns_per_step"] = 1  # a figure the check would refuse next
         self.assertIn(f"{SOURCE}: field $.equivalence.modes.hf-static.max_abs_diff is 0.5, beyond atol + rtol x "
                       "max|reference|", self.refusal(record))
+
+    def test_a_group_keeping_an_attempt_whose_reads_ran_slower_is_refused(self) -> None:
+        record = committed_record(__file__)
+        group = record["llama"]["groups"][0]
+        attempt = {key: json.loads(json.dumps(group[key])) for key in ("order", "floor_ns", "round_floor")}
+        attempt["durations_ns"] = {cell["mode"]: cell["durations_ns"] for cell in record["llama"]["cells"]
+                                   if (cell["threads"], cell["context"]) == (group["threads"], group["context"])}
+        attempt["round_floor"]["durations_ns"] = [ns // 2 for ns in attempt["round_floor"]["durations_ns"]]
+        group["set_aside"] = [attempt]
+        self.assertIn(f"{SOURCE}: field $.llama.groups[0].round_floor is an attempt whose reads' median ran slower "
+                      "than set_aside 0's", self.refusal(record))
+        attempt["round_floor"]["durations_ns"] = [ns * 4 for ns in attempt["round_floor"]["durations_ns"]]
+        record["llama"]["remeasure"]["limit"] = 0
+        self.assertIn(f"{SOURCE}: field $.llama.groups set aside 1 attempts; the section measures again at most 0 "
+                      "times", self.refusal(record))
 
     def test_the_figures_and_views_import_no_torch(self) -> None:
         code = ("import sys, decode_bandwidth.figures, decode_bandwidth_views; "

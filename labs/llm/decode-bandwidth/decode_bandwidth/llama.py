@@ -326,43 +326,78 @@ def fastest_read(floor_ns: Mapping[str, int], buffer_bytes: int) -> str:
     return max(floor_ns, key=lambda name: kernel_bytes(name, buffer_bytes) / floor_ns[name])
 
 
+Attempt = dict[str, Any]  # one group's rounds: order, floor_ns, round_floor and each mode's durations_ns
+
+
+def measured_groups(keys: list[tuple[int, int]], measure: Callable[[int, int, int], Attempt],
+                    rates: Callable[[Attempt], list[float]], progress: harness.Progress, rounds: int
+                    ) -> dict[tuple[int, int], list[Attempt]]:
+    """Every (threads, context) group's attempts: each measured once (``measure(threads, context, attempt)``), then
+    the group whose floor reads ran most slowed measured again, up to LLAMA_REMEASURE times (llama_modes.most_slowed
+    over each attempt's round read ``rates``)."""
+    attempts = {key: [measure(*key, 0)] for key in keys}
+    for _ in range(llama_modes.LLAMA_REMEASURE):
+        slowed = llama_modes.most_slowed({key: [rates(attempt) for attempt in tries] for key, tries in attempts.items()},
+                                         {key: key[0] for key in keys})
+        if slowed is None:
+            break
+        progress.bar.total += rounds
+        progress.note(f"Llama {slowed[0]}t context {slowed[1]}: its floor reads ran more than "
+                      f"{llama_modes.LLAMA_SLOWED:.0%} under the fastest at {slowed[0]} thread(s); measuring it again")
+        attempts[slowed].append(measure(*slowed, len(attempts[slowed])))
+    return attempts
+
+
 def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, Any], reader: ReadProbe,
             floor: Callable[[], dict[str, int]]) -> dict[str, Any]:
     """Paired rounds at every (threads, context): one pass of each of the floor's read kernels (``floor``) before
     the group, then ``args.llama_rounds`` rounds, each one pass of the fastest of those kernels and one step of
     every mode in rotated order. Every ratio the page draws (a step over its floor, over transformers', int8 over
-    its own floor) is a ratio within one round (labkit.summary.paired): the record's raw Llama section."""
+    its own floor) is a ratio within one round (labkit.summary.paired). Groups whose floor reads ran slowed are
+    measured again (llama_modes.most_slowed); the record's raw Llama section."""
     started = time.perf_counter_ns()
-    groups, cells = [], []
     rounds = args.llama_rounds
     progress = harness.Progress(len(threads) * len(args.contexts) * rounds)
+
+    def measure(count: int, context: int, attempt: int) -> Attempt:
+        torch.set_num_threads(count)
+        modes, held = prepared["runners"][context]
+
+        def run(mode: str, modes: dict[str, Any] = modes) -> int:
+            step, reset = modes[mode]
+            elapsed = bench.time_ns(step)
+            reset()
+            return elapsed
+
+        label = f"Llama {count}t context {context}" + (f", attempt {attempt + 1}" if attempt else "")
+        beside = floor()
+        kernel = fastest_read(beside, reader.read)
+        with torch.inference_mode():
+            order, durations, round_floor = harness.time_rounds(
+                llama_modes.LLAMA_MODES, run, rounds, args.warmup, progress, label,
+                before_round=functools.partial(reader.one, kernel))
+        progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms" for m, d in durations.items()))
+        return {"order": order, "floor_ns": beside, "round_floor": {"kernel": kernel, "durations_ns": round_floor},
+                "durations_ns": durations}
+
+    def rates(attempt: Attempt) -> list[float]:
+        read = attempt["round_floor"]
+        return [kernel_bytes(read["kernel"], reader.read) / ns * 1e9 for ns in read["durations_ns"]]
+
+    keys = [(count, context) for count in threads for context in args.contexts]
     try:
-        for count in threads:
-            torch.set_num_threads(count)
-            for context in args.contexts:
-                modes, held = prepared["runners"][context]
-
-                def run(mode: str, modes: dict[str, Any] = modes) -> int:
-                    step, reset = modes[mode]
-                    elapsed = bench.time_ns(step)
-                    reset()
-                    return elapsed
-
-                label = f"Llama {count}t context {context}"
-                beside = floor()
-                kernel = fastest_read(beside, reader.read)
-                with torch.inference_mode():
-                    order, durations, round_floor = harness.time_rounds(
-                        llama_modes.LLAMA_MODES, run, rounds, args.warmup, progress, label,
-                        before_round=functools.partial(reader.one, kernel))
-                groups.append({"threads": count, "context": context, "order": order, "floor_ns": beside,
-                               "round_floor": {"kernel": kernel, "durations_ns": round_floor}})
-                cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": durations[mode]}
-                          for mode in llama_modes.LLAMA_MODES]
-                progress.note(f"{label}: median " + ", ".join(f"{m} {median(d) / 1e6:.1f} ms"
-                                                              for m, d in durations.items()))
+        attempts = measured_groups(keys, measure, rates, progress, rounds)
     finally:
         progress.close()
+    groups, cells = [], []
+    for (count, context), tries in attempts.items():
+        kept = llama_modes.kept_attempt([rates(attempt) for attempt in tries])
+        chosen = tries[kept]
+        groups.append({"threads": count, "context": context, "order": chosen["order"], "floor_ns": chosen["floor_ns"],
+                       "round_floor": chosen["round_floor"],
+                       "set_aside": [attempt for index, attempt in enumerate(tries) if index != kept]})
+        cells += [{"mode": mode, "threads": count, "context": context, "durations_ns": chosen["durations_ns"][mode]}
+                  for mode in llama_modes.LLAMA_MODES]
     quality = measure_quality(prepared, threads[-1], args.seed)
     torch.set_num_threads(args.threads)
     return {"preset": args.llama_preset, "model": prepared["model"].config.as_record(), "weights": prepared["weights"],
@@ -376,6 +411,7 @@ def section(args: argparse.Namespace, threads: list[int], prepared: dict[str, An
             "served_kernels": prepared["served_kernels"], "served_way": prepared["served_way"],
             "int8_reference": ROUND_TRIP, "quality": quality,
             "groups": groups, "cells": cells,
+            "remeasure": {"slowed": llama_modes.LLAMA_SLOWED, "limit": llama_modes.LLAMA_REMEASURE},
             "wall_time_s": (prepared["prepare_ns"] + time.perf_counter_ns() - started) / 1e9}
 
 

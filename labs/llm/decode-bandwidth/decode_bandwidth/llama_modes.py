@@ -48,6 +48,14 @@ LLAMA_BATCH = 1
 # half of the per-round ratios (the noise a 'faster' must clear) is read over 5 rounds, not 2. Each round costs one
 # step of every mode and one pass of the floor's read kernel: about 0.4 s at 1,024 positions on a 2-core machine.
 LLAMA_ROUNDS = 11
+# A group whose floor reads ran more than LLAMA_SLOWED slower (median against the fastest read at its thread count
+# anywhere in the section) had something else using the memory while it ran: a pure read slows more under a
+# neighbour than a step, so its ratios price the neighbour. Such a group is measured again, the most slowed first,
+# up to LLAMA_REMEASURE times in a section (about 7 s each at one thread); the attempt whose reads ran fastest is the
+# one the page reads, and every attempt stays in the record. On a quiet 2-core Xeon the groups' medians sat 2-6%
+# under the fastest read; a run disturbed for some seconds read 12% and 3.2x slower in two groups.
+LLAMA_SLOWED = 0.10
+LLAMA_REMEASURE = 3
 # float32 through 30 layers: the two step logits differ only in summation order; the KV-cache lab's parity tests
 # on the same weights use the same bounds (logits reach about 40).
 LLAMA_ATOL = 1e-3
@@ -107,6 +115,30 @@ def quality_positions(max_positions: int) -> int:
     """The positions the int8 quality is scored over: QUALITY_POSITIONS, fewer only where the model holds fewer
     (each scored position needs its next token)."""
     return min(QUALITY_POSITIONS, max_positions - 1)
+
+def floor_slowdown(rates: Sequence[float], fastest_read: float) -> float:
+    """How far below ``fastest_read`` (bytes per second) the median of a group's round read ``rates`` lies, as a share
+    of it: 0 for a group whose reads ran at the fastest seen."""
+    return 1 - median(rates) / fastest_read
+
+
+def most_slowed(attempts: Mapping[Any, Sequence[Sequence[float]]], threads: Mapping[Any, int]) -> Any | None:
+    """The group to measure again: the one whose kept attempt (``kept_attempt``) lies furthest below the fastest
+    round read at its thread count over every attempt, where that is more than LLAMA_SLOWED; None where none is.
+    ``attempts`` maps a group's key to its attempts' round read rates, ``threads`` a key to its thread count."""
+    fastest = {}
+    for key, tries in attempts.items():
+        fastest[threads[key]] = max([fastest.get(threads[key], 0.0), *(rate for rates in tries for rate in rates)])
+    slowed = {key: floor_slowdown(tries[kept_attempt(tries)], fastest[threads[key]]) for key, tries in attempts.items()}
+    worst = max(slowed, key=lambda key: slowed[key], default=None)
+    return worst if worst is not None and slowed[worst] > LLAMA_SLOWED else None
+
+
+def kept_attempt(tries: Sequence[Sequence[float]]) -> int:
+    """Which of a group's attempts (each its round read rates) the page reads: the one whose reads' median ran
+    fastest, the first on a tie."""
+    return max(range(len(tries)), key=lambda index: (median(tries[index]), -index))
+
 
 def fastest_kernel(row: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
     """The kernel with the least time per matrix in a measured row of the kernel table (the first on a tie),

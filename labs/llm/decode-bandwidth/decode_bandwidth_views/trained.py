@@ -425,7 +425,35 @@ def trained_paired_view(record: dict[str, Any]) -> Block:
         "rotates from round to round. A ratio is taken within a round, where whatever the machine was doing at "
         "that moment slowed both of its sides, and the page quotes the median of those ratios. It calls one step "
         "faster than another only where their middle half lies wholly on one side of 1; absolute times in the "
-        "tables are this run's.", *filter(None, [below_floor_sentence(groups)])], tables=[table])
+        "tables are this run's.", remeasure_sentence(record), *filter(None, [below_floor_sentence(groups)])],
+        tables=[table])
+
+
+def remeasure_sentence(record: dict[str, Any]) -> str:
+    """Which groups were measured again because their floor reads ran slowed (llama_modes.most_slowed), how far
+    each attempt's reads lay under the fastest at its thread count, and which attempt the tables read; or, where
+    none was, how far the most slowed group's reads lay."""
+    section, groups = record["llama"], llama_groups(record)
+    rule = section["remeasure"]
+    threshold = format_percent(rule["slowed"])
+    again = {key: group for key, group in groups.items() if group["set_aside"]}
+    if not again:
+        (threads, context), worst = max(groups.items(), key=lambda item: item[1]["floor_slowdown"])
+        return (f"A group whose floor reads ran more than {threshold} under the fastest read at its thread count is "
+                f"measured again (something else was using the memory then, and a pure read suffers more from that "
+                f"than a step does). None did here: the furthest under was {threads_text(threads)} at context "
+                f"{context:,}, at {format_percent(max(worst['floor_slowdown'], 0.0))}.")
+    where = join([f"{threads_text(threads)} at context {context:,} ("
+                  + ", then ".join(format_percent(attempt["floor_slowdown"]) for attempt in group["set_aside"])
+                  + f" under; kept: {format_percent(group['floor_slowdown'])})"
+                  for (threads, context), group in again.items()])
+    still = [key for key, group in again.items() if group["floor_slowdown"] > rule["slowed"]]
+    return (f"A group whose floor reads ran more than {threshold} under the fastest read at its thread count was "
+            f"measured again, up to {rule['limit']} times in the run: something else was using the memory then, "
+            f"and a pure read suffers more from that than a step does. That happened for {where}. The tables read "
+            "the attempt whose reads ran fastest; the record keeps every attempt."
+            + (f" {len(still)} of them stayed above {threshold} after every attempt, so treat their ratios as "
+               "this machine's noise." if still else ""))
 
 
 def below_floor_sentence(groups: dict[tuple[int, int], dict[str, Any]]) -> str | None:

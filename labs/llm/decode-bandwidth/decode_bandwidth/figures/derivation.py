@@ -13,7 +13,14 @@ from typing import Any
 
 from decode_bandwidth.floors import best_rate, kernel_bytes, square_matmul_flops
 from decode_bandwidth.grid import BASELINE, COMPILED, LAYOUT_KERNELS, OURS, Cell, Group, group_key, headline_key
-from decode_bandwidth.llama_modes import LLAMA_BASELINE, LLAMA_DTYPE, LLAMA_INT8, LLAMA_OURS, LLAMA_WEIGHTS
+from decode_bandwidth.llama_modes import (
+    LLAMA_BASELINE,
+    LLAMA_DTYPE,
+    LLAMA_INT8,
+    LLAMA_OURS,
+    LLAMA_WEIGHTS,
+    floor_slowdown,
+)
 from decode_bandwidth.traffic import MATRICES, dims, kind_bytes, kv_crossover, matrix_shapes, step_bytes
 from labkit.figures import Figures, JsonPath, tolerance_bound
 from labkit.summary import as_number, median, paired, parted, side_of_one
@@ -57,6 +64,7 @@ def derive(record: dict[str, Any]) -> Figures:
     profile_figures(record, rates, medians, figures)
     variant_figures(record, rates, medians, figures)
     llama_figures(record, rates, figures)
+    slowdown_figures(record, figures)
     step_sized_figures(record, figures)
     client = record["client"]
     summaries = {mode: client_summary(entry["token_times_ns"], client["new_tokens"])
@@ -275,11 +283,35 @@ def variant_figures(record: Mapping[str, Any], rates: Rates, medians: Mapping[Ce
     figures.add(("variants", "dtype", "matrix_share_of_extra"), shares, how)
 
 
-def round_rates(machine: Mapping[str, Any], group: Mapping[str, Any]) -> list[float]:
-    """The read rate of each paired round of a trained-model group: its kernel's bytes over that round's pass."""
-    threads, read = str(group["threads"]), group["round_floor"]
-    moved = machine["bandwidth"][threads]["kernels"][read["kernel"]]["bytes"]
+def round_rates(machine: Mapping[str, Any], group: Mapping[str, Any], threads: int | None = None) -> list[float]:
+    """The read rate of each paired round of a trained-model group (or of one of its set-aside attempts, at
+    ``threads``): its kernel's bytes over that round's pass."""
+    read = group["round_floor"]
+    moved = machine["bandwidth"][str(group["threads"] if threads is None else threads)]["kernels"][read["kernel"]]["bytes"]
     return [moved / ns * 1e9 for ns in read["durations_ns"]]
+
+
+def attempt_rates(machine: Mapping[str, Any], group: Mapping[str, Any]) -> list[list[float]]:
+    """Every attempt at a trained-model group, the kept one first, as its rounds' read rates."""
+    return [round_rates(machine, group)] + [round_rates(machine, attempt, group["threads"])
+                                            for attempt in group["set_aside"]]
+
+
+def slowdown_figures(record: Mapping[str, Any], figures: Figures) -> None:
+    """How far each trained-model group's floor reads (and each set-aside attempt's) ran under the fastest round
+    read at its thread count over every attempt: the measure by which the benchmark chose what to measure again."""
+    section, machine = record["llama"], record["hardware"]
+    fastest: dict[int, float] = {}
+    for group in section["groups"]:
+        for rates in attempt_rates(machine, group):
+            fastest[group["threads"]] = max(fastest.get(group["threads"], 0.0), *rates)
+    for index, group in enumerate(section["groups"]):
+        where, top = ("llama", "groups", index), fastest[group["threads"]]
+        kept, *aside = attempt_rates(machine, group)
+        how = "1 - its rounds' median read rate / the fastest round read at its thread count"
+        figures.add((*where, "floor_slowdown"), floor_slowdown(kept, top), how)
+        for number, rates in enumerate(aside):
+            figures.add((*where, "set_aside", number, "floor_slowdown"), floor_slowdown(rates, top), how)
 
 
 def llama_figures(record: Mapping[str, Any], rates: Rates, figures: Figures) -> None:

@@ -27,6 +27,7 @@ from decode_bandwidth.llama_modes import (
     QUALITY_POSITIONS,
     fastest_attention,
     fastest_kernel,
+    kept_attempt,
     kernel_set,
     quality_positions,
     set_candidates,
@@ -38,7 +39,7 @@ from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.traffic import llama_step_bytes
 
 from ..llama_modes import LLAMA_CHECKED
-from .derivation import hardware_figures, memory_floor_ns
+from .derivation import attempt_rates, hardware_figures, memory_floor_ns
 from .formulas import llama_grid, rotations
 
 
@@ -320,13 +321,12 @@ def check_llama(record: dict[str, Any], source: str) -> None:
             refuse(source, (*where, "groups", index, "threads"), f"is {group['threads']}, a thread count the hardware "
                    f"section did not measure in {LLAMA_DTYPE}")
         check_beside(measured, group, (*where, "groups", index), source)
-        read = group["round_floor"]
-        if read["kernel"] not in group["floor_ns"]:
-            refuse(source, (*where, "groups", index, "round_floor", "kernel"), f"is {read['kernel']!r}, not one of the "
-                   f"read kernels of the group's own pass ({sorted(group['floor_ns'])})")
-        if len(read["durations_ns"]) != repeats:
-            refuse(source, (*where, "groups", index, "round_floor", "durations_ns"), f"holds "
-                   f"{len(read['durations_ns'])} passes; one per round needs repeats = {repeats}")
+        check_round_floor(group, repeats, (*where, "groups", index), source)
+        check_set_aside(measured, group, repeats, (*where, "groups", index), source)
+    aside = sum(len(group["set_aside"]) for group in section["groups"])
+    if aside > section["remeasure"]["limit"]:
+        refuse(source, (*where, "groups"), f"set aside {aside} attempts; the section measures again at most "
+               f"{section['remeasure']['limit']} times (remeasure.limit)")
     cells = [(cell["threads"], cell["context"], cell["mode"]) for cell in section["cells"]]
     expected = [(*key, mode) for key in keys for mode in LLAMA_MODES]
     if cells != expected:
@@ -372,6 +372,37 @@ def check_quality(record: dict[str, Any], source: str) -> None:
         if not 1 <= len(ids) <= greedy["new_tokens"]:
             refuse(source, (*where, "greedy", "ids", name), f"holds {len(ids)} tokens, 1 to {greedy['new_tokens']} "
                    "were asked for")
+
+
+def check_round_floor(attempt: dict[str, Any], repeats: int, where: JsonPath, source: str) -> None:
+    """An attempt's rounds read the floor by one of its own pass's kernels, once per round."""
+    read = attempt["round_floor"]
+    if read["kernel"] not in attempt["floor_ns"]:
+        refuse(source, (*where, "round_floor", "kernel"), f"is {read['kernel']!r}, not one of the read kernels of "
+               f"the group's own pass ({sorted(attempt['floor_ns'])})")
+    if len(read["durations_ns"]) != repeats:
+        refuse(source, (*where, "round_floor", "durations_ns"), f"holds {len(read['durations_ns'])} passes; one per "
+               f"round needs repeats = {repeats}")
+
+
+def check_set_aside(machine: dict[str, Any], group: dict[str, Any], repeats: int, where: JsonPath,
+                    source: str) -> None:
+    """A group's set-aside attempts were timed as the group was (every mode once per round, rotated), and the
+    attempt the group keeps is the one whose reads ran fastest, as the benchmark chose (llama_modes.kept_attempt)."""
+    for number, attempt in enumerate(group["set_aside"]):
+        at = (*where, "set_aside", number)
+        if attempt["order"] != rotations(LLAMA_MODES, repeats):
+            refuse(source, (*at, "order"), f"is not {repeats} rotations of {LLAMA_MODES}")
+        check_beside(machine, {**attempt, "threads": group["threads"]}, at, source)
+        check_round_floor(attempt, repeats, at, source)
+        if sorted(attempt["durations_ns"]) != sorted(LLAMA_MODES) or any(
+                len(times) != repeats for times in attempt["durations_ns"].values()):
+            refuse(source, (*at, "durations_ns"), f"must hold {repeats} steps of each of {LLAMA_MODES}")
+    if group["set_aside"]:
+        tries = attempt_rates(machine, group)
+        if kept_attempt(tries) != 0:
+            refuse(source, (*where, "round_floor"), f"is an attempt whose reads' median ran slower than set_aside "
+                   f"{kept_attempt(tries) - 1}'s; the group keeps the attempt whose reads ran fastest")
 
 
 def check_beside(machine: dict[str, Any], group: dict[str, Any], where: JsonPath, source: str) -> None:
