@@ -34,9 +34,20 @@
 #endif
 
 #define BLOCK_ROWS 4
+/* Each product asks for its weights ahead of the block it reads, into the second-level cache (hint T1; a hint past a
+ * matrix's end is harmless, hints never fault). Into the first-level cache (T0) a profile put most of the step's
+ * samples on the load just after each hint, which is how a core looks whose line-fill buffers are all taken; into
+ * L2 the same step read its weights faster, on a 2-core Xeon at context 128 (variants alternating in one process):
+ * float32 from 52.8 to 44.8 ms on one thread and 27.4 to 23.2 ms on two, int8 from 18.3 to 16.1 ms and 10.7 to
+ * 9.1 ms (with no hint, int8 took 22.1 ms). float32 is asked for 8 KiB ahead (most of a four-row block of 576
+ * columns), int8 for 4 KiB (almost two blocks); 2 to 16 KiB measured alike. */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 4096
 #endif
+#ifndef PREFETCH_BYTES_F32
+#define PREFETCH_BYTES_F32 8192
+#endif
+#define PREFETCH_HINT _MM_HINT_T1
 
 typedef struct {
     long layers, width, heads, kv_heads, head_dim, hidden, vocab;
@@ -62,6 +73,8 @@ static inline __attribute__((always_inline)) void block_f32(const float *__restr
 #if defined(STEP_AVX2)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (long i = 0; i < cols; i += 8, p += 32) {
+        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32, PREFETCH_HINT);  /* this step's 128 bytes, ahead */
+        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32 + 64, PREFETCH_HINT);
         const __m256 xv = _mm256_loadu_ps(x + i);
         a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p), a0);
         a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 8), a1);
@@ -88,7 +101,7 @@ static inline __attribute__((always_inline)) void block_int8(const float *__rest
     const char *ahead = (const char *)p + PREFETCH_BYTES;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (long i = 0; i < cols; i += 8, p += 32) {
-        if ((i & 15) == 0) _mm_prefetch(ahead + 4 * i, _MM_HINT_T0);  /* 64 bytes per 16 columns */
+        if ((i & 15) == 0) _mm_prefetch(ahead + 4 * i, PREFETCH_HINT);  /* 64 bytes per 16 columns */
         const __m256 xv = _mm256_loadu_ps(x + i);
         a0 = _mm256_fmadd_ps(xv, WIDEN8(p), a0);
         a1 = _mm256_fmadd_ps(xv, WIDEN8(p + 8), a1);
