@@ -42,6 +42,18 @@ def tests_view(evidence: Evidence) -> str:
     return render("tests.html.j2", summary=summary, command=report["command"], rows=rows)
 
 
+def huge_pages_text(memory: dict[str, object]) -> str:
+    """Whether torch asked for 2 MiB pages, and whether the kernel's transparent huge page mode could grant them."""
+    mode = memory["transparent_huge_pages"]
+    asked = "asked for by torch's allocator for every allocation of 2 MiB or more" if memory["torch_huge_pages"] \
+        else "not asked for by torch's allocator"
+    if mode is None:
+        return f"{asked}; this kernel reports no transparent huge pages"
+    return f"{asked}; the kernel's transparent huge pages: {mode}" + (
+        " (so none were granted)" if mode == "never" and memory["torch_huge_pages"] else
+        " (granted to every large allocation, asked or not)" if mode == "always" else "")
+
+
 def environment_view(evidence: Evidence) -> str:
     env = evidence.record["environment"]
     git = env["git"]
@@ -57,6 +69,7 @@ def environment_view(evidence: Evidence) -> str:
         ("Architecture", env["cpu"]["machine"]),
         ("Operating system", f"{env['os']['system']} {env['os']['release']}"),
         ("C library", env["os"].get("libc") or "unknown"),
+        ("Huge pages", huge_pages_text(env["memory"])),
         ("Git commit", commit),
         ("Recorded (UTC)", evidence.record["created_utc"]),
         ("Command", evidence.record["command"]),

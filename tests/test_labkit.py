@@ -322,6 +322,34 @@ def test_the_launcher_leaves_without_an_interpreter_shutdown_for_a_signal_to_lan
     assert (finished.returncode, finished.stdout, finished.stderr) == (0, "benchmark: wrote the record\n", "")
 
 
+def test_the_launcher_asks_for_huge_pages_before_torch_loads_unless_told_otherwise(tmp_path: Path) -> None:
+    # the benchmark module reports what its environment held when it was imported, and what the record will say
+    (tmp_path / "fake_benchmark.py").write_text(textwrap.dedent('''
+        import os, sys
+        from labkit.environment import memory
+        def main(argv):
+            print(os.environ.get("THP_MEM_ALLOC_ENABLE"), memory()["torch_huge_pages"], "torch" in sys.modules)
+            return 0
+    '''))
+    for given, expected in ((None, "1 True False"), ("0", "0 False False")):
+        env = build_env(PYTHONPATH=str(tmp_path))
+        env.pop("THP_MEM_ALLOC_ENABLE", None)
+        if given is not None:
+            env["THP_MEM_ALLOC_ENABLE"] = given
+        finished = run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], "the launcher to run",
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+        assert (finished.returncode, finished.stdout.strip()) == (0, expected)
+
+
+def test_the_kernels_huge_page_mode_is_the_bracketed_word_or_none(tmp_path: Path) -> None:
+    from labkit.environment import memory
+
+    mode = tmp_path / "enabled"
+    mode.write_text("always [madvise] never\n")
+    assert memory(mode)["transparent_huge_pages"] == "madvise"
+    assert memory(tmp_path / "missing")["transparent_huge_pages"] is None
+
+
 def test_the_launcher_refuses_a_malformed_run_in_one_line_before_it_imports_the_benchmark(tmp_path: Path) -> None:
     (tmp_path / "fake_benchmark.py").write_text("raise SystemExit('imported')\n")
     finished = run([sys.executable, "-m", "labkit.launch", "fake_benchmark"], "the launcher to refuse the run",

@@ -620,3 +620,14 @@ def test_a_blocks_sources_are_https_links_with_escaped_text() -> None:
     for url in ("javascript:alert(1)", "http://example.com", ""):
         with pytest.raises(ValueError, match="must link to an https:// page"):
             Block(sources=[("x", url)])
+
+
+def test_the_environment_says_whether_huge_pages_were_asked_for_and_could_be_granted() -> None:
+    from site_hooks.views import huge_pages_text
+
+    asked = huge_pages_text({"torch_huge_pages": True, "transparent_huge_pages": "madvise"})
+    assert asked == ("asked for by torch's allocator for every allocation of 2 MiB or more; the kernel's transparent "
+                     "huge pages: madvise")
+    assert huge_pages_text({"torch_huge_pages": True, "transparent_huge_pages": "never"}).endswith("(so none were granted)")
+    assert huge_pages_text({"torch_huge_pages": False, "transparent_huge_pages": None}) == (
+        "not asked for by torch's allocator; this kernel reports no transparent huge pages")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -43,6 +44,21 @@ def is_record(path: str) -> bool:
     return path.startswith("results/") and path.endswith(".json") and not path.endswith(".schema.json")
 
 
+THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")  # e.g. "always [madvise] never"
+TORCH_HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"  # PyTorch's switch (labkit.launch.HUGE_PAGES sets it for benchmarks)
+
+
+def memory(mode_file: Path = THP_MODE) -> dict[str, object]:
+    """Whether torch asked for huge pages for its large allocations, and the kernel's transparent huge page mode
+    (the bracketed word of ``mode_file``; None where the kernel has no such file)."""
+    try:
+        found = re.search(r"\[(\w+)\]", mode_file.read_text(encoding="utf-8"))
+    except OSError:
+        found = None
+    return {"torch_huge_pages": os.environ.get(TORCH_HUGE_PAGES, "") == "1",
+            "transparent_huge_pages": found.group(1) if found else None}
+
+
 def capture_environment(root: Path, ignore: tuple[str, ...] = (), sources: tuple[str, ...] = ()) -> dict[str, object]:
     """The environment block of a measurement record."""
     import torch  # here, not at the top: the site hook uses this module's torch-free helpers
@@ -61,5 +77,6 @@ def capture_environment(root: Path, ignore: tuple[str, ...] = (), sources: tuple
         },
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "machine": platform.machine()},
         "os": {"system": platform.system(), "release": platform.release(), "libc": "-".join(platform.libc_ver())},
+        "memory": memory(),
         "git": git_state(root, ignore, sources),
     }

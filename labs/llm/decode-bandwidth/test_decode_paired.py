@@ -72,5 +72,20 @@ class MeasuredAgain(unittest.TestCase):
         self.assertIn("1 of them stayed above 10% after every attempt", text)
 
 
+class HugePages(unittest.TestCase):
+    def test_the_page_says_whether_the_tensors_sat_on_huge_pages(self) -> None:
+        from decode_bandwidth_views.floor import pages_sentence
+
+        for memory in ({"torch_huge_pages": True, "transparent_huge_pages": "madvise"},
+                       {"torch_huge_pages": False, "transparent_huge_pages": "always"}):
+            with self.subTest(memory=memory):
+                self.assertIn("was allocated on 2 MiB pages", pages_sentence(memory))
+        for memory in ({"torch_huge_pages": True, "transparent_huge_pages": "never"},
+                       {"torch_huge_pages": False, "transparent_huge_pages": "madvise"},
+                       {"torch_huge_pages": True, "transparent_huge_pages": None}):
+            with self.subTest(memory=memory):
+                self.assertIn("sat on 4 KiB pages", pages_sentence(memory))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -42,7 +42,23 @@ def machine_paragraphs(machine: dict[str, Any]) -> list[str]:
 def floor_drift_view(record: dict[str, Any]) -> Block:
     """How the floor moved through the run, and which floor bounds the trained step: the page folds it away."""
     sized = step_sized_sentence(record)
-    return Block(paragraphs=[beside_sentence(record["hardware"]), *([sized] if sized else [])])
+    return Block(paragraphs=[beside_sentence(record["hardware"]), *([sized] if sized else []),
+                             pages_sentence(record["environment"]["memory"])])
+
+
+def pages_sentence(memory: dict[str, Any]) -> str:
+    """Whether the weights, caches and floor buffer sat on huge pages: where they sit moved a step's time from one
+    process to the next (labkit.launch.HUGE_PAGES), which no pairing within a run can see."""
+    mode = memory["transparent_huge_pages"]  # "always" grants them unasked, "madvise" to who asks
+    granted = mode == "always" or (mode == "madvise" and memory["torch_huge_pages"])
+    if granted:
+        return ("Every tensor of 2 MiB or more (the weights, their packed copies, the caches and the floor's buffer) "
+                "was allocated on 2 MiB pages. On 4 KiB pages, where a step's weights happened to land moved its time "
+                "from one process to the next, a shift that rounds within one run cannot see and the next run would "
+                "not repeat.")
+    return ("This run's tensors sat on 4 KiB pages (the kernel grants huge pages only to who asks, and torch did not ask, or it grants none), so "
+            "where a step's weights happened to land can move its time from one process to the next, a shift that "
+            "rounds within one run cannot see.")
 
 
 def beside_sentence(machine: dict[str, Any]) -> str:
