@@ -53,8 +53,8 @@ def pages_sentence(memory: dict[str, Any]) -> str:
     granted = mode == "always" or (mode == "madvise" and memory["torch_huge_pages"])
     if granted:
         return ("Every tensor of 2 MiB or more (the weights, their packed copies, the caches and the floor's buffer) "
-                "was allocated on 2 MiB pages. On 4 KiB pages, where a step's weights happened to land moved its time "
-                "from one process to the next, a shift that rounds within one run cannot see and the next run would "
+                "was allocated on 2 MiB pages. On 4 KiB pages, where a step's weights happen to land can move its time "
+                "from one process to the next, a shift that rounds within one run cannot see and the next run need "
                 "not repeat.")
     return ("This run's tensors sat on 4 KiB pages (the kernel grants huge pages only to who asks, and torch did not ask, or it grants none), so "
             "where a step's weights happened to land can move its time from one process to the next, a shift that "

@@ -440,8 +440,8 @@ def remeasure_sentence(record: dict[str, Any]) -> str:
     if not again:
         (threads, context), worst = max(groups.items(), key=lambda item: item[1]["floor_slowdown"])
         return (f"A group whose floor reads ran more than {threshold} under the fastest read at its thread count is "
-                f"measured again (something else was using the memory then, and a pure read suffers more from that "
-                f"than a step does). None did here: the furthest under was {threads_text(threads)} at context "
+                f"measured again: most likely something else was using the memory then, and a pure read suffers more "
+                f"from that than a step does. None did here: the furthest under was {threads_text(threads)} at context "
                 f"{context:,}, at {format_percent(max(worst['floor_slowdown'], 0.0))}.")
     where = join([f"{threads_text(threads)} at context {context:,} ("
                   + ", then ".join(format_percent(attempt["floor_slowdown"]) for attempt in group["set_aside"])
@@ -449,8 +449,8 @@ def remeasure_sentence(record: dict[str, Any]) -> str:
                   for (threads, context), group in again.items()])
     still = [key for key, group in again.items() if group["floor_slowdown"] > rule["slowed"]]
     return (f"A group whose floor reads ran more than {threshold} under the fastest read at its thread count was "
-            f"measured again, up to {rule['limit']} times in the run: something else was using the memory then, "
-            f"and a pure read suffers more from that than a step does. That happened for {where}. The tables read "
+            f"measured again, up to {rule['limit']} times in the run: most likely something else was using the "
+            f"memory then, and a pure read suffers more from that than a step does. That happened for {where}. The tables read "
             "the attempt whose reads ran fastest; the record keeps every attempt."
             + (f" {len(still)} of them stayed above {threshold} after every attempt, so treat their ratios as "
                "this machine's noise." if still else ""))
