@@ -18,8 +18,8 @@
  * batch's rows (at batch 1, one thread); each ends in the team's barrier. Products read four rows at once with one load of x serving all four, so
  * each row keeps its own sum and the four multiply-add chains overlap (one chain alone waits on its own latency:
  * the int8 loop over one row at a time streamed about 8 GB/s on a 2-core AMD EPYC). Where the compiler targets
- * AVX2 and FMA the block goes through 8-lane registers, where it targets AVX-512 through 16-lane ones (STEP_AVX512);
- * elsewhere plain loops the compiler vectorises as it can.
+ * AVX2 and FMA the block goes through 8-lane registers (int8 through 16-lane ones where it targets AVX-512:
+ * STEP_AVX512); elsewhere plain loops the compiler vectorises as it can.
  * Built by llm_models/native.py with -fassociative-math: sums run in another order than a sequential loop's, as
  * any BLAS's do (the step is held to the decoder's logits within the decode lab's fast-mode tolerance).
  */
@@ -33,11 +33,12 @@
 #if defined(VECTOR_MATH_AVX2)
 #define STEP_AVX2 1
 #endif
-/* Where the compiler targets AVX-512, the products take 16 columns a step instead of 8: the same packed layout, each
- * row's two runs of 8 joined into one register (one load and one insert), so each instruction that widens, converts
- * or multiplies does twice the work. Alternating with the 8-lane loop in one process on a 2-core Xeon at context
- * 128: float32 48.0 -> 41.4 ms on one thread and 24.9 -> 22.0 ms on two, int8 15.1 -> 13.5 ms and 8.5 -> 7.5 ms:
- * with the hints below keeping memory busy, the loop's instructions were what a step waited on. The sums run in
+/* Where the compiler targets AVX-512, the int8 product takes 16 columns a step instead of 8: the same packed layout,
+ * each row's two runs of 8 codes joined into one register, so each instruction that widens, converts or multiplies
+ * does twice the work. Alternating with the 8-lane loop in one process on a 2-core Xeon at context 128, int8 took
+ * 15.1 -> 13.5 ms on one thread and 8.5 -> 7.5 ms on two: with the hints below keeping memory busy, the loop's
+ * instructions were what an int8 step waited on. The float32 product stays at 8 lanes: 16 bought it 2-7% in the
+ * decode lab's rounds, while the server's step, as a client saw it, went from 43 to 49 ms a token. The sums run in
  * another order (16 lanes, then any last 8 columns through the 8-lane loop): logits move by about 1e-4. */
 #if defined(STEP_AVX2) && defined(__AVX512F__)
 #define STEP_AVX512 1
@@ -80,34 +81,7 @@ typedef struct {
 static inline __attribute__((always_inline)) void block_f32(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ out, long b,
                       long cols) {
     const float *__restrict__ p = w + b * BLOCK_ROWS * cols;
-#if defined(STEP_AVX512)
-    __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
-    long i = 0;
-    for (; i + 16 <= cols; i += 16, p += 64) {
-        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32, PREFETCH_HINT);
-        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32 + 64, PREFETCH_HINT);
-        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32 + 128, PREFETCH_HINT);
-        _mm_prefetch((const char *)p + PREFETCH_BYTES_F32 + 192, PREFETCH_HINT);
-        const __m512 xv = _mm512_loadu_ps(x + i);
-/* 16 weights of one row, its run of 8 at q and its next run 32 floats on */
-#define F16(q) _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(q))), \
-                                                      _mm256_castps_pd(_mm256_loadu_ps((q) + 32)), 1))
-        b0 = _mm512_fmadd_ps(xv, F16(p), b0);
-        b1 = _mm512_fmadd_ps(xv, F16(p + 8), b1);
-        b2 = _mm512_fmadd_ps(xv, F16(p + 16), b2);
-        b3 = _mm512_fmadd_ps(xv, F16(p + 24), b3);
-    }
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i < cols; i += 8, p += 32) {
-        const __m256 xv = _mm256_loadu_ps(x + i);
-        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p), a0);
-        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 8), a1);
-        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 16), a2);
-        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(p + 24), a3);
-    }
-    out[0] = _mm512_reduce_add_ps(b0) + sum8(a0); out[1] = _mm512_reduce_add_ps(b1) + sum8(a1);
-    out[2] = _mm512_reduce_add_ps(b2) + sum8(a2); out[3] = _mm512_reduce_add_ps(b3) + sum8(a3);
-#elif defined(STEP_AVX2)
+#if defined(STEP_AVX2)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (long i = 0; i < cols; i += 8, p += 32) {
         _mm_prefetch((const char *)p + PREFETCH_BYTES_F32, PREFETCH_HINT);  /* this step's 128 bytes, ahead */
