@@ -16,8 +16,8 @@ FLOAT64_SHRINK = 1e3  # float64 error this many times smaller than float32 reads
 
 
 def stored_statistics(record: dict[str, Any]) -> pd.DataFrame:
-    """The record's stored min/median/max and spread per (length, mode) and its repetitions: checked against
-    the raw durations by the build (labkit.summary.sweep_figures) before any view reads them."""
+    """The min/median/max and spread per (length, mode) and the repetitions: derived from the record's raw
+    durations by the build (labkit.summary.sweep_figures) before any view reads them."""
     rows = [{"length": entry["length"], "mode": mode, **{name: values[name] for name in STATISTICS},
              "spread": values["spread"], "repeats": len(values["durations_ns"])}
             for entry in record["lengths"] for mode, values in entry["modes"].items()]
@@ -25,7 +25,7 @@ def stored_statistics(record: dict[str, Any]) -> pd.DataFrame:
 
 
 def stored_speedups(record: dict[str, Any], mode: str, name: str) -> pd.Series:
-    """One stored speedup figure of ``mode`` per length: 'ratio_of_medians' (baseline / mode), 'median_gap_ns'."""
+    """One speedup figure of ``mode`` per length, derived from the record: 'ratio_of_medians' (baseline / mode), 'median_gap_ns'."""
     return pd.Series({entry["length"]: entry["speedup"][mode][name] for entry in record["lengths"]})
 
 
@@ -111,7 +111,7 @@ def trend_text(ratio: dict[int, float]) -> str:
 
 
 def gap_sentences(ratio: pd.Series, gap: pd.Series, mode: str, baseline: str) -> list[str]:
-    """How the ratio of medians moved over the sweep, and the stored gap between the medians (baseline - mode)
+    """How the ratio of medians moved over the sweep, and the derived gap between the medians (baseline - mode)
     at both ends when the baseline was the slower at both."""
     lengths = list(ratio.index)
     if len(lengths) < 2:

@@ -216,7 +216,7 @@ def timing_chart(evidence: Evidence, per_step: bool) -> str:
     unit = "µs per decode step" if per_step else "ms per measured run"
 
     def stored(mode: str, name: str) -> list[float]:
-        """The stored statistic per step in µs, or per run in ms."""
+        """The statistic derived from the record, per step in µs or per run in ms."""
         return [e["modes"][mode]["per_step"][name] / 1e3 if per_step else e["modes"][mode][name] / 1e6
                 for e in entries]
 

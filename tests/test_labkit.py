@@ -486,3 +486,51 @@ def test_make_counts_as_stopping_only_with_sigint_blocked_and_no_longer_caught(s
     finally:
         process.kill()
         process.wait()
+
+
+def fake_suite(folder: Path, apart_body: str = "self.assertTrue(True)") -> Path:
+    """Two test files, the second meant to run apart: each test writes its process id beside the files."""
+    for name, body in (("test_main.py", "self.assertTrue(True)"), ("test_slow.py", apart_body)):
+        (folder / name).write_text(textwrap.dedent(f"""
+            import os, unittest
+            from pathlib import Path
+            class T(unittest.TestCase):
+                def test_one(self):
+                    (Path(__file__).parent / ("pid-" + Path(__file__).stem)).write_text(str(os.getpid()))
+                    {body}
+        """))
+    return folder
+
+
+def report_of(folder: Path, *options: str) -> tuple[int, dict[str, object], str]:
+    output = folder / "report.json"
+    done = run([sys.executable, "-m", "labkit.testreport", "--start", str(folder), "--pattern", "test_*.py",
+                "--output", str(output), *options], "the test report", capture_output=True, text=True)
+    report = json.loads(output.read_text()) if output.exists() else {}
+    return done.returncode, report, done.stderr
+
+
+def test_a_file_run_apart_runs_in_another_process_and_its_tests_are_in_the_one_report(tmp_path: Path) -> None:
+    code, report, _ = report_of(fake_suite(tmp_path), "--apart", "test_slow.py")
+    assert code == 0 and report["successful"] and (report["ran"], report["passed"]) == (2, 2)
+    assert sorted(entry["group"] for entry in report["tests"]) == ["test_main.T", "test_slow.T"]
+    assert (tmp_path / "pid-test_main").read_text() != (tmp_path / "pid-test_slow").read_text()
+
+
+def test_a_failure_in_a_file_run_apart_fails_the_whole_report(tmp_path: Path) -> None:
+    code, report, log = report_of(fake_suite(tmp_path, "self.fail('apart broke')"), "--apart", "test_slow.py")
+    assert code == 1 and not report["successful"] and (report["ran"], report["failed"]) == (2, 1)
+    assert [entry["outcome"] for entry in report["tests"] if entry["group"] == "test_slow.T"] == ["failed"]
+    assert "apart broke" in log  # the apart process's own log follows the rest
+
+
+def test_a_file_run_apart_that_crashes_is_an_error_naming_it(tmp_path: Path) -> None:
+    code, report, _ = report_of(fake_suite(tmp_path, "os._exit(3)"), "--apart", "test_slow.py")
+    assert code == 1 and not report["successful"] and report["errors"] == 1
+    assert [entry["id"] for entry in report["tests"] if entry["outcome"] == "error"] == ["test_slow.py (run apart)"]
+
+
+def test_a_file_to_run_apart_that_the_suite_does_not_have_is_refused_naming_it(tmp_path: Path) -> None:
+    code, report, log = report_of(fake_suite(tmp_path), "--apart", "test_missing.py")
+    assert code != 0 and report == {}
+    assert "test_missing.py named to run apart or alone is not a test file of" in log

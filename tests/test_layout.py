@@ -256,9 +256,10 @@ def production_modules() -> dict[Path, tuple[str, str]]:
 
 
 def test_no_mechanism_module_imports_a_figures_module() -> None:
-    """A constant or formula the timed code uses lives in a mechanism module, which the figures module imports
-    (and re-exports for the views and tests): so a derivation never stales a record, and a mechanism's constant
-    is measured where it is defined. The benchmark's entry may import its figures module, for ``derive``."""
+    """A constant or formula the timed code uses lives in a mechanism module; the figures module, the views and
+    the tests import it from there, not through the figures module: so a derivation never stales a record, and a
+    mechanism's constant is measured where it is defined. The benchmark's entry may import its figures module, for
+    ``derive``."""
     modules = production_modules()
     assert sum(kind == "mechanism" for _, kind in modules.values()) > 20  # the walk found the labs' mechanisms
     offending = {path.relative_to(ROOT).as_posix(): sorted(imported_figures(path))

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from labkit.figures import fill, path_text
-from labkit.manifest import Lab, discover_labs, load_lab
-from labkit.records import RecordError, atomic_write_json, load_record
+from labkit.figures import fill
+from labkit.manifest import Lab, ManifestError, discover_labs, load_lab
+from labkit.records import RecordError, atomic_write_json, load_record, path_text
 from labkit.summary import sweep_figures
 from labkit.testing import committed_record
 from labkit.waiting import run
@@ -502,6 +502,18 @@ def test_the_cached_test_report_is_keyed_on_the_sources_only_the_tests_import(tm
     serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
     assert "labs/llm/llm_models/llama/*.py" in serving.test_sources
     assert any(ROOT.glob("labs/llm/llm_models/llama/*.py"))
+
+
+@pytest.mark.parametrize("apart", ['["x/test_a.py"]', '"test_a.py"', '["test_a.txt"]', '[1]'])
+def test_files_to_run_apart_that_are_not_a_list_of_test_file_names_are_refused_naming_the_field(
+        tmp_path: Path, apart: str) -> None:
+    (tmp_path / "lab.toml").write_text(
+        'name = "l"\ntitle = "t"\nrecord = "r.json"\nschema = "s.json"\nbenchmark = ["b.py"]\n'
+        f'tests = {{ start = "x", pattern = "test_*.py", apart = {apart} }}\n')
+    with pytest.raises(ManifestError, match="field tests.apart must be a list of test file names"):
+        load_lab(tmp_path / "lab.toml", tmp_path)
+    serving = load_lab(ROOT / "labs" / "llm" / "kv-serving" / "lab.toml", ROOT)
+    assert all((ROOT / serving.tests[0] / name).is_file() for name in serving.tests_apart)
 
 
 # A record's strings, depth and text are bounded by the loader, whatever its lab's schema says: one line naming

@@ -28,7 +28,7 @@ HOSTILE = '<script>alert("x")</script> & --8<-- "/etc/passwd"'
 
 def set_medians(record: dict[str, Any], medians: dict[int, tuple[int, int]]) -> None:
     """Make every repetition equal, so each (full, cached) median is exactly what is given; then derive the
-    stored statistics and the lab's figures again, as the benchmark would have."""
+    statistics and the lab's figures again, as the site build does when it reads the record."""
     for entry in record["lengths"]:
         for mode, value in zip(("full", "cached"), medians[entry["length"]]):
             entry["modes"][mode].update(durations_ns=[value] * len(entry["order"]))

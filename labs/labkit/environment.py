@@ -45,7 +45,7 @@ def is_record(path: str) -> bool:
 
 
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")  # e.g. "always [madvise] never"
-TORCH_HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"  # PyTorch's switch (labkit.launch.HUGE_PAGES sets it for benchmarks)
+HUGE_PAGES = ("THP_MEM_ALLOC_ENABLE", "1")  # PyTorch's switch and the value that asks (labkit.launch sets it)
 
 
 def memory(mode_file: Path = THP_MODE) -> dict[str, object]:
@@ -55,7 +55,8 @@ def memory(mode_file: Path = THP_MODE) -> dict[str, object]:
         found = re.search(r"\[(\w+)\]", mode_file.read_text(encoding="utf-8"))
     except OSError:
         found = None
-    return {"torch_huge_pages": os.environ.get(TORCH_HUGE_PAGES, "") == "1",
+    name, asks = HUGE_PAGES
+    return {"torch_huge_pages": os.environ.get(name, "") == asks,
             "transparent_huge_pages": found.group(1) if found else None}
 
 

@@ -23,17 +23,18 @@ import os
 import sys
 from typing import NoReturn
 
+from .environment import HUGE_PAGES
 from .exit import exit_now
 from .runs import RunError, from_env
 from .signals import EXIT_INTERRUPTED, Terminated, exit_quietly_on_interrupt, signal_name
 
-# PyTorch's allocator asks the kernel for 2 MiB pages for every allocation of 2 MiB or more when this is "1" (read
-# once, at torch's first allocation, so it is set here, before torch loads; the servers a benchmark starts inherit
+# NOTE: with HUGE_PAGES, PyTorch's allocator asks the kernel for 2 MiB pages for every allocation of 2 MiB or more
+# (read once, at torch's first allocation, so it is set before torch loads; the servers a benchmark starts inherit
 # it). On 4 KiB pages the one-call step over the same packed weights took from 52 to 57 ms, one process to the
 # next, on a 2-core Xeon (SmolLM2, context 512, one thread, seven processes); on huge pages 49 to 50 ms in seven
-# of eight: where a step's 0.5 GB of weights sat decided a tenth of its time, and a run could not repeat another's. A kernel whose transparent huge
-# pages are off ignores the request; the record keeps both settings (labkit.environment.memory).
-HUGE_PAGES = ("THP_MEM_ALLOC_ENABLE", "1")
+# of eight: where a step's 0.5 GB of weights sat decided a tenth of its time, and a run could not repeat another's.
+# A kernel whose transparent huge pages are off ignores the request; the record keeps both settings
+# (labkit.environment.memory).
 
 
 def launch(module: str, argv: list[str] | None = None) -> NoReturn:

@@ -24,6 +24,7 @@ class Lab:
     tests: tuple[str, ...]  # unittest discovery: (start folder, file pattern)
     benchmark: tuple[str, ...]  # script and arguments, run with the venv's python from the root
     test_sources: tuple[str, ...] = ()  # tests.sources: globs of further sources only the tests import
+    tests_apart: tuple[str, ...] = ()  # tests.apart: test files run in a process of their own, beside the rest
     views: str | None = None  # module in the lab folder with the lab's own VIEWS and headline
     figures: str | None = None  # torch-free module (dotted, in the lab folder) with derive and check_invariants
     root: Path | None = None  # the repository root the relative paths start from
@@ -51,6 +52,11 @@ def load_lab(path: Path, root: Path) -> Lab:
     sources = tests.get("sources", [])
     if not (isinstance(sources, list) and all(isinstance(glob, str) for glob in sources)):
         raise ManifestError(f"{path}: field tests.sources must be a list of globs")
+    apart = tests.get("apart", [])
+    if not (isinstance(apart, list) and all(isinstance(name, str) and "/" not in name and name.endswith(".py")
+                                            for name in apart)):
+        raise ManifestError(f"{path}: field tests.apart must be a list of test file names (no folders), "
+                            f"got {apart!r}")
     return Lab(
         name=str(data["name"]),
         title=str(data["title"]),
@@ -60,6 +66,7 @@ def load_lab(path: Path, root: Path) -> Lab:
         tests=(str(tests["start"]), str(tests["pattern"])),
         benchmark=tuple(str(part) for part in data["benchmark"]),
         test_sources=tuple(sources),
+        tests_apart=tuple(apart),
         views=str(data["views"]) if "views" in data else None,
         figures=str(data["figures"]) if "figures" in data else None,
         root=root.resolve(),

@@ -26,8 +26,8 @@ from decode_bandwidth.llama_modes import KERNEL_SETS, LLAMA_WEIGHTS
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.testing import ONEDNN_WINS, tiny_model
 from labkit import harness
-from labkit.figures import check_record, fill, path_text
-from labkit.records import RecordError
+from labkit.figures import check_record, fill
+from labkit.records import RecordError, path_text
 from labkit.summary import percentile
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.llama.kinds import MATRIX_KINDS

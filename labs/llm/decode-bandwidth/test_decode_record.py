@@ -11,8 +11,9 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from labkit.figures import JsonPath, path_text, shown
+from labkit.figures import shown
 from labkit.manifest import load_lab
+from labkit.records import JsonPath, path_text
 from labkit.testing import committed_record
 from labkit.waiting import run
 from site_hooks.errors import SiteBuildError

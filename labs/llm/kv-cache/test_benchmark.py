@@ -21,8 +21,8 @@ from unittest import mock
 import labkit.testing
 from kv_cache import benchmark, figures, trained
 from kv_cache.broken import PositionResetBlock
-from labkit.figures import check, path_text
-from labkit.records import RecordError, load_record
+from labkit.figures import check
+from labkit.records import RecordError, load_record, path_text
 from labkit.waiting import communicate, lines_until
 from llm_models.generations import first_departure
 

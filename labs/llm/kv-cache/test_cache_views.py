@@ -12,6 +12,7 @@ from kv_cache import figures
 from kv_cache_views import VIEWS
 from kv_cache_views.results import flat_sentence, read_sentence, regime_view, speed_item, step_item
 from labkit.figures import fill
+from labkit.regimes import FLAT_BAND
 from labkit.summary import sweep_figures
 from labkit.testing import committed_record
 
@@ -97,8 +98,8 @@ class FlatOrGrowing(unittest.TestCase):
         if "that span is overhead-bound" in sentence:  # within the band, each cell's spread under it
             start, until = map(int, re.match(r"From (\d+) to (\d+) tokens", sentence).groups())
             span = [n for n in cells if start <= n <= until]
-            self.assertTrue(all(cells[n].spread < figures.FLAT_BAND for n in span), sentence)
-            self.assertTrue(all(abs(cells[n].median / cells[start].median - 1) <= figures.FLAT_BAND for n in span))
+            self.assertTrue(all(cells[n].spread < FLAT_BAND for n in span), sentence)
+            self.assertTrue(all(abs(cells[n].median / cells[start].median - 1) <= FLAT_BAND for n in span))
 
 
 class ReadOfThePrefix(unittest.TestCase):

@@ -8,10 +8,10 @@ import torch
 
 from kv_quant.attention import AllocationTracker, blockwise_attention, dequantized_attention, peak_bytes
 from kv_quant.cache import make_cache
-from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
 from kv_quant.testing import FORMATS
 from llm_models.attention import reference_attention
+from llm_models.cache_formats import CacheFormat
 
 # The online softmax adds the same terms in another order and rescales partial sums: float32 rounding only.
 ATOL = RTOL = 1e-5

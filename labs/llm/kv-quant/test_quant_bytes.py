@@ -8,11 +8,10 @@ import torch
 
 from kv_cache.memory import KV_FORMATS
 from kv_quant.cache import make_cache
-from kv_quant.config import CacheFormat, format_of
 from kv_quant.entries import random_entries
 from kv_quant.figures import bits_per_element, naive_tokens, tokens_in_budget
 from kv_quant.testing import FORMATS
-from llm_models.cache_formats import formula_bytes
+from llm_models.cache_formats import CacheFormat, format_of, formula_bytes
 
 BATCH, KV_HEADS, HEAD_DIM = 2, 2, 32
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import unittest
 
-from kv_quant.config import CacheFormat
 from kv_quant.errors import ErrorChain, error_chain
 from kv_quant.testing import FORMATS, TINY, random_ids
+from llm_models.cache_formats import CacheFormat
 from llm_models.toy.model import DecoderBlock
 
 PROMPT, LENGTH = 48, 72  # 48 positions prefilled, 24 decoded one at a time (KIVI flushes a group at 64)

@@ -8,8 +8,8 @@ import torch
 
 from kv_quant import codecs
 from kv_quant.cache import make_cache
-from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
+from llm_models.cache_formats import CacheFormat
 
 HAS_FNUZ = hasattr(torch, "float8_e4m3fnuz")
 

@@ -8,8 +8,8 @@ import torch
 
 from kv_quant.broken import PerTokenFlushKivi
 from kv_quant.cache import KiviCache, make_cache
-from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
+from llm_models.cache_formats import CacheFormat
 
 KIVI = CacheFormat("kivi", bits=2, group_size=32, residual=128)  # KIVI's own G and R
 BATCH, KV_HEADS, HEAD_DIM = 1, 2, 32

@@ -7,9 +7,9 @@ import unittest
 
 import torch
 
-from kv_quant.config import CacheFormat
 from kv_quant.llama_cache import format_cache
 from kv_quant.trained import chunked_logits, evaluate, greedy, new_cache
+from llm_models.cache_formats import CacheFormat
 from llm_models.llama.testing import random_ids
 from llm_models.llama.tiny import tiny_pair
 

@@ -13,12 +13,11 @@ import numpy as np
 
 import labkit.testing
 from kv_quant import benchmark
-from kv_quant.config import CacheFormat, format_of
 from kv_quant.evaluation import TEXT, TRAINED_LABELS
 from kv_quant.figures import admitted_requests, axis_of, check_invariants, derive, quality, trained_verdicts
 from labkit import figures
-from labkit.records import RecordError
-from llm_models.cache_formats import block_bytes
+from labkit.records import RecordError, path_text
+from llm_models.cache_formats import CacheFormat, block_bytes, format_of
 from llm_models.generations import first_departure
 
 
@@ -73,7 +72,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             if parent[path[-1]] == value:
                 continue
             parent[path[-1]] = value
-            with self.subTest(path=path), self.assertRaisesRegex(RecordError, re.escape(figures.path_text(path))):
+            with self.subTest(path=path), self.assertRaisesRegex(RecordError, re.escape(path_text(path))):
                 check_record(edited)
 
     def test_stored_bytes_other_than_the_formula_are_refused_as_a_broken_invariant(self) -> None:

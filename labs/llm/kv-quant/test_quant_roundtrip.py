@@ -8,9 +8,9 @@ import unittest
 import torch
 
 from kv_quant.cache import make_cache
-from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
 from kv_quant.testing import FORMATS, TINY, random_ids
+from llm_models.cache_formats import CacheFormat
 from llm_models.toy.model import DecoderBlock
 
 # Dequantizing computes code * scale (+ zero) in float32: a few roundings of 2^-24 relative to the value.

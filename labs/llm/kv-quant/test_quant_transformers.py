@@ -10,9 +10,9 @@ import torch
 from transformers.cache_utils import Fp8QuantizedLayer
 
 from kv_quant.cache import make_cache
-from kv_quant.config import CacheFormat
 from kv_quant.entries import random_entries
 from kv_quant.transformers_cache import group_members, keys_values, stored_bytes
+from llm_models.cache_formats import CacheFormat
 
 
 def installed(distribution: str) -> bool:

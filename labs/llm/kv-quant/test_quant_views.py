@@ -13,11 +13,17 @@ import torch
 
 from kv_quant.cache import make_cache
 from kv_quant.codecs import encode_q4_0
-from kv_quant.config import GGML_BLOCK, CacheFormat, format_of
 from kv_quant.figures import TOP1_BAND, derive, effective_bits, hides_damage
 from labkit.figures import fill
 from labkit.testing import committed_record
-from llm_models.cache_formats import kivi_residual_range, kivi_split, per_token_head_bytes
+from llm_models.cache_formats import (
+    GGML_BLOCK,
+    CacheFormat,
+    format_of,
+    kivi_residual_range,
+    kivi_split,
+    per_token_head_bytes,
+)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the views package sits beside the tests, as the site build finds it

@@ -16,7 +16,8 @@ from kv_serving.figures.invariants import check_batching_rounds
 from kv_serving.loadgen import RequestResult, RunResult
 from kv_serving_views.results import trained_item
 from kv_serving_views.trained import rounds_sentence, speedup_sentence
-from labkit.figures import Figures, RecordError
+from labkit.figures import Figures
+from labkit.records import RecordError
 
 ROUNDS, REQUESTS, TOKENS = 5, 4, 8
 SERIAL_S = [8.0, 8.4, 7.9, 8.2, 8.1]

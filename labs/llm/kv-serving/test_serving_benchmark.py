@@ -20,8 +20,8 @@ from kv_serving import benchmark, figures, trained_load
 from kv_serving.figures.formulas import policy
 from kv_serving.launch import log_text, serving_url
 from kv_serving.testing import BFLOAT16_WINS, FLOAT32_WINS, despite_stalls_sync
-from labkit.figures import JsonPath, check_record, fill, path_text
-from labkit.records import RecordError, load_record
+from labkit.figures import check_record, fill
+from labkit.records import JsonPath, RecordError, load_record, path_text
 from labkit.testing import ExistingRecordTest, QuickBenchmarkRun, quick_run, run_quietly
 from labkit.waiting import HANG_S, communicate, read_until_closed
 from llm_models.serving.dtypes import CHOSEN_BY_SUPPLIED_PROBES, TOLERANCES, TRAINED_TOLERANCES, tie_bound

@@ -11,7 +11,8 @@ from typing import Any
 from kv_serving.figures.derivation import client_figures
 from kv_serving.figures.invariants import check_client_steps
 from kv_serving_views import client as view
-from labkit.figures import Figures, RecordError
+from labkit.figures import Figures
+from labkit.records import RecordError
 from site_hooks.blocks import render_block
 
 MS = 1_000_000

@@ -13,7 +13,8 @@ import torch
 from llm_models.llama.kinds import LAYER_KINDS
 from llm_models.llama.tiny import TINY, tiny_pair
 from llm_models.serving import kernels
-from llm_models.serving.kernels import ONE, PREFILL_PACKED_ROWS, SEVERAL, STATELESS, Weight, candidates, ranking
+from llm_models.serving.kernel_rows import PREFILL_PACKED_ROWS
+from llm_models.serving.kernels import ONE, SEVERAL, STATELESS, Weight, candidates, ranking
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.pool import LayeredPool
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import unittest
 
-from kv_quant.config import CacheFormat
 from kv_quant.figures import SERVING, admitted_requests, serving_budget_bytes
-from llm_models.cache_formats import block_bytes
+from llm_models.cache_formats import CacheFormat, block_bytes
 from llm_models.serving.admission import KVBudget
 from llm_models.serving.engine import SERVING_LAYERS, SERVING_MODEL, EngineConfig
 from llm_models.serving.pool import LayeredPool

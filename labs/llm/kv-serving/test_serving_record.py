@@ -10,9 +10,9 @@ from typing import Any
 
 from kv_serving import figures
 from kv_serving_views.model import dtype_sentence
-from labkit.figures import JsonPath, check, fill, path_text, shown, stored_value
+from labkit.figures import check, fill, shown, stored_value
 from labkit.manifest import lab_for
-from labkit.records import RecordError, load_record
+from labkit.records import JsonPath, RecordError, load_record, path_text
 from labkit.testing import committed_record
 from site_hooks.labviews import lab_check
 

@@ -20,7 +20,7 @@ from kv_storage.peak import profile_allocations
 from kv_storage.preallocated import PreallocatedKVCache
 from kv_storage.testing import TINY, random_ids
 from labkit import figures
-from labkit.records import RecordError
+from labkit.records import RecordError, path_text
 from llm_models.kv_bytes import cache_storage_bytes
 from llm_models.toy.model import DecoderBlock
 
@@ -91,7 +91,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
             value = parent[path[-1]]
             parent[path[-1]] = (not value) if isinstance(value, bool) else value * 2 + 1
             with self.subTest(path=path), self.assertRaisesRegex(RecordError,
-                                                                 re.escape(figures.path_text(path)) + " is .*, but"):
+                                                                 re.escape(path_text(path)) + " is .*, but"):
                 check_record(edited, "quick.json")
 
     def test_sharing_saves_the_prompt_blocks_of_all_but_one_request(self) -> None:

@@ -17,7 +17,6 @@ from kv_storage_views.grouped_query import gqa_sentences
 from kv_storage_views.memory import memory_sentences
 from kv_storage_views.results import (
     FLAT,
-    FLAT_BAND,
     answer_paged_view,
     fixed_part,
     flat_sentence,
@@ -30,6 +29,7 @@ from kv_storage_views.results import (
     verdicts,
 )
 from labkit.figures import fill
+from labkit.regimes import FLAT_BAND
 from labkit.summary import sweep_figures
 from labkit.testing import committed_record
 

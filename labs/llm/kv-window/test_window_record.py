@@ -12,7 +12,7 @@ import labkit.testing
 from kv_window import benchmark
 from kv_window.figures import MAIN, REFERENCE, check_invariants, derive, policy_label
 from labkit import figures
-from labkit.records import RecordError
+from labkit.records import RecordError, path_text
 
 
 def check_record(record: dict[str, Any]) -> None:
@@ -59,7 +59,7 @@ class QuickRun(labkit.testing.QuickBenchmarkRun):
                                       (("drift", "trained", "at_most_shifts"), ("bfloat16",), -1.0),
                                       (("wall_time_met",), (), not record["wall_time_met"])):
             path = figure + inside
-            with self.subTest(path=path), self.assertRaisesRegex(RecordError, re.escape(figures.path_text(figure))
+            with self.subTest(path=path), self.assertRaisesRegex(RecordError, re.escape(path_text(figure))
                                                                  + " is "):
                 check_record(edited(record, path, value))
 

@@ -2,8 +2,8 @@
 against the head width, the format a label names, and each format's byte formulas from its definition alone.
 
 Here, below the labs, because two labs use them: the quantized-cache lab stores keys and values in these formats
-(kv_quant.cache counts its bytes from its tensors and must equal ``formula_bytes``; kv_quant.config names them for
-that lab's modules) and the serving lab's admission prices its blocks in them (``block_bytes``).
+(kv_quant.cache counts its bytes from its tensors and must equal ``formula_bytes``; that lab's modules, views and
+tests import them from here) and the serving lab's admission prices its blocks in them (``block_bytes``).
 
 Torch-free: the site build (kv_quant.figures), the serving lab's admission and the page budget with these without
 torch. Scales and zero points are float32 (4 bytes; the quantized-cache lab's model dtype, and quanto and KIVI keep

@@ -29,13 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from llm_models.kernels.matvec import KERNELS, Kernel, Prepared
+from llm_models.kernels.matvec import KERNELS, Kernel
 from llm_models.kernels.row_dot import compile_static
+from llm_models.kernels.timing import Prepared
 from llm_models.llama.cache import LayerCache
 from llm_models.llama.kinds import LAYER_KINDS, MATRIX_KINDS
 from llm_models.llama.model import LayerShape, LlamaDecoder, Product, finish, project, rms_norm, rotary_angles, rotate
 
-from .attention import ATTENTION, attend
+from .attention import attend
+from .llama_modes import ATTENTION
 
 Region = Callable[..., Tensor]
 

@@ -7,7 +7,7 @@ take them from here, and so do the record's figures, views and tests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from labkit.summary import median
@@ -122,13 +122,20 @@ def floor_slowdown(rates: Sequence[float], fastest_read: float) -> float:
     return 1 - median(rates) / fastest_read
 
 
+def fastest_reads(groups: Iterable[tuple[int, Sequence[Sequence[float]]]]) -> dict[int, float]:
+    """The fastest round read rate at each thread count over every attempt of every group; ``groups`` gives each
+    group's thread count and its attempts' round read rates."""
+    fastest: dict[int, float] = {}
+    for threads, tries in groups:
+        fastest[threads] = max([fastest.get(threads, 0.0), *(rate for rates in tries for rate in rates)])
+    return fastest
+
+
 def most_slowed(attempts: Mapping[Any, Sequence[Sequence[float]]], threads: Mapping[Any, int]) -> Any | None:
     """The group to measure again: the one whose kept attempt (``kept_attempt``) lies furthest below the fastest
     round read at its thread count over every attempt, where that is more than LLAMA_SLOWED; None where none is.
     ``attempts`` maps a group's key to its attempts' round read rates, ``threads`` a key to its thread count."""
-    fastest = {}
-    for key, tries in attempts.items():
-        fastest[threads[key]] = max([fastest.get(threads[key], 0.0), *(rate for rates in tries for rate in rates)])
+    fastest = fastest_reads((threads[key], tries) for key, tries in attempts.items())
     slowed = {key: floor_slowdown(tries[kept_attempt(tries)], fastest[threads[key]]) for key, tries in attempts.items()}
     worst = max(slowed, key=lambda key: slowed[key], default=None)
     return worst if worst is not None and slowed[worst] > LLAMA_SLOWED else None

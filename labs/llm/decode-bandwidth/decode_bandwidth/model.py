@@ -3,8 +3,8 @@
 ``forward(ids, cache=None)`` runs the whole prefix; ``forward(new_ids, cache)``
 runs only the new tokens against the stored keys and values of every layer.
 The positions of new tokens and the attention over a cached prefix are the
-first lab's own code, imported (``DecoderBlock.positions`` and
-``causal_attention``), not copied.
+shared llm_models code, imported (``llm_models.toy.model.DecoderBlock.positions``
+and ``llm_models.attention.causal_attention``), not copied.
 
 Layout, chosen for decode by measurement (``decode_bandwidth.layout``, kept in
 the record as ``layout``): every weight is one contiguous matrix read once per

@@ -48,7 +48,7 @@ def floor_drift_view(record: dict[str, Any]) -> Block:
 
 def pages_sentence(memory: dict[str, Any]) -> str:
     """Whether the weights, caches and floor buffer sat on huge pages: where they sit moved a step's time from one
-    process to the next (labkit.launch.HUGE_PAGES), which no pairing within a run can see."""
+    process to the next (labkit.environment.HUGE_PAGES, set by labkit.launch), which no pairing within a run can see."""
     mode = memory["transparent_huge_pages"]  # "always" grants them unasked, "madvise" to who asks
     granted = mode == "always" or (mode == "madvise" and memory["torch_huge_pages"])
     if granted:

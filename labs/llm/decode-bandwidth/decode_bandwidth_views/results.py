@@ -1,4 +1,4 @@
-"""Key results and the check-yourself answers: each sentence worded by code from the record's stored figures."""
+"""Key results and the check-yourself answers: each sentence worded by code from the figures derived from the record."""
 
 from __future__ import annotations
 

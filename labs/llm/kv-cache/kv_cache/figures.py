@@ -16,7 +16,6 @@ from labkit.figures import Figures, refuse, tolerance_bound
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
 from llm_models.generations import first_departure
 from llm_models.kv_bytes import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
-from llm_models.published import WEIGHT_BITS as WEIGHT_BITS
 from llm_models.published import model, models, weight_bytes
 
 from .memory import KV_FORMATS

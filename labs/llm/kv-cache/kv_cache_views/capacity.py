@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kv_cache.figures import BASE_FORMAT, CONTEXTS, EXAMPLE_MODEL, GIB, MEMORY_GIB, TABLE_FORMATS, WEIGHT_BITS, models
+from kv_cache.figures import BASE_FORMAT, CONTEXTS, EXAMPLE_MODEL, GIB, MEMORY_GIB, TABLE_FORMATS
 from kv_cache.memory import GROUP, KV_FORMATS
+from llm_models.published import WEIGHT_BITS, models
 from site_hooks.blocks import Block, Table, Widget
 from site_hooks.formatting import format_bytes
 

@@ -21,11 +21,11 @@ from kv_cache.figures import (
     Cell,
     cells,
     mask_row,
-    model,
     prefix_read,
     steady_rise_from,
 )
 from labkit.regimes import FLAT_BAND, OVERHEAD_GROWTH
+from llm_models.published import model
 from site_hooks.blocks import Block, Table, answer, takeaway
 from site_hooks.formatting import format_bytes, format_ratio, join
 
@@ -41,7 +41,7 @@ def us(value: float) -> str:
 
 
 def per_step_us(record: dict[str, Any], mode: str) -> dict[int, float]:
-    """The stored median per decode step of ``mode`` at each length, in µs."""
+    """The median per decode step of ``mode``, derived from the record, at each length, in µs."""
     return {e["length"]: e["modes"][mode]["per_step"]["median_ns"] / 1e3 for e in record["lengths"]}
 
 
@@ -50,12 +50,12 @@ def agree(record: dict[str, Any]) -> bool:
 
 
 def grew(growth: float) -> str:
-    """A stored ratio later / earlier as a signed percentage: '+15%', '−3%'."""
+    """A derived ratio later / earlier as a signed percentage: '+15%', '−3%'."""
     return f"{growth - 1:+.0%}".replace("-", "−")
 
 
 def spreads(low_high: list[float]) -> str:
-    """A stored [lowest, highest] spread of cells as a range: '21–43%'."""
+    """A derived [lowest, highest] spread of cells as a range: '21–43%'."""
     low, high = low_high
     return f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}–{high:.0%}"
 
@@ -99,7 +99,7 @@ class Shape:
 
 
 def shape(record: dict[str, Any], mode: str) -> Shape:
-    """The stored shape of ``mode``'s step (kv_cache.figures.step_shape) with its cells in µs."""
+    """The derived shape of ``mode``'s step (kv_cache.figures.step_shape) with its cells in µs."""
     return Shape(cells=cells(record, mode), stored=record["step_shapes"][mode])
 
 
@@ -135,7 +135,7 @@ def flat_sentence(record: dict[str, Any]) -> str:
 
 
 def attribution(rise: dict[str, Any], bandwidth: float | None) -> str:
-    """Whether the record lets a stored rise (kv_cache.figures.departure) be put down to reading the prefix: only
+    """Whether the record lets a derived rise (kv_cache.figures.departure) be put down to reading the prefix: only
     when the bytes the cache grew by take about as long (kv_cache.figures.prefix_read) at a bandwidth the record
     measured."""
     extra = rise["extra_bytes"]
@@ -152,7 +152,7 @@ def attribution(rise: dict[str, Any], bandwidth: float | None) -> str:
 
 
 def read_sentence(record: dict[str, Any], bandwidth: float | None = None) -> str:
-    """What the cached step did beyond its flat span, by its stored departure; a rise is put down to the read of
+    """What the cached step did beyond its flat span, by its derived departure; a rise is put down to the read of
     the prefix only as attribution allows. ``bandwidth`` (bytes/s): this lab's record measures none (its benchmark
     times no memory floor, as the decode lab's does), so the page passes none and never makes that attribution."""
     s = shape(record, "cached")

@@ -24,12 +24,12 @@ import torch
 
 from labkit import bench, harness
 from labkit.manifest import lab_for
+from llm_models.cache_formats import FP8_SMALLEST_NORMAL, CacheFormat, format_of
 from llm_models.toy.config import ModelConfig
 from llm_models.toy.model import DecoderBlock
 
 from .attention import blockwise_attention, dequantized_attention, peak_bytes
 from .cache import make_cache
-from .config import FP8_SMALLEST_NORMAL, CacheFormat, format_of
 from .entries import random_entries
 from .errors import error_chain
 from .evaluation import REFERENCE, TEXT, TRAINED_LABELS
@@ -140,8 +140,9 @@ def attention_memory(args: argparse.Namespace) -> dict[str, Any]:
 def trained_section(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     from llm_models.llama.generate import smollm2
     from llm_models.llama.weights import GGUF_NAME, trained
+    from llm_models.quality import CHUNK
 
-    from .trained import CHUNK, KIVI_CHUNK, evaluate, greedy, magnitudes, step_timing
+    from .trained import KIVI_CHUNK, evaluate, greedy, magnitudes, step_timing
 
     chat = smollm2(torch.float32)
     model = chat.model

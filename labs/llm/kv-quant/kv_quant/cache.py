@@ -22,12 +22,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from llm_models.cache_formats import formula_bytes
+from llm_models.cache_formats import FP8_MAX, CacheFormat, formula_bytes
 from llm_models.kv_bytes import kv_cache_bytes
 
 from . import codecs
 from .codecs import Fields
-from .config import FP8_MAX, CacheFormat
 
 TOKEN_AXIS = -2  # every stored field keeps tokens (or token groups) second to last
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .config import FP8_MAX, GGML_BLOCK
+from llm_models.cache_formats import FP8_MAX, GGML_BLOCK
 
 Fields = dict[str, Tensor]
 

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from llm_models.cache_formats import CacheFormat
 from llm_models.toy.model import DecoderBlock
 
 from .cache import make_cache
-from .config import CacheFormat
 
 
 @dataclass(frozen=True)

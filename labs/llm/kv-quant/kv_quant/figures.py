@@ -16,13 +16,21 @@ from typing import Any
 import numpy as np
 
 from labkit.bootstrap import LEVEL, RESAMPLES, SEED, Statistic, interval, mean
-from labkit.figures import Figures, JsonPath, refuse
+from labkit.figures import Figures, refuse
+from labkit.records import JsonPath
 from labkit.summary import median
-from llm_models.cache_formats import block_bytes, formula_bytes, kivi_split, per_token_head_bytes
+from llm_models.cache_formats import (
+    FP8_MAX,
+    CacheFormat,
+    block_bytes,
+    format_of,
+    formula_bytes,
+    kivi_split,
+    per_token_head_bytes,
+)
 from llm_models.generations import first_departure
 from llm_models.kv_bytes import kv_bytes_per_token, kv_cache_bytes, tokens_that_fit
 
-from .config import FP8_MAX, CacheFormat, format_of
 from .evaluation import REFERENCE, SPLIT, TEXT, TRAINED_LABELS
 
 

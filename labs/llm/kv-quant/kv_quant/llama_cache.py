@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from llm_models.cache_formats import CacheFormat
+
 from .cache import QuantizedKVCache, make_cache
-from .config import CacheFormat
 
 
 class FormatLayerCache:

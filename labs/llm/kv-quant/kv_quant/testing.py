@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from llm_models.cache_formats import CacheFormat
 from llm_models.toy.config import ModelConfig
-
-from .config import CacheFormat
 
 # 4 query heads sharing 2 key/value heads of 32 features: one llama.cpp block per head row, the smallest
 # head that every format accepts; 320 positions leave room for 300 one-token appends.

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from llm_models.cache_formats import CacheFormat
 from llm_models.llama.model import LlamaDecoder
 from llm_models.quality import CHUNK, Scores, score_chunk
 
-from .config import CacheFormat
 from .llama_cache import FormatLayerCache, format_cache
 
 KIVI_CHUNK = 32  # KIVI's group size G: the cadence its residual flushes at while decoding

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.config import FLOAT_SIDE_BITS, GGML_BLOCK, CacheFormat, format_of
+from llm_models.cache_formats import FLOAT_SIDE_BITS, GGML_BLOCK, CacheFormat, format_of
 from site_hooks.blocks import Block, Table
 
 from .common import bits

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.config import GGML_BLOCK, CacheFormat
 from kv_quant.figures import bits_per_element
-from llm_models.cache_formats import GGML_SCALE_BYTES, kivi_residual_range, kivi_split
+from llm_models.cache_formats import GGML_BLOCK, GGML_SCALE_BYTES, CacheFormat, kivi_residual_range, kivi_split
 from site_hooks.blocks import Block
 from site_hooks.diagrams import Canvas, Diagram, cell_grid, legend
 

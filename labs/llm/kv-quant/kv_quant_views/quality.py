@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.config import FP8_MAX, format_of
 from kv_quant.evaluation import REFERENCE, SPLIT
-from llm_models.cache_formats import kivi_residual_range
+from llm_models.cache_formats import FP8_MAX, format_of, kivi_residual_range
 from site_hooks.blocks import Block, Chart, Table
 from site_hooks.chart import Series, line_chart
 from site_hooks.formatting import format_sci, join

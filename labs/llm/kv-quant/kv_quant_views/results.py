@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv_quant.config import GGML_BLOCK, format_of
 from kv_quant.evaluation import REFERENCE, SPLIT
 from kv_quant.figures import TOP1_BAND
-from llm_models.cache_formats import GGML_SCALE_BYTES, kivi_residual_range, kivi_split
+from llm_models.cache_formats import GGML_BLOCK, GGML_SCALE_BYTES, format_of, kivi_residual_range, kivi_split
 from site_hooks.blocks import Block, answer, takeaway
 from site_hooks.formatting import format_ms, format_number, format_ratio, join
 

@@ -123,7 +123,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def budget_blocks(num_blocks: int) -> int:
     """The byte-admission server's budget in blocks: BYTE_BUDGET_SHARE of its pool, rounded down (as
-    kv_serving.figures derives the stored byte_budget_blocks)."""
+    kv_serving.figures derives byte_budget_blocks from the record)."""
     return blocks_in_budget(num_blocks, BYTE_BUDGET_SHARE)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
+from labkit.figures import Figures, refuse, tolerance_bound
+from labkit.records import JsonPath
 from labkit.summary import statistics_frame
 from llm_models.kv_bytes import kv_cache_bytes
 

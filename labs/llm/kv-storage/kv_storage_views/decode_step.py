@@ -41,7 +41,7 @@ def per_step(record: dict[str, Any]) -> dict[int, dict[str, Step]]:
 
 
 def speedups(record: dict[str, Any], mode: str, name: str) -> dict[int, float]:
-    """One stored speedup figure of ``mode`` per length: 'ratio_of_medians' (baseline ÷ mode) or
+    """One speedup figure of ``mode`` per length, derived from the record: 'ratio_of_medians' (baseline ÷ mode) or
     'median_gap_per_step_ns' (baseline − mode)."""
     return {entry["length"]: entry["speedup"][mode][name] for entry in record["lengths"]}
 
@@ -173,7 +173,7 @@ def findings_sentences(record: dict[str, Any]) -> list[str]:
 
 
 def stored_medians(record: dict[str, Any]) -> pd.DataFrame:
-    """The stored median window per length (rows) and mode (columns), as the shared sentences read them."""
+    """The median window per length (rows) and mode (columns), derived from the record, as the shared sentences read them."""
     return pd.DataFrame([{mode: values["median_ns"] for mode, values in entry["modes"].items()}
                          for entry in record["lengths"]], index=[entry["length"] for entry in record["lengths"]])
 

@@ -268,7 +268,7 @@ def regime_view(record: dict[str, Any]) -> Block:
     table = per_step(record)
     modes = record["config"]["benchmark"]["modes"]
     lengths = list(table)
-    # full ÷ the fastest cached layout: the largest of the stored ratios (both time the same steps)
+    # full ÷ the fastest cached layout: the largest of the derived ratios (both time the same steps)
     rows = [(entry["length"], *(format_us(table[entry["length"]][m].median) for m in modes),
              format_ratio(max(entry["speedup"][m]["ratio_of_medians"] for m in CACHED))) for entry in record["lengths"]]
     steps = Table(headings=["Prefix (tokens)", *(f"{m}: µs per step" for m in modes), "full ÷ fastest cached"],

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from labkit.bootstrap import Interval, Statistic, interval, mean
-from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
+from labkit.figures import Figures, refuse, tolerance_bound
+from labkit.records import JsonPath
 from labkit.summary import median
 from llm_models.kv_bytes import BYTES_PER_ELEMENT, kv_cache_bytes
 

@@ -159,7 +159,7 @@ class LlamaServingModel(PacksPrompts):
         its own keys only, rotated from its own position 0. ``starts``: positions of each prompt already in its
         blocks (prefix caching), not computed again; the rest turn by their own positions from there. The weight
         products go through ``Weight.prefill``: sum T is nearly always a row count never seen, and oneDNN's packed
-        kernel would keep a primitive for each (NOTE at llm_models.serving.kernels.PREFILL_PACKED_ROWS)."""
+        kernel would keep a primitive for each (NOTE at llm_models.serving.kernel_rows.PREFILL_PACKED_ROWS)."""
         packed = self.packing(pool, prompts, tables, self.check_ids, starts)
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)

@@ -19,10 +19,12 @@ from decode_bandwidth.llama_modes import (
     LLAMA_INT8,
     LLAMA_OURS,
     LLAMA_WEIGHTS,
+    fastest_reads,
     floor_slowdown,
 )
 from decode_bandwidth.traffic import MATRICES, dims, kind_bytes, kv_crossover, matrix_shapes, step_bytes
-from labkit.figures import Figures, JsonPath, tolerance_bound
+from labkit.figures import Figures, tolerance_bound
+from labkit.records import JsonPath
 from labkit.summary import as_number, median, paired, parted, side_of_one
 from llm_models.generations import first_departure
 from llm_models.kernels.choice import fastest
@@ -301,10 +303,7 @@ def slowdown_figures(record: Mapping[str, Any], figures: Figures) -> None:
     """How far each trained-model group's floor reads (and each set-aside attempt's) ran under the fastest round
     read at its thread count over every attempt: the measure by which the benchmark chose what to measure again."""
     section, machine = record["llama"], record["hardware"]
-    fastest: dict[int, float] = {}
-    for group in section["groups"]:
-        for rates in attempt_rates(machine, group):
-            fastest[group["threads"]] = max(fastest.get(group["threads"], 0.0), *rates)
+    fastest = fastest_reads((group["threads"], attempt_rates(machine, group)) for group in section["groups"])
     for index, group in enumerate(section["groups"]):
         where, top = ("llama", "groups", index), fastest[group["threads"]]
         kept, *aside = attempt_rates(machine, group)

@@ -33,7 +33,8 @@ from decode_bandwidth.llama_modes import (
     set_candidates,
 )
 from decode_bandwidth.traffic import KINDS, matrix_shapes, step_bytes
-from labkit.figures import Figures, JsonPath, refuse, tolerance_bound
+from labkit.figures import Figures, refuse, tolerance_bound
+from labkit.records import JsonPath
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.llama.kinds import MATRIX_KINDS
 from llm_models.llama.traffic import llama_step_bytes

@@ -12,7 +12,8 @@ import statistics
 from typing import Any
 
 from kv_serving.client_stats import client_summary
-from labkit.figures import Figures, JsonPath
+from labkit.figures import Figures
+from labkit.records import JsonPath
 from labkit.summary import as_number, median, middle_half, paired, side_of_one
 from llm_models.serving.dtypes import faster_dtype, probe_medians
 from llm_models.serving.sizes import (

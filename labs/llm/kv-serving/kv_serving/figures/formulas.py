@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.figures import JsonPath
+from labkit.records import JsonPath
 from labkit.regimes import FLAT_BAND
 from labkit.summary import MIN_PARTED, halves_below, middle_half, parted
 from llm_models.cache_formats import CacheFormat, block_bytes

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from kv_serving.client_stats import OUTCOMES
-from labkit.figures import JsonPath, refuse
+from labkit.figures import refuse
+from labkit.records import JsonPath
 from llm_models.serving.dtypes import (
     TOLERANCES,
     TRAINED_TOLERANCES,
