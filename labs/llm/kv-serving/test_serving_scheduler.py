@@ -9,11 +9,21 @@ import asyncio
 import random
 import unittest
 from pathlib import Path
-from typing import NoReturn
 
 import llm_models.serving
 from kv_serving.protocol import HTTP_STATUS
-from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL, SchedulerTestCase, StepGate, drain, tiny_engine
+from kv_serving.testing import (
+    TINY_BLOCK,
+    TINY_LAYERS,
+    TINY_MODEL,
+    SchedulerTestCase,
+    StepGate,
+    Unrunnable,
+    drain,
+    greedy_alone,
+    ran,
+    tiny_engine,
+)
 from labkit.waiting import HANG_S, bounded, eventually, within
 from llm_models.serving.admission import KVBudget, MaxRunning
 from llm_models.serving.output import ScheduledPrefill
@@ -24,14 +34,6 @@ from llm_models.serving.refusals import Refusal, RequestRefused
 from llm_models.serving.request import Failed, Finished, Request, Status, Token
 from llm_models.serving.scheduler import Counters, Scheduler, prefill_groups
 from llm_models.serving.waiting import WaitingQueue
-
-
-def greedy_alone(scheduler: Scheduler, prompt: list[int], max_tokens: int) -> list[int]:
-    """What the model generates for this prompt with no cache and no neighbours."""
-    ids = list(prompt)
-    for _ in range(max_tokens):
-        ids.append(int(scheduler.model.reference_logits(ids).argmax()))
-    return ids[len(prompt):]
 
 
 def random_requests(count: int, seed: int) -> list[tuple[list[int], int]]:
@@ -64,22 +66,6 @@ class PrefillRateTest(unittest.TestCase):
                 PrefillRate.given(bad)
 
 
-class Unrunnable:
-    """A served model (llm_models.serving.runner.ServedModel) that refuses to run: what ``schedule`` decides, it
-    decides without the model."""
-
-    kernels = None
-
-    def __init__(self) -> None:
-        self.config = TINY_MODEL
-
-    def prefill(self, *args: object) -> NoReturn:
-        raise AssertionError("schedule() called the model's prefill")
-
-    def decode(self, *args: object) -> NoReturn:
-        raise AssertionError("schedule() called the model's decode")
-
-
 SHARED = [(5 * i + 2) % TINY_MODEL.vocab_size for i in range(3 * TINY_BLOCK)]  # three full blocks
 
 
@@ -104,7 +90,8 @@ class ScheduleWithoutALoop(unittest.TestCase):
         self.assertEqual(list(scheduler.waiting), [third])
         self.assertEqual((third.status, third.table, scheduler.pool.num_used_blocks), (Status.WAITING, [], 4))
 
-        following = scheduler.schedule()  # nothing ran: the two still run, the third still does not fit
+        ran(output)
+        following = scheduler.schedule()  # nothing finished: the two still run, the third still does not fit
         self.assertEqual((following.prefills, following.decodes), ((), (first, second)))
         self.assertEqual(list(scheduler.waiting), [third])
 
@@ -112,7 +99,7 @@ class ScheduleWithoutALoop(unittest.TestCase):
         scheduler = self.scheduler(num_blocks=8, budget_blocks=8)
         first, second = scheduler.submit([1] * 5, 4), scheduler.submit([2] * 6, 3)
         third = scheduler.submit([3] * 20, 5)
-        scheduler.schedule()
+        ran(scheduler.schedule())
         scheduler.disconnect(first)
         output = scheduler.schedule()
         self.assertEqual(output.finished, (first,))
@@ -130,13 +117,16 @@ class ScheduleWithoutALoop(unittest.TestCase):
     def test_a_prompt_found_in_the_prefix_cache_is_prefilled_from_the_end_of_its_cached_blocks(self) -> None:
         scheduler = self.scheduler(num_blocks=20, budget_blocks=20, prefix=True)
         first = scheduler.submit(SHARED + [1], 2)
-        self.assertEqual(scheduler.schedule().prefills, (ScheduledPrefill(first, 0, len(SHARED) + 1),))
+        output = scheduler.schedule()
+        self.assertEqual(output.prefills, (ScheduledPrefill(first, 0, len(SHARED) + 1),))
+        ran(output)
         assert scheduler.prefix is not None
         scheduler.prefix.offer(first.keys, first.table)  # what the loop does once the prefill has written them
         second = scheduler.submit(SHARED + [2, 3], 2)
         output = scheduler.schedule()
         self.assertEqual(output.prefills, (ScheduledPrefill(second, len(SHARED), 2),))
         self.assertEqual(output.decodes, (first, second))
+        self.assertEqual(second.computed, len(SHARED))  # its cached positions: computed, as far as decoding goes
 
     def test_prefix_caching_is_a_component_given_to_the_scheduler_never_found_by_the_pool_type(self) -> None:
         pool = CachingPool(TINY_MODEL, TINY_LAYERS, 8, TINY_BLOCK)

@@ -59,8 +59,11 @@ def equivalence_view(record: dict[str, Any]) -> Block:
         parts = "; ".join(f"under the {CACHING[index]}, {said(checked[index])}" for index in ("hash", "radix"))
     tolerance = checked["tolerance"]
     return Block(paragraphs=[f"On the trained model in float32, {parts} (atol {tolerance['atol']:g} + rtol "
-                             f"{tolerance['rtol']:g} × |cold|, the serving lab's trained float32 tolerance). The "
-                             f"benchmark times nothing unless this holds."])
+                             f"{tolerance['rtol']:g} × |cold|, the serving lab's trained float32 tolerance). Both "
+                             "sides multiply by one kernel at every row count, so that the comparison is about what "
+                             "the cache holds: two kernels round float32 sums differently, and a warm prefill's few "
+                             "rows and a cold one's many may otherwise take different ones. The benchmark times "
+                             "nothing unless this holds."])
 
 
 def runs_view(workload: str, legend: bool = False) -> Callable[[dict[str, Any]], Block]:

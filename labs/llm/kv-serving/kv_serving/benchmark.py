@@ -50,7 +50,7 @@ from llm_models.serving.pool import LayeredPool, pool_block_bytes
 from llm_models.serving.sizes import blocks_for
 from llm_models.serving.sizes import budget_blocks as blocks_in_budget
 
-from . import figures, trained_load
+from . import chunked, figures, trained_load
 from .launch import server_processes, server_threads
 from .loadgen import RunResult, run_load
 from .workload import WorkItem, WorkloadSpec, make_workload, real_prompts
@@ -495,9 +495,10 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
     if memory is not None:
         record["memory"] = memory
     launch = server_threads if args.quick else server_processes
-    # Two rounds of servers, each started together and stopped before the next: the trained model's (each holds
-    # its own copy of SmolLM2's weights), then the random model's. Starting every process at once made their
-    # startups compete for the two cores long enough to outlast the startup bound on a busy machine.
+    # Three rounds of servers, each started together and stopped before the next: the trained model's (each holds
+    # its own copy of SmolLM2's weights), its two for chunked prefill, then the random model's. Starting every
+    # process at once made their startups compete for the two cores long enough to outlast the startup bound on a
+    # busy machine.
     # NOTE: every trained server chooses its kernels by the table the gate timed quietly, in process, at this run's
     # thread count: timed by each server while the others start, the servers of one run could multiply differently
     handed = kernels.dump_timings(kernels.timings_of(trained["kernels"][0]["rows"]))
@@ -507,6 +508,12 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
         # the trained model first: what a reader would see from a real server
         record["trained"] = {**trained, **trained_load.run(args, dict(zip(servers, addresses)), planned, measure,
                                                                   handed)}
+    # a round of its own: two more copies of the weights beside the seven above would not fit in 24 GiB
+    servers = {name: [*options, "--kernel-ns", handed]
+               for name, options in chunked.server_arguments(planned["sweep"], args.quick).items()}
+    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: trained, {' and '.join(servers)} prefill")
+    with launch(list(servers.values())) as addresses:
+        record["trained"]["chunked_prefill"] = chunked.run(args.quick, dict(zip(servers, addresses)))
     servers = server_arguments(args)
     bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
     with launch(list(servers.values())) as addresses:

@@ -453,6 +453,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the trained model's matrices: float32, or int8 codes with one scale per row, which its decode steps "
              "read (a quarter of the bytes; the decode lab's ours-int8 step, whose page gives their quality); "
              "prefill runs on the float32 matrices the codes stand for (default: %(default)s)")
+    add("--prefill-chunk", type=int, default=None, metavar="TOKENS",
+        help="chunked prefill: at most TOKENS prompt tokens prefilled between two decode steps, a multiple of "
+             "--block-size, so a long prompt does not stop the running streams for its whole prefill "
+             "(default: each prompt whole)")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
         help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
              "body, may take to arrive before a 408 "
@@ -471,6 +475,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("num_blocks", "block_size", "max_waiting", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.prefill_chunk is not None and (args.prefill_chunk < args.block_size or args.prefill_chunk % args.block_size):
+        parser.error(f"--prefill-chunk must be a positive multiple of --block-size {args.block_size}, "
+                     f"got {args.prefill_chunk}")
     if args.kernel_ns is not None:
         try:
             parse_timings(args.kernel_ns)
@@ -541,7 +548,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                    max_waiting=args.max_waiting, ttft_target_s=args.ttft_target_s or None,
                    honor_disconnect=not args.ignore_disconnects, threads=args.threads,
                    prefix_index=None if args.prefix_caching == "off" else args.prefix_caching, order=args.schedule,
-                   kernel_ns=args.kernel_ns, weights=args.weights)
+                   kernel_ns=args.kernel_ns, weights=args.weights, prefill_chunk=args.prefill_chunk)
     if args.model == "smollm2":
         from llm_models.llama.generate import smollm2
 

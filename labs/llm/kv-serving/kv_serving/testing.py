@@ -13,7 +13,7 @@ import unittest
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import uvicorn
@@ -24,6 +24,7 @@ from llm_models.llama.generate import ChatModel
 from llm_models.serving.admission import AdmissionPolicy, KVBudget
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.kernels import dump_timings, ranking
+from llm_models.serving.output import SchedulerOutput
 from llm_models.serving.pool import pool_block_bytes
 from llm_models.serving.request import Failed, Finished, Request, Token
 from llm_models.serving.runner import ServedModel
@@ -272,6 +273,37 @@ class QuietLoopTestCase(unittest.IsolatedAsyncioTestCase):
 
     async def asyncSetUp(self) -> None:
         asyncio.get_running_loop().set_debug(False)
+
+
+def greedy_alone(scheduler: Scheduler, prompt: list[int], max_tokens: int) -> list[int]:
+    """What the model generates for this prompt with no cache and no neighbours."""
+    ids = list(prompt)
+    for _ in range(max_tokens):
+        ids.append(int(scheduler.model.reference_logits(ids).argmax()))
+    return ids[len(prompt):]
+
+
+class Unrunnable:
+    """A served model (llm_models.serving.runner.ServedModel) that refuses to run: what ``schedule`` decides, it
+    decides without the model."""
+
+    kernels = None
+
+    def __init__(self) -> None:
+        self.config = TINY_MODEL
+
+    def prefill(self, *args: object) -> NoReturn:
+        raise AssertionError("schedule() called the model's prefill")
+
+    def decode(self, *args: object) -> NoReturn:
+        raise AssertionError("schedule() called the model's decode")
+
+
+def ran(output: SchedulerOutput) -> None:
+    """What the loop does once a pass's prefills return, for a test that calls ``schedule`` by hand: each request's
+    prompt computed up to the end of its chunk (the whole prompt, without chunked prefill)."""
+    for prefill in output.prefills:
+        prefill.request.computed = prefill.start + prefill.tokens
 
 
 async def drain(request: Request) -> tuple[list[int], Finished | Failed]:

@@ -137,7 +137,7 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
     servers[CLIENT_SERVERS["float32"]] = client
     servers[CLIENT_SERVERS["int8"]] = [*client, "--weights", "int8"]  # the float32 model's codes: their client side
     return {"prompt_tokens": [len(p) for p in ids], "request_blocks": need, "policies": policies,
-            "servers": servers, "ids": ids}
+            "servers": servers, "ids": ids, "sweep": sweep}
 
 
 def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any], measure: Any,

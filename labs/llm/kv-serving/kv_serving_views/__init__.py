@@ -16,6 +16,7 @@ from .accelerator import accelerator_lessons_view, accelerator_takeaway_view, ac
 from .admission import admission_detail_view, admission_outcome_view, admission_view
 from .cancellation import cancellation_detail_view, cancellation_view
 from .checks import checks_view
+from .chunked import chunked_verdict_view, chunked_view
 from .client import client_verdict_view, client_view
 from .kernels import kernels_view
 from .memory import memory_view
@@ -53,6 +54,8 @@ VIEWS: dict[str, View] = {
     "iteration": iteration_view,
     "iterations": iterations_view,
     "prefill-stall": stall_view,
+    "chunked-verdict": chunked_verdict_view,
+    "chunked-prefill": chunked_view,
     "answer-fit": answer_fit_view,
     "answer-stall": answer_stall_view,
     "pool": pool_view,

@@ -71,6 +71,10 @@ class EngineConfig:
     # The trained model's matrices: float32, or int8 codes with a scale per row read by the decode steps
     # (llm_models.serving.llama.LlamaServingModel); the random model has float32 or bfloat16 (its dtype) only
     weights: str = "float32"
+    # Chunked prefill (llm_models.serving.scheduler): at most this many prompt tokens prefilled per pass, a whole
+    # number of blocks, so a long prompt no longer stops every running stream for its whole prefill; None: each
+    # prompt whole in the pass that admits it, as every experiment of the serving and prefix labs was measured
+    prefill_chunk: int | None = None
 
     @classmethod
     def for_chat(cls, chat: ChatModel, block_size: int, num_blocks: int, policy: AdmissionPolicy,
@@ -120,14 +124,16 @@ class EngineConfig:
             model = served(self.chat.model, self.kernel_ns, self.weights)
         rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
         return Scheduler(model, pool, self.policy, max_waiting=self.max_waiting, honor_disconnect=self.honor_disconnect,
-                         ttft_target_s=self.ttft_target_s, prefill_rate=rate, order=self.order, prefix=prefix)
+                         ttft_target_s=self.ttft_target_s, prefill_rate=rate, order=self.order, prefix=prefix,
+                         prefill_chunk=self.prefill_chunk)
 
     def as_record(self) -> dict[str, object]:
         return {"model": self.model.as_record(), "layers": self.layers, "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "block_bytes": self.block_bytes,
                 "admission": self.policy.describe(), "max_waiting": self.max_waiting,
                 "honor_disconnect": self.honor_disconnect, "threads": self.threads,
-                **({} if self.prefix_index is None else {"prefix_index": self.prefix_index, "order": self.order})}
+                **({} if self.prefix_index is None else {"prefix_index": self.prefix_index, "order": self.order}),
+                **({} if self.prefill_chunk is None else {"prefill_chunk": self.prefill_chunk})}
 
 
 def policy_from(max_running: int | None, kv_budget_bytes: int | None) -> AdmissionPolicy:

@@ -15,23 +15,28 @@ if TYPE_CHECKING:  # a type only: request.py is where a request's state lives
 
 @dataclass(frozen=True)
 class ScheduledPrefill:
-    """One admitted prompt's prefill: positions ``start`` to ``start + tokens - 1`` are computed."""
+    """One admitted prompt's prefill, or a chunk of it: positions ``start`` to ``start + tokens - 1`` are computed.
+    The request's first token comes from the pass whose chunk reaches the prompt's last position."""
 
     request: Request
-    start: int  # prompt positions found in the prefix cache at admission (whole blocks), not computed again; 0 without
-    tokens: int  # prompt positions computed: len(prompt) - start, at least 1 (the last is always computed)
+    # prompt positions already in the blocks (whole blocks): found in the prefix cache at admission, or computed by
+    # the request's earlier chunks; 0 for a prompt prefilled whole without a prefix cache
+    start: int
+    tokens: int  # prompt positions computed: len(prompt) - start when whole, at least 1 (the last is always computed)
 
 
 @dataclass(frozen=True)
 class SchedulerOutput:
     """The requests one pass admitted and prefills, packed into groups of at most ``PREFILL_TOKENS`` prompt tokens
-    (one model call each, in order); the requests its decode step then advances by one token; and the requests
-    retired since the pass before, their blocks back in the pool."""
+    (one model call each, in order), or with chunked prefill one group of chunks within the pass's token budget;
+    the requests its decode step then advances by one token; and the requests retired since the pass before, their
+    blocks back in the pool."""
 
     prefill_groups: tuple[tuple[ScheduledPrefill, ...], ...]
-    # Every request running once admission is done, in admission order: those admitted this pass decode after their
-    # prefill has given them their first token. The loop skips any that are no longer running by then (a first token
-    # that ended it, a failed prefill, a client gone meanwhile).
+    # Every running request whose prompt is whole once this pass's prefills return, in admission order: those whose
+    # prefill ends this pass decode after it has given them their first token (a request with chunks still to come
+    # does not decode). The loop skips any that are no longer running by then (a first token that ended it, a failed
+    # prefill, a client gone meanwhile).
     decodes: tuple[Request, ...]
     # Retired since the previous pass: finished, cancelled or failed, by the last pass's model calls or by this
     # pass itself (a departed client, an admission whose blocks were not there, a shutdown).

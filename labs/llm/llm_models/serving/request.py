@@ -51,6 +51,9 @@ class Request:
     status: Status = Status.WAITING
     table: list[int] = field(default_factory=list)  # logical block i -> pool block, reserved at admission
     cached_tokens: int = 0  # leading prompt positions found in the prefix cache at admission: not computed again
+    # leading prompt positions whose keys and values are in the blocks: the cached ones at admission, then each
+    # prefill's (a chunked prefill takes several passes); the first token comes when it reaches the prompt's length
+    computed: int = 0
     output: list[int] = field(default_factory=list)
     arrival_s: float = field(default_factory=time.monotonic)
     # monotonic time the scheduler admitted it: its wait in the queue ends, its prefill can start (a client's time
@@ -72,6 +75,11 @@ class Request:
 
     def __post_init__(self) -> None:
         self.keys = BlockKeys(self.prompt, self.cache_salt)
+
+    @property
+    def prefilled(self) -> bool:
+        """Every prompt position computed (or found cached): the request has its first token and decodes."""
+        return self.computed == len(self.prompt)
 
     def stored_keys(self) -> BlockKeys:
         """``keys`` brought up to every position written so far: the prompt, then each generated token fed back."""

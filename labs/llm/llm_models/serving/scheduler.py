@@ -10,7 +10,10 @@ them. Each iteration of ``run``:
    requests whose clients left (when disconnects are honoured), returning
    their blocks; admits from the head of ``waiting`` while the policy allows,
    reserving each request's blocks for every position it will ever hold; and
-   packs the admitted prompts into prefill groups of up to ``PREFILL_TOKENS``;
+   packs the admitted prompts into prefill groups of up to ``PREFILL_TOKENS``,
+   or, with ``prefill_chunk`` (chunked prefill, Sarathi-Serve's), gives the
+   prompts still being prefilled at most that many tokens in all, so that a
+   long prompt is prefilled over several passes with decode steps between;
 2. the loop runs each group as one packed prefill on the model
    (``ServedModel.prefill``, llm_models.serving.runner) and streams each
    prompt's first token at once;
@@ -123,12 +126,15 @@ class Counters:
 class Scheduler:
     def __init__(self, model: ServedModel, pool: LayeredPool, policy: AdmissionPolicy,
                  max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
-                 prefill_rate: PrefillRate | None = None, order: str = "fcfs", prefix: CachingPool | None = None) -> None:
+                 prefill_rate: PrefillRate | None = None, order: str = "fcfs", prefix: CachingPool | None = None,
+                 prefill_chunk: int | None = None) -> None:
         """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
         time (llm_models.serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
         measures from a probe when it starts and from every prefill after; None: no such bound. ``prefix``: the
         prefix cache, which is the pool itself (a ``CachingPool`` keeps its freed blocks cached), or None for no
-        prefix caching; ``order`` is one of ORDERS (longest-prefix needs the cache)."""
+        prefix caching; ``order`` is one of ORDERS (longest-prefix needs the cache). ``prefill_chunk``: at most this
+        many prompt tokens prefilled per pass, over every prompt still being prefilled (a whole number of blocks);
+        None: each admitted prompt whole in the pass that admits it."""
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         if order not in ORDERS:
@@ -138,6 +144,12 @@ class Scheduler:
                              "prefix")
         if order != "fcfs" and prefix is None:
             raise ValueError(f"order {order!r} ranks requests by their cached prefix: it needs a prefix cache")
+        if prefill_chunk is not None and (prefill_chunk < pool.block_size or prefill_chunk % pool.block_size):
+            # NOTE: a chunk that stops inside a block would start the next one off a block boundary, where the
+            # prefill's attention (block_aligned_attention) would cut its queries differently from a whole prefill
+            raise ValueError(f"prefill_chunk must be a whole number of blocks of {pool.block_size} tokens, got "
+                             f"{prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
         self.model, self.pool, self.policy, self.prefix, self.order = model, pool, policy, prefix, order
         self.budget_blocks = policy.budget_blocks(pool)  # validates a byte budget against the pool
         self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
@@ -221,10 +233,10 @@ class Scheduler:
 
     @property
     def waiting_prompt_tokens(self) -> int:
-        """Prompt tokens not yet prefilled: the queue's, and those of requests admitted this iteration whose prefill
-        has not returned (no first token yet), less what each finds cached. A new request waits behind all of them
+        """Prompt tokens not yet prefilled: the queue's, and those of admitted requests whose prefill has not
+        finished (no first token yet), less what each finds cached or has computed. A new request waits behind all of them
         for its own first token."""
-        admitted = sum(len(r.prompt) - r.cached_tokens for r in self.running if not r.output)
+        admitted = sum(len(r.prompt) - r.computed for r in self.running)
         return admitted + sum(self._uncached(request) for request in self.waiting)
 
     def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
@@ -321,20 +333,46 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """One pass's decisions, no model call: retire the requests whose clients left, admit from the head of
         ``waiting`` what the policy and the pool allow (each reserving its blocks), and pack the admitted prompts
-        into prefill groups. Synchronous: it runs between model calls, so nothing it touches is being computed."""
+        into prefill groups (or, with ``prefill_chunk``, the next chunk of every prompt still being prefilled).
+        Synchronous: it runs between model calls, so nothing it touches is being computed."""
         self.counters.iterations += 1
         self._retire_cancelled()
         admitted = self._admit()
-        groups = tuple(tuple(ScheduledPrefill(r, r.cached_tokens, len(r.prompt) - r.cached_tokens) for r in group)
-                       for group in prefill_groups(admitted, PREFILL_TOKENS))
+        if self.prefill_chunk is None:
+            groups = tuple(tuple(ScheduledPrefill(r, r.computed, len(r.prompt) - r.computed) for r in group)
+                           for group in prefill_groups(admitted, PREFILL_TOKENS))
+        else:
+            chunks = self._chunks(self.prefill_chunk)
+            groups = (chunks,) if chunks else ()
+        scheduled = {prefill.request: prefill.tokens for group in groups for prefill in group}
+        # the decode step advances the requests whose prompt is whole by then: prefilled before, or by this pass
+        decodes = tuple(r for r in self.running if r.computed + scheduled.get(r, 0) == len(r.prompt))
         finished, self._retired = tuple(self._retired), []
-        return SchedulerOutput(groups, tuple(self.running), finished)
+        return SchedulerOutput(groups, decodes, finished)
+
+    def _chunks(self, budget: int) -> tuple[ScheduledPrefill, ...]:
+        """Chunked prefill: the prompts still being prefilled, oldest first, take at most ``budget`` tokens in all.
+        A prompt whose rest does not fit takes what does, cut down to whole blocks (the next chunk then starts on a
+        block boundary, as a prefix hit does), and the prompts after it wait for the next pass."""
+        chunks, size = [], self.pool.block_size
+        for request in self.running:
+            rest = len(request.prompt) - request.computed
+            if rest == 0:
+                continue
+            tokens = rest if rest <= budget else budget // size * size
+            if tokens == 0:
+                break
+            chunks.append(ScheduledPrefill(request, request.computed, tokens))
+            budget -= tokens
+            if rest > tokens:  # first come, first prefilled: nobody overtakes a prompt the budget cut
+                break
+        return tuple(chunks)
 
     async def _execute(self, output: SchedulerOutput) -> None:
         """Run a pass on the model and apply what it returns: each prefill group, then one decode step for the
         requests still running (``output.decodes`` less any a prefill ended or whose client left meanwhile)."""
         for group in output.prefill_groups:
-            await self._prefill([prefill.request for prefill in group])
+            await self._prefill(group)
         self._retire_cancelled()
         batch = [request for request in output.decodes if request.status is Status.RUNNING]
         if batch:
@@ -361,6 +399,7 @@ class Scheduler:
                 else:
                     request.table = self.prefix.take(request.keys, hits, needed - len(hits))
                     request.cached_tokens = len(hits) * self.pool.block_size
+                request.computed = request.cached_tokens
             except PoolExhausted as error:  # admitted by count, but the memory is not there
                 self.counters.failed_for_memory += 1
                 limit = ", ".join(f"{key}={value}" for key, value in self.policy.describe().items() if key != "policy")
@@ -377,19 +416,21 @@ class Scheduler:
         return admitted
     # --8<-- [end:admit]
 
-    async def _prefill(self, group: list[Request]) -> None:
-        """The group's prompts in one packed prefill; each request's first token from its own last position. If
-        the packed call raises, each request is prefilled again alone, so only a request whose own prefill
-        fails is failed."""
-        group = [r for r in group if not (r.done or self._cancelled(r))]  # left while an earlier group was prefilled
+    async def _prefill(self, group: tuple[ScheduledPrefill, ...]) -> None:
+        """The group's prompts (or chunks of them) in one packed prefill; a prompt whose last position this computes
+        gets its first token from it. If the packed call raises, each is prefilled again alone, so only a request
+        whose own prefill fails is failed."""
+        group = tuple(p for p in group if not (p.request.done or self._cancelled(p.request)))  # left meanwhile
         if not group:
             return
+        requests = [p.request for p in group]
         started = time.perf_counter()
-        call: tuple[Any, ...] = (self.model.prefill, self.pool, [r.prompt for r in group], [r.table for r in group])
-        if self.prefix is not None:  # where each prompt's computation starts: after what it found cached
-            call += ([r.cached_tokens for r in group],)
+        call: tuple[Any, ...] = (self.model.prefill, self.pool, [p.request.prompt[:p.start + p.tokens] for p in group],
+                                 [p.request.table for p in group])
+        if any(p.start for p in group) or self.prefix is not None:  # where each computation starts: after what is cached
+            call += ([p.start for p in group],)
         if len(group) == 1:
-            logits = await self._on_worker(group, "prefill", *call)
+            logits = await self._on_worker(requests, "prefill", *call)
             if logits is None:
                 return
         else:
@@ -398,20 +439,23 @@ class Scheduler:
             except Exception as error:
                 logger.warning("a packed prefill of %d prompts failed (%s: %s); each is prefilled alone",
                                len(group), type(error).__name__, error)
-                for request in group:
-                    await self._prefill([request])
+                for prefill in group:
+                    await self._prefill((prefill,))
                 return
         seconds = time.perf_counter() - started
-        computed = sum(len(r.prompt) - r.cached_tokens for r in group)
+        computed = sum(p.tokens for p in group)
         self.counters.prefill_seconds += seconds
         self.counters.prefill_calls += 1
         self.counters.prefill_tokens += computed
         if self.prefill_rate is not None:
             self.prefill_rate.observe(computed, seconds)
+        for prefill in group:
+            prefill.request.computed = prefill.start + prefill.tokens
+        whole = [(p.request, token) for p, token in zip(group, logits.argmax(-1).tolist()) if p.request.prefilled]
         if self.prefix is not None:  # before any first token: one that finishes its request returns its blocks
-            for request in group:
+            for request, _ in whole:
                 self.prefix.offer(request.keys, request.table)
-        for request, token in zip(group, logits.argmax(-1).tolist()):
+        for request, token in whole:  # a chunk that leaves part of its prompt for later passes streams nothing yet
             self.counters.prefills += 1
             if request.client_gone:
                 self.counters.prefills_after_disconnect += 1

@@ -246,6 +246,7 @@ def trained_figures(record: dict[str, Any], summaries: dict[JsonPath, dict[str, 
         for name, value in (("median_ns", median(durations)), ("min_ns", min(durations)), ("max_ns", max(durations))):
             figures.add(("trained", "solo_steps", index, name), as_number(value), "its raw durations")
     batching_figures(trained, figures)
+    chunked_figures(trained, figures)
     for index, row in enumerate(trained.get("client_steps", {}).get("rows", [])):
         client_figures(row, ("trained", "client_steps", "rows", index), figures)
 
@@ -265,6 +266,52 @@ def batching_figures(trained: dict[str, Any], figures: Figures) -> None:
                 "second / the serial server's: median and middle half")
     figures.add(("trained", "batching_rounds", "side"), side_of_one(ratio), "whether its rounds' middle half lies "
                 "wholly below 1, wholly above, or holds it")
+
+
+def chunked_figures(trained: dict[str, Any], figures: Figures) -> None:
+    """Chunked prefill against whole (where the record has it): per round and server, the streams' longest gap
+    between tokens, their median gap and the long prompt's time to first token; whether every stream decoded from
+    before the long prompt arrived until after its first token (else the gaps do not cover its prefill); and the
+    chunked server's longest gap and time to first token over the whole one's, paired by round."""
+    section = trained.get("chunked_prefill")
+    if section is None:
+        return
+    where, streams = ("trained", "chunked_prefill"), section["streams"]
+    values: dict[str, dict[str, list[Any]]] = {name: {} for name in ("longest_gap_s", "median_gap_s", "long_ttft_s",
+                                                                      "spanned")}
+    for name in ("whole", "chunked"):
+        for figure in values.values():
+            figure[name] = []
+        for run in (round_["runs"][name] for round_ in section["rounds"]):
+            gaps, long = [gap for request in run[:streams] for gap in request["itl_s"]], run[streams]
+            values["longest_gap_s"][name].append(max(gaps))
+            values["median_gap_s"][name].append(median(gaps))
+            values["long_ttft_s"][name].append(long["ttft_s"])
+            values["spanned"][name].append(all(stream_spans(request, long) for request in run[:streams]))
+    how = "each round's client-side times of the streams and of the long prompt"
+    for figure, by_server in values.items():
+        figures.add((*where, figure), by_server, how)
+    figures.add((*where, "long_prompt_tokens"), section["rounds"][0]["runs"]["whole"][streams]["prompt_tokens"],
+                "the server's usage of the long prompt")
+    figures.add((*where, "all_spanned"), all(all(flags) for flags in values["spanned"].values()),
+                "every round's streams decoded across the long prompt's prefill")
+    for name, figure in (("gap", "longest_gap_s"), ("ttft", "long_ttft_s")):
+        ratio = paired(values[figure]["chunked"], values[figure]["whole"])
+        figures.add((*where, f"{name}_paired"), ratio, f"per round, the chunked server's {figure} / the whole one's: "
+                    "median and middle half")
+        figures.add((*where, f"{name}_side"), side_of_one(ratio), "whether its rounds' middle half lies wholly below "
+                    "1, wholly above, or holds it")
+    stalls = [longest / usual for longest, usual in zip(values["longest_gap_s"]["whole"],
+                                                         values["median_gap_s"]["whole"], strict=True)]
+    figures.add((*where, "whole_stall_over_gap"), median(stalls), "per round, the whole server's longest gap / its "
+                "median gap: the median over rounds")
+
+
+def stream_spans(stream: dict[str, Any], long: dict[str, Any]) -> bool:
+    """Whether a stream had its first token before the long prompt was sent and its last after the long prompt's
+    first token: only then do its gaps cover the long prompt's whole prefill."""
+    first = stream["sent_s"] + stream["ttft_s"]
+    return first <= long["sent_s"] and first + sum(stream["itl_s"]) >= long["sent_s"] + long["ttft_s"]
 
 
 def client_figures(row: dict[str, Any], where: JsonPath, figures: Figures) -> None:

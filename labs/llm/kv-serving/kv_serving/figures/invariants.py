@@ -251,6 +251,7 @@ def check_trained(record: dict[str, Any], source: str) -> None:
             refuse(source, ("trained", "equivalence", "ties", index, "margin"), f"= {tie['margin']} is beyond {bound}")
     check_client_steps(trained, source)
     check_batching_rounds(trained, source)
+    check_chunked_prefill(trained, source)
 
 
 def check_batching_rounds(trained: dict[str, Any], source: str) -> None:
@@ -269,6 +270,34 @@ def check_batching_rounds(trained: dict[str, Any], source: str) -> None:
             if not 1 <= tokens <= most:
                 refuse(source, ("trained", "batching_rounds", side, "tokens", index), f"is {tokens}, but a burst of "
                        f"{rounds['requests']} requests of at most {rounds['max_tokens']} tokens writes 1 to {most}")
+
+
+def check_chunked_prefill(trained: dict[str, Any], source: str) -> None:
+    """Chunked prefill against whole: each round runs both servers, in the order the rounds rotate, each with the
+    streams then the long prompt, every request completed with one gap fewer than its tokens."""
+    section = trained.get("chunked_prefill")
+    if section is None:
+        return
+    servers, count = ["whole", "chunked"], section["streams"] + 1
+    for number, round_ in enumerate(section["rounds"]):
+        at = ("trained", "chunked_prefill", "rounds", number)
+        expected = [*servers[number % 2:], *servers[:number % 2]]
+        if round_["order"] != expected:
+            refuse(source, (*at, "order"), f"is {round_['order']}, but round {number} runs {expected}")
+        for name in servers:
+            run = round_["runs"][name]
+            if len(run) != count:
+                refuse(source, (*at, "runs", name), f"holds {len(run)} requests, but a run sends "
+                       f"{section['streams']} streams and the long prompt")
+            for index, request in enumerate(run):
+                if request["outcome"] != "completed" or request["ttft_s"] is None:
+                    refuse(source, (*at, "runs", name, index, "outcome"), f"is {request['outcome']!r} "
+                           f"({request.get('error')}): every request of the comparison must complete")
+                if len(request["itl_s"]) != request["tokens"] - 1:
+                    refuse(source, (*at, "runs", name, index, "itl_s"), f"holds {len(request['itl_s'])} gaps for "
+                           f"{request['tokens']} tokens")
+            if any(len(run[index]["itl_s"]) == 0 for index in range(section["streams"])):
+                refuse(source, (*at, "runs", name), "holds a stream of one token: it has no gap between tokens")
 
 
 def check_client_steps(trained: dict[str, Any], source: str) -> None:

@@ -1,0 +1,83 @@
+"""Chunked prefill on the trained model: running streams, and a long prompt that arrives among them.
+
+Each round, at each of two servers (one prefills every prompt whole, the other at most CHUNK tokens between two
+decode steps, ``--prefill-chunk``): STREAMS text continuations start together and decode; LONG_ARRIVAL_S later a
+completion whose prompt is the first LONG_TOKENS tokens of the repository's long text arrives. The client times
+every gap between a stream's tokens, and the long prompt's time to first token. The two servers alternate which
+goes first, round by round (labkit.bench.run_order), so the page's figures are paired ratios, chunked over whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from labkit import bench
+from llm_models.llama.generate import smollm2
+from llm_models.texts import PYTHON_REFERENCE
+
+from .loadgen import run_load
+from .workload import WorkItem, real_prompts
+
+MODEL = "smollm2"
+# Sized to the benchmark's five minutes on two cores: a long prompt whose whole prefill (0.74 s on one thread of the
+# 2-core Xeon) is many of the streams' steps (about 70 ms for four rows), cut into six chunks of four blocks. Cut
+# finer, the same prompt's prefill costs more in all: 1.09 s in chunks of 64, 2.29 s in chunks of 16 (each chunk
+# reads every weight again); the streams decode about 8 tokens before it arrives and 6 between its chunks.
+CHUNK, QUICK_CHUNK = 64, 16  # tokens: four blocks of 16, one block of 16
+LONG_TOKENS, QUICK_LONG_TOKENS = 384, 32
+STREAMS, STREAM_TOKENS, QUICK_STREAM_TOKENS = 4, 32, 8
+LONG_ARRIVAL_S = 0.8  # after the streams' first tokens on a quiet machine: they are decoding when it arrives
+LONG_MAX_TOKENS = 2
+ROUNDS, QUICK_ROUNDS = 3, 2
+
+
+def sizes(quick: bool) -> dict[str, int]:
+    return {"chunk": QUICK_CHUNK if quick else CHUNK, "long_tokens": QUICK_LONG_TOKENS if quick else LONG_TOKENS,
+            "streams": STREAMS, "stream_tokens": QUICK_STREAM_TOKENS if quick else STREAM_TOKENS,
+            "long_max_tokens": LONG_MAX_TOKENS}
+
+
+def server_arguments(common: list[str], quick: bool) -> dict[str, list[str]]:
+    """The two servers' arguments, by the name the record gives each: ``common`` (the trained servers' own), and
+    the same with --prefill-chunk."""
+    return {"whole": common, "chunked": [*common, "--prefill-chunk", str(sizes(quick)["chunk"])]}
+
+
+def long_prompt(tokens: int) -> str:
+    """The first ``tokens`` tokens of the repository's long text, as text (the server reports what it became)."""
+    chat = smollm2()
+    return chat.decode(chat.encode(PYTHON_REFERENCE.read())[:tokens])
+
+
+def workload(quick: bool) -> list[WorkItem]:
+    """STREAMS continuations from the prompt file at once, then the long completion LONG_ARRIVAL_S later."""
+    size, (prompts, _) = sizes(quick), real_prompts()
+    # NOTE: continuations, not chats: a chat's answer may end at a stop token before the long prompt is prefilled
+    # (the file's first ends after 7 tokens), and a stream that has ended shows no gap
+    texts = [p for p in prompts if p["kind"] == "continuation"][:STREAMS]
+    streams = [WorkItem(index, 0.0, [], size["stream_tokens"], path="/v1/completions",
+                        text_request={"prompt": p["prompt"]}) for index, p in enumerate(texts)]
+    long = WorkItem(len(streams), LONG_ARRIVAL_S, [], size["long_max_tokens"], path="/v1/completions",
+                    text_request={"prompt": long_prompt(size["long_tokens"])})
+    return [*streams, long]
+
+
+def run(quick: bool, urls: dict[str, str]) -> dict[str, Any]:
+    """ROUNDS paired rounds at the two servers (``urls``: server_arguments' names to base URLs); every request's
+    client-side times kept (its sending, time to first token and each gap between tokens)."""
+    size, items, count = sizes(quick), workload(quick), QUICK_ROUNDS if quick else ROUNDS
+    rounds = []
+    for number in range(count):
+        order = bench.run_order(list(urls), number)
+        bench.progress(f"trained model, chunked prefill: round {number + 1} of {count}, {STREAMS} streams and "
+                       f"a {size['long_tokens']}-token prompt at {' then '.join(order)}")
+        runs = {}
+        for name in order:
+            result = asyncio.run(run_load(urls[name], items, model=MODEL))
+            runs[name] = [{key: value for key, value in asdict(r).items()
+                           if key in ("outcome", "prompt_tokens", "tokens", "sent_s", "ttft_s", "itl_s", "error")}
+                          for r in result.requests]
+        rounds.append({"order": order, "runs": runs})
+    return {**size, "long_arrival_s": LONG_ARRIVAL_S, "text": PYTHON_REFERENCE.name, "rounds": rounds}

@@ -1,0 +1,216 @@
+"""Chunked prefill: a long prompt prefilled over several passes, at most ``prefill_chunk`` tokens each, with the
+running requests' decode steps between its chunks; the chunks' last logits equal a whole prefill's, and a chunk
+computed at the wrong positions is caught."""
+
+from __future__ import annotations
+
+import asyncio
+import unittest
+from typing import Any
+
+import torch
+
+from kv_serving.figures import derivation, invariants
+from kv_serving.server import engine_config, parse_args
+from kv_serving.testing import (
+    KERNEL_NS,
+    TINY_BLOCK,
+    TINY_LAYERS,
+    TINY_MODEL,
+    SchedulerTestCase,
+    Unrunnable,
+    drain,
+    greedy_alone,
+    ran,
+    tiny_chat,
+)
+from kv_serving_views.chunked import chunked_verdict_view, chunked_view
+from labkit.figures import Figures, fill
+from labkit.records import RecordError
+from labkit.waiting import within
+from llm_models.serving.admission import KVBudget
+from llm_models.serving.dtypes import TOLERANCES
+from llm_models.serving.llama import served
+from llm_models.serving.model import PackedPrompts, ServingModel
+from llm_models.serving.output import ScheduledPrefill
+from llm_models.serving.pool import LayeredPool
+from llm_models.serving.request import Finished
+from llm_models.serving.scheduler import Scheduler
+from site_hooks.blocks import render_block
+
+LONG = [(7 * i + 3) % TINY_MODEL.vocab_size for i in range(40)]  # ten blocks of TINY_BLOCK
+
+
+def chunked_logits(model: Any, prompt: list[int], chunk: int, num_blocks: int = 16) -> torch.Tensor:
+    """The last position's logits of ``prompt`` prefilled ``chunk`` tokens at a time into a fresh pool, each chunk
+    from where the one before stopped (what the scheduler's passes do)."""
+    pool = LayeredPool(model.config, model.layers, num_blocks, TINY_BLOCK)
+    table = pool.allocate(-(-len(prompt) // TINY_BLOCK))
+    logits = None
+    for start in range(0, len(prompt), chunk):
+        logits = model.prefill(pool, [prompt[:start + chunk]], [table], [start])
+    assert logits is not None
+    return logits[0]
+
+
+class RestartedPositions(ServingModel):
+    """A broken chunked prefill: each chunk's tokens computed at positions from 0, as if it were a new prompt."""
+
+    def packing(self, *args: Any) -> PackedPrompts:
+        packed = super().packing(*args)
+        packed.positions = packed.positions - packed.positions[0]
+        return packed
+
+
+class ChunksWithoutALoop(unittest.TestCase):
+    def scheduler(self, chunk: int) -> Scheduler:
+        pool = LayeredPool(TINY_MODEL, TINY_LAYERS, 24, TINY_BLOCK)
+        return Scheduler(Unrunnable(), pool, KVBudget(24 * pool.block_bytes), prefill_chunk=chunk)  # type: ignore[arg-type]
+
+    def test_a_long_prompt_takes_the_budget_pass_by_pass_in_whole_blocks_and_decodes_after_its_last_chunk(self) -> None:
+        scheduler = self.scheduler(chunk=8)
+        short, long = scheduler.submit([1] * 5, 4), scheduler.submit(LONG[:30], 2)
+        first = scheduler.schedule()
+        # the short prompt whole (5 of the 8 tokens); the 3 left are less than a block: the long one waits a pass
+        self.assertEqual((first.prefills, first.decodes), ((ScheduledPrefill(short, 0, 5),), (short,)))
+        self.assertEqual(scheduler.waiting_prompt_tokens, 35)  # nothing computed yet: both prompts still to come
+        ran(first)
+        chunks = []
+        for _ in range(3):
+            output = scheduler.schedule()
+            (chunk,) = output.prefills
+            self.assertEqual((chunk.request, output.decodes), (long, (short,)))  # no first token before the last chunk
+            chunks.append((chunk.start, chunk.tokens))
+            ran(output)
+        self.assertEqual(chunks, [(0, 8), (8, 8), (16, 8)])
+        self.assertEqual(scheduler.waiting_prompt_tokens, 6)
+        last = scheduler.schedule()
+        self.assertEqual((last.prefills, last.decodes), ((ScheduledPrefill(long, 24, 6),), (short, long)))
+
+    def test_a_chunk_that_is_not_a_whole_number_of_blocks_is_refused_naming_the_block_size(self) -> None:
+        for chunk in (0, 2, 6):
+            with self.subTest(chunk=chunk), self.assertRaisesRegex(ValueError, "whole number of blocks of 4 tokens"):
+                self.scheduler(chunk)
+        with self.assertRaises(SystemExit):
+            parse_args(["--prefill-chunk", "24", "--block-size", "16"])
+        self.assertEqual(engine_config(parse_args(["--prefill-chunk", "32"])).prefill_chunk, 32)
+
+
+class ChunkedLogits(unittest.TestCase):
+    def test_chunks_of_any_whole_number_of_blocks_give_a_whole_prefills_last_logits_on_both_models(self) -> None:
+        models = {"random": ServingModel(TINY_MODEL, TINY_LAYERS), "llama": served(tiny_chat().model, KERNEL_NS)}
+        tolerance = TOLERANCES["float32"]
+        for name, model in models.items():
+            whole = chunked_logits(model, LONG, len(LONG))
+            for chunk in (TINY_BLOCK, 3 * TINY_BLOCK, 8 * TINY_BLOCK):
+                with self.subTest(model=name, chunk=chunk):
+                    torch.testing.assert_close(chunked_logits(model, LONG, chunk), whole, **tolerance)
+
+    def test_chunks_computed_at_positions_restarted_from_zero_are_caught(self) -> None:
+        broken = RestartedPositions(TINY_MODEL, TINY_LAYERS)
+        whole = chunked_logits(broken, LONG, len(LONG))  # one chunk from 0: nothing restarts
+        with self.assertRaises(AssertionError):
+            torch.testing.assert_close(chunked_logits(broken, LONG, 2 * TINY_BLOCK), whole, **TOLERANCES["float32"])
+
+
+class ChunkedLoop(SchedulerTestCase):
+    async def test_the_running_stream_decodes_between_the_long_prompts_chunks_and_both_get_their_alone_tokens(
+            self) -> None:
+        scheduler = self.start(num_blocks=32, prefill_chunk=8)
+        calls: list[tuple[int, int]] = []  # (the last prompt's length in the call, the stream's tokens by then)
+        prefill = scheduler.model.prefill
+
+        def recording(pool: Any, prompts: list[list[int]], *rest: Any) -> torch.Tensor:
+            calls.append((len(prompts[-1]), len(stream.output)))
+            return prefill(pool, prompts, *rest)
+
+        scheduler.model.prefill = recording  # type: ignore[method-assign]
+        # Both arrive before the loop's first pass (nothing is awaited in between), whatever the host's speed: the
+        # first pass prefills the stream's 5 tokens, and the 3 left of the budget hold no block of the long prompt.
+        stream, long = scheduler.submit([5] * 5, 10), scheduler.submit(LONG, 3)
+        (stream_tokens, stream_end), (long_tokens, long_end) = await within(
+            asyncio.gather(drain(stream), drain(long)), "both requests to finish")
+        self.assertEqual([length for length, _ in calls], [5, 8, 16, 24, 32, 40])
+        seen = [tokens for _, tokens in calls[1:]]
+        self.assertEqual(seen, list(range(2, 7)))  # one decode step of the stream before each chunk
+        self.assertEqual(stream_tokens, greedy_alone(scheduler, stream.prompt, 10))
+        self.assertEqual(long_tokens, greedy_alone(scheduler, LONG, 3))
+        self.assertEqual((scheduler.counters.prefills, scheduler.counters.prefill_calls), (2, 6))
+        self.assertEqual(scheduler.counters.prefill_tokens, 5 + len(LONG))
+        self.assertEqual((stream_end, long_end), (Finished("length"), Finished("length")))
+
+
+def request(sent: float, ttft: float, gaps: list[float]) -> dict[str, Any]:
+    return {"outcome": "completed", "prompt_tokens": 30, "tokens": len(gaps) + 1, "sent_s": sent, "ttft_s": ttft,
+            "itl_s": gaps, "error": None}
+
+
+def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], stream_gaps: int = 40) -> dict[str, Any]:
+    """A chunked-prefill section of two streams whose gaps are 50 ms but for one pause per run, and a long prompt
+    sent at 0.5 s: ``pauses`` and ``firsts`` give, per server, each round's pause and long time to first token."""
+    rounds = []
+    for number in range(len(pauses["whole"])):
+        order = ["whole", "chunked"] if number % 2 == 0 else ["chunked", "whole"]
+        runs = {name: [*(request(0.0, 0.1, [0.05] * stream_gaps + [pauses[name][number]]) for _ in range(2)),
+                       request(0.5, firsts[name][number], [0.05])] for name in order}
+        rounds.append({"order": order, "runs": runs})
+    return {"chunk": 64, "long_tokens": 384, "streams": 2, "stream_tokens": stream_gaps + 2, "long_max_tokens": 2,
+            "long_arrival_s": 0.5, "text": "python-language-reference.txt", "rounds": rounds}
+
+
+def derived(raw: dict[str, Any]) -> dict[str, Any]:
+    trained = {"chunked_prefill": raw}
+    invariants.check_chunked_prefill(trained, "test")
+    figures = Figures()
+    derivation.chunked_figures(trained, figures)
+    record = {"trained": trained}
+    fill(record, figures)
+    return record
+
+
+WHOLE_PAUSES, WHOLE_FIRSTS = [1.30, 1.25, 1.35], [1.30, 1.28, 1.33]
+
+
+class Wording(unittest.TestCase):
+    def test_shorter_pauses_for_a_later_first_token_read_as_the_trade_and_the_opposite_as_growth(self) -> None:
+        helped = derived(section({"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]},
+                                 {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}))
+        text = chunked_verdict_view(helped).paragraphs[0]
+        self.assertIn("fell to 0.23× (middle half 0.23–0.24)", text)
+        self.assertIn("took 1.31× (middle half 1.30–1.33) its time prefilled whole", text)
+        self.assertIn("the trade chunking makes", text)
+        self.assertIn("Prefilled whole, the long prompt held the streams for 26.00×", text)
+        hurt = derived(section({"whole": [0.30, 0.28, 0.33], "chunked": WHOLE_PAUSES},
+                               {"whole": WHOLE_FIRSTS, "chunked": [1.20, 1.18, 1.25]}))
+        text = chunked_verdict_view(hurt).paragraphs[0]
+        self.assertIn("grew", text)
+        self.assertIn("came sooner as well", text)
+
+    def test_rounds_whose_ratios_straddle_one_read_as_noise_never_as_shorter(self) -> None:
+        noisy = derived(section({"whole": WHOLE_PAUSES, "chunked": [1.20, 1.40, 1.30]},
+                                {"whole": WHOLE_FIRSTS, "chunked": [1.20, 1.40, 1.31]}))
+        text = chunked_verdict_view(noisy).paragraphs[0]
+        self.assertIn("did not shrink beyond the rounds' noise", text)
+        self.assertIn("no later beyond the rounds' noise", text)
+        self.assertNotIn("fell to", text)
+
+    def test_streams_that_ended_before_the_long_prompt_was_prefilled_draw_no_comparison(self) -> None:
+        short = derived(section({"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]},
+                                {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, stream_gaps=2))
+        self.assertFalse(short["trained"]["chunked_prefill"]["all_spanned"])
+        text = chunked_verdict_view(short).paragraphs[0]
+        self.assertIn("draws no comparison", text)
+        self.assertNotIn("fell to", text)
+        self.assertIn("&lt;b&gt;", render_block(chunked_view(derived(section(
+            {"whole": WHOLE_PAUSES, "chunked": WHOLE_PAUSES}, {"whole": WHOLE_FIRSTS, "chunked": WHOLE_FIRSTS})
+            | {"text": "<b>"}))))
+
+    def test_a_round_out_of_turn_or_a_request_that_did_not_complete_is_refused_naming_it(self) -> None:
+        raw = section({"whole": WHOLE_PAUSES, "chunked": WHOLE_PAUSES}, {"whole": WHOLE_FIRSTS, "chunked": WHOLE_FIRSTS})
+        raw["rounds"][1]["order"] = ["whole", "chunked"]
+        with self.assertRaisesRegex(RecordError, r"field \$\.trained\.chunked_prefill\.rounds\[1\]\.order is"):
+            derived(raw)
+        raw = section({"whole": WHOLE_PAUSES, "chunked": WHOLE_PAUSES}, {"whole": WHOLE_FIRSTS, "chunked": WHOLE_FIRSTS})
+        raw["rounds"][2]["runs"]["chunked"][2]["outcome"] = "failed"
+        with self.assertRaisesRegex(RecordError, r"rounds\[2\]\.runs\.chunked\[2\]\.outcome is 'failed'"):
+            derived(raw)
