@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.summary import median
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ratio, plural
 
@@ -51,7 +50,7 @@ def chunked_verdict_view(record: dict[str, Any]) -> Block:
         return Block(paragraphs=[NONE])
     stall = (f" Prefilled whole, the long prompt held the streams for {format_ratio(section['whole_stall_over_gap'])} "
              "their median gap between tokens." if section["all_spanned"] else "")
-    return Block(paragraphs=[verdict(section) + stall])
+    return Block(paragraphs=[f"{verdict(section)}{stall}"])
 
 
 def chunked_view(record: dict[str, Any]) -> Block:
@@ -60,10 +59,10 @@ def chunked_view(record: dict[str, Any]) -> Block:
     if section is None:
         return Block(paragraphs=[NONE])
     labels = {"whole": "whole prompts", "chunked": f"chunks of {section['chunk']} tokens"}
+    medians = section["medians"]
     table = Table(["Prefill", "Streams' longest gap (s)", "Streams' median gap (s)", "Long prompt's first token (s)"],
-                  [(labels[name], f"{median(section['longest_gap_s'][name]):.2f}",
-                    f"{median(section['median_gap_s'][name]):.3f}", f"{median(section['long_ttft_s'][name]):.2f}")
-                   for name in ("whole", "chunked")],
+                  [(labels[name], f"{medians['longest_gap_s'][name]:.2f}", f"{medians['median_gap_s'][name]:.3f}",
+                    f"{medians['long_ttft_s'][name]:.2f}") for name in ("whole", "chunked")],
                   caption=f"This run's medians over its rounds: {section['streams']} streams of up to "
                           f"{section['stream_tokens']} tokens, the long prompt sent {section['long_arrival_s']:g} s "
                           "after them, as a client timed each")

@@ -291,6 +291,9 @@ def chunked_figures(trained: dict[str, Any], figures: Figures) -> None:
     how = "each round's client-side times of the streams and of the long prompt"
     for figure, by_server in values.items():
         figures.add((*where, figure), by_server, how)
+    for figure in ("longest_gap_s", "median_gap_s", "long_ttft_s"):
+        figures.add((*where, "medians", figure), {name: median(rounds) for name, rounds in values[figure].items()},
+                    "the median over rounds of each server's " + figure)
     figures.add((*where, "long_prompt_tokens"), section["rounds"][0]["runs"]["whole"][streams]["prompt_tokens"],
                 "the server's usage of the long prompt")
     figures.add((*where, "all_spanned"), all(all(flags) for flags in values["spanned"].values()),
