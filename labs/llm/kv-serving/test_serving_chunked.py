@@ -27,14 +27,15 @@ from kv_serving.testing import (
 from kv_serving_views.chunked import chunked_verdict_view, chunked_view
 from labkit.figures import Figures, fill
 from labkit.records import RecordError
-from labkit.waiting import within
+from labkit.waiting import eventually, within
 from llm_models.serving.admission import KVBudget
 from llm_models.serving.dtypes import TOLERANCES
 from llm_models.serving.llama import served
 from llm_models.serving.model import PackedPrompts, ServingModel
 from llm_models.serving.output import ScheduledPrefill
 from llm_models.serving.pool import LayeredPool
-from llm_models.serving.request import Finished
+from llm_models.serving.refusals import Refusal
+from llm_models.serving.request import Failed, Finished
 from llm_models.serving.scheduler import Scheduler
 from site_hooks.blocks import render_block
 
@@ -145,16 +146,18 @@ def request(sent: float, ttft: float, gaps: list[float]) -> dict[str, Any]:
             "itl_s": gaps, "error": None}
 
 
-def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], stream_gaps: int = 40) -> dict[str, Any]:
-    """A chunked-prefill section of two streams whose gaps are 50 ms but for one pause per run, and a long prompt
-    sent at 0.5 s: ``pauses`` and ``firsts`` give, per server, each round's pause and long time to first token."""
+def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], stream_sent: float = 0.0,
+            late_stall: float = 0.05) -> dict[str, Any]:
+    """A chunked-prefill section of two streams whose gaps are 50 ms but for one pause, from 0.5 s on, when the long
+    prompt is sent, and ``late_stall`` after it: ``pauses`` and ``firsts`` give, per server, each round's pause and
+    the long prompt's time to first token; ``stream_sent``, when the streams start."""
     rounds = []
     for number in range(len(pauses["whole"])):
         order = ["whole", "chunked"] if number % 2 == 0 else ["chunked", "whole"]
-        runs = {name: [*(request(0.0, 0.1, [0.05] * stream_gaps + [pauses[name][number]]) for _ in range(2)),
-                       request(0.5, firsts[name][number], [0.05])] for name in order}
+        runs = {name: [*(request(stream_sent, 0.1, [0.05] * 8 + [pauses[name][number]] + [0.05] * 32 + [late_stall])
+                         for _ in range(2)), request(0.5, firsts[name][number], [0.05])] for name in order}
         rounds.append({"order": order, "runs": runs})
-    return {"chunk": 64, "long_tokens": 384, "streams": 2, "stream_tokens": stream_gaps + 2, "long_max_tokens": 2,
+    return {"chunk": 64, "long_tokens": 384, "streams": 2, "stream_tokens": 44, "long_max_tokens": 2,
             "long_arrival_s": 0.5, "text": "python-language-reference.txt", "rounds": rounds}
 
 
@@ -184,19 +187,31 @@ class Wording(unittest.TestCase):
                                {"whole": WHOLE_FIRSTS, "chunked": [1.20, 1.18, 1.25]}))
         text = chunked_verdict_view(hurt).paragraphs[0]
         self.assertIn("grew", text)
-        self.assertIn("came sooner as well", text)
+        self.assertIn("while the long prompt's own first token came sooner, 0.92×", text)
+        self.assertNotIn("as well", text)
+        nothing = derived(section({"whole": [0.30, 0.28, 0.33], "chunked": WHOLE_PAUSES},
+                                  {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}))
+        text = chunked_verdict_view(nothing).paragraphs[0]
+        self.assertIn("on this run chunking bought nothing", text)
+        self.assertNotIn("the trade", text)
+
+    def test_a_stall_after_the_long_prompts_first_token_is_not_its_prefills(self) -> None:
+        late = derived(section({"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]},
+                               {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, late_stall=2.0))
+        self.assertEqual(late["trained"]["chunked_prefill"]["longest_gap_s"],
+                         {"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]})
 
     def test_rounds_whose_ratios_straddle_one_read_as_noise_never_as_shorter(self) -> None:
         noisy = derived(section({"whole": WHOLE_PAUSES, "chunked": [1.20, 1.40, 1.30]},
                                 {"whole": WHOLE_FIRSTS, "chunked": [1.20, 1.40, 1.31]}))
         text = chunked_verdict_view(noisy).paragraphs[0]
         self.assertIn("did not shrink beyond the rounds' noise", text)
-        self.assertIn("no later beyond the rounds' noise", text)
+        self.assertIn("its time prefilled whole, within the rounds' noise", text)
         self.assertNotIn("fell to", text)
 
     def test_streams_that_ended_before_the_long_prompt_was_prefilled_draw_no_comparison(self) -> None:
         short = derived(section({"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]},
-                                {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, stream_gaps=2))
+                                {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, stream_sent=0.6))
         self.assertFalse(short["trained"]["chunked_prefill"]["all_spanned"])
         text = chunked_verdict_view(short).paragraphs[0]
         self.assertIn("draws no comparison", text)
@@ -214,3 +229,44 @@ class Wording(unittest.TestCase):
         raw["rounds"][2]["runs"]["chunked"][2]["outcome"] = "failed"
         with self.assertRaisesRegex(RecordError, r"rounds\[2\]\.runs\.chunked\[2\]\.outcome is 'failed'"):
             derived(raw)
+
+
+class ChunkedLoopEdges(SchedulerTestCase):
+    def recording(self, scheduler: Scheduler, fail_at: int | None = None) -> list[tuple[int, list[int]]]:
+        """Every prefill call's (last prompt's length, starts); the call numbered ``fail_at`` raises instead."""
+        calls: list[tuple[int, list[int]]] = []
+        prefill = scheduler.model.prefill
+
+        def recorded(pool: Any, prompts: list[list[int]], tables: Any, starts: Any = None) -> torch.Tensor:
+            calls.append((len(prompts[-1]), list(starts or [0] * len(prompts))))
+            if len(calls) == fail_at:
+                raise RuntimeError("a chunk that fails")
+            return prefill(pool, prompts, tables, starts)
+
+        scheduler.model.prefill = recorded  # type: ignore[method-assign]
+        return calls
+
+    async def test_a_prompt_found_in_the_prefix_cache_is_chunked_from_the_end_of_its_cached_blocks(self) -> None:
+        scheduler = self.start(num_blocks=32, prefill_chunk=8, prefix_index="hash")
+        calls = self.recording(scheduler)
+        shared = LONG[:24]  # six blocks
+        first = scheduler.submit([*shared, 1], 2)
+        await within(drain(first), "the first request to finish")
+        second = scheduler.submit([*shared, *LONG[24:38]], 3)  # 38 tokens: 24 cached, then chunks of 8 and 6
+        tokens, end = await within(drain(second), "the second request to finish")
+        self.assertEqual(calls[-2:], [(32, [24]), (38, [32])])
+        self.assertEqual((second.cached_tokens, tokens, end),
+                         (24, greedy_alone(scheduler, second.prompt, 3), Finished("length")))
+
+    async def test_a_chunk_that_fails_fails_its_own_request_and_gives_back_its_blocks(self) -> None:
+        scheduler = self.start(num_blocks=32, prefill_chunk=8)
+        self.recording(scheduler, fail_at=3)  # the stream's prefill, the long prompt's first chunk, then its second
+        stream, long = scheduler.submit([5] * 5, 10), scheduler.submit(LONG, 3)
+        (stream_tokens, stream_end), (long_tokens, long_end) = await within(
+            asyncio.gather(drain(stream), drain(long)), "both requests to end")
+        self.assertEqual((stream_tokens, stream_end), (greedy_alone(scheduler, stream.prompt, 10), Finished("length")))
+        self.assertEqual(long_tokens, [])
+        assert isinstance(long_end, Failed)
+        self.assertEqual(long_end.refusal, Refusal.INTERNAL_ERROR)
+        self.assertIn("a chunk that fails", long_end.message)
+        await eventually(lambda: scheduler.pool.num_used_blocks == 0, "every block back in the pool")

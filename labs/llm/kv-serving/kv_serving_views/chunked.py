@@ -16,11 +16,18 @@ GAP = {
               "the whole prefill's",
     "above": "the running streams' longest pause between tokens grew to {ratio} of the whole prefill's",
 }
+# the long prompt's own first token, worded by its side of 1 and by whether the streams gained (their gap's side)
 TTFT = {
-    "above": "while the long prompt's own first token took {ratio} its time prefilled whole: the trade chunking makes",
-    "within": "and the long prompt's own first token came no later beyond the rounds' noise: {ratio} its time "
-              "prefilled whole",
-    "below": "and the long prompt's own first token came sooner as well, {ratio} its time prefilled whole",
+    ("below", "above"): "while the long prompt's own first token took {ratio} its time prefilled whole: the trade "
+                        "chunking makes",
+    ("below", "within"): "and the long prompt's own first token came no later beyond the rounds' noise: {ratio} its "
+                         "time prefilled whole",
+    ("below", "below"): "and the long prompt's own first token came sooner as well, {ratio} its time prefilled whole",
+    ("other", "above"): "and the long prompt's own first token took {ratio} its time prefilled whole: on this run "
+                        "chunking bought nothing",
+    ("other", "within"): "and the long prompt's own first token took {ratio} its time prefilled whole, within the "
+                         "rounds' noise",
+    ("other", "below"): "while the long prompt's own first token came sooner, {ratio} its time prefilled whole",
 }
 
 
@@ -39,7 +46,8 @@ def verdict(section: dict[str, Any]) -> str:
                 "first, or started after it), so their gaps do not show what the prefill held them up: the table "
                 "keeps what this run measured, and draws no comparison.")
     gap = GAP[section["gap_side"]].format(ratio=ratio_text(section["gap_paired"]))
-    ttft = TTFT[section["ttft_side"]].format(ratio=ratio_text(section["ttft_paired"]))
+    gained = "below" if section["gap_side"] == "below" else "other"
+    ttft = TTFT[gained, section["ttft_side"]].format(ratio=ratio_text(section["ttft_paired"]))
     return f"{lead}, {gap}, {ttft}."
 
 
@@ -69,8 +77,10 @@ def chunked_view(record: dict[str, Any]) -> Block:
     method = (f"Each round, {section['streams']} text continuations from the prompt file start together at a server "
               f"that prefills every prompt whole and at one started with --prefill-chunk {section['chunk']}, in turns; "
               f"{section['long_arrival_s']:g} s later a completion of the first {section['long_tokens']:,} tokens of "
-              f"{section['text']} arrives, asking {plural(section['long_max_tokens'], 'token')}. The client times "
-              "every gap between a stream's tokens and the long prompt's first token; each ratio is taken inside one "
+              f"{section['text']} arrives (the server counted {section['long_prompt_tokens']:,}), asking "
+              f"{plural(section['long_max_tokens'], 'token')}. The client times every gap between a stream's tokens "
+              "and the long prompt's first token; a stream's longest gap is the longest that overlaps the long "
+              "prompt's wait for its first token; each ratio is taken inside one "
               "round. A chunk computes its positions over the keys the chunks before it stored, as a prefix-cache hit "
               "does, so the long prompt's logits are a whole prefill's (the suite checks it on both models).")
     return Block(paragraphs=[method], tables=[table])

@@ -270,7 +270,8 @@ def batching_figures(trained: dict[str, Any], figures: Figures) -> None:
 
 def chunked_figures(trained: dict[str, Any], figures: Figures) -> None:
     """Chunked prefill against whole (where the record has it): per round and server, the streams' longest gap
-    between tokens, their median gap and the long prompt's time to first token; whether every stream decoded from
+    between tokens during the long prompt's wait for its first token (gaps_during; every gap where none overlaps
+    it), their median gap and the long prompt's time to first token; whether every stream decoded from
     before the long prompt arrived until after its first token (else the gaps do not cover its prefill); and the
     chunked server's longest gap and time to first token over the whole one's, paired by round."""
     section = trained.get("chunked_prefill")
@@ -284,7 +285,8 @@ def chunked_figures(trained: dict[str, Any], figures: Figures) -> None:
             figure[name] = []
         for run in (round_["runs"][name] for round_ in section["rounds"]):
             gaps, long = [gap for request in run[:streams] for gap in request["itl_s"]], run[streams]
-            values["longest_gap_s"][name].append(max(gaps))
+            during = [gap for request in run[:streams] for gap in gaps_during(request, long)]
+            values["longest_gap_s"][name].append(max(during or gaps))
             values["median_gap_s"][name].append(median(gaps))
             values["long_ttft_s"][name].append(long["ttft_s"])
             values["spanned"][name].append(all(stream_spans(request, long) for request in run[:streams]))
@@ -308,6 +310,18 @@ def chunked_figures(trained: dict[str, Any], figures: Figures) -> None:
                                                          values["median_gap_s"]["whole"], strict=True)]
     figures.add((*where, "whole_stall_over_gap"), median(stalls), "per round, the whole server's longest gap / its "
                 "median gap: the median over rounds")
+
+
+def gaps_during(stream: dict[str, Any], long: dict[str, Any]) -> list[float]:
+    """A stream's gaps between tokens that overlap the long prompt's wait for its first token (from its sending to
+    that token): the pauses its prefill can have caused, not a stall at another moment of the run."""
+    start, end = long["sent_s"], long["sent_s"] + long["ttft_s"]
+    during, last = [], stream["sent_s"] + stream["ttft_s"]
+    for gap in stream["itl_s"]:
+        if last < end and last + gap > start:
+            during.append(gap)
+        last += gap
+    return during
 
 
 def stream_spans(stream: dict[str, Any], long: dict[str, Any]) -> bool:
