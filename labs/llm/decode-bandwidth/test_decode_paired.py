@@ -73,18 +73,45 @@ class MeasuredAgain(unittest.TestCase):
 
 
 class HugePages(unittest.TestCase):
-    def test_the_page_says_whether_the_tensors_sat_on_huge_pages(self) -> None:
+    @staticmethod
+    def record(settled: dict | None) -> dict:
+        return {"hardware": {} if settled is None else {"huge_pages": {"trained": settled}}}
+
+    @staticmethod
+    def settled(before: float, after: float, unavailable: str | None = None) -> dict:
+        anonymous = 2**31
+        return {"before": {"anonymous_bytes": anonymous, "huge_bytes": int(before * anonymous)},
+                "after": {"anonymous_bytes": anonymous, "huge_bytes": int(after * anonymous)},
+                "share_before": before, "share_after": after, "collapsed": 3, "seconds": 0.5,
+                "unavailable": unavailable}
+
+    def test_the_page_says_how_much_sat_on_huge_pages_when_the_steps_were_timed(self) -> None:
         from decode_bandwidth_views.floor import pages_sentence
 
-        for memory in ({"torch_huge_pages": True, "transparent_huge_pages": "madvise"},
-                       {"torch_huge_pages": False, "transparent_huge_pages": "always"}):
-            with self.subTest(memory=memory):
-                self.assertIn("was allocated on 2 MiB pages", pages_sentence(memory))
-        for memory in ({"torch_huge_pages": True, "transparent_huge_pages": "never"},
-                       {"torch_huge_pages": False, "transparent_huge_pages": "madvise"},
-                       {"torch_huge_pages": True, "transparent_huge_pages": None}):
-            with self.subTest(memory=memory):
-                self.assertIn("sat on 4 KiB pages", pages_sentence(memory))
+        text = pages_sentence(self.record(self.settled(0.4, 0.98)))
+        self.assertIn("40% of it sat there before and 98% after", text)
+        self.assertNotIn("could not move", text)
+        text = pages_sentence(self.record(self.settled(0.0, 0.0, "madvise(MADV_COLLAPSE) refused every mapping")))
+        self.assertIn("0% of it sat there before and 0% after", text)
+        self.assertIn("could not move more: madvise(MADV_COLLAPSE) refused", text)
+        self.assertIn("was not measured", pages_sentence(self.record(None)))
+        self.assertIn("was not measured", pages_sentence(self.record({**self.settled(0, 0), "after": None})))
+
+    def test_the_share_is_derived_per_timed_part(self) -> None:
+        from decode_bandwidth.figures.derivation import huge_page_figures
+        from labkit.figures import Figures
+
+        figures = Figures()
+        settled = {key: value for key, value in self.settled(0.25, 1.0).items() if not key.startswith("share")}
+        huge_page_figures({"hardware": {"huge_pages": {"trained": settled, "grid": {**settled, "after": None}}}},
+                          figures)
+        found = {figure.path: figure.value for figure in figures}
+        self.assertEqual(found[("hardware", "huge_pages", "trained", "share_before")], 0.25)
+        self.assertEqual(found[("hardware", "huge_pages", "trained", "share_after")], 1.0)
+        self.assertIsNone(found[("hardware", "huge_pages", "grid", "share_after")])
+        empty = Figures()
+        huge_page_figures({"hardware": {}}, empty)
+        self.assertEqual(len(empty), 0)  # a record from before the settling: nothing derived, the page says so
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from decode_bandwidth.llama_modes import LLAMA_DTYPE, LLAMA_PRESETS, LLAMA_ROUND
 from decode_bandwidth.model import Decoder
 from decode_bandwidth.profile import minor_faults, profile_step
 from decode_bandwidth.workloads import client_run, step_runners
-from labkit import bench, harness
+from labkit import bench, harness, huge_pages
 from labkit.manifest import lab_for
 from labkit.summary import MIN_PARTED, median
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
@@ -151,6 +151,18 @@ def grid(args: argparse.Namespace) -> list[Group]:
     return timed_groups(vars(args))
 
 
+def settle_pages(what: str) -> dict[str, Any]:
+    """Everything allocated so far moved onto 2 MiB pages before it is timed (labkit.huge_pages says why), and
+    the share that sits there, for the record."""
+    settled = huge_pages.settle()
+    after = settled.after
+    state = settled.unavailable or ("coverage unreadable" if after is None else
+                                    f"{after.huge_bytes / 2**20:,.0f} of {after.anonymous_bytes / 2**20:,.0f} MiB of "
+                                    "anonymous memory on 2 MiB pages")
+    bench.progress(f"pages: {what} settled in {settled.seconds:.1f} s; {state}")
+    return settled.as_record()
+
+
 def read_probe(args: argparse.Namespace) -> tuple[ReadProbe, int | None, str]:
     """The floor's read kernels over a buffer of at least four times the last-level cache, and that cache's size
     and where it was read."""
@@ -183,6 +195,7 @@ def step_sized_reads(large: ReadProbe, step_bytes: int, threads: list[int], roun
     step-sized read runs faster, part of a step's bytes can come from cache, and the large buffer's floor does not
     bound it. The step-sized buffer is freed when this returns."""
     small = ReadProbe(stream_buffer_bytes(None, quick=False, least=step_bytes), device)
+    huge_pages.settle()  # on 2 MiB pages like the large buffer, or the two reads would differ by their pages
     entries: dict[str, Any] = {}
     for count in threads:
         torch.set_num_threads(count)
@@ -332,6 +345,7 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
 
     half = args.bandwidth_passes // 2
     probe = read_probe(args)
+    pages = {"floor": settle_pages("the models and the floor's buffer")}
     before = measure_hardware(args, probe, threads, dtypes, half)
     step_total = llama_step_bytes(prepared["model"].config.as_record(), BYTES_PER_ELEMENT[LLAMA_DTYPE], 1,
                                            args.contexts[-1])["total"]
@@ -363,14 +377,17 @@ def sections(args: argparse.Namespace, kernel_ns: Mapping[str, Mapping[str, floa
                 # 3 passes, not 5: emulated bfloat16 products at the larger batches take up to a second each on a
                 # CPU without bfloat16 units, and these rows only show how each kind scales with batch.
                 other_batches[dtype] = [measure_layouts(model, 3, batch) for batch in larger]
+    pages["grid"] = settle_pages("the grid's models")
     progress = harness.Progress(len(grid(args)) * args.repeats)
     try:
         timed = time_groups(args, models, probe[0], progress)
     finally:
         progress.close()
+    pages["trained"] = settle_pages("the trained model's modes")
     trained = llama.section(args, threads, prepared, probe[0], functools.partial(beside_floor, probe[0]))
     del prepared
     hardware = merge_hardware(before, measure_hardware(args, probe, threads, dtypes, args.bandwidth_passes - half))
+    hardware["huge_pages"] = pages
     hardware["step_sized"] = {**step_sized, "buffer_bytes": stream_buffer_bytes(None, quick=False, least=step_total)}
     groups, cells = groups_and_cells(timed)
 

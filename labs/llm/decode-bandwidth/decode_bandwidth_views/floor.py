@@ -43,22 +43,26 @@ def floor_drift_view(record: dict[str, Any]) -> Block:
     """How the floor moved through the run, and which floor bounds the trained step: the page folds it away."""
     sized = step_sized_sentence(record)
     return Block(paragraphs=[beside_sentence(record["hardware"]), *([sized] if sized else []),
-                             pages_sentence(record["environment"]["memory"])])
+                             pages_sentence(record)])
 
 
-def pages_sentence(memory: dict[str, Any]) -> str:
-    """Whether the weights, caches and floor buffer sat on huge pages: where they sit moved a step's time from one
-    process to the next (labkit.environment.HUGE_PAGES, set by labkit.launch), which no pairing within a run can see."""
-    mode = memory["transparent_huge_pages"]  # "always" grants them unasked, "madvise" to who asks
-    granted = mode == "always" or (mode == "madvise" and memory["torch_huge_pages"])
-    if granted:
-        return ("Every tensor of 2 MiB or more (the weights, their packed copies, the caches and the floor's buffer) "
-                "was allocated on 2 MiB pages. On 4 KiB pages, where a step's weights happen to land can move its time "
-                "from one process to the next, a shift that rounds within one run cannot see and the next run need "
-                "not repeat.")
-    return ("This run's tensors sat on 4 KiB pages (the kernel grants huge pages only to who asks, and torch did not ask, or it grants none), so "
-            "where a step's weights happened to land can move its time from one process to the next, a shift that "
-            "rounds within one run cannot see.")
+def pages_sentence(record: dict[str, Any]) -> str:
+    """Where the weights, caches and floor buffer sat: on 2 MiB pages or 4 KiB ones, as measured just before the
+    trained model's steps were timed (figures.derivation.huge_page_figures); where they sit moved a step's time
+    from one process to the next, which no pairing within a run can see."""
+    pages = record["hardware"].get("huge_pages", {}).get("trained")
+    if pages is None or pages["after"] is None:
+        return ("Where this run's tensors sat, on 2 MiB pages or 4 KiB ones, was not measured. On 4 KiB pages a "
+                "read walks far more page-table entries, and where a step's weights happen "
+                "to land can move its time from one process to the next.")
+    share = {moment: pages[f"share_{moment}"] for moment in ("before", "after")}
+    moved = ("" if pages["unavailable"] is None else f" The kernel could not move more: {pages['unavailable']}.")
+    return (f"Just before the trained model's steps were timed, the process asked the kernel to move its memory onto "
+            f"2 MiB pages: {share['before']:.0%} of it sat there before and {share['after']:.0%} after "
+            f"({format_bytes(pages['after']['huge_bytes'])} of {format_bytes(pages['after']['anonymous_bytes'])}).{moved} Pages "
+            "matter because torch's request for huge pages is silently refused when memory is fragmented, and a "
+            "read over 4 KiB pages walks far more page-table entries and runs slower: a floor read over fallen-back pages against weights "
+            "that were not would shift every ratio on this page, which no pairing within one run can see.")
 
 
 def beside_sentence(machine: dict[str, Any]) -> str:

@@ -52,6 +52,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
+from labkit import huge_pages
 from labkit.exit import exit_now
 from llm_models.cache_formats import FORMAT_NAMES, CacheFormat, block_bytes
 from llm_models.llama.kinds import WEIGHTS
@@ -228,6 +229,10 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         app.state.scheduler = scheduler
         scheduler.start()
         await scheduler.seeded()  # uvicorn listens only once this returns
+        # NOTE: the weights and the pool were allocated asking for 2 MiB pages, but the kernel falls back to 4 KiB
+        # ones silently when memory is fragmented, and a step over fallen-back weights ran a tenth slower: move
+        # them now, before the first request (labkit.huge_pages)
+        huge_pages.settle()
         try:
             yield
         finally:

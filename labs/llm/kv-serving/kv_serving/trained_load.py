@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from labkit import bench
+from labkit import bench, huge_pages
 from llm_models.llama.generate import smollm2
 from llm_models.serving.dtypes import TRAINED_TOLERANCES
 from llm_models.serving.kernels import timings_of
@@ -283,6 +283,7 @@ def solo_step(model: Any, context: int, block_size: int) -> Any:
 def client_rounds(model: Any, url: str, text: list[int], context: int, rounds: int, block_size: int) -> dict[str, Any]:
     """One context's paired rounds against the server at ``url``: the in-process step and one streamed request."""
     step = solo_step(model, context, block_size)
+    huge_pages.settle()  # the in-process step's weights and pool on 2 MiB pages, as the server's are
     item = WorkItem(0, 0.0, text[: context - 1], CLIENT_TOKENS)
     in_process: list[list[int]] = []
     client: list[list[int]] = []

@@ -68,6 +68,7 @@ def derive(record: dict[str, Any]) -> Figures:
     llama_figures(record, rates, figures)
     slowdown_figures(record, figures)
     step_sized_figures(record, figures)
+    huge_page_figures(record, figures)
     client = record["client"]
     summaries = {mode: client_summary(entry["token_times_ns"], client["new_tokens"])
                  for mode, entry in client["modes"].items()}
@@ -505,6 +506,17 @@ def step_sized_figures(record: Mapping[str, Any], figures: Figures) -> None:
         figures.add((*where, "step_over_large"), ratio, "per round, the step-sized read's rate / the large read's")
         figures.add((*where, "side"), side_of_one(ratio), "whether its rounds' middle half lies wholly below 1, "
                     "wholly above, or holds it")
+
+
+def huge_page_figures(record: Mapping[str, Any], figures: Figures) -> None:
+    """Per timed part, the share of the process's anonymous memory on 2 MiB pages before and after it was settled
+    (labkit.huge_pages); none where the record predates the settling or the coverage was not read."""
+    for part, settled in record["hardware"].get("huge_pages", {}).items():
+        for moment in ("before", "after"):
+            pages = settled[moment]
+            figures.add(("hardware", "huge_pages", part, f"share_{moment}"),
+                        None if not pages or not pages["anonymous_bytes"] else pages["huge_bytes"] / pages["anonymous_bytes"],
+                        f"huge-page bytes / anonymous bytes, {moment} the settling")
 
 
 def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
