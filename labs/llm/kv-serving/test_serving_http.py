@@ -468,11 +468,39 @@ class ServerTest(QuietLoopTestCase):
                     error = reply.json()["error"]
                     self.assertEqual((reply.status_code, error["code"], error["type"]),
                                      (503, "prefill_queue_full", "server_overloaded"))
-                    self.assertEqual(reply.headers["retry-after"], "3")  # 24 waiting tokens at 10 tokens/s: 2.4 s
-                    self.assertIn("3 s time-to-first-token target at the 10 tokens/s", error["message"])
+                    # 2.4 s of prefill ahead and 0.8 s of its own: it fits once 0.2 s of the work ahead is done
+                    self.assertEqual(reply.headers["retry-after"], "1")
+                    self.assertIn("3 prefills (24 prompt tokens) wait ahead", error["message"])
                 gate.open()
                 served = [await first, *[await task for task in burst if task not in refused]]
             self.assertEqual([reply.status_code for reply in served], [200] * 4)
+
+    async def test_a_prompt_whose_own_prefill_passes_the_target_is_refused_and_the_others_run_on(self) -> None:
+        """10 prompt tokens/s for 3 s: a 40-token prompt alone would take 4 s. Beside a running request it gets a
+        400 naming the target and the field, no Retry-After (no wait makes it fit), and nothing of it is queued; a
+        small request right after it is taken, and the running one finishes every token."""
+        engine = tiny_engine(num_blocks=40, ttft_target_s=3.0, prefill_rate=10.0)
+        async with serve_in_loop(engine) as (url, app), httpx.AsyncClient(timeout=HANG_S) as client:
+            scheduler: Scheduler = app.state.scheduler
+            with StepGate(scheduler.model) as gate:
+                running = asyncio.ensure_future(client.post(f"{url}/v1/completions",
+                                                            json={"prompt": [1] * 8, "max_tokens": 6}))
+                await eventually(lambda: gate.holding, "the running request's decode step to be held")
+                long = await client.post(f"{url}/v1/completions", json={"prompt": [2] * 40, "max_tokens": 2})
+                error = long.json()["error"]
+                self.assertEqual((long.status_code, error["code"], error["param"]),
+                                 (400, "prompt_over_ttft_target", "prompt"))
+                self.assertNotIn("retry-after", long.headers)
+                self.assertIn("beyond its 3 s time-to-first-token target even with nothing queued", error["message"])
+                self.assertEqual(len(scheduler.waiting), 0)
+                small = asyncio.ensure_future(client.post(f"{url}/v1/completions",
+                                                          json={"prompt": [3] * 8, "max_tokens": 2}))
+                await eventually(lambda: len(scheduler.waiting) + len(scheduler.running) == 2,
+                                 "the small request to be taken")
+                gate.open()
+                replies = [await running, await small]
+            self.assertEqual([reply.status_code for reply in replies], [200, 200])
+            self.assertEqual(replies[0].json()["usage"]["completion_tokens"], 6)
 
     async def test_a_client_that_reads_slowly_gets_its_whole_stream_and_is_never_cancelled(self) -> None:
         """The same small buffers, a reader taking 256 bytes every 20 ms: every write waits for it, none for long."""

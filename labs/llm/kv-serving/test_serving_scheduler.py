@@ -28,7 +28,7 @@ from labkit.waiting import HANG_S, bounded, eventually, within
 from llm_models.serving.admission import KVBudget, MaxRunning
 from llm_models.serving.output import ScheduledPrefill
 from llm_models.serving.pool import LayeredPool
-from llm_models.serving.prefill_bound import DECAY, PrefillRate
+from llm_models.serving.prefill_bound import DECAY, PrefillCost, over_bound
 from llm_models.serving.prefix import CachingPool
 from llm_models.serving.refusals import Refusal, RequestRefused
 from llm_models.serving.request import Failed, Finished, Request, Status, Token
@@ -51,19 +51,46 @@ class PrefillGroupsTest(unittest.TestCase):
         self.assertEqual(prefill_groups([], 8), [])
 
 
-class PrefillRateTest(unittest.TestCase):
-    def test_the_rate_is_decayed_tokens_over_decayed_seconds_and_a_given_rate_never_moves(self) -> None:
-        rate = PrefillRate(64, 1.0)  # the probe: 64 tokens in 1 s
-        rate.observe(100, 1.0)
-        self.assertAlmostEqual(rate.tokens_per_s, (DECAY * 64 + 100) / (DECAY * 1.0 + 1.0), places=12)
-        rate.observe(0, 0.5)  # a call that prefilled nothing says nothing of the rate
-        self.assertEqual(rate.observed_calls, 1)
-        given = PrefillRate.given(10.0)
+class PrefillCostTest(unittest.TestCase):
+    def test_the_per_token_part_is_decayed_excess_seconds_over_decayed_tokens_and_a_given_cost_never_moves(
+            self) -> None:
+        cost = PrefillCost.probed(0.1, 64, 1.1)  # the probe: one token in 0.1 s, 64 tokens in 1.1 s
+        self.assertAlmostEqual(cost.per_token_s, 1.0 / 64, places=12)
+        cost.observe(100, 1.1)  # 1.0 s beyond the call's fixed part
+        self.assertAlmostEqual(cost.tokens_per_s, (DECAY * 64 + 100) / (DECAY * 1.0 + 1.0), places=12)
+        self.assertAlmostEqual(cost.call_s(10), 0.1 + 10 * cost.per_token_s, places=12)
+        cost.observe(0, 0.5)  # a call that prefilled nothing says nothing of the cost
+        self.assertEqual(cost.observed_calls, 1)
+        given = PrefillCost.given(10.0, per_call_s=0.5)
         given.observe(1000, 1.0)
-        self.assertEqual((given.tokens_per_s, given.observed_calls), (10.0, 0))
+        self.assertEqual((given.tokens_per_s, given.per_call_s, given.observed_calls), (10.0, 0.5, 0))
         for bad in (0.0, -1.0, float("inf"), float("nan")):
             with self.subTest(rate=bad), self.assertRaisesRegex(ValueError, "tokens per second above 0"):
-                PrefillRate.given(bad)
+                PrefillCost.given(bad)
+        with self.assertRaisesRegex(ValueError, "fixed cost"):
+            PrefillCost.given(10.0, per_call_s=-1.0)
+
+    def test_one_token_prefills_leave_the_rate_of_long_ones_where_it_was(self) -> None:
+        """A one-token prefill still reads every weight: priced as a call, it no longer drags the per-token rate
+        down (a rate alone fell from 363 to 30 tokens/s after 40 of them and refused prompts that fit)."""
+        cost = PrefillCost.probed(0.05, 256, 0.05 + 256 / 363)
+        for _ in range(40):
+            cost.observe(1, 0.05 + 1 / 363)
+        self.assertAlmostEqual(cost.tokens_per_s, 363, places=6)
+        self.assertIsNone(over_bound([200, 200, 200], 0.0, 200, 10.0, cost))  # four 200-token prompts: 2.4 s
+
+    def test_the_call_under_way_counts_what_it_has_run_and_retry_after_is_when_the_prompt_fits(self) -> None:
+        cost = PrefillCost.given(100.0, per_call_s=1.0)  # a call: 1 s + 10 ms a token
+        self.assertIsNone(over_bound([400], 1.5, 400, 10.0, cost))  # 5 s ahead, 1.5 of it done: 3.5 + 5 = 8.5 s
+        over = over_bound([400, 400], 0.0, 400, 10.0, cost)  # 10 s ahead + 5 s of its own
+        assert over is not None
+        self.assertEqual(over.retry_after_s, 5)  # once 5 s of the work ahead is done, 5 s are left: 5 + 5 = 10
+        self.assertIsNone(over_bound([400, 400], 5.0, 400, 10.0, cost))  # and then it fits
+        self.assertIn("2 prefills (800 prompt tokens) wait ahead, about 10.0 s of work", over.message)
+        alone = over_bound([], 0.0, 1000, 10.0, cost)  # 11 s alone: no queue makes it fit
+        assert alone is not None
+        self.assertIsNone(alone.retry_after_s)
+        self.assertIn("beyond its 10 s time-to-first-token target even with nothing queued", alone.message)
 
 
 SHARED = [(5 * i + 2) % TINY_MODEL.vocab_size for i in range(3 * TINY_BLOCK)]  # three full blocks
@@ -293,22 +320,33 @@ class SchedulerTest(SchedulerTestCase):
         self.assertEqual(refused.exception.refusal, Refusal.QUEUE_FULL)
         self.assertIn("2 of 2", str(refused.exception))
 
-    async def test_prompt_tokens_past_the_target_times_the_rate_are_refused_with_the_drain_time(self) -> None:
+    async def test_prefills_past_the_target_are_refused_with_the_time_until_the_request_fits(self) -> None:
         # 10 tokens/s for 5 s: 50 prompt tokens may wait; the bound's arithmetic, never the host's speed
         scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
         self.schedulers.append(scheduler)
-        first = scheduler.submit([1] * 30, 1)  # an empty queue takes any prompt, even one past the bound alone
+        first = scheduler.submit([1] * 30, 1)
         scheduler.submit([2] * 20, 1)  # 50 waiting: exactly the bound
         with self.assertRaises(RequestRefused) as refused:
             scheduler.submit([3], 1)  # 51 would pass it
         error = refused.exception
-        self.assertEqual((error.refusal, error.retry_after_s), (Refusal.PREFILL_QUEUE_FULL, 5))
-        self.assertIn("50 prompt tokens wait for prefill; with this request's 1 they would pass 50", str(error))
-        self.assertIn("5 s time-to-first-token target at the 10 tokens/s", str(error))
+        self.assertEqual((error.refusal, error.retry_after_s), (Refusal.PREFILL_QUEUE_FULL, 1))  # 0.1 s of work
+        self.assertIn("2 prefills (50 prompt tokens) wait ahead, about 5.0 s of work", str(error))
+        self.assertIn("first token would come after 5.1 s, beyond the 5 s target", str(error))
         self.assertEqual((scheduler.counters.refused_prefill_bound, scheduler.waiting_prompt_tokens), (1, 50))
         scheduler.waiting.remove(first)  # once 30 of them are prefilled, the same request fits
         scheduler.submit([3], 1)
         self.assertEqual(scheduler.metrics()["waiting_prompt_tokens"], 21)
+
+    async def test_a_prompt_whose_own_prefill_passes_the_target_is_refused_even_at_an_empty_queue(self) -> None:
+        scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
+        self.schedulers.append(scheduler)
+        with self.assertRaises(RequestRefused) as refused:
+            scheduler.submit([1] * 60, 1, prompt_field="messages")  # 6 s alone
+        error = refused.exception
+        self.assertEqual((error.refusal, error.param), (Refusal.PROMPT_OVER_TTFT_TARGET, "messages"))
+        self.assertIn("this prompt's 60 tokens to prefill take about 6.0 s", str(error))
+        self.assertEqual(len(scheduler.waiting), 0)
+        scheduler.submit([1] * 50, 1)  # 5 s alone: taken
 
     async def test_without_a_target_only_the_count_bounds_the_queue(self) -> None:
         scheduler = tiny_engine(num_blocks=40, prefill_rate=10.0).build()  # ttft_target_s None: no time bound
@@ -317,17 +355,19 @@ class SchedulerTest(SchedulerTestCase):
             scheduler.submit([1] * 30, 1)  # 150 tokens, 15 s at 10 tokens/s: accepted all the same
         self.assertEqual(scheduler.counters.refused_prefill_bound, 0)
 
-    async def test_a_started_scheduler_measures_its_prefill_rate_and_every_prefill_updates_it(self) -> None:
+    async def test_a_started_scheduler_measures_its_prefill_cost_and_every_prefill_updates_it(self) -> None:
         scheduler = self.start(num_blocks=40, ttft_target_s=5.0)
-        await eventually(lambda: scheduler.prefill_rate is not None, "the start-up probe to seed the rate")
-        rate = scheduler.prefill_rate
+        await eventually(lambda: scheduler.prefill_cost is not None, "the start-up probe to seed the cost")
+        rate = scheduler.prefill_cost
         assert rate is not None
         self.assertGreater(rate.tokens_per_s, 0)
+        self.assertGreater(rate.per_call_s, 0)
         self.assertEqual((rate.observed_calls, scheduler.pool.num_used_blocks), (0, 0))  # the probe's blocks are back
         _, end = await drain(scheduler.submit([5] * 10, 2))
         self.assertIsInstance(end, Finished)
         self.assertEqual(rate.observed_calls, 1)
         self.assertIsNotNone(scheduler.metrics()["prefill_tokens_per_s"])
+        self.assertEqual(scheduler.metrics()["prefill_call_s"], rate.per_call_s)
 
     async def test_a_start_up_probe_that_fails_is_raised_to_whoever_waits_for_the_rate_not_waited_on_forever(
             self) -> None:
@@ -341,7 +381,7 @@ class SchedulerTest(SchedulerTestCase):
         self.schedulers.append(scheduler)
         with self.assertRaisesRegex(RuntimeError, "the model cannot prefill"):
             await within(scheduler.seeded(), "the failed probe to be reported")
-        self.assertIsNone(scheduler.prefill_rate)
+        self.assertIsNone(scheduler.prefill_cost)
         self.assertEqual(scheduler.pool.num_used_blocks, 0)  # the probe's blocks went back
 
     async def test_a_cancelled_request_stops_within_one_iteration_and_returns_its_blocks(self) -> None:

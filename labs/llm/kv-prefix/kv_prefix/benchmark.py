@@ -19,6 +19,7 @@ from typing import Any
 from labkit import bench, harness
 from labkit.manifest import lab_for
 
+from . import side_channel
 from .equivalence import trained_prompts, warm_against_cold
 from .figures import derive, run_key
 from .runs import BLOCK_SIZE, pool_sizes, run, settings
@@ -100,6 +101,10 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
     one_kernel = dump_timings(ranking("in_out", "onednn"))
     checked = equivalence(chat, served(chat.model, one_kernel), args.equivalence_steps)
     workloads = {name: workload_section(chat, name, args) for name in WORKLOADS}
+    rounds = side_channel.QUICK_ROUNDS if args.quick else side_channel.ROUNDS
+    bench.progress(f"side channel: {rounds} rounds of a guessed {side_channel.PREFIX_TOKENS}-token prefix against a "
+                   "decoy, without salts and with one per tenant")
+    probed = side_channel.measure(chat, chat.encode(PYTHON_REFERENCE.read()), rounds, args.threads)
     return {
         "config": {"seed": args.seed, "threads": args.threads, "quick": bool(args.quick), "block_size": BLOCK_SIZE,
                    "max_tokens": args.max_tokens, "gap_s": GAP_S},
@@ -110,6 +115,7 @@ def sections(args: argparse.Namespace) -> dict[str, Any]:
                  "url": PYTHON_REFERENCE.url},
         "equivalence": checked,
         "workloads": workloads,
+        "side_channel": probed,
         "wall_time_s": time.perf_counter() - started,
     }
 

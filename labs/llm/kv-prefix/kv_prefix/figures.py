@@ -21,6 +21,7 @@ from llm_models.hardware import H100_SXM
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from llm_models.published import model
 
+from .side_channel_figures import check_side_channel, side_channel_figures
 from .workloads import common_prefix, next_prompt
 
 # A run's TTFT is "lower" than another's only where the middle halves of their requests' TTFTs do not overlap:
@@ -231,6 +232,7 @@ def order_groups(workload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any
 
 
 def check_invariants(record: dict[str, Any], source: str) -> None:
+    check_side_channel(record, source)
     for name, workload in record["workloads"].items():
         for key, run in workload["runs"].items():
             where = ("workloads", name, "runs", key)
@@ -314,4 +316,5 @@ def derive(record: dict[str, Any]) -> Figures:
                      "the runs in the pool that forces eviction")
     figures.add_each(("block",), block_cost(record), "the model's shape and the uncached shared-system run")
     figures.add_each(("accelerator",), accelerator(), "the published model configuration and the datasheet")
+    side_channel_figures(record, figures)
     return figures

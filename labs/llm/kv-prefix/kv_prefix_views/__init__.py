@@ -5,6 +5,7 @@ holds raw measurements only; views read the figures kv_prefix.figures derives fr
 - tables.py: the workloads, warm against cold, each workload's runs, the uncached prefill against the arrivals, the
   two indexes (and how they evicted), the two orders and what the cache-aware one costs the requests it ranks last
 - results.py: the key results and the check-yourself answers
+- side_channel.py: what a prober learns from its time to first token, without salts and with them
 - accelerator.py: what one hit saves on a published model and an H100 (arithmetic)
 - reproduce.py: the record's settings for the Reproduce appendix
 """
@@ -19,6 +20,7 @@ from .accelerator import accelerator_view
 from .pictures import hash_chain_view, tree_view
 from .reproduce import config_view
 from .results import answer_eviction_view, key_results_view
+from .side_channel import side_channel_view
 from .tables import (
     block_cost_view,
     equivalence_view,
@@ -48,7 +50,7 @@ VIEWS: dict[str, View] = {
     "shared-system": runs_view("shared_system", legend=True), "answer-eviction": answer_eviction_view,
     "queue": queue_view, "multi-turn": runs_view("multi_turn"), "order": order_view, "order-price": order_price_view,
     "few-shot": few_shot_view, "few-shot-runs": runs_view("few_shot"), "unshared": unshared_view, "partial": partial_view,
-    "accelerator": accelerator_view,
+    "accelerator": accelerator_view, "side-channel": side_channel_view,
     # in place of the shared config table, which reads a timing sweep's config (reproduce.py)
     "config": config_view,
 }

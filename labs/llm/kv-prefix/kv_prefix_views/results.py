@@ -7,6 +7,7 @@ from typing import Any
 from site_hooks.blocks import Block
 from site_hooks.formatting import format_percent
 
+from . import side_channel
 from .common import NAMES, run, summary, ttft_sentence
 
 
@@ -25,6 +26,7 @@ def key_results_view(record: dict[str, Any]) -> Block:
                for key, value in workload["figures"].items() if key.endswith("_outputs_equal") and not value]
     items.append("Every request generated the same tokens with the cache as without, in every run." if not unequal
                  else f"Some requests generated other tokens with the cache than without, in: {'; '.join(unequal)}.")
+    items.append(side_channel.key_result(record))
     return Block(items=items)
 
 

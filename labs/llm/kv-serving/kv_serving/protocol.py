@@ -222,6 +222,7 @@ HTTP_STATUS: dict[Refusal, int] = {
     Refusal.CONTEXT_LENGTH_EXCEEDED: 400,
     Refusal.INVALID_TOKEN: 400,
     Refusal.KV_BUDGET_EXCEEDED: 400,
+    Refusal.PROMPT_OVER_TTFT_TARGET: 400,
     Refusal.QUEUE_FULL: 503,
     Refusal.PREFILL_QUEUE_FULL: 503,
     Refusal.SERVER_SHUTTING_DOWN: 503,

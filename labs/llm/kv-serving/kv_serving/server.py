@@ -434,8 +434,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "pool priced so")
     add("--max-waiting", type=int, default=256, help="waiting-queue length beyond which requests get 503")
     add("--ttft-target-s", type=float, default=TTFT_TARGET_S,
-        help="refuse (503) a request whose prompt would take the tokens waiting for prefill beyond what the server "
-             "prefills in this many seconds, at the rate it measures; 0: no such bound (default: %(default)s)")
+        help="refuse (503, with the seconds until it would fit) a request whose first token would come after this "
+             "many seconds, pricing the prefills ahead of it and its own at the cost the server measures (per call "
+             "and per token), and refuse (400) a prompt whose own prefill takes longer; 0: no such bound "
+             "(default: %(default)s)")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--metrics", action="store_true",
         help="serve GET /metrics: pool, queue, counters and the prefix cache's queries and hits. Off by default: "

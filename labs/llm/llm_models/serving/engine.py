@@ -19,7 +19,7 @@ from .admission import AdmissionPolicy, KVBudget, MaxRunning
 from .dtypes import DTYPES
 from .model import ServingModel
 from .pool import LayeredPool, pool_block_bytes
-from .prefill_bound import TTFT_TARGET_S, PrefillRate
+from .prefill_bound import TTFT_TARGET_S, PrefillCost
 from .prefix import INDEXES, CachingPool
 from .runner import ServedModel
 from .scheduler import ORDERS, Scheduler
@@ -54,7 +54,8 @@ class EngineConfig:
                                                                                       SERVING_LAYERS, 16)))
     max_waiting: int = 256
     # The waiting queue's bound by time (llm_models.serving.prefill_bound): None leaves only the count bound above, as the load
-    # experiments need (their bursts are the point); prefill_rate fixes the rate instead of measuring it (tests).
+    # experiments need (their bursts are the point); prefill_rate fixes the cost instead of measuring it (tests): that
+    # many tokens a second, no fixed part per call.
     ttft_target_s: float | None = TTFT_TARGET_S
     prefill_rate: float | None = None
     honor_disconnect: bool = True
@@ -122,9 +123,9 @@ class EngineConfig:
             from .llama import served
 
             model = served(self.chat.model, self.kernel_ns, self.weights)
-        rate = None if self.prefill_rate is None else PrefillRate.given(self.prefill_rate)
+        cost = None if self.prefill_rate is None else PrefillCost.given(self.prefill_rate)
         return Scheduler(model, pool, self.policy, max_waiting=self.max_waiting, honor_disconnect=self.honor_disconnect,
-                         ttft_target_s=self.ttft_target_s, prefill_rate=rate, order=self.order, prefix=prefix,
+                         ttft_target_s=self.ttft_target_s, prefill_cost=cost, order=self.order, prefix=prefix,
                          prefill_chunk=self.prefill_chunk)
 
     def as_record(self) -> dict[str, object]:

@@ -16,6 +16,7 @@ class Refusal(Enum):
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # the prompt, or prompt + max_tokens, past the model's positions
     INVALID_TOKEN = "invalid_token"  # a prompt id outside the vocabulary
     KV_BUDGET_EXCEEDED = "kv_budget_exceeded"  # its reservation alone is more blocks than the KV budget
+    PROMPT_OVER_TTFT_TARGET = "prompt_over_ttft_target"  # its own prefill alone would pass the time-to-first-token target
     # the engine is loaded or stopping: the same request may run later
     QUEUE_FULL = "queue_full"  # the waiting queue holds max_waiting requests
     PREFILL_QUEUE_FULL = "prefill_queue_full"  # the prompt tokens waiting would pass the time-to-first-token bound

@@ -52,7 +52,7 @@ from llm_models.paged.pool import PoolExhausted
 from .admission import AdmissionPolicy, kv_positions
 from .output import ScheduledPrefill, SchedulerOutput
 from .pool import LayeredPool
-from .prefill_bound import PROBE_TOKENS, PrefillRate, over_bound
+from .prefill_bound import PROBE_TOKENS, PrefillCost, over_bound
 from .refusals import Refusal, RequestRefused
 from .request import Failed, Finished, Request, Status, Token
 from .runner import ServedModel
@@ -126,11 +126,11 @@ class Counters:
 class Scheduler:
     def __init__(self, model: ServedModel, pool: LayeredPool, policy: AdmissionPolicy,
                  max_waiting: int = 256, honor_disconnect: bool = True, ttft_target_s: float | None = None,
-                 prefill_rate: PrefillRate | None = None, order: str = "fcfs", prefix: CachingPool | None = None,
+                 prefill_cost: PrefillCost | None = None, order: str = "fcfs", prefix: CachingPool | None = None,
                  prefill_chunk: int | None = None) -> None:
-        """``ttft_target_s``: bound the prompt tokens waiting for prefill by what this scheduler prefills in that
-        time (llm_models.serving.prefill_bound), at ``prefill_rate`` if given (never updated then), else at the rate it
-        measures from a probe when it starts and from every prefill after; None: no such bound. ``prefix``: the
+        """``ttft_target_s``: bound the prefills a new request waits behind by what this scheduler prefills in that
+        time (llm_models.serving.prefill_bound), at ``prefill_cost`` if given (never updated then), else at the cost
+        it measures from a probe when it starts and from every prefill after; None: no such bound. ``prefix``: the
         prefix cache, which is the pool itself (a ``CachingPool`` keeps its freed blocks cached), or None for no
         prefix caching; ``order`` is one of ORDERS (longest-prefix needs the cache). ``prefill_chunk``: at most this
         many prompt tokens prefilled per pass, over every prompt still being prefilled (a whole number of blocks);
@@ -155,7 +155,8 @@ class Scheduler:
         self.max_waiting, self.honor_disconnect = max_waiting, honor_disconnect
         if ttft_target_s is not None and not 0 < ttft_target_s < float("inf"):
             raise ValueError(f"ttft_target_s must be a finite number of seconds above 0, got {ttft_target_s}")
-        self.ttft_target_s, self.prefill_rate = ttft_target_s, prefill_rate
+        self.ttft_target_s, self.prefill_cost = ttft_target_s, prefill_cost
+        self._prefill_started: float | None = None  # perf_counter at the start of the prefill call under way
         self._seeded = asyncio.Event()  # set once the bound has a rate (or needs none): a server opens after it
         self.waiting = WaitingQueue(prefix if order == "longest-prefix" else None)
         self.running: list[Request] = []
@@ -213,11 +214,14 @@ class Scheduler:
                                  f"retry later", Refusal.QUEUE_FULL)
         request = Request(f"cmpl-{uuid.uuid4().hex}", list(prompt), max_tokens,  # unique across launches
                           text=text, cache_salt=cache_salt)
-        if self.ttft_target_s is not None and self.prefill_rate is not None:  # no rate before the start-up probe
-            refusal = over_bound(self.waiting_prompt_tokens, self._uncached(request), self.ttft_target_s,
-                                 self.prefill_rate)
+        if self.ttft_target_s is not None and self.prefill_cost is not None:  # no cost before the start-up probe
+            running_s = 0.0 if self._prefill_started is None else time.perf_counter() - self._prefill_started
+            refusal = over_bound(self._ahead(), running_s, self._uncached(request), self.ttft_target_s,
+                                 self.prefill_cost)
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
+                if refusal.retry_after_s is None:  # its own prefill passes the target: no wait makes it fit
+                    raise RequestRefused(refusal.message, Refusal.PROMPT_OVER_TTFT_TARGET, prompt_field)
                 raise RequestRefused(refusal.message, Refusal.PREFILL_QUEUE_FULL, retry_after_s=refusal.retry_after_s)
         self.counters.submitted += 1
         self.waiting.add(request)
@@ -231,13 +235,17 @@ class Scheduler:
         found = 0 if self.prefix is None else len(self.prefix.match(request.keys))
         return len(request.prompt) - found * self.pool.block_size
 
+    def _ahead(self) -> list[int]:
+        """The prefills a new request waits behind, each as its tokens still to compute: admitted requests whose
+        prompt is not whole yet (the one under way first), then the queue's, less what each finds cached."""
+        admitted = [len(r.prompt) - r.computed for r in self.running if len(r.prompt) > r.computed]
+        return admitted + [self._uncached(request) for request in self.waiting]
+
     @property
     def waiting_prompt_tokens(self) -> int:
-        """Prompt tokens not yet prefilled: the queue's, and those of admitted requests whose prefill has not
-        finished (no first token yet), less what each finds cached or has computed. A new request waits behind all of them
-        for its own first token."""
-        admitted = sum(len(r.prompt) - r.computed for r in self.running)
-        return admitted + sum(self._uncached(request) for request in self.waiting)
+        """Prompt tokens not yet prefilled (``_ahead``'s sum): a new request waits behind all of them for its own
+        first token."""
+        return sum(self._ahead())
 
     def disconnect(self, request: Request, reason: str = "the client disconnected") -> None:
         """Its client left. Honoured: the request stops within one iteration. Ignored: it runs on."""
@@ -316,7 +324,7 @@ class Scheduler:
 
     async def run(self) -> None:
         try:
-            if self.ttft_target_s is not None and self.prefill_rate is None:
+            if self.ttft_target_s is not None and self.prefill_cost is None:
                 await self._probe_prefill()
         finally:
             self._seeded.set()
@@ -429,26 +437,30 @@ class Scheduler:
                                  [p.request.table for p in group])
         if any(p.start for p in group) or self.prefix is not None:  # where each computation starts: after what is cached
             call += ([p.start for p in group],)
-        if len(group) == 1:
-            logits = await self._on_worker(requests, "prefill", *call)
-            if logits is None:
-                return
-        else:
-            try:
+        self._prefill_started = started  # the bound counts what the call under way has already run
+        try:
+            if len(group) == 1:
+                logits = await self._on_worker(requests, "prefill", *call)
+            else:
                 logits = await asyncio.get_running_loop().run_in_executor(self._executor, *call)
-            except Exception as error:
-                logger.warning("a packed prefill of %d prompts failed (%s: %s); each is prefilled alone",
-                               len(group), type(error).__name__, error)
-                for prefill in group:
-                    await self._prefill((prefill,))
-                return
+        except Exception as error:  # a packed call only: _on_worker fails its request and returns None
+            logger.warning("a packed prefill of %d prompts failed (%s: %s); each is prefilled alone",
+                           len(group), type(error).__name__, error)
+            self._prefill_started = None
+            for prefill in group:
+                await self._prefill((prefill,))
+            return
+        finally:
+            self._prefill_started = None
+        if logits is None:
+            return
         seconds = time.perf_counter() - started
         computed = sum(p.tokens for p in group)
         self.counters.prefill_seconds += seconds
         self.counters.prefill_calls += 1
         self.counters.prefill_tokens += computed
-        if self.prefill_rate is not None:
-            self.prefill_rate.observe(computed, seconds)
+        if self.prefill_cost is not None:
+            self.prefill_cost.observe(computed, seconds)
         for prefill in group:
             prefill.request.computed = prefill.start + prefill.tokens
         whole = [(p.request, token) for p, token in zip(group, logits.argmax(-1).tolist()) if p.request.prefilled]
@@ -462,17 +474,21 @@ class Scheduler:
             self._emit(request, token)
 
     async def _probe_prefill(self) -> None:
-        """Seed the prefill rate: one prefill of PROBE_TOKENS tokens (fewer if the pool is smaller) into blocks taken
-        and given back at once, before any request is admitted (llm_models.serving.prefill_bound)."""
+        """Seed the prefill cost: a one-token prefill (a call's fixed part), then one of PROBE_TOKENS tokens (fewer if
+        the pool is smaller), into blocks taken and given back at once, before any request is admitted
+        (llm_models.serving.prefill_bound)."""
         size = self.pool.block_size
         tokens = min(PROBE_TOKENS, self.pool.num_blocks * size, self.model.config.max_positions - 1)
         ids = [index % self.model.config.vocab_size for index in range(1, tokens + 1)]
         table = self.pool.allocate(blocks_for(tokens, size))
+        loop = asyncio.get_running_loop()
         try:
-            started = time.perf_counter()
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.model.prefill, self.pool, [ids],
-                                                             [table])
-            self.prefill_rate = PrefillRate(tokens, max(time.perf_counter() - started, 1e-9))
+            timed = []
+            for length in (1, tokens):
+                started = time.perf_counter()
+                await loop.run_in_executor(self._executor, self.model.prefill, self.pool, [ids[:length]], [table])
+                timed.append(max(time.perf_counter() - started, 1e-9))
+            self.prefill_cost = PrefillCost.probed(timed[0], tokens, timed[1])
         finally:
             self.pool.release(table)
 
@@ -596,7 +612,8 @@ class Scheduler:
             "honor_disconnect": self.honor_disconnect,
             "waiting_prompt_tokens": self.waiting_prompt_tokens,
             "ttft_target_s": self.ttft_target_s,  # None: the queue is bounded by count alone
-            "prefill_tokens_per_s": None if self.prefill_rate is None else self.prefill_rate.tokens_per_s,
+            "prefill_tokens_per_s": None if self.prefill_cost is None else self.prefill_cost.tokens_per_s,
+            "prefill_call_s": None if self.prefill_cost is None else self.prefill_cost.per_call_s,
             "prefix_caching": None if self.prefix is None else self.prefix_metrics(),
             # the trained model's kernel per matrix kind and row count, timed when it was arranged (llm_models.serving.kernels)
             "kernels": None if self.model.kernels is None else self.model.kernels.as_record(),
