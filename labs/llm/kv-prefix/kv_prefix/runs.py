@@ -68,7 +68,7 @@ def engine(chat: Any, setting: Setting, threads: int) -> EngineConfig:
                                  order=setting.order)
 
 
-async def finish(request: Request) -> tuple[float | None, float]:
+async def await_end(request: Request) -> tuple[float | None, float]:
     """Wait for the request's end: the time of its first token and of its end."""
     first = None
     while True:
@@ -100,7 +100,7 @@ async def serve(chat: Any, workload: Workload, setting: Setting, max_tokens: int
                 prompt = workload.next_prompt(prompt, output, index, turn)
             sent = time.perf_counter()
             request = scheduler.submit(prompt, max_tokens, TextStream(chat.tokenizer, chat.stop_ids))
-            first, end = await finish(request)
+            first, end = await await_end(request)
             output = list(request.output)
             rows.append({"session": index, "turn": turn, "prompt_tokens": len(prompt),
                          "cached_tokens": request.cached_tokens, "sent_s": sent - start,

@@ -26,7 +26,7 @@ from llm_models.serving.request import Request
 from llm_models.serving.scheduler import Scheduler
 from llm_models.serving.sizes import blocks_for, kv_positions
 
-from .runs import BLOCK_SIZE, Setting, engine, finish
+from .runs import BLOCK_SIZE, Setting, await_end, engine
 
 # Eight blocks of 16: a guess short enough that prefilling it cold costs a fraction of a second on a 2-core CPU, so
 # the gap a prober reads is the small one, not a long prompt's seconds.
@@ -56,7 +56,7 @@ def pool_blocks(rounds: int, length: int = PREFIX_TOKENS) -> int:
 
 async def first_token(request: Request) -> float:
     """The moment the request's first token arrived (it asks for one, so it then finishes)."""
-    first, _ = await finish(request)
+    first, _ = await await_end(request)
     if first is None:
         raise RuntimeError("a side-channel probe finished without a token")
     return first
