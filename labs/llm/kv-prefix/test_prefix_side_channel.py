@@ -100,6 +100,7 @@ class Sentences(unittest.TestCase):
                                                                       "a cache_salt per tenant"])
         self.assertEqual([row[-1] for row in block.tables[0].rows], ["128", "0"])
         self.assertIn("a prober can tell", block.paragraphs[0])
+        self.assertIn("a middle half that holds 1", block.paragraphs[0])
         said = key_result({"side_channel": entry})
         self.assertIn("without salts (a prober can tell it was sent)", said)
         self.assertIn("with a cache_salt per tenant (the rounds do not part it from a decoy)", said)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from site_hooks.blocks import Block, Table
+from labkit.summary import MIN_PARTED
 from site_hooks.formatting import format_ratio
 
 from .common import one_time
@@ -22,8 +23,9 @@ def verdict(figures: dict[str, Any], rounds: int) -> str:
     if figures["side"] == "above":
         return (f"the guess came back later than the decoy in most rounds ({spread}); nothing in that says the "
                 f"prefix was sent, and it came back sooner than every decoy in {figures['found']} of {rounds}")
-    return (f"the rounds do not part the guess from the decoy ({spread}, a middle half that holds 1 or too few "
-            f"rounds to have one), and the guess came back sooner than every decoy in {figures['found']} of {rounds}")
+    why = "too few rounds to part them" if ratio["rounds"] < MIN_PARTED else "a middle half that holds 1"
+    return (f"the rounds do not part the guess from the decoy ({spread}, {why}), and the guess came back sooner than "
+            f"every decoy in {figures['found']} of {rounds}")
 
 
 def side_channel_view(record: dict[str, Any]) -> Block:
@@ -40,15 +42,12 @@ def side_channel_view(record: dict[str, Any]) -> Block:
                      f"{f['guessed_cached_min']:,}" if f["guessed_cached_min"] == f["guessed_cached_max"]
                      else f"{f['guessed_cached_min']:,}–{f['guessed_cached_max']:,}"))
     return Block(paragraphs=[
-        f"A prober who guesses another client's {entry['prefix_tokens']}-token prefix sends it, then a decoy of the "
-        f"same length nobody sent, one token each, and compares the two times to first token. With "
-        f"{CONDITION_NAMES['shared']}, {verdict(shared, entry['rounds'])}. With {CONDITION_NAMES['salted']}, "
-        f"{verdict(salted, entry['rounds'])}."],
+        f"Guessing a {entry['prefix_tokens']}-token prefix, with {CONDITION_NAMES['shared']}, "
+        f"{verdict(shared, entry['rounds'])}. With {CONDITION_NAMES['salted']}, {verdict(salted, entry['rounds'])}."],
         tables=[Table(["cache", "guessed prefix, median TTFT", "decoy, median TTFT", "guessed ÷ decoy, per round",
                        "guess sooner than every decoy", "tokens the guess found cached"], rows,
-                      caption=f"{entry['rounds']} paired rounds per row, each with a victim's prefix of its own; the "
-                              "ratio is the median of the rounds' ratios with the middle half of them. One engine "
-                              "per row, in process, the hash index.")])
+                      caption=f"{entry['rounds']} paired rounds per row, each on a fresh prefix; the ratio is the "
+                              "median of the rounds' ratios [their middle half].")])
 
 
 def key_result(record: dict[str, Any]) -> str:
