@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_hooks.blocks import Block, Table
 from labkit.summary import MIN_PARTED
+from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_ratio
 
 from .common import one_time
