@@ -13,10 +13,15 @@ from .common import one_time
 CONDITION_NAMES = {"shared": "one cache for every client", "salted": "a cache_salt per tenant"}
 
 
+def ratio_text(ratio: dict[str, Any]) -> str:
+    """A paired ratio as the page writes it: its median, then its middle half in brackets."""
+    return f"{format_ratio(ratio['median'])} [{format_ratio(ratio['low'])}–{format_ratio(ratio['high'])}]"
+
+
 def verdict(figures: dict[str, Any], rounds: int) -> str:
     """The sentence for one condition, chosen by the middle half of its paired ratios (labkit.summary.side_of_one)."""
     ratio = figures["guessed_over_decoy"]
-    spread = f"{format_ratio(ratio['median'])} [{format_ratio(ratio['low'])}–{format_ratio(ratio['high'])}]"
+    spread = ratio_text(ratio)
     if figures["side"] == "below":
         return (f"the guess came back sooner than the decoy in most rounds ({spread} of the decoy's time), and "
                 f"sooner than every decoy in {figures['found']} of {rounds}: a prober can tell the prefix was sent")
@@ -35,10 +40,8 @@ def side_channel_view(record: dict[str, Any]) -> Block:
     rows = []
     for name, condition in conditions.items():
         f = condition["figures"]
-        ratio = f["guessed_over_decoy"]
         rows.append((CONDITION_NAMES[name], one_time(f["guessed_ttft_p50_s"]), one_time(f["decoy_ttft_p50_s"]),
-                     f"{format_ratio(ratio['median'])} [{format_ratio(ratio['low'])}–{format_ratio(ratio['high'])}]",
-                     f"{f['found']} of {entry['rounds']}",
+                     ratio_text(f["guessed_over_decoy"]), f"{f['found']} of {entry['rounds']}",
                      f"{f['guessed_cached_min']:,}" if f["guessed_cached_min"] == f["guessed_cached_max"]
                      else f"{f['guessed_cached_min']:,}–{f['guessed_cached_max']:,}"))
     return Block(paragraphs=[
