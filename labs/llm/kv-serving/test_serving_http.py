@@ -739,6 +739,24 @@ sys.exit(server.main(sys.argv[1:]))
 """
 
 
+class PageSettling(QuietLoopTestCase):
+    async def test_only_an_app_built_for_the_server_command_settles_the_process_pages_at_startup(self) -> None:
+        calls: list[int] = []
+        original = server.huge_pages.settle
+        server.huge_pages.settle = lambda: calls.append(1)  # the real one walks this whole process's memory
+        try:
+            for settle_pages in (False, True):
+                app = server.create_app(tiny_engine(), settle_pages=settle_pages)
+                async with app.router.lifespan_context(app):
+                    pass
+            default = server.create_app(tiny_engine())
+            async with default.router.lifespan_context(default):
+                pass
+        finally:
+            server.huge_pages.settle = original
+        self.assertEqual(len(calls), 1)
+
+
 class ShutdownTest(QuietLoopTestCase):
     async def stop_while_serving(self, sig: signal.Signals) -> dict[str, Any]:
         """Start the server, run two streams and queue a plain request, signal it; what each client saw."""

@@ -221,8 +221,10 @@ async def abort_when_stalled(transport: asyncio.BaseTransport, timeout_s: float)
 
 
 def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_S,
-               stall_timeout_s: float = STALL_TIMEOUT_S, metrics: bool = False) -> FastAPI:
-    """The app; ``metrics`` serves GET /metrics (the server's --metrics: off unless the operator opts in)."""
+               stall_timeout_s: float = STALL_TIMEOUT_S, metrics: bool = False, settle_pages: bool = False) -> FastAPI:
+    """The app; ``metrics`` serves GET /metrics (the server's --metrics: off unless the operator opts in);
+    ``settle_pages`` moves the process's memory onto 2 MiB pages once the model and pool are built (the server
+    command's: one server per process)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = config.build()
@@ -231,8 +233,11 @@ def create_app(config: EngineConfig, request_timeout_s: float = REQUEST_TIMEOUT_
         await scheduler.seeded()  # uvicorn listens only once this returns
         # NOTE: the weights and the pool were allocated asking for 2 MiB pages, but the kernel falls back to 4 KiB
         # ones silently when memory is fragmented, and a step over fallen-back weights ran a tenth slower: move
-        # them now, before the first request (labkit.huge_pages)
-        huge_pages.settle()
+        # them now, before the first request (labkit.huge_pages). Settling walks the whole process, so only the
+        # server command does it: a process running several servers in threads (the tests, the benchmark's quick
+        # mode, whose timings mean nothing) settled all its memory once per server, 42 times in 104 s in one run.
+        if settle_pages:
+            huge_pages.settle()
         try:
             yield
         finally:
@@ -575,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
-    app = create_app(config, args.request_timeout_s, args.stall_timeout_s, args.metrics)
+    app = create_app(config, args.request_timeout_s, args.stall_timeout_s, args.metrics, settle_pages=True)
     Server(bounded_config(app, args.port, args.request_timeout_s, log_level="info",
                           timeout_graceful_shutdown=GRACE_S)).run()
     return 0

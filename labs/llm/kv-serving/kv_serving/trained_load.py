@@ -260,7 +260,8 @@ def client_steps(args: argparse.Namespace, urls: dict[str, str], kernel_ns: str 
         for context in contexts:
             bench.progress(f"trained model, {weights} weights: what a client sees per token at context {context}, "
                            f"{rounds} rounds of {CLIENT_TOKENS - 1} in-process steps and one streamed request")
-            rows.append({"weights": weights, **client_rounds(model, url, text, context, rounds, args.block_size)})
+            rows.append({"weights": weights, **client_rounds(model, url, text, context, rounds, args.block_size,
+                                                                  settle=not args.quick)})
     return {"rounds": rounds, "tokens": CLIENT_TOKENS, "threads": args.threads,
             "server": {weights: CLIENT_SERVERS[weights] for weights in urls}, "prefix_caching": CLIENT_PREFIX_CACHE,
             "prompt": PYTHON_REFERENCE.name,
@@ -280,10 +281,15 @@ def solo_step(model: Any, context: int, block_size: int) -> Any:
     return step
 
 
-def client_rounds(model: Any, url: str, text: list[int], context: int, rounds: int, block_size: int) -> dict[str, Any]:
-    """One context's paired rounds against the server at ``url``: the in-process step and one streamed request."""
+def client_rounds(model: Any, url: str, text: list[int], context: int, rounds: int, block_size: int,
+                  settle: bool = True) -> dict[str, Any]:
+    """One context's paired rounds against the server at ``url``: the in-process step and one streamed request.
+    ``settle`` moves this process's memory onto 2 MiB pages first (labkit.huge_pages), as each server does at its
+    start; the quick mode's servers run in this process's threads, so settling walks all of their memory too
+    (14 s of a quick run's 86) for timings the quick mode never reads."""
     step = solo_step(model, context, block_size)
-    huge_pages.settle()  # the in-process step's weights and pool on 2 MiB pages, as the server's are
+    if settle:
+        huge_pages.settle()  # the in-process step's weights and pool on 2 MiB pages, as the server's are
     item = WorkItem(0, 0.0, text[: context - 1], CLIENT_TOKENS)
     in_process: list[list[int]] = []
     client: list[list[int]] = []
