@@ -5,9 +5,11 @@ Asking for huge pages at allocation (labkit.environment.HUGE_PAGES) is not enoug
 happens depends on what ran before (a machine that just ran a benchmark of 15 minutes has fragmented memory). On a
 2-core Xeon one float32 read of 1,920 MiB ran at 13.1 GB/s on 2 MiB pages and 10.6-11.1 GB/s on 4 KiB pages, and
 two back-to-back benchmark runs disagreed by a fifth on every step-over-floor ratio because the floor's buffer had
-fallen back in the second and the weights had not. ``settle`` asks the kernel to collapse every private anonymous
-mapping of the process onto huge pages now (madvise(MADV_COLLAPSE), Linux 6.1 and later, no privileges needed: it
-compacts memory to find the runs), and reports the coverage before and after, which a record keeps.
+fallen back in the second and the weights had not. ``settle`` asks the kernel to move the process's private
+anonymous memory onto huge pages now, each aligned 2 MiB range that is already wholly resident (madvise(MADV_COLLAPSE),
+Linux 6.1 and later, no privileges needed: it compacts memory to find the runs), and reports the coverage before and
+after, which a record keeps. A tensor smaller than 2 MiB holds no aligned 2 MiB range of its own and stays on 4 KiB
+pages; llm_models.gathered puts a model's many small tensors into one buffer for that reason.
 
 Standard library only; where the call or /proc is missing (another OS, an older kernel) it reports that and moves
 nothing.
@@ -42,8 +44,8 @@ class Coverage:
 
 @dataclass(frozen=True)
 class Settled:
-    """What ``settle`` did: the coverage before and after, how many mappings it collapsed, the time it took, and
-    why it moved nothing where it could not run (None where it ran)."""
+    """What ``settle`` did: the coverage before and after, how many runs of resident huge pages it collapsed
+    (one madvise call each), the time it took, and why it moved nothing where it could not run (None where it ran)."""
     before: Coverage | None
     after: Coverage | None
     collapsed: int
@@ -120,6 +122,6 @@ def settle() -> Settled:
     if not collapsed and refused:
         reasons = ", ".join(sorted(errno.errorcode.get(code, str(code)) for code in refused))
         return Settled(before, coverage(), 0, time.perf_counter() - started,
-                       f"madvise(MADV_COLLAPSE) refused every mapping ({reasons}): a kernel before 6.1, or huge "
+                       f"madvise(MADV_COLLAPSE) refused every run of huge pages ({reasons}): a kernel before 6.1, or huge "
                        f"pages off ({os.uname().release})")
     return Settled(before, coverage(), collapsed, time.perf_counter() - started, None)

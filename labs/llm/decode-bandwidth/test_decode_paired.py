@@ -91,7 +91,7 @@ class HugePages(unittest.TestCase):
         text = pages_sentence(self.record(self.settled(0.4, 0.98)))
         self.assertIn("40% of it sat there before and 98% after", text)
         self.assertNotIn("could not move", text)
-        text = pages_sentence(self.record(self.settled(0.0, 0.0, "madvise(MADV_COLLAPSE) refused every mapping")))
+        text = pages_sentence(self.record(self.settled(0.0, 0.0, "madvise(MADV_COLLAPSE) refused every run of huge pages")))
         self.assertIn("0% of it sat there before and 0% after", text)
         self.assertIn("could not move more: madvise(MADV_COLLAPSE) refused", text)
         self.assertIn("was not measured", pages_sentence(self.record(None)))

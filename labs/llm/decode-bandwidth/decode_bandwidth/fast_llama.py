@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from llm_models.gathered import gathered
 from llm_models.kernels.matvec import KERNELS, Kernel
 from llm_models.kernels.row_dot import compile_static
 from llm_models.kernels.timing import Prepared
@@ -78,6 +79,21 @@ def fused_matrices(model: LlamaDecoder) -> dict[str, list[Tensor]]:
             "head": [model.head.float()]}
 
 
+def gathered_prepared(layers: list[tuple[Prepared, ...]], head: Prepared) -> tuple[list[tuple[Prepared, ...]], Prepared]:
+    """The prepared matrices with every plain tensor among them in one buffer (llm_models.gathered: on 2 MiB pages
+    once settled, as the native step's are); a packed oneDNN weight or a missing bias stays as it is."""
+    def plain(tensor: object) -> bool:
+        return isinstance(tensor, Tensor) and tensor.layout == torch.strided and not tensor.is_mkldnn
+
+    tensors = [t for layer in layers for prepared in layer for t in prepared if plain(t)] + [t for t in head if plain(t)]
+    copies = iter(gathered(tensors))
+
+    def swap(prepared: Prepared) -> Prepared:
+        return tuple(next(copies) if plain(t) else t for t in prepared)
+
+    return [tuple(swap(prepared) for prepared in layer) for layer in layers], swap(head)
+
+
 class FastLlama:
     """One-token steps of ``model`` at batch 1 with the kernel ``kernels[kind]`` for each matrix kind."""
 
@@ -105,6 +121,7 @@ class FastLlama:
                        for index in range(config.layers)]
         self.head = chosen["head"].prepare(fused["head"][0], None)
         del fused
+        self.layers, self.head = gathered_prepared(self.layers, self.head)
         self.norms = [(layer.attention_norm, layer.mlp_norm) for layer in model.layers]
         self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager)  # type: ignore[misc]
                            for kind in MATRIX_KINDS)

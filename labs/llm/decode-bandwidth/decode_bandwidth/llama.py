@@ -35,6 +35,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from labkit import bench, harness
 from labkit.summary import median
+from llm_models.gathered import gather_parameters
 from llm_models.kernels import int8_loop, matvec, timing
 from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama import native_step
@@ -229,6 +230,9 @@ def prepare(args: argparse.Namespace, threads: list[int],
     started = time.perf_counter_ns()
     bench.progress(f"Llama: loading {args.llama_preset} on this lab's decoder and on transformers' LlamaForCausalLM")
     model, reference, weights, chat = llama_pair(args.llama_preset, args.seed)
+    # each timed copy of the weights in one buffer of its own, on 2 MiB pages once settled (llm_models.gathered)
+    gather_parameters(model)
+    gather_parameters(reference)
     round_trip = LlamaDecoder(model.config, dequantized_state_dict(reference.state_dict()))
     generator = torch.Generator().manual_seed(args.seed + 4)
     runners, checks = {}, []

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from llm_models import native, paged
+from llm_models.gathered import gathered
 from llm_models.kernels.quantize import quantize_rows
 from llm_models.native import Build
 
@@ -132,9 +133,12 @@ class NativeStep:
             scales = [F.pad(scale, (0, -len(scale) % BLOCK_ROWS), value=1.0) for _, scale in quantized]
             # the embedding the int8 model stands for: the head's codes when tied, else its own
             self.embedding = (quantized[-1] if config.tie_embeddings else quantize_rows(model.embedding))
-        matrices = [pack(matrix) for matrix in matrices]  # a copy in step.c's layout
-        norms = [norm.contiguous() for layer in model.layers for norm in (layer.attention_norm, layer.mlp_norm)]
-        norms.append(model.norm_final.contiguous())
+        norms = [norm for layer in model.layers for norm in (layer.attention_norm, layer.mlp_norm)]
+        norms.append(model.norm_final)
+        # every matrix (in step.c's layout), scale and norm the loop reads, in one buffer
+        every = gathered([pack(matrix) for matrix in matrices] + scales + norms)
+        matrices, scales, norms = (every[:len(matrices)], every[len(matrices):len(matrices) + len(scales)],
+                                   every[len(matrices) + len(scales):])
         self._held = (matrices, scales, norms)  # the C arrays below point into these
         self._matrices, self._norms = pointers(matrices), pointers(norms)
         self._scales = pointers(scales) if scales else None
