@@ -69,6 +69,8 @@ class PrefillCostTest(unittest.TestCase):
                 PrefillCost.given(bad)
         with self.assertRaisesRegex(ValueError, "fixed cost"):
             PrefillCost.given(10.0, per_call_s=-1.0)
+        disturbed = PrefillCost.probed(0.2, 64, 0.1)  # the long call finished first: all of it priced per token
+        self.assertEqual((disturbed.per_call_s, disturbed.tokens_per_s), (0.0, 640.0))
 
     def test_one_token_prefills_leave_the_rate_of_long_ones_where_it_was(self) -> None:
         """A one-token prefill still reads every weight: priced as a call, it no longer drags the per-token rate
@@ -361,7 +363,9 @@ class SchedulerTest(SchedulerTestCase):
         rate = scheduler.prefill_cost
         assert rate is not None
         self.assertGreater(rate.tokens_per_s, 0)
-        self.assertGreater(rate.per_call_s, 0)
+        # NOTE: not > 0: on a busy host the tiny model's long probe can finish before its one-token one, and then
+        # the whole call is priced per token (PrefillCost.probed): which happened is the host's speed, not a state
+        self.assertGreaterEqual(rate.per_call_s, 0)
         self.assertEqual((rate.observed_calls, scheduler.pool.num_used_blocks), (0, 0))  # the probe's blocks are back
         _, end = await drain(scheduler.submit([5] * 10, 2))
         self.assertIsInstance(end, Finished)
