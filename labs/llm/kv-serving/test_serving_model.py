@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import unittest
 import unittest.mock
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from kv_serving.benchmark import equivalence_gate
 from kv_serving.testing import TINY_BLOCK, TINY_LAYERS, TINY_MODEL
 from kv_serving.trained_load import prompt_ids
 from labkit.bench import EquivalenceError
+from labkit.waiting import HANG_S
 from llm_models.attention import causal_attention
 from llm_models.kv_bytes import kv_cache_bytes
 from llm_models.llama.config import LlamaDecoderConfig
@@ -22,6 +24,7 @@ from llm_models.llama.generate import smollm2
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.native_step import NativeStep
 from llm_models.llama.tiny import TINY, tiny_pair, tiny_reference
+from llm_models.serving import llama as serving_llama
 from llm_models.serving.dtypes import ROW_STEPS, TRAINED_TOLERANCES, bfloat16_step, difference_bound
 from llm_models.serving.engine import EngineConfig
 from llm_models.serving.kernels import ranking
@@ -125,6 +128,36 @@ def in_torch(model: LlamaServingModel) -> LlamaServingModel:
     """``model`` stepping the decoder's layer in torch (its way without a C compiler or in bfloat16)."""
     model.native, model.decode_why = None, "the test's choice"
     return model
+
+
+class ServedOncePerProcess(unittest.TestCase):
+    def test_servers_asking_from_several_threads_share_one_model_built_under_the_lock(self) -> None:
+        """Seven trained servers started in threads of one process each built the served model: 15 GB in one run."""
+        _, decoder = tiny_pair(seed=5)
+        built: list[bool] = []
+        original = serving_llama.LlamaServingModel
+
+        class Recorded(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                built.append(serving_llama._SERVED.locked())  # every construction runs while the lock is held
+                super().__init__(*args, **kwargs)
+
+        answers: list[LlamaServingModel] = []
+        start = threading.Barrier(4)
+
+        def ask() -> None:
+            start.wait(HANG_S)
+            answers.append(serving_llama.served(decoder, None, "float32"))
+
+        with unittest.mock.patch.object(serving_llama, "LlamaServingModel", Recorded):
+            threads = [threading.Thread(target=ask) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(HANG_S)
+        self.assertEqual(built, [True])
+        self.assertEqual(len({id(model) for model in answers}), 1)
+        self.assertEqual(len(answers), 4)
 
 
 class FirstRowRotation(LlamaServingModel):

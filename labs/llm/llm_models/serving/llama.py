@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy as copy_module
 import functools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -204,12 +205,23 @@ def round_trip(decoder: LlamaDecoder) -> LlamaDecoder:
     return copy
 
 
-@functools.cache
+_SERVED = threading.Lock()
+
+
 def served(decoder: LlamaDecoder, kernel_ns: str | None = None, weights: str = "float32") -> LlamaServingModel:
     """``decoder`` arranged for serving, once per process, decoder and kernel timings (a deliberate cache): the fused
     and packed copies take seconds to build and only ever read, so servers sharing a process (the quick run's
     threads, the tests) share them. Each server process of a timed run builds its own. ``kernel_ns``: the kernel
     table's timings as JSON (llm_models.serving.kernels.dump_timings), so it chooses as they say instead of timing."""
+    # NOTE: servers started together in threads of one process each ask from their own thread, and a cache alone
+    # lets every caller that misses build a copy: seven trained servers held seven (1.6 GB each, 15 GB in one quick
+    # benchmark run, whose page faults slowed every suite running beside it). One builds; the others wait for it.
+    with _SERVED:
+        return _served(decoder, kernel_ns, weights)
+
+
+@functools.cache
+def _served(decoder: LlamaDecoder, kernel_ns: str | None, weights: str) -> LlamaServingModel:
     model = LlamaServingModel(decoder, None if kernel_ns is None else parse_timings(kernel_ns), weights)
     _ = model.native  # packed now: a server arranges its weights when it starts, not in its first request's step
     return model
