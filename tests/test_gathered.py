@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from llm_models.gathered import ALIGN_BYTES, gather_parameters, gathered
+from llm_models.gathered import ALIGN_BYTES, gather_parameters, gathered, gathered_empty
 from llm_models.llama.tiny import tiny_pair
 
 
@@ -45,3 +45,14 @@ def test_gathering_a_decoders_parameters_keeps_its_logits_and_its_tied_head() ->
     with torch.inference_mode():
         after = model(tokens, model.new_cache(1, 8))
     assert torch.equal(before, after)
+
+
+def test_empty_places_have_their_shapes_in_one_buffer_each_on_a_cache_line() -> None:
+    places = gathered_empty([((5, 7), torch.float32), ((3,), torch.int8), ((2, 2), torch.float64)])
+    assert [(tuple(place.shape), place.dtype) for place in places] == [
+        ((5, 7), torch.float32), ((3,), torch.int8), ((2, 2), torch.float64)]
+    assert len({storage_of(place) for place in places}) == 1
+    assert all(place.data_ptr() % ALIGN_BYTES == 0 and place.is_contiguous() for place in places)
+    for value, place in enumerate(places):  # none overlaps another: each keeps what was written into it
+        place.fill_(value + 1)
+    assert [place.unique().tolist() for place in places] == [[1.0], [2], [3.0]]

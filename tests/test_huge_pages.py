@@ -49,7 +49,7 @@ def test_settle_reports_what_it_did_on_any_host() -> None:
     else:
         assert settled.collapsed == 0
     record = settled.as_record()
-    assert set(record) == {"before", "after", "collapsed", "seconds", "unavailable"}
+    assert set(record) == {"before", "after", "collapsed", "refused", "seconds", "unavailable"}
 
 
 def test_only_huge_pages_resident_throughout_are_collapsed() -> None:
@@ -75,3 +75,20 @@ def test_settling_leaves_memory_never_touched_untouched() -> None:
             assert settled.after.anonymous_bytes - before.anonymous_bytes < 16 * MiB
     finally:
         reserved.close()
+
+
+def test_a_refused_huge_page_is_asked_for_again_and_counted_when_it_never_moves() -> None:
+    import errno
+
+    calls: list[int] = []
+
+    def collapse(start: int) -> int:  # page 1 moves on its second try; page 3 never does
+        calls.append(start)
+        if start == 3 or (start == 1 and calls.count(1) == 1):
+            return errno.ENOMEM
+        return 0
+
+    refused, errors = huge_pages.collapse_each([0, 1, 2, 3], collapse, tries=3)
+    assert refused == [3] and errors == {errno.ENOMEM}
+    assert calls == [0, 1, 2, 3, 1, 3, 3]  # every page once, then only the refused ones, up to three passes
+    assert huge_pages.collapse_each([0, 1], lambda start: 0, tries=3) == ([], set())

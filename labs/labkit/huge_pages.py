@@ -22,6 +22,7 @@ import errno
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,11 +45,13 @@ class Coverage:
 
 @dataclass(frozen=True)
 class Settled:
-    """What ``settle`` did: the coverage before and after, how many runs of resident huge pages it collapsed
-    (one madvise call each), the time it took, and why it moved nothing where it could not run (None where it ran)."""
+    """What ``settle`` did: the coverage before and after, how many resident huge pages it asked for (one madvise
+    call each), how many of those the kernel still refused after its tries (no free 2 MiB run it could make), the
+    time it took, and why it moved nothing where it could not run (None where it ran)."""
     before: Coverage | None
     after: Coverage | None
     collapsed: int
+    refused: int
     seconds: float
     unavailable: str | None
 
@@ -94,34 +97,57 @@ def resident_runs(first: int, last: int, resident: bytes) -> list[tuple[int, int
     return runs
 
 
-def settle() -> Settled:
+def collapse_each(pages: list[int], collapse: Callable[[int], int], tries: int) -> tuple[list[int], set[int]]:
+    """``collapse(start)`` (0, or the errno it failed with) on each huge page, then again on those it refused, up to
+    ``tries`` passes in all; the pages still refused and every errno seen."""
+    errors: set[int] = set()
+    for _ in range(tries):
+        refused = []
+        for start in pages:
+            if code := collapse(start):
+                refused.append(start)
+                errors.add(code)
+        pages = refused
+        if not pages:
+            break
+    return pages, errors
+
+
+def settle(tries: int = 3) -> Settled:
     """Collapse the resident part of this process's anonymous memory onto huge pages (see the module's note) and
-    report the coverage.
+    report the coverage; a huge page the kernel refuses is asked for again, up to ``tries`` times in all.
 
     NOTE: only huge pages whose every 4 KiB page is already resident are collapsed. MADV_COLLAPSE fills whatever it
     is given, and memory reserved but not yet touched (a server's KV pool sized for the machine, thread stacks) would
-    become resident: a serving suite's process grew to 14 GB and was killed before this check."""
+    become resident: a serving suite's process grew to 14 GB and was killed before this check.
+
+    NOTE: one madvise call per huge page, not one per run of them. Over a range, the kernel (madvise_collapse in
+    mm/khugepaged.c) gives up at the first huge page it cannot allocate, no free 2 MiB run even after compacting,
+    and leaves the rest of the range as it was: one refusal early in a run of several gigabytes would leave every
+    copy of the weights after it on 4 KiB pages, a different copy in each process. A refused page is asked for
+    again once every other page has been, by which time compaction may have freed a run."""
     started = time.perf_counter()
     before = coverage()
     if not sys.platform.startswith("linux") or before is None:
-        return Settled(before, before, 0, 0.0, "no /proc/self/smaps_rollup: not Linux, or /proc is not mounted")
+        return Settled(before, before, 0, 0, 0.0, "no /proc/self/smaps_rollup: not Linux, or /proc is not mounted")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    collapsed, refused = 0, set()
-    runs = []
+    pages = []
     for first, last in anonymous_ranges():
         vector = ctypes.create_string_buffer((last - first) // PAGE)
         if libc.mincore(first, last - first, vector) == 0:
-            runs += resident_runs(first, last, vector.raw)
-    for first, last in runs:
-        if libc.madvise(first, last - first, MADV_COLLAPSE) == 0:
-            collapsed += 1
-        else:
-            refused.add(ctypes.get_errno())
-    if not collapsed and refused:
-        reasons = ", ".join(sorted(errno.errorcode.get(code, str(code)) for code in refused))
-        return Settled(before, coverage(), 0, time.perf_counter() - started,
-                       f"madvise(MADV_COLLAPSE) refused every run of huge pages ({reasons}): a kernel before 6.1, or huge "
+            pages += [start for run_start, run_end in resident_runs(first, last, vector.raw)
+                      for start in range(run_start, run_end, HUGE)]
+    asked = len(pages)
+
+    def collapse(start: int) -> int:
+        return 0 if libc.madvise(start, HUGE, MADV_COLLAPSE) == 0 else ctypes.get_errno()
+
+    pages, errors = collapse_each(pages, collapse, tries)
+    if asked and len(pages) == asked:
+        reasons = ", ".join(sorted(errno.errorcode.get(code, str(code)) for code in errors))
+        return Settled(before, coverage(), 0, asked, time.perf_counter() - started,
+                       f"madvise(MADV_COLLAPSE) refused every huge page ({reasons}): a kernel before 6.1, or huge "
                        f"pages off ({os.uname().release})")
-    return Settled(before, coverage(), collapsed, time.perf_counter() - started, None)
+    return Settled(before, coverage(), asked - len(pages), len(pages), time.perf_counter() - started, None)

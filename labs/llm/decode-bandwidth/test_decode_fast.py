@@ -63,6 +63,19 @@ class SameLogits(unittest.TestCase):
             with self.subTest(kernel=kernel):
                 self.assert_steps_match(FastLlama(self.model, every_kind(kernel), compiled=False))
 
+    def test_a_twin_holds_a_copy_only_of_what_its_kernels_prepared_anew(self) -> None:
+        def storages(twin: FastLlama) -> set[int]:
+            return {tensor.untyped_storage().data_ptr() for layer in twin.layers for prepared in (*layer, twin.head)
+                    for tensor in prepared if isinstance(tensor, torch.Tensor)}
+
+        decoders = {parameter.untyped_storage().data_ptr() for parameter in self.model.parameters()}
+        # out_in reads the decoder's matrices as they are: no second copy of them
+        self.assertLessEqual(storages(FastLlama(self.model, every_kind("out_in"), compiled=False)), decoders)
+        # in_out transposes each matrix: the copies, all in one buffer of the twin's own
+        copied = storages(FastLlama(self.model, every_kind("in_out"), compiled=False))
+        self.assertEqual(len(copied), 1)
+        self.assertFalse(copied & decoders)
+
     def test_the_twin_with_compiled_layers_and_mixed_kernels_gives_the_same_logits(self) -> None:
         kernels = dict(zip(MATRIX_KINDS, ("compiled", "out_in", "in_out", "compiled", "out_in"), strict=True))
         self.assert_steps_match(FastLlama(self.model, kernels, compiled=True))

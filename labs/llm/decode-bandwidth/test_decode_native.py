@@ -20,7 +20,7 @@ import torch
 from llm_models import native
 from llm_models.kernels.quantize import dequantized_state_dict
 from llm_models.llama.model import LlamaDecoder
-from llm_models.llama.native_step import NativeStep, pack, unavailable, unpack
+from llm_models.llama.native_step import NativeStep, pack, packed_shape, unavailable, unpack
 from llm_models.llama.tiny import tiny_pair
 
 PROMPT, STEPS = 7, 6
@@ -123,6 +123,12 @@ class Packing(unittest.TestCase):
         self.assertTrue(torch.equal(unpack(packed, 6), matrix))
         codes = torch.randint(-127, 128, (5, 8), dtype=torch.int8)
         self.assertTrue(torch.equal(unpack(pack(codes), 5), codes))
+
+    def test_packing_into_a_given_place_writes_the_same_layout_there(self) -> None:
+        matrix = torch.randn(6, 16, generator=torch.Generator().manual_seed(2))
+        place = torch.full(packed_shape(6, 16), float("nan"))  # the padding rows must be written too
+        self.assertIs(pack(matrix, out=place), place)
+        self.assertTrue(torch.equal(place, pack(matrix)))
 
 
 class BuildCache(unittest.TestCase):

@@ -78,12 +78,20 @@ class HugePages(unittest.TestCase):
         return {"hardware": {} if settled is None else {"huge_pages": {"trained": settled}}}
 
     @staticmethod
-    def settled(before: float, after: float, unavailable: str | None = None) -> dict:
+    def settled(before: float, after: float, unavailable: str | None = None, refused: int = 0) -> dict:
         anonymous = 2**31
         return {"before": {"anonymous_bytes": anonymous, "huge_bytes": int(before * anonymous)},
                 "after": {"anonymous_bytes": anonymous, "huge_bytes": int(after * anonymous)},
-                "share_before": before, "share_after": after, "collapsed": 3, "seconds": 0.5,
+                "share_before": before, "share_after": after, "collapsed": 3, "refused": refused, "seconds": 0.5,
                 "unavailable": unavailable}
+
+    def test_the_page_counts_the_huge_pages_the_kernel_refused(self) -> None:
+        from decode_bandwidth_views.floor import pages_sentence
+
+        text = pages_sentence(self.record(self.settled(0.4, 0.9, refused=5)))
+        self.assertIn("no free 2 MiB run for 5 of the 8 huge pages", text)
+        self.assertIn("(10.5 MB)", text)
+        self.assertNotIn("no free 2 MiB run", pages_sentence(self.record(self.settled(0.4, 0.98))))
 
     def test_the_page_says_how_much_sat_on_huge_pages_when_the_steps_were_timed(self) -> None:
         from decode_bandwidth_views.floor import pages_sentence

@@ -9,6 +9,7 @@ onto 2 MiB pages (labkit.huge_pages settles them), in every process alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,19 +18,23 @@ from torch import Tensor, nn
 ALIGN_BYTES = 64  # where each tensor starts in the buffer: a cache line, as torch's own allocations do
 
 
-def gathered(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """Contiguous copies of ``tensors`` in one buffer, each starting on a cache line: views of it, so the buffer
-    lives as long as any of them."""
-    sizes = [tensor.numel() * tensor.element_size() for tensor in tensors]
+def gathered_empty(layouts: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> list[Tensor]:
+    """Uninitialised tensors of the given (shape, dtype) in one buffer, each starting on a cache line: views of it,
+    so the buffer lives as long as any of them. For a caller that writes each one straight into place."""
+    sizes = [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in layouts]
     starts = [0]
     for size in sizes:
         starts.append(starts[-1] + -(-size // ALIGN_BYTES) * ALIGN_BYTES)
     buffer = torch.empty(starts[-1], dtype=torch.uint8)
-    copies = []
-    for tensor, start, size in zip(tensors, starts, sizes):
-        copy = buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
+    return [buffer[start:start + size].view(dtype).view(shape)
+            for (shape, dtype), start, size in zip(layouts, starts, sizes)]
+
+
+def gathered(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """Contiguous copies of ``tensors`` in one buffer (``gathered_empty``)."""
+    copies = gathered_empty([(tuple(tensor.shape), tensor.dtype) for tensor in tensors])
+    for copy, tensor in zip(copies, tensors):
         copy.copy_(tensor)
-        copies.append(copy)
     return copies
 
 

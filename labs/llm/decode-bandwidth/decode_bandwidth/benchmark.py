@@ -158,7 +158,8 @@ def settle_pages(what: str) -> dict[str, Any]:
     after = settled.after
     state = settled.unavailable or ("coverage unreadable" if after is None else
                                     f"{after.huge_bytes / 2**20:,.0f} of {after.anonymous_bytes / 2**20:,.0f} MiB of "
-                                    "anonymous memory on 2 MiB pages")
+                                    "anonymous memory on 2 MiB pages"
+                                    + (f", {settled.refused:,} huge pages refused" if settled.refused else ""))
     bench.progress(f"pages: {what} settled in {settled.seconds:.1f} s; {state}")
     return settled.as_record()
 

@@ -79,11 +79,17 @@ def fused_matrices(model: LlamaDecoder) -> dict[str, list[Tensor]]:
             "head": [model.head.float()]}
 
 
-def gathered_prepared(layers: list[tuple[Prepared, ...]], head: Prepared) -> tuple[list[tuple[Prepared, ...]], Prepared]:
+def gathered_prepared(layers: list[tuple[Prepared, ...]], head: Prepared, model: LlamaDecoder
+                      ) -> tuple[list[tuple[Prepared, ...]], Prepared]:
     """The prepared matrices with every plain tensor among them in one buffer (llm_models.gathered: on 2 MiB pages
-    once settled, as the native step's are); a packed oneDNN weight or a missing bias stays as it is."""
+    once settled, as the native step's are); a packed oneDNN weight or a missing bias stays as it is, and so does a
+    tensor a kernel's prepare handed back as ``model``'s own (the out_in kernel reads the decoder's matrices as
+    they are): it already sits wherever the decoder's parameters do, and a second copy would only hold memory."""
+    held = {parameter.untyped_storage().data_ptr() for parameter in model.parameters()}
+
     def plain(tensor: object) -> bool:
-        return isinstance(tensor, Tensor) and tensor.layout == torch.strided and not tensor.is_mkldnn
+        return (isinstance(tensor, Tensor) and tensor.layout == torch.strided and not tensor.is_mkldnn
+                and tensor.untyped_storage().data_ptr() not in held)
 
     tensors = [t for layer in layers for prepared in layer for t in prepared if plain(t)] + [t for t in head if plain(t)]
     copies = iter(gathered(tensors))
@@ -121,7 +127,7 @@ class FastLlama:
                        for index in range(config.layers)]
         self.head = chosen["head"].prepare(fused["head"][0], None)
         del fused
-        self.layers, self.head = gathered_prepared(self.layers, self.head)
+        self.layers, self.head = gathered_prepared(self.layers, self.head, model)
         self.norms = [(layer.attention_norm, layer.mlp_norm) for layer in model.layers]
         self.apply = tuple((chosen[kind].traced if compiled else chosen[kind].eager)  # type: ignore[misc]
                            for kind in MATRIX_KINDS)

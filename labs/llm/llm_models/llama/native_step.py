@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from llm_models import native, paged
-from llm_models.gathered import gathered
+from llm_models.gathered import gathered_empty
 from llm_models.kernels.quantize import quantize_rows
 from llm_models.native import Build
 
@@ -76,15 +76,23 @@ def unavailable() -> str | None:
 BLOCK_ROWS, BLOCK_COLUMNS = 4, 8  # step.c's block: four rows, read 8 columns at a time
 
 
-def pack(matrix: Tensor) -> Tensor:
+def packed_shape(rows: int, cols: int) -> tuple[int, int, int, int]:
+    """The shape ``pack`` gives an (rows, cols) matrix: (blocks, runs, BLOCK_ROWS, BLOCK_COLUMNS)."""
+    return -(-rows // BLOCK_ROWS), cols // BLOCK_COLUMNS, BLOCK_ROWS, BLOCK_COLUMNS
+
+
+def pack(matrix: Tensor, out: Tensor | None = None) -> Tensor:
     """An (out, in) matrix in step.c's layout: rows padded with zeros to whole blocks of BLOCK_ROWS, and within
-    a block, for each run of BLOCK_COLUMNS columns, the block's rows one after another (a copy, any dtype)."""
+    a block, for each run of BLOCK_COLUMNS columns, the block's rows one after another (a copy, any dtype),
+    written into ``out`` (of ``packed_shape``) where given."""
     rows, cols = matrix.shape
     padded = -rows % BLOCK_ROWS
     if padded:
         matrix = torch.cat([matrix, matrix.new_zeros(padded, cols)])
     blocks = matrix.view(-1, BLOCK_ROWS, cols // BLOCK_COLUMNS, BLOCK_COLUMNS)  # (blocks, 4, runs, 8)
-    return blocks.permute(0, 2, 1, 3).contiguous()  # (blocks, runs, 4, 8)
+    if out is None:
+        return blocks.permute(0, 2, 1, 3).contiguous()  # (blocks, runs, 4, 8)
+    return out.copy_(blocks.permute(0, 2, 1, 3))
 
 
 def unpack(packed: Tensor, rows: int) -> Tensor:
@@ -135,8 +143,14 @@ class NativeStep:
             self.embedding = (quantized[-1] if config.tie_embeddings else quantize_rows(model.embedding))
         norms = [norm for layer in model.layers for norm in (layer.attention_norm, layer.mlp_norm)]
         norms.append(model.norm_final)
-        # every matrix (in step.c's layout), scale and norm the loop reads, in one buffer
-        every = gathered([pack(matrix) for matrix in matrices] + scales + norms)
+        # every matrix (in step.c's layout), scale and norm the loop reads, in one buffer; each matrix packed
+        # straight into its place there, so the packed weights exist once, never twice (540 MB in float32)
+        every = gathered_empty([(packed_shape(*matrix.shape), matrix.dtype) for matrix in matrices]
+                               + [(tuple(tensor.shape), tensor.dtype) for tensor in scales + norms])
+        for place, matrix in zip(every, matrices):
+            pack(matrix, out=place)
+        for place, tensor in zip(every[len(matrices):], scales + norms):
+            place.copy_(tensor)
         matrices, scales, norms = (every[:len(matrices)], every[len(matrices):len(matrices) + len(scales)],
                                    every[len(matrices) + len(scales):])
         self._held = (matrices, scales, norms)  # the C arrays below point into these
