@@ -83,7 +83,7 @@ class HugePages(unittest.TestCase):
         return {"before": {"anonymous_bytes": anonymous, "huge_bytes": int(before * anonymous)},
                 "after": {"anonymous_bytes": anonymous, "huge_bytes": int(after * anonymous)},
                 "share_before": before, "share_after": after, "collapsed": 3, "refused": refused, "seconds": 0.5,
-                "unavailable": unavailable}
+                "unavailable": unavailable, "asked": 3 + refused, "refused_bytes": refused * 2 * 2**20}
 
     def test_the_page_counts_the_huge_pages_the_kernel_refused(self) -> None:
         from decode_bandwidth_views.floor import pages_sentence

@@ -7,7 +7,6 @@ from typing import Any
 
 from decode_bandwidth.floors import READ_KERNELS
 from decode_bandwidth.grid import headline_key
-from labkit.huge_pages import HUGE as HUGE_PAGE_BYTES
 from llm_models.kv_bytes import BYTES_PER_ELEMENT
 from site_hooks.blocks import Block, Table
 from site_hooks.formatting import format_bytes, format_ms, format_number, format_ratio, join
@@ -60,9 +59,9 @@ def pages_sentence(record: dict[str, Any]) -> str:
     moved = ("" if pages["unavailable"] is None else f" The kernel could not move more: {pages['unavailable']}.")
     refused = pages.get("refused", 0)
     if pages["unavailable"] is None and refused:
-        moved = (f" The kernel found no free 2 MiB run for {refused:,} of the {refused + pages['collapsed']:,} huge "
-                 f"pages it was asked for ({format_bytes(refused * HUGE_PAGE_BYTES)}), even after compacting: those stayed "
-                 "on 4 KiB pages.")
+        moved = (f" The kernel found no free 2 MiB run for {refused:,} of the {pages['asked']:,} huge pages it was "
+                 f"asked for ({format_bytes(pages['refused_bytes'])}), even after compacting: those stayed on 4 KiB "
+                 "pages.")
     return (f"Just before the trained model's steps were timed, the process asked the kernel to move its memory onto "
             f"2 MiB pages: {share['before']:.0%} of it sat there before and {share['after']:.0%} after "
             f"({format_bytes(pages['after']['huge_bytes'])} of {format_bytes(pages['after']['anonymous_bytes'])}).{moved} "

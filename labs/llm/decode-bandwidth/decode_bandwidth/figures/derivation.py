@@ -24,6 +24,7 @@ from decode_bandwidth.llama_modes import (
 )
 from decode_bandwidth.traffic import MATRICES, dims, kind_bytes, kv_crossover, matrix_shapes, step_bytes
 from labkit.figures import Figures, tolerance_bound
+from labkit.huge_pages import HUGE as HUGE_PAGE_BYTES
 from labkit.records import JsonPath
 from labkit.summary import as_number, median, paired, parted, side_of_one
 from llm_models.generations import first_departure
@@ -517,6 +518,11 @@ def huge_page_figures(record: Mapping[str, Any], figures: Figures) -> None:
             figures.add(("hardware", "huge_pages", part, f"share_{moment}"),
                         None if not pages or not pages["anonymous_bytes"] else pages["huge_bytes"] / pages["anonymous_bytes"],
                         f"huge-page bytes / anonymous bytes, {moment} the settling")
+        refused = settled.get("refused", 0)  # a record from before settling counted its refusals has none
+        figures.add(("hardware", "huge_pages", part, "asked"), settled["collapsed"] + refused,
+                    "huge pages moved + huge pages refused")
+        figures.add(("hardware", "huge_pages", part, "refused_bytes"), refused * HUGE_PAGE_BYTES,
+                    "huge pages refused x 2 MiB")
 
 
 def hardware_figures(machine: Mapping[str, Any], figures: Figures) -> dict[tuple[str, str], float]:
