@@ -35,9 +35,11 @@ def test_only_whole_huge_pages_of_private_writable_anonymous_mappings_are_collap
         f"{end + 16 * MiB:x}-{end + 24 * MiB:x} r--p 00000000 00:00 0 ",  # read-only
         f"{end + 24 * MiB:x}-{end + 32 * MiB:x} rw-p 00000000 00:00 0 [stack]",  # named
         "7f0001000000-7f0001100000 rw-p 00000000 00:00 0 ",  # 1 MiB: no whole huge page inside
+        "7f0002000000-7f0002600000 rw-p 00000000 00:00 0 [heap]",  # the heap: small allocations live here
     ]) + "\n")
     first = -(-start // (2 * MiB)) * 2 * MiB
-    assert huge_pages.anonymous_ranges(maps) == [(first, end // (2 * MiB) * 2 * MiB)]
+    assert huge_pages.anonymous_ranges(maps) == [(first, end // (2 * MiB) * 2 * MiB),
+                                                 (0x7F0002000000, 0x7F0002600000)]
 
 
 def test_settle_reports_what_it_did_on_any_host() -> None:

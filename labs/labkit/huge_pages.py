@@ -69,12 +69,17 @@ def coverage(rollup: Path = ROLLUP) -> Coverage | None:
 
 
 def anonymous_ranges(maps: Path = MAPS) -> list[tuple[int, int]]:
-    """The whole 2 MiB runs inside each private, writable, anonymous mapping of at least one such run."""
+    """The whole 2 MiB runs inside each private, writable, anonymous mapping of at least one such run, the
+    [heap] included.
+
+    NOTE: the heap too, because glibc serves an allocation below its mmap threshold (which rises to 32 MiB once a
+    large block is freed) from the heap: a model's small tensors and, until they shared one allocation, every KV
+    cache layer's keys and values (600 MB of a trained-model process, none of it on 2 MiB pages) lived there."""
     ranges = []
     for line in maps.read_text().splitlines():
         fields = line.split()
-        if len(fields) > 5 or not fields[1].startswith("rw") or fields[1][3] != "p":
-            continue  # a file, a named region ([stack], [heap] is kept out too), shared or read-only memory
+        if (len(fields) > 5 and fields[5] != "[heap]") or not fields[1].startswith("rw") or fields[1][3] != "p":
+            continue  # a file, another named region ([stack], [vvar]), shared or read-only memory
         start, end = (int(value, 16) for value in fields[0].split("-"))
         first, last = -(-start // HUGE) * HUGE, end // HUGE * HUGE
         if last > first:

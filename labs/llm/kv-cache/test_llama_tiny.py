@@ -15,7 +15,7 @@ from transformers import LlamaConfig
 
 from kv_cache.broken import RotaryResetDecoder
 from llm_models.attention import causal_attention
-from llm_models.llama.cache import LayerCache
+from llm_models.llama.cache import LayerCache, new_cache
 from llm_models.llama.config import LlamaDecoderConfig
 from llm_models.llama.decode import cached_step_logits, prefill
 from llm_models.llama.generate import greedy_full_recompute, greedy_tokens
@@ -122,6 +122,18 @@ class GroupedQueryCache(unittest.TestCase):
             raw = torch.nn.functional.linear(normed, self.model.layers[0].k).view(1, 5, 2, 16).transpose(1, 2)
         torch.testing.assert_close(cache[0].keys[:, :, 0], raw[:, :, 0], atol=1e-6, rtol=1e-6)
         self.assertFalse(torch.allclose(cache[0].keys[:, :, 3], raw[:, :, 3], atol=1e-3))
+
+    def test_every_layers_store_is_its_own_part_of_one_zeroed_allocation(self) -> None:
+        stores = new_cache(layers=3, batch=1, kv_heads=2, capacity=4, head_dim=3)
+        self.assertEqual(len({store.keys.untyped_storage().data_ptr() for store in stores}
+                             | {store.values.untyped_storage().data_ptr() for store in stores}), 1)
+        for index, store in enumerate(stores):  # none overlaps another: each keeps what was written into it
+            self.assertEqual(float(store.keys.abs().sum() + store.values.abs().sum()), 0.0)
+            store.update(torch.full((1, 2, 4, 3), 2.0 * index), torch.full((1, 2, 4, 3), 2.0 * index + 1))
+        self.assertEqual([(store.keys.unique().tolist(), store.values.unique().tolist()) for store in stores],
+                         [([0.0], [1.0]), ([2.0], [3.0]), ([4.0], [5.0])])
+        with self.assertRaisesRegex(ValueError, "storage must be contiguous"):
+            LayerCache(batch=1, kv_heads=2, capacity=4, head_dim=3, storage=torch.zeros(2, 1, 2, 5, 3))
 
     def test_update_writes_in_place_and_returns_views_of_every_stored_position(self) -> None:
         store = LayerCache(batch=1, kv_heads=2, capacity=4, head_dim=3)
