@@ -65,8 +65,10 @@ def pages_sentence(record: dict[str, Any]) -> str:
     return (f"Just before the trained model's steps were timed, the process asked the kernel to move its memory onto "
             f"2 MiB pages: {share['before']:.0%} of it sat there before and {share['after']:.0%} after "
             f"({format_bytes(pages['after']['huge_bytes'])} of {format_bytes(pages['after']['anonymous_bytes'])}).{moved} "
-            "Each timed copy of the weights sits in one buffer of its own: a 2 MiB page needs a whole aligned 2 MiB "
-            "inside one allocation, so a matrix smaller than that, allocated apart, would stay on 4 KiB pages. Pages "
+            "Each timed copy of the weights sits in one buffer of its own, and so does each of this lab's caches, "
+            "every layer's keys and values (transformers' cache grows by concatenation and cannot): a 2 MiB page "
+            "needs a whole aligned 2 MiB inside one allocation, so a matrix or a layer's cache smaller than that, "
+            "allocated apart, would stay on 4 KiB pages. Pages "
             "matter because torch's request for huge pages is silently refused when memory is fragmented, and a "
             "read over 4 KiB pages walks far more page-table entries and runs slower: a floor read over fallen-back pages against weights "
             "that were not would shift every ratio on this page, which no pairing within one run can see.")
