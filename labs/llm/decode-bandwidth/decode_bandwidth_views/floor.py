@@ -56,12 +56,14 @@ def pages_sentence(record: dict[str, Any]) -> str:
                 "read walks far more page-table entries, and where a step's weights happen "
                 "to land can move its time from one process to the next.")
     share = {moment: pages[f"share_{moment}"] for moment in ("before", "after")}
-    moved = ("" if pages["unavailable"] is None else f" The kernel could not move more: {pages['unavailable']}.")
-    refused = pages.get("refused", 0)
-    if pages["unavailable"] is None and refused:
-        moved = (f" The kernel found no free 2 MiB run for {refused:,} of the {pages['asked']:,} huge pages it was "
-                 f"asked for ({format_bytes(pages['refused_bytes'])}), even after compacting: those stayed on 4 KiB "
-                 "pages.")
+    if pages["unavailable"] is not None:
+        moved = f" The kernel could not move more: {pages['unavailable']}."
+    elif pages["refused"]:
+        moved = (f" The kernel found no free 2 MiB run for {pages['refused']:,} of the {pages['asked']:,} huge pages "
+                 f"it was asked for ({format_bytes(pages['refused_bytes'])}), even after compacting: those stayed on "
+                 "4 KiB pages.")
+    else:
+        moved = ""
     return (f"Just before the trained model's steps were timed, the process asked the kernel to move its memory onto "
             f"2 MiB pages: {share['before']:.0%} of it sat there before and {share['after']:.0%} after "
             f"({format_bytes(pages['after']['huge_bytes'])} of {format_bytes(pages['after']['anonymous_bytes'])}).{moved} "
