@@ -408,17 +408,18 @@ class QuickRunInBfloat16(QuickBenchmarkRun):
 
     main = staticmethod(benchmark.main)
     schema = SCHEMA
-    # the quick run's workloads narrowed further: this class reads the dtype choice and the trained gate, which
-    # every run has, and checks the whole record the same way whatever its size (two trained prompts: the least
-    # that makes the trained gate batch)
-    main_arguments = ("--requests", "6", "--cancel-requests", "4", "--rate-requests", "4", "--trained-requests", "2",
-                      "--trained-max-tokens", "2", "--step-batches", "1", "2")
-    main_kwargs: ClassVar[dict[str, Any]] = {"dtype_probes": BFLOAT16_WINS}
+    # the random model's workloads narrowed further: this class reads the dtype choice, which the random model
+    # follows, and checks the whole record the same way whatever its size
+    main_arguments = ("--requests", "6", "--cancel-requests", "4", "--rate-requests", "4", "--step-batches", "1", "2")
 
     @classmethod
     def setUpClass(cls) -> None:
+        # The trained model's section is the float32 quick run's: that model is float32 whichever dtype won
+        # (TrainedDtype below checks it without a run), and measuring it again took most of this run's 40 s.
         # No resident-memory section: a record without one is what a machine without /proc writes, and the build
         # must accept it (the float32 quick run measures the section).
+        trained = load_record(quick_run(benchmark.main, **QuickRun.main_kwargs).record, SCHEMA)["trained"]
+        cls.main_kwargs = {"dtype_probes": BFLOAT16_WINS, "trained": trained}
         with mock.patch.object(benchmark, "memory_section", lambda args: None):
             super().setUpClass()
 
@@ -450,6 +451,25 @@ class QuickRunInBfloat16(QuickBenchmarkRun):
                                                                    for name, times in FLOAT32_WINS.items()}
         with self.assertRaisesRegex(RecordError, "make 'float32' the faster"):
             check(rederived(record), "edited")
+
+
+class TrainedDtype(unittest.TestCase):
+    def test_every_trained_server_is_float32_whichever_dtype_the_random_model_takes(self) -> None:
+        for dtype in ("float32", "bfloat16"):
+            with self.subTest(dtype=dtype):
+                args = benchmark.parse_args(["--quick", "--output", "unwritten.json", "--dtype", dtype])
+                planned = trained_load.plan(args, benchmark.BYTE_BUDGET_SHARE)
+                for name, options in planned["servers"].items():
+                    self.assertEqual(options[options.index("--dtype") + 1], "float32", name)
+
+    def test_a_trained_section_measured_with_another_workload_is_not_reused(self) -> None:
+        args = benchmark.parse_args(["--quick", "--output", "unwritten.json"])
+        section = {"requests": args.trained_requests, "max_tokens": args.trained_max_tokens,
+                   "seed": args.seed + trained_load.SEED_OFFSET}
+        self.assertEqual(benchmark.reused_trained(args, section), section)
+        for name in section:
+            with self.subTest(field=name), self.assertRaisesRegex(ValueError, "same trained workload"):
+                benchmark.reused_trained(args, {**section, name: section[name] + 1})
 
 
 class FailedRun(ExistingRecordTest):

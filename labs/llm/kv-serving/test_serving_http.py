@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -755,6 +756,21 @@ class PageSettling(QuietLoopTestCase):
         finally:
             server.huge_pages.settle = original
         self.assertEqual(len(calls), 1)
+
+    async def test_the_server_command_settles_unless_told_not_to(self) -> None:
+        asked: list[bool] = []
+        create_app = server.create_app
+
+        def app_of(*args: object, settle_pages: bool = False) -> object:
+            asked.append(settle_pages)
+            return create_app(tiny_engine())
+
+        with unittest.mock.patch.object(server, "create_app", app_of), \
+                unittest.mock.patch.object(server, "Server") as served:
+            for argv in ([], ["--no-settle-pages"]):
+                self.assertEqual(server.main(["--port", "0", "--num-blocks", "8", *argv]), 0)
+        self.assertEqual(asked, [True, False])
+        self.assertEqual(served.return_value.run.call_count, 2)
 
 
 class ShutdownTest(QuietLoopTestCase):

@@ -27,7 +27,7 @@ from llm_models.llama.tiny import TINY, tiny_pair, tiny_reference
 from llm_models.serving import llama as serving_llama
 from llm_models.serving.dtypes import ROW_STEPS, TRAINED_TOLERANCES, bfloat16_step, difference_bound
 from llm_models.serving.engine import EngineConfig
-from llm_models.serving.kernels import ranking
+from llm_models.serving.kernels import dump_timings, ranking, timings_of
 from llm_models.serving.llama import LlamaServingModel
 from llm_models.serving.model import PackedPrompts, ServingModel, greedy_together
 from llm_models.serving.pool import LayeredPool, pool_block_bytes
@@ -158,6 +158,15 @@ class ServedOncePerProcess(unittest.TestCase):
         self.assertEqual(built, [True])
         self.assertEqual(len({id(model) for model in answers}), 1)
         self.assertEqual(len(answers), 4)
+
+    def test_a_server_handed_the_timings_a_timed_table_measured_serves_that_model_and_other_timings_another(self) -> None:
+        _, decoder = tiny_pair(seed=6)
+        timed = serving_llama.served(decoder)
+        own = dump_timings(timings_of(timed.kernels.rows))
+        self.assertIs(serving_llama.served(decoder, own, "float32"), timed)
+        other = serving_llama.served(decoder, dump_timings(ranking("in_out", "in_out")), "float32")
+        self.assertIsNot(other, timed)
+        self.assertEqual({name for picks in other.kernels.chosen.values() for name in picks.values()}, {"in_out"})
 
 
 class FirstRowRotation(LlamaServingModel):

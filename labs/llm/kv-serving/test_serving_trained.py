@@ -423,11 +423,11 @@ class TrainedCommand(unittest.TestCase):
         with tempfile.TemporaryFile(mode="w+") as log:
             # One running at most: the second chat waits however close together the two arrive (by KV bytes both
             # could be admitted in one step, and the state waited on below would never come).
-            # (its kernel table from supplied timings: what it serves with does not matter here, and timing it would
-            # add seconds to the start)
+            # (its kernel table from supplied timings, its pages left unsettled: what it serves with and how fast do
+            # not matter here, and timing the table and settling would add seconds to the start)
             process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0", "--metrics",
-                                        "--max-running", "1", "--kernel-ns", KERNEL_NS], stdout=log,
-                                       stderr=subprocess.STDOUT)
+                                        "--max-running", "1", "--kernel-ns", KERNEL_NS, "--no-settle-pages"],
+                                       stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = serving_url(process, log, HANG_S)  # loading the model is most of a start
                 replies: list[httpx.Response] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import gc
 import statistics
 import time
@@ -463,7 +464,56 @@ def choose_dtype(args: argparse.Namespace,
     return {"chosen": args.dtype, "how": how, "batch": DTYPE_PROBE_BATCH, "probes": probes}, gates[args.dtype]
 
 
-def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+def trained_sections(args: argparse.Namespace) -> dict[str, Any]:
+    """The trained model's sections: its in-process gate, its resident memory where this machine can read it, then
+    its servers."""
+    planned = trained_load.plan(args, BYTE_BUDGET_SHARE)
+    trained = trained_load.gate(args, planned, equivalence_gate, timed)
+    # in process, before any server: a quick run's servers are threads of this process, and would count in its memory
+    found = with_memory(args, {})
+    launch = server_threads if args.quick else server_processes
+    # Three rounds of servers, each started together and stopped before the next: the trained model's (each holds
+    # its own copy of SmolLM2's weights), its two for chunked prefill, then the random model's. Starting every
+    # process at once made their startups compete for the two cores long enough to outlast the startup bound on a
+    # busy machine.
+    # NOTE: every trained server chooses its kernels by the table the gate timed quietly, in process, at this run's
+    # thread count: timed by each server while the others start, the servers of one run could multiply differently
+    handed = kernels.dump_timings(kernels.timings_of(trained["kernels"][0]["rows"]))
+    servers = {name: [*options, "--kernel-ns", handed] for name, options in planned["servers"].items()}
+    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
+    with launch(list(servers.values())) as addresses:
+        # the trained model first: what a reader would see from a real server
+        section = {**trained, **trained_load.run(args, dict(zip(servers, addresses)), planned, measure, handed)}
+    # a round of its own: two more copies of the weights beside the seven above would not fit in 24 GiB
+    servers = {name: [*options, "--kernel-ns", handed]
+               for name, options in chunked.server_arguments(planned["sweep"], args.quick).items()}
+    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: trained, {' and '.join(servers)} prefill")
+    with launch(list(servers.values())) as addresses:
+        section["chunked_prefill"] = chunked.run(args.quick, dict(zip(servers, addresses)))
+    return {**found, "trained": section}
+
+
+def with_memory(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the memory section added where this machine can read it (memory_section)."""
+    memory = memory_section(args)
+    return record if memory is None else {**record, "memory": memory}
+
+
+def reused_trained(args: argparse.Namespace, trained: Mapping[str, Any]) -> dict[str, Any]:
+    """``trained``, a section another run in this process measured (tests only): the trained model is float32 whatever
+    the random model's dtype (trained_load.TRAINED_DTYPE), so a test of the dtype choice's other branch need not
+    measure it twice. Refused unless it was measured with this run's trained workload."""
+    asked = {"requests": args.trained_requests, "max_tokens": args.trained_max_tokens,
+             "seed": args.seed + trained_load.SEED_OFFSET}
+    found = {name: trained.get(name) for name in asked}
+    if found != asked:
+        raise ValueError(f"a reused trained section must come from a run with the same trained workload: it has "
+                         f"{found}, this run asks for {asked}")
+    return copy.deepcopy(dict(trained))
+
+
+def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]] | None = None,
+             trained: Mapping[str, Any] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
     choice, gate = choose_dtype(args, dtype_probes)
@@ -488,32 +538,11 @@ def sections(args: argparse.Namespace, dtype_probes: Mapping[str, Sequence[int]]
                       "attention": ({"way": "in place", "unavailable": None} if paged.unavailable() is None else
                                     {"way": "gathered", "unavailable": paged.unavailable()})},
     }
-    planned = trained_load.plan(args, BYTE_BUDGET_SHARE)
-    trained = trained_load.gate(args, planned, equivalence_gate, timed)
-    # in process, before any server: a quick run's servers are threads of this process, and would count in its memory
-    memory = memory_section(args)
-    if memory is not None:
-        record["memory"] = memory
+    if trained is None:
+        record.update(trained_sections(args))
+    else:
+        record.update(with_memory(args, {"trained": reused_trained(args, trained)}))
     launch = server_threads if args.quick else server_processes
-    # Three rounds of servers, each started together and stopped before the next: the trained model's (each holds
-    # its own copy of SmolLM2's weights), its two for chunked prefill, then the random model's. Starting every
-    # process at once made their startups compete for the two cores long enough to outlast the startup bound on a
-    # busy machine.
-    # NOTE: every trained server chooses its kernels by the table the gate timed quietly, in process, at this run's
-    # thread count: timed by each server while the others start, the servers of one run could multiply differently
-    handed = kernels.dump_timings(kernels.timings_of(trained["kernels"][0]["rows"]))
-    servers = {name: [*options, "--kernel-ns", handed] for name, options in planned["servers"].items()}
-    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
-    with launch(list(servers.values())) as addresses:
-        # the trained model first: what a reader would see from a real server
-        record["trained"] = {**trained, **trained_load.run(args, dict(zip(servers, addresses)), planned, measure,
-                                                                  handed)}
-    # a round of its own: two more copies of the weights beside the seven above would not fit in 24 GiB
-    servers = {name: [*options, "--kernel-ns", handed]
-               for name, options in chunked.server_arguments(planned["sweep"], args.quick).items()}
-    bench.progress(f"starting {len(servers)} servers on 127.0.0.1: trained, {' and '.join(servers)} prefill")
-    with launch(list(servers.values())) as addresses:
-        record["trained"]["chunked_prefill"] = chunked.run(args.quick, dict(zip(servers, addresses)))
     servers = server_arguments(args)
     bench.progress(f"starting {len(servers)} servers on 127.0.0.1: {', '.join(servers)}")
     with launch(list(servers.values())) as addresses:
@@ -543,8 +572,11 @@ def summary(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None, dtype_probes: Mapping[str, Sequence[int]] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, dtype_probes: Mapping[str, Sequence[int]] | None = None,
+         trained: Mapping[str, Any] | None = None) -> int:
     """Measure, validate against the schema, then replace the record in one rename. ``dtype_probes`` stands in for
-    the dtype probe's timings (choose_dtype): tests only, never the command line."""
+    the dtype probe's timings (choose_dtype), ``trained`` for the trained model's section (reused_trained): tests
+    only, never the command line."""
     args = parse_args(argv)
-    return harness.run(LAB, ROOT, args, argv, lambda: sections(args, dtype_probes), summary, derive=figures.derive)
+    return harness.run(LAB, ROOT, args, argv, lambda: sections(args, dtype_probes, trained), summary,
+                       derive=figures.derive)

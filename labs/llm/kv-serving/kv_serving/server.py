@@ -469,6 +469,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="chunked prefill: at most TOKENS prompt tokens prefilled between two decode steps, a multiple of "
              "--block-size, so a long prompt does not stop the running streams for its whole prefill "
              "(default: each prompt whole)")
+    add("--no-settle-pages", action="store_true",
+        help="start without moving the model's and pool's memory onto 2 MiB pages (labkit.huge_pages): a trained "
+             "server listens seconds sooner, but a step over weights left on 4 KiB pages can run a tenth slower")
     add("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S,
         help="seconds a request's headers (from the connection's accept, or a later request's first byte), then its "
              "body, may take to arrive before a 408 "
@@ -580,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT or SIGTERM: every request fails with an answer, uvicorn stops accepting and waits (GRACE_S at most)
     # for those answers to go out, the lifespan stops the scheduler and returns every block, and the exit code is
     # 0 for either signal; a second Ctrl-C skips the wait
-    app = create_app(config, args.request_timeout_s, args.stall_timeout_s, args.metrics, settle_pages=True)
+    app = create_app(config, args.request_timeout_s, args.stall_timeout_s, args.metrics,
+                     settle_pages=not args.no_settle_pages)
     Server(bounded_config(app, args.port, args.request_timeout_s, log_level="info",
                           timeout_graceful_shutdown=GRACE_S)).run()
     return 0
