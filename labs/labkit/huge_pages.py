@@ -38,10 +38,6 @@ class Coverage:
     anonymous_bytes: int  # the process's anonymous memory in use (smaps_rollup "Anonymous")
     huge_bytes: int  # of which on transparent huge pages (smaps_rollup "AnonHugePages")
 
-    @property
-    def share(self) -> float:
-        return self.huge_bytes / self.anonymous_bytes if self.anonymous_bytes else 0.0
-
 
 @dataclass(frozen=True)
 class Settled:

@@ -117,6 +117,18 @@ class CachedEqualsFull(unittest.TestCase):
         self.assertEqual(cache.length, 8)
 
 
+class OneAllocation(unittest.TestCase):
+    def test_every_layers_keys_and_values_are_disjoint_zeroed_views_of_one_buffer(self) -> None:
+        config = DecoderConfig(vocab_size=64, width=32, layers=3, heads=2, max_positions=16)
+        cache = PreallocatedCache(config, batch=2, capacity=8)
+        every = [*cache.keys, *cache.values]
+        self.assertEqual({t.untyped_storage().data_ptr() for t in every}, {every[0].untyped_storage().data_ptr()})
+        self.assertEqual([tuple(t.shape) for t in every], [(2, config.kv_heads, 8, config.head_dim)] * 6)
+        self.assertTrue(all(t.is_contiguous() and not t.any() for t in every))
+        cache.keys[1].fill_(1.0)  # one layer's keys: nothing else moves
+        self.assertEqual([bool(t.any()) for t in every], [False, True, False, False, False, False])
+
+
 class BadInput(unittest.TestCase):
     def setUp(self) -> None:
         self.model = tiny_model()

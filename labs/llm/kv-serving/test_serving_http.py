@@ -777,8 +777,10 @@ class ShutdownTest(QuietLoopTestCase):
     async def stop_while_serving(self, sig: signal.Signals) -> dict[str, Any]:
         """Start the server, run two streams and queue a plain request, signal it; what each client saw."""
         with tempfile.TemporaryFile(mode="w+") as log:
-            process = subprocess.Popen([sys.executable, "-c", HELD_SERVER, "--port", "0", "--metrics", "--max-running", "2"],
-                                       stdout=log, stderr=subprocess.STDOUT)
+            # no bound on time to first token: the plain request, behind two streams' 300 tokens, could pass the
+            # default target and be refused instead of waiting
+            process = subprocess.Popen([sys.executable, "-c", HELD_SERVER, "--port", "0", "--metrics", "--max-running", "2",
+                                        "--ttft-target-s", "0"], stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = await asyncio.to_thread(serving_url, process, log, HANG_S)  # importing torch: most of a start
                 async with httpx.AsyncClient(timeout=HANG_S) as client:

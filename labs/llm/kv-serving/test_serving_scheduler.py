@@ -339,6 +339,30 @@ class SchedulerTest(SchedulerTestCase):
         scheduler.submit([3], 1)
         self.assertEqual(scheduler.metrics()["waiting_prompt_tokens"], 21)
 
+    async def test_a_request_behind_a_head_that_waits_for_blocks_is_priced_with_that_wait(self) -> None:
+        # 10 tokens/s, so a decode step of one row is priced 0.1 s; blocks of 4 positions, 12 in the pool
+        for held_tokens, refused in ((40, True), (4, False)):
+            with self.subTest(held_tokens=held_tokens):
+                scheduler = tiny_engine(num_blocks=12, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
+                self.schedulers.append(scheduler)
+                holder = scheduler.submit([1] * 2, held_tokens)  # 41 positions = 11 blocks (40), or 2 (4)
+                scheduler.schedule()  # admitted, holding its blocks until its last token
+                self.assertIn(holder, scheduler.running)
+                head = scheduler.submit([2] * 4, 4)  # 2 blocks: waits for the holder's while it holds 11
+                scheduler.schedule()
+                self.assertEqual(head in scheduler.running, not refused)
+                # 8 tokens: 0.2 + 0.4 + 0.8 s of prefill, 1.4 s in all, far inside the target; behind the holder's 40
+                # remaining steps (4.0 s) 5.4 s, past it
+                if not refused:
+                    scheduler.submit([3] * 8, 1)
+                    continue
+                with self.assertRaises(RequestRefused) as caught:
+                    scheduler.submit([3] * 8, 1)
+                error = caught.exception
+                self.assertEqual((error.refusal, error.retry_after_s), (Refusal.PREFILL_QUEUE_FULL, 1))
+                self.assertIn("waits about 4.0 s for running requests to free KV blocks", str(error))
+                self.assertIn("first token would come after 5.4 s", str(error))
+
     async def test_a_prompt_whose_own_prefill_passes_the_target_is_refused_even_at_an_empty_queue(self) -> None:
         scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
         self.schedulers.append(scheduler)

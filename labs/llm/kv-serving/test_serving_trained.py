@@ -422,11 +422,13 @@ class TrainedCommand(unittest.TestCase):
         """Finding 4: SIGTERM waited for every generation in flight, and streams got no error event."""
         with tempfile.TemporaryFile(mode="w+") as log:
             # One running at most: the second chat waits however close together the two arrive (by KV bytes both
-            # could be admitted in one step, and the state waited on below would never come).
+            # could be admitted in one step, and the state waited on below would never come), with no bound on its
+            # time to first token (the first's 400 tokens ahead of it would pass the default target: refused).
             # (its kernel table from supplied timings, its pages left unsettled: what it serves with and how fast do
             # not matter here, and timing the table and settling would add seconds to the start)
             process = subprocess.Popen([sys.executable, "-c", HELD_TRAINED, "--model", "smollm2", "--port", "0", "--metrics",
-                                        "--max-running", "1", "--kernel-ns", KERNEL_NS, "--no-settle-pages"],
+                                        "--max-running", "1", "--kernel-ns", KERNEL_NS, "--no-settle-pages",
+                                        "--ttft-target-s", "0"],
                                        stdout=log, stderr=subprocess.STDOUT)
             try:
                 url = serving_url(process, log, HANG_S)  # loading the model is most of a start

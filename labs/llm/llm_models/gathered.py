@@ -21,7 +21,7 @@ ALIGN_BYTES = 64  # where each tensor starts in the buffer: a cache line, as tor
 def gathered_empty(layouts: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> list[Tensor]:
     """Uninitialised tensors of the given (shape, dtype) in one buffer, each starting on a cache line: views of it,
     so the buffer lives as long as any of them. For a caller that writes each one straight into place."""
-    sizes = [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in layouts]
+    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in layouts]
     starts = [0]
     for size in sizes:
         starts.append(starts[-1] + -(-size // ALIGN_BYTES) * ALIGN_BYTES)

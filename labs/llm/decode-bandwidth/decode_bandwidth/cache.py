@@ -32,8 +32,10 @@ class PreallocatedCache:
             raise ValueError(f"capacity {capacity} exceeds the position capacity of {config.max_positions}")
         shape = (batch, config.kv_heads, capacity, config.head_dim)
         dtype = config.dtype if dtype is None else dtype
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
+        # NOTE: one allocation for every layer's keys and values (llm_models.llama.cache.new_cache says why): GPT-2's
+        # per layer at 1,024 positions are 3 MB each, and apart the short contexts' would stay on 4 KiB pages
+        whole = torch.zeros(2, config.layers, *shape, dtype=dtype, device=device)
+        self.keys, self.values = list(whole[0].unbind()), list(whole[1].unbind())  # per layer (B, Hkv, P, D)
         self.batch, self.capacity = batch, capacity
         self.length = 0
 

@@ -441,7 +441,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--ttft-target-s", type=float, default=TTFT_TARGET_S,
         help="refuse (503, with the seconds until it would fit) a request whose first token would come after this "
              "many seconds, pricing the prefills ahead of it and its own at the cost the server measures (per call "
-             "and per token), and refuse (400) a prompt whose own prefill takes longer; 0: no such bound "
+             "and per token) and any wait for running requests to free KV blocks, and refuse (400) a prompt whose "
+             "own prefill takes longer; 0: no such bound "
              "(default: %(default)s)")
     add("--ignore-disconnects", action="store_true", help="keep decoding after clients leave (a baseline)")
     add("--metrics", action="store_true",

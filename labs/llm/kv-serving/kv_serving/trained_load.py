@@ -61,7 +61,7 @@ SEED_OFFSET = 7  # the trained runs' arrivals, apart from the random model's wor
 # each round's request then prefills only its last partial block, where prefilling every prompt whole took 74 s of
 # the benchmark's five minutes (both formats, 1,024 tokens the longest). The decode steps a client times read the
 # same blocks either way.
-CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 4, 3
+CLIENT_ROUNDS, QUICK_CLIENT_ROUNDS = 4, 2
 CLIENT_TOKENS = 9
 # The one-at-a-time server each weight format's client streams from, float32 and int8 codes (--weights int8).
 CLIENT_SERVERS = {"float32": "trained client", "int8": "trained client int8"}
@@ -72,7 +72,7 @@ CLIENT_PREFIX_CACHE = "hash"  # their --prefix-caching
 # (labkit.summary.paired), where the sweep's ratio divides one run by another. The burst is smaller than the sweep's
 # so that BATCHING_ROUNDS rounds cost about 45 s: the serial side is about 8 x (a short prefill + 15 steps). With
 # four rounds the middle halves of two runs back to back (3.25-3.31 and 3.21-3.25) just missed each other.
-BATCHING_ROUNDS, QUICK_BATCHING_ROUNDS = 6, 3
+BATCHING_ROUNDS, QUICK_BATCHING_ROUNDS = 6, 2
 BATCHING_REQUESTS, BATCHING_TOKENS = 8, 16
 QUICK_BATCHING = (3, 4)  # a quick run's burst: requests, tokens
 

@@ -11,8 +11,9 @@ rate from 363 to 30 tokens/s, and the server then refused prompts it had room fo
 A request is refused at once (``Refusal.PREFILL_QUEUE_FULL``) when the prefills ahead of it and its own would pass
 ``ttft_target_s``, with a Retry-After of the time until enough of the work ahead is done for it to fit (the prefill
 under way counts what it has already run). A prompt whose own prefill alone would pass the target is refused as
-too long for this server (``Refusal.PROMPT_OVER_TTFT_TARGET``), whatever the queue. The bound prices prefill only:
-a request that also waits for blocks (running requests finishing) waits longer than it says.
+too long for this server (``Refusal.PROMPT_OVER_TTFT_TARGET``), whatever the queue. Where the queue's head waits for
+blocks (running requests hold them until their last token), that wait is priced too (``blocked_s``, the scheduler's
+estimate from the running requests' remaining tokens): every request behind the head waits with it.
 """
 
 from __future__ import annotations
@@ -92,21 +93,25 @@ class OverBound:
 
 
 def over_bound(ahead: Sequence[int], running_s: float, prompt_tokens: int, target_s: float,
-               cost: PrefillCost) -> OverBound | None:
+               cost: PrefillCost, blocked_s: float = 0.0) -> OverBound | None:
     """None if a prompt of ``prompt_tokens`` to compute may wait behind the prefills ``ahead`` (each one's tokens
-    still to compute; the first may be under way, for ``running_s`` so far); else why not."""
+    still to compute; the first may be under way, for ``running_s`` so far), after ``blocked_s`` seconds in which the
+    queue waits for blocks to be freed; else why not."""
     own_s = cost.call_s(prompt_tokens)
     if own_s > target_s:
         return OverBound(f"this prompt's {prompt_tokens:,} tokens to prefill take about {own_s:.1f} s on this server "
                          f"({cost.per_call_s * 1e3:.0f} ms a call + {cost.per_token_s * 1e3:.2f} ms a token), beyond "
                          f"its {target_s:g} s time-to-first-token target even with nothing queued; send a shorter "
                          "prompt", None)
-    queued_s = max(sum(cost.call_s(tokens) for tokens in ahead) - running_s, 0.0)
+    work_s = max(sum(cost.call_s(tokens) for tokens in ahead) - running_s, 0.0)
+    queued_s = blocked_s + work_s
     if queued_s + own_s <= target_s:
         return None
     wait_s = queued_s + own_s - target_s  # until that much of the work ahead is done, this prompt would pass the target
-    return OverBound(f"{len(ahead):,} prefills ({sum(ahead):,} prompt tokens) wait ahead, about {queued_s:.1f} s of "
-                     f"work at this server's measured cost ({cost.per_call_s * 1e3:.0f} ms a call + "
+    blocked = (f"the queue waits about {blocked_s:.1f} s for running requests to free KV blocks, then "
+               if blocked_s > 0 else "")
+    return OverBound(f"{blocked}{len(ahead):,} prefills ({sum(ahead):,} prompt tokens) wait ahead, about "
+                     f"{work_s:.1f} s of work at this server's measured cost ({cost.per_call_s * 1e3:.0f} ms a call + "
                      f"{cost.per_token_s * 1e3:.2f} ms a token); with this request's {prompt_tokens:,} tokens the first "
                      f"token would come after {queued_s + own_s:.1f} s, beyond the {target_s:g} s target",
                      max(1, math.ceil(wait_s)))

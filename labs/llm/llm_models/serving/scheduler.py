@@ -217,7 +217,7 @@ class Scheduler:
         if self.ttft_target_s is not None and self.prefill_cost is not None:  # no cost before the start-up probe
             running_s = 0.0 if self._prefill_started is None else time.perf_counter() - self._prefill_started
             refusal = over_bound(self._ahead(), running_s, self._uncached(request), self.ttft_target_s,
-                                 self.prefill_cost)
+                                 self.prefill_cost, self._blocked_s(request))
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
                 if refusal.retry_after_s is None:  # its own prefill passes the target: no wait makes it fit
@@ -232,8 +232,42 @@ class Scheduler:
     def _uncached(self, request: Request) -> int:
         """The prompt tokens a prefill would compute now: all of them, less what the prefix cache holds (the rate the
         bound uses is measured in computed tokens too)."""
-        found = 0 if self.prefix is None else len(self.prefix.match(request.keys))
-        return len(request.prompt) - found * self.pool.block_size
+        return len(request.prompt) - len(self._hits(request)) * self.pool.block_size
+
+    def _grows(self, request: Request, hits: list[int]) -> int:
+        """The blocks admitting ``request`` now would add: all it reserves, less the cached blocks it finds (``hits``)
+        that running requests hold (a block is stored once, however many hold it)."""
+        needed = blocks_for(request.kv_positions, self.pool.block_size)
+        return needed - (0 if self.prefix is None else self.prefix.shared(hits))
+
+    def _hits(self, request: Request) -> list[int]:
+        return [] if self.prefix is None else self.prefix.match(request.keys)
+
+    def _blocked_s(self, request: Request) -> float:
+        """Seconds until the queue, then ``request`` behind it, could all hold their blocks, as the running requests
+        finish and free theirs: nobody overtakes the queue's head, so whoever waits behind a head that waits for
+        blocks waits that long too (a 2-token request once waited 164 s behind a long prompt so).
+
+        Each running request is priced at every token its max_tokens still allows (it may stop sooner: an upper
+        bound), a decode step at a prefill call of as many tokens as it has rows (the cost model's fixed part is the
+        pass over every weight a step makes too), and each admitted request holds its blocks until its own last
+        token. 0 where everyone fits now."""
+        cost = self.prefill_cost
+        if cost is None:
+            return 0.0
+        # (decode steps until it ends, blocks it frees then), soonest first; the step count is the whole batch's
+        ends = sorted((r.max_tokens - len(r.output), len(r.table)) for r in self.running)
+        running, used, now = len(self.running), self.pool.num_used_blocks, 0
+        # NOTE: in the queue's order as it stands (longest-prefix may reorder it before the next admission)
+        for queued in [*self.waiting, request]:
+            grows = self._grows(queued, self._hits(queued))
+            while ends and not self.policy.admits(running, used, grows, self.pool):
+                steps, freed = ends.pop(0)
+                now, running, used = max(now, steps), running - 1, used - freed
+            ends.append((now + queued.max_tokens, grows))
+            ends.sort()
+            running, used = running + 1, used + grows
+        return now * cost.call_s(max(len(self.running), 1))
 
     def _ahead(self) -> list[int]:
         """The prefills a new request waits behind, each as its tokens still to compute: admitted requests whose
@@ -395,9 +429,8 @@ class Scheduler:
         while self.waiting:
             request = self.waiting.head
             needed = blocks_for(request.kv_positions, self.pool.block_size)
-            hits = [] if self.prefix is None else self.prefix.match(request.keys)
-            # A cached block some running request holds is stored once: admitting this one adds only the rest.
-            grows = needed - (0 if self.prefix is None else self.prefix.shared(hits))
+            hits = self._hits(request)
+            grows = self._grows(request, hits)
             if not self.policy.admits(len(self.running), self.pool.num_used_blocks, grows, self.pool):
                 break  # nobody overtakes the head of the queue (its order: self.order)
             self.waiting.remove(request)
