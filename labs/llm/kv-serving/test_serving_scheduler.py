@@ -363,6 +363,19 @@ class SchedulerTest(SchedulerTestCase):
                 self.assertIn("waits about 4.0 s for running requests to free KV blocks", str(error))
                 self.assertIn("first token would come after 5.4 s", str(error))
 
+    async def test_the_head_waits_for_the_running_request_that_ends_first_not_the_last(self) -> None:
+        scheduler = tiny_engine(num_blocks=12, ttft_target_s=3.0, prefill_rate=10.0).build()  # not started
+        self.schedulers.append(scheduler)
+        scheduler.submit([1] * 2, 30)  # 31 positions = 8 blocks, 30 steps to go
+        scheduler.submit([1] * 2, 10)  # 11 positions = 3 blocks, 10 steps to go
+        scheduler.schedule()
+        self.assertEqual(len(scheduler.running), 2)  # 11 of 12 blocks held
+        scheduler.submit([2] * 4, 4)  # 2 blocks: the 10-step holder's 3 free them, 10 steps of two rows at 0.2 s
+        with self.assertRaises(RequestRefused) as caught:
+            scheduler.submit([3] * 8, 1)  # 2.0 s for blocks + 0.8 s of prefill ahead + its own 0.8 s: 3.6 s
+        self.assertIn("waits about 2.0 s for running requests to free KV blocks", str(caught.exception))
+        self.assertIn("first token would come after 3.6 s", str(caught.exception))
+
     async def test_a_prompt_whose_own_prefill_passes_the_target_is_refused_even_at_an_empty_queue(self) -> None:
         scheduler = tiny_engine(num_blocks=40, ttft_target_s=5.0, prefill_rate=10.0).build()  # not started
         self.schedulers.append(scheduler)

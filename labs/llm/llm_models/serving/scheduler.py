@@ -39,6 +39,7 @@ and then loses them, so it stops within one iteration.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 import uuid
@@ -255,17 +256,18 @@ class Scheduler:
         cost = self.prefill_cost
         if cost is None:
             return 0.0
-        # (decode steps until it ends, blocks it frees then), soonest first; the step count is the whole batch's
-        ends = sorted((r.max_tokens - len(r.output), len(r.table)) for r in self.running)
+        # (decode steps until it ends, blocks it frees then), the soonest on top; the step count is the whole batch's.
+        # NOTE: a heap, so that a submit behind W waiting requests costs W log W, not W squared (it runs on the loop)
+        ends = [(r.max_tokens - len(r.output), len(r.table)) for r in self.running]
+        heapq.heapify(ends)
         running, used, now = len(self.running), self.pool.num_used_blocks, 0
         # NOTE: in the queue's order as it stands (longest-prefix may reorder it before the next admission)
         for queued in [*self.waiting, request]:
             grows = self._grows(queued, self._hits(queued))
             while ends and not self.policy.admits(running, used, grows, self.pool):
-                steps, freed = ends.pop(0)
+                steps, freed = heapq.heappop(ends)
                 now, running, used = max(now, steps), running - 1, used - freed
-            ends.append((now + queued.max_tokens, grows))
-            ends.sort()
+            heapq.heappush(ends, (now + queued.max_tokens, grows))
             running, used = running + 1, used + grows
         return now * cost.call_s(max(len(self.running), 1))
 
