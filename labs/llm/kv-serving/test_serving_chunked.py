@@ -68,25 +68,32 @@ class ChunksWithoutALoop(unittest.TestCase):
         pool = LayeredPool(TINY_MODEL, TINY_LAYERS, 24, TINY_BLOCK)
         return Scheduler(Unrunnable(), pool, KVBudget(24 * pool.block_bytes), prefill_chunk=chunk)  # type: ignore[arg-type]
 
-    def test_a_long_prompt_takes_the_budget_pass_by_pass_in_whole_blocks_and_decodes_after_its_last_chunk(self) -> None:
+    def test_a_long_prompt_takes_the_budget_pass_by_pass_with_the_decode_rows_and_decodes_after_its_last_chunk(
+            self) -> None:
         scheduler = self.scheduler(chunk=8)
         short, long = scheduler.submit([1] * 5, 4), scheduler.submit(LONG[:30], 2)
         first = scheduler.schedule()
         # the short prompt whole (5 of the 8 tokens); the 3 left are less than a block: the long one waits a pass
-        self.assertEqual((first.prefills, first.decodes), ((ScheduledPrefill(short, 0, 5),), (short,)))
+        self.assertEqual((first.prefills, first.decodes, first.mixed), ((ScheduledPrefill(short, 0, 5),), (short,),
+                                                                        False))  # its first token comes from this call
         self.assertEqual(scheduler.waiting_prompt_tokens, 35)  # nothing computed yet: both prompts still to come
         ran(first)
         chunks = []
         for _ in range(3):
             output = scheduler.schedule()
             (chunk,) = output.prefills
-            self.assertEqual((chunk.request, output.decodes), (long, (short,)))  # no first token before the last chunk
+            # the short one's row rides in the chunk's call; the long one gets no first token before its last chunk
+            self.assertEqual((chunk.request, output.decodes, output.mixed), (long, (short,), True))
             chunks.append((chunk.start, chunk.tokens))
             ran(output)
         self.assertEqual(chunks, [(0, 8), (8, 8), (16, 8)])
         self.assertEqual(scheduler.waiting_prompt_tokens, 6)
         last = scheduler.schedule()
-        self.assertEqual((last.prefills, last.decodes), ((ScheduledPrefill(long, 24, 6),), (short, long)))
+        # the long one's first token comes from its last chunk's call: it decodes from the next pass on
+        self.assertEqual((last.prefills, last.decodes, last.mixed), ((ScheduledPrefill(long, 24, 6),), (short,), True))
+        ran(last)
+        after = scheduler.schedule()
+        self.assertEqual((after.prefills, after.decodes, after.mixed), ((), (short, long), False))
 
     def test_a_chunk_that_is_not_a_whole_number_of_blocks_is_refused_naming_the_block_size(self) -> None:
         for chunk in (0, 2, 6):
@@ -95,6 +102,34 @@ class ChunksWithoutALoop(unittest.TestCase):
         with self.assertRaises(SystemExit):
             parse_args(["--prefill-chunk", "24", "--block-size", "16"])
         self.assertEqual(engine_config(parse_args(["--prefill-chunk", "32"])).prefill_chunk, 32)
+
+
+Call = tuple[str, int, list[int], int]  # prefill or mixed, the last prompt's length, the starts, the decode rows
+
+
+def recording(scheduler: Scheduler, fail_at: int | None = None) -> list[Call]:
+    """Every prefill and mixed call the scheduler makes; a call whose last prompt is ``fail_at`` tokens long raises
+    instead."""
+    calls: list[Call] = []
+    prefill, mixed = scheduler.model.prefill, scheduler.model.mixed
+
+    def check(kind: str, prompts: list[list[int]], starts: Any, rows: int) -> None:
+        calls.append((kind, len(prompts[-1]), list(starts or [0] * len(prompts)), rows))
+        if len(prompts[-1]) == fail_at:
+            raise RuntimeError("a chunk that fails")
+
+    def recorded_prefill(pool: Any, prompts: list[list[int]], tables: Any, starts: Any = None) -> torch.Tensor:
+        check("prefill", prompts, starts, 0)
+        return prefill(pool, prompts, tables, starts)
+
+    def recorded_mixed(pool: Any, prompts: list[list[int]], tables: Any, starts: Any, tokens: list[int],
+                       *rest: Any) -> torch.Tensor:
+        check("mixed", prompts, starts, len(tokens))
+        return mixed(pool, prompts, tables, starts, tokens, *rest)
+
+    scheduler.model.prefill = recorded_prefill  # type: ignore[method-assign]
+    scheduler.model.mixed = recorded_mixed  # type: ignore[method-assign]
+    return calls
 
 
 class ChunkedLogits(unittest.TestCase):
@@ -115,30 +150,55 @@ class ChunkedLogits(unittest.TestCase):
 
 
 class ChunkedLoop(SchedulerTestCase):
-    async def test_the_running_stream_decodes_between_the_long_prompts_chunks_and_both_get_their_alone_tokens(
+    async def test_the_running_stream_decodes_in_the_long_prompts_chunk_calls_and_both_get_their_alone_tokens(
             self) -> None:
         scheduler = self.start(num_blocks=32, prefill_chunk=8)
-        calls: list[tuple[int, int]] = []  # (the last prompt's length in the call, the stream's tokens by then)
-        prefill = scheduler.model.prefill
-
-        def recording(pool: Any, prompts: list[list[int]], *rest: Any) -> torch.Tensor:
-            calls.append((len(prompts[-1]), len(stream.output)))
-            return prefill(pool, prompts, *rest)
-
-        scheduler.model.prefill = recording  # type: ignore[method-assign]
+        calls = recording(scheduler)
         # Both arrive before the loop's first pass (nothing is awaited in between), whatever the host's speed: the
         # first pass prefills the stream's 5 tokens, and the 3 left of the budget hold no block of the long prompt.
         stream, long = scheduler.submit([5] * 5, 10), scheduler.submit(LONG, 3)
         (stream_tokens, stream_end), (long_tokens, long_end) = await within(
             asyncio.gather(drain(stream), drain(long)), "both requests to finish")
-        self.assertEqual([length for length, _ in calls], [5, 8, 16, 24, 32, 40])
-        seen = [tokens for _, tokens in calls[1:]]
-        self.assertEqual(seen, list(range(2, 7)))  # one decode step of the stream before each chunk
+        # then each chunk of the long prompt in one call with the stream's decode row, which advances a token a call
+        self.assertEqual(calls[:6], [("prefill", 5, [0], 0), ("mixed", 8, [0], 1), ("mixed", 16, [8], 1),
+                                     ("mixed", 24, [16], 1), ("mixed", 32, [24], 1), ("mixed", 40, [32], 1)])
+        self.assertEqual(len(calls), 6)  # after the last chunk, plain decode steps: no prefill, no mixed
         self.assertEqual(stream_tokens, greedy_alone(scheduler, stream.prompt, 10))
         self.assertEqual(long_tokens, greedy_alone(scheduler, LONG, 3))
-        self.assertEqual((scheduler.counters.prefills, scheduler.counters.prefill_calls), (2, 6))
-        self.assertEqual(scheduler.counters.prefill_tokens, 5 + len(LONG))
+        counters = scheduler.counters
+        self.assertEqual((counters.prefills, counters.prefill_calls, counters.mixed_passes), (2, 1, 5))
+        self.assertEqual((counters.prefill_tokens, counters.decode_rows + counters.prefills),
+                         (5 + len(LONG), counters.tokens_generated))
         self.assertEqual((stream_end, long_end), (Finished("length"), Finished("length")))
+
+
+class MixedLogits(unittest.TestCase):
+    def test_a_chunk_and_decode_rows_in_one_pass_give_each_its_own_calls_logits_on_both_models(self) -> None:
+        models = {"random": ServingModel(TINY_MODEL, TINY_LAYERS), "llama": served(tiny_chat().model, KERNEL_NS)}
+        for name, model in models.items():
+            with self.subTest(model=name):
+                pool = LayeredPool(model.config, model.layers, 32, TINY_BLOCK)
+                # two running requests at positions 5 and 11 (not block boundaries), a prompt's second chunk of 8
+                rows = [[(3 * i + 1) % TINY_MODEL.vocab_size for i in range(n)] for n in (6, 12)]
+                tables = [pool.allocate(4) for _ in rows]
+                long_table = pool.allocate(-(-len(LONG) // TINY_BLOCK))
+                for ids, table in zip(rows, tables):
+                    model.prefill(pool, [ids[:-1]], [table])
+                model.prefill(pool, [LONG[:8]], [long_table])
+                mixed = model.mixed(pool, [LONG[:16]], [long_table], [8], [ids[-1] for ids in rows],
+                                    [len(ids) - 1 for ids in rows], tables)
+                apart = torch.cat([model.prefill(pool, [LONG[:16]], [long_table], [8]),
+                                   model.decode(pool, [ids[-1] for ids in rows], [len(ids) - 1 for ids in rows],
+                                                tables)])
+                torch.testing.assert_close(mixed, apart, **TOLERANCES["float32"])
+                alone = torch.stack([model.reference_logits(ids) for ids in (LONG[:16], *rows)])
+                torch.testing.assert_close(mixed, alone, **TOLERANCES["float32"])
+                # a row written one position late, or reading another request's blocks, is caught
+                for positions, read in (([6, 11], tables), ([5, 11], tables[::-1])):
+                    wrong = model.mixed(pool, [LONG[:16]], [long_table], [8], [ids[-1] for ids in rows], positions,
+                                        read)
+                    with self.assertRaises(AssertionError):
+                        torch.testing.assert_close(wrong[1:], alone[1:], **TOLERANCES["float32"])
 
 
 def request(sent: float, ttft: float, gaps: list[float]) -> dict[str, Any]:
@@ -158,7 +218,7 @@ def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], stre
                          for _ in range(2)), request(0.5, firsts[name][number], [0.05])] for name in order}
         rounds.append({"order": order, "runs": runs})
     return {"chunk": 64, "long_tokens": 384, "streams": 2, "stream_tokens": 44, "long_max_tokens": 2,
-            "long_arrival_s": 0.5, "text": "python-language-reference.txt", "rounds": rounds}
+            "long_after_s": 0.3, "text": "python-language-reference.txt", "rounds": rounds}
 
 
 def derived(raw: dict[str, Any]) -> dict[str, Any]:
@@ -232,35 +292,22 @@ class Wording(unittest.TestCase):
 
 
 class ChunkedLoopEdges(SchedulerTestCase):
-    def recording(self, scheduler: Scheduler, fail_at: int | None = None) -> list[tuple[int, list[int]]]:
-        """Every prefill call's (last prompt's length, starts); the call numbered ``fail_at`` raises instead."""
-        calls: list[tuple[int, list[int]]] = []
-        prefill = scheduler.model.prefill
-
-        def recorded(pool: Any, prompts: list[list[int]], tables: Any, starts: Any = None) -> torch.Tensor:
-            calls.append((len(prompts[-1]), list(starts or [0] * len(prompts))))
-            if len(calls) == fail_at:
-                raise RuntimeError("a chunk that fails")
-            return prefill(pool, prompts, tables, starts)
-
-        scheduler.model.prefill = recorded  # type: ignore[method-assign]
-        return calls
-
     async def test_a_prompt_found_in_the_prefix_cache_is_chunked_from_the_end_of_its_cached_blocks(self) -> None:
         scheduler = self.start(num_blocks=32, prefill_chunk=8, prefix_index="hash")
-        calls = self.recording(scheduler)
+        calls = recording(scheduler)
         shared = LONG[:24]  # six blocks
         first = scheduler.submit([*shared, 1], 2)
         await within(drain(first), "the first request to finish")
         second = scheduler.submit([*shared, *LONG[24:38]], 3)  # 38 tokens: 24 cached, then chunks of 8 and 6
         tokens, end = await within(drain(second), "the second request to finish")
-        self.assertEqual(calls[-2:], [(32, [24]), (38, [32])])
+        self.assertEqual(calls[-2:], [("prefill", 32, [24], 0), ("prefill", 38, [32], 0)])  # alone: no decode row
         self.assertEqual((second.cached_tokens, tokens, end),
                          (24, greedy_alone(scheduler, second.prompt, 3), Finished("length")))
 
     async def test_a_chunk_that_fails_fails_its_own_request_and_gives_back_its_blocks(self) -> None:
         scheduler = self.start(num_blocks=32, prefill_chunk=8)
-        self.recording(scheduler, fail_at=3)  # the stream's prefill, the long prompt's first chunk, then its second
+        # the long prompt's second chunk fails, in the mixed call and again alone; the stream's row then steps alone
+        calls = recording(scheduler, fail_at=16)
         stream, long = scheduler.submit([5] * 5, 10), scheduler.submit(LONG, 3)
         (stream_tokens, stream_end), (long_tokens, long_end) = await within(
             asyncio.gather(drain(stream), drain(long)), "both requests to end")
@@ -270,3 +317,5 @@ class ChunkedLoopEdges(SchedulerTestCase):
         self.assertEqual(long_end.refusal, Refusal.INTERNAL_ERROR)
         self.assertIn("a chunk that fails", long_end.message)
         await eventually(lambda: scheduler.pool.num_used_blocks == 0, "every block back in the pool")
+        self.assertEqual(calls[:4], [("prefill", 5, [0], 0), ("mixed", 8, [0], 1), ("mixed", 16, [8], 1),
+                                     ("prefill", 16, [8], 0)])

@@ -79,6 +79,26 @@ class LoadTest(QuietLoopTestCase):
 
 
 
+    async def test_an_item_waiting_for_first_tokens_is_sent_after_the_last_of_them_even_one_refused(self) -> None:
+        # item 2 waits for item 0's first token and for item 1, which the server refuses (a prompt of no token): a
+        # request that gets no token releases its waiters when it ends, so nothing hangs
+        workload = [WorkItem(0, 0.0, [1, 2, 3], 6), WorkItem(1, 0.0, [], 2),
+                    WorkItem(2, 0.0, [4, 5], 2, after_first_tokens=(0, 1))]
+        async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
+            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S)
+        first, refused, waiter = run.requests
+        self.assertEqual((first.outcome, refused.outcome, waiter.outcome), ("completed", "refused", "completed"))
+        self.assertGreaterEqual(waiter.sent_s, first.sent_s + first.ttft_s)
+        self.assertGreaterEqual(waiter.sent_s, refused.sent_s)  # and it was sent at all: the refusal released it
+
+    async def test_a_wait_for_a_missing_item_or_for_one_that_waits_itself_is_refused_naming_it(self) -> None:
+        for waits, why in (((7,), "item 7, which the workload does not hold"), ((1,), "item 1, which waits itself")):
+            workload = [WorkItem(0, 0.0, [1], 2, after_first_tokens=waits), WorkItem(1, 0.0, [2], 2,
+                                                                                     after_first_tokens=(1,))]
+            with self.subTest(waits=waits), self.assertRaisesRegex(ValueError, f"work item 0 waits .* {why}"):
+                await run_load("http://127.0.0.1:9", workload, "tiny", timeout_s=HANG_S)
+
+
 class LoadgenCommandTest(unittest.TestCase):
     def run_main(self, *argv: str) -> tuple[int | str | None, str]:
         stderr = io.StringIO()

@@ -20,7 +20,7 @@ from llm_models.native import Build
 LIBRARIES: dict[str, Callable[[], Build]] = {
     "step": native_step.build,
     "step, plain": lambda: native_step.build(plain=True),
-    "attend_rows": lambda: native.build((native_step.ATTENTION,)),
+    "attend_rows": native_step.build_attention,
     "int8_rows": int8_loop.build,
     "attend_blocks": paged.loops,
 }

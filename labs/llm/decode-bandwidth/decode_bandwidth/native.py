@@ -14,28 +14,10 @@ operator, so a compiled region calls it as one opaque step, at the thread count 
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import torch
 from torch import Tensor
 
-from llm_models import native
-from llm_models.llama import native_step
-from llm_models.native import Build
-
-SOURCES = (native_step.ATTENTION,)  # the loop the one-call step attends with too
-
-
-@functools.cache
-def build() -> Build:
-    """The loop, built once per process (llm_models.native), its argument types declared."""
-    built = native.build(SOURCES)
-    if built.library is not None:
-        loaded = built.library
-        loaded.attend_rows.restype = None
-        loaded.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 5 + [ctypes.c_int]
-    return built
+from llm_models.llama.native_step import build_attention as build  # the loop the one-call step attends with too
 
 
 def unavailable() -> str | None:

@@ -503,8 +503,7 @@ def reused_trained(args: argparse.Namespace, trained: Mapping[str, Any]) -> dict
     """``trained``, a section another run in this process measured (tests only): the trained model is float32 whatever
     the random model's dtype (trained_load.TRAINED_DTYPE), so a test of the dtype choice's other branch need not
     measure it twice. Refused unless it was measured with this run's trained workload."""
-    asked = {"requests": args.trained_requests, "max_tokens": args.trained_max_tokens,
-             "seed": args.seed + trained_load.SEED_OFFSET}
+    asked = trained_load.workload_identity(args)
     found = {name: trained.get(name) for name in asked}
     if found != asked:
         raise ValueError(f"a reused trained section must come from a run with the same trained workload: it has "

@@ -57,10 +57,28 @@ class RunResult:
         return {**client_summary([asdict(r) for r in self.requests]), "itl_s": latency_summary(gaps)}
 
 
-async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: str, start: float) -> RequestResult:
-    """One streamed completion, sent at its arrival time; the client leaves early if the item says so."""
+async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: str, start: float,
+               first_tokens: dict[int, asyncio.Event] | None = None) -> RequestResult:
+    """One streamed completion, sent at its arrival time (counted from the first tokens of the items it waits for,
+    ``item.after_first_tokens``); the client leaves early if the item says so. ``first_tokens``: each item's event,
+    set at its first token or its end, whichever comes first."""
+    first_tokens = first_tokens or {}
     result = RequestResult(item.index, len(item.prompt), item.max_tokens)
-    await asyncio.sleep(max(0.0, start + item.arrival_s - time.perf_counter()))
+    try:
+        await _send(client, base_url, item, model, start, first_tokens, result)
+    finally:
+        if item.index in first_tokens:  # an item that got no token still releases the ones waiting on it
+            first_tokens[item.index].set()
+    return result
+
+
+async def _send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: str, start: float,
+                first_tokens: dict[int, asyncio.Event], result: RequestResult) -> None:
+    clock = start
+    if item.after_first_tokens:
+        await asyncio.gather(*(first_tokens[index].wait() for index in item.after_first_tokens))
+        clock = time.perf_counter()
+    await asyncio.sleep(max(0.0, clock + item.arrival_s - time.perf_counter()))
     sent = time.perf_counter()
     result.sent_s = sent - start
     last = sent
@@ -76,7 +94,7 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
                 text = (await response.aread()).decode(errors="replace")
                 result.outcome = "refused" if response.status_code in (400, 413, 422, 429, 503) else "failed"
                 result.error = text[:300]
-                return result
+                return
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -102,6 +120,8 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
                 now = time.perf_counter()
                 if result.tokens == 0:
                     result.ttft_s = now - sent
+                    if item.index in first_tokens:
+                        first_tokens[item.index].set()
                 else:
                     result.itl_s.append(now - last)
                 last = now
@@ -114,7 +134,20 @@ async def send(client: httpx.AsyncClient, base_url: str, item: WorkItem, model: 
     except httpx.HTTPError as error:
         result.outcome, result.error = "failed", f"{type(error).__name__}: {error}"[:300]
     result.e2e_s = time.perf_counter() - sent
-    return result
+
+
+def waited_for(workload: list[WorkItem]) -> set[int]:
+    """The indices of items others wait for (``WorkItem.after_first_tokens``); ValueError naming the item if one
+    waits for an item the workload lacks or for one that waits itself (a chain could wait forever)."""
+    items = {item.index: item for item in workload}
+    waited = set()
+    for item in workload:
+        for index in item.after_first_tokens:
+            if index not in items or items[index].after_first_tokens:
+                why = "which the workload does not hold" if index not in items else "which waits itself"
+                raise ValueError(f"work item {item.index} waits for the first token of item {index}, {why}")
+            waited.add(index)
+    return waited
 
 
 async def sample_metrics(client: httpx.AsyncClient, base_url: str, start: float, interval_s: float,
@@ -141,16 +174,18 @@ def tls() -> ssl.SSLContext:
 
 async def run_load(base_url: str, workload: list[WorkItem], model: str = "kv-serving-random",
                    metrics_interval_s: float = 0.05, timeout_s: float = 600.0) -> RunResult:
-    """Send every item at its arrival time; bounded by ``timeout_s`` per request, a bound for a hang: a request
+    """Send every item at its arrival time (counted from the first tokens it waits for, if any); bounded by ``timeout_s`` per request, a bound for a hang: a request
     queued behind a one-at-a-time server hears nothing until its turn (on a machine at load 17, the trained serial
     run's last request waited past 120 s and was recorded as failed)."""
+    first_tokens = {index: asyncio.Event() for index in waited_for(workload)}
     limits = httpx.Limits(max_connections=len(workload) + 2, max_keepalive_connections=len(workload) + 2)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits, verify=tls()) as client:
         samples: list[dict[str, float]] = []
         start = time.perf_counter()
         poller = asyncio.create_task(sample_metrics(client, base_url, start, metrics_interval_s, samples))
         try:
-            results = await asyncio.gather(*(send(client, base_url, item, model, start) for item in workload))
+            results = await asyncio.gather(*(send(client, base_url, item, model, start, first_tokens)
+                                             for item in workload))
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)

@@ -467,9 +467,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "read (a quarter of the bytes; the decode lab's ours-int8 step, whose page gives their quality); "
              "prefill runs on the float32 matrices the codes stand for (default: %(default)s)")
     add("--prefill-chunk", type=int, default=None, metavar="TOKENS",
-        help="chunked prefill: at most TOKENS prompt tokens prefilled between two decode steps, a multiple of "
-             "--block-size, so a long prompt does not stop the running streams for its whole prefill "
-             "(default: each prompt whole)")
+        help="chunked prefill: at most TOKENS prompt tokens prefilled a pass, in the same forward pass as the "
+             "running requests' decode rows, a multiple of --block-size, so a long prompt does not stop the running "
+             "streams for its whole prefill (default: each prompt whole)")
     add("--no-settle-pages", action="store_true",
         help="start without moving the model's and pool's memory onto 2 MiB pages (labkit.huge_pages): a trained "
              "server listens seconds sooner, but a step over weights left on 4 KiB pages can run a tenth slower")

@@ -298,6 +298,9 @@ class Unrunnable:
     def decode(self, *args: object) -> NoReturn:
         raise AssertionError("schedule() called the model's decode")
 
+    def mixed(self, *args: object) -> NoReturn:
+        raise AssertionError("schedule() called the model's mixed pass")
+
 
 def ran(output: SchedulerOutput) -> None:
     """What the loop does once a pass's prefills return, for a test that calls ``schedule`` by hand: each request's

@@ -21,6 +21,7 @@ import torch
 
 from labkit import bench, huge_pages
 from llm_models.llama.generate import smollm2
+from llm_models.serving.admission import kv_positions
 from llm_models.serving.dtypes import TRAINED_TOLERANCES
 from llm_models.serving.kernels import timings_of
 from llm_models.serving.llama import LlamaServingModel, served
@@ -102,7 +103,7 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
     """The workload's sizes and the servers' arguments, known before any server starts."""
     ids = prompt_ids(args.trained_requests)
     size, out = args.block_size, args.trained_max_tokens
-    need = [blocks_for(len(p) + out - 1, size) for p in ids]
+    need = [blocks_for(kv_positions(len(p), out), size) for p in ids]
     longest, mean = max(need), statistics.mean(need)
     pool = args.trained_admission_blocks
     budget = int(pool * budget_share)
@@ -140,6 +141,12 @@ def plan(args: argparse.Namespace, budget_share: float) -> dict[str, Any]:
             "servers": servers, "ids": ids, "sweep": sweep}
 
 
+def workload_identity(args: argparse.Namespace) -> dict[str, int]:
+    """The fields of a trained section that say which workload it measured: its requests, their max_tokens and the
+    seed of their arrivals (a section reused from another run must match them: benchmark.reused_trained)."""
+    return {"requests": args.trained_requests, "max_tokens": args.trained_max_tokens, "seed": args.seed + SEED_OFFSET}
+
+
 def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any], measure: Any,
         kernel_ns: str | None = None) -> dict[str, Any]:
     """Every trained run, one fresh server each; ``measure(url, items)`` is the benchmark's; ``kernel_ns``, the
@@ -166,7 +173,7 @@ def run(args: argparse.Namespace, urls: dict[str, str], planned: dict[str, Any],
         policies.append({"name": name, "label": label, "options": options,
                          **measure(urls[f"trained {name}"], workload(highest))})
     return {"model_name": MODEL, "prompt_file": str(PROMPTS.relative_to(PROMPTS.parents[4])),
-            "prompts_sha256": digest, "requests": requests, "max_tokens": out, "seed": args.seed + SEED_OFFSET,
+            "prompts_sha256": digest, **workload_identity(args),
             "prompt_tokens": planned["prompt_tokens"], "request_blocks": planned["request_blocks"],
             "sweep_blocks": args.trained_blocks, "admission_blocks": args.trained_admission_blocks,
             "points": points, "serial": serial, "batching_rounds": batching, "client_steps": client, "admission": {"policies": policies}}

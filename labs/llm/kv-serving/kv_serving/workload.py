@@ -22,6 +22,9 @@ class WorkItem:
     leave_after_tokens: int | None = None  # the client disconnects after this many tokens (None: it stays)
     path: str = "/v1/completions"
     text_request: dict[str, Any] | None = None  # a text model's body fields (messages, or a string prompt)
+    # indices of items whose first token (or end, if they get none) starts this item's clock: arrival_s then counts
+    # from the last of them, so "once every stream is decoding" holds on a machine of any speed
+    after_first_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def verdict(section: dict[str, Any]) -> str:
     """One sentence: what chunks did to the streams' longest gap and to the long prompt's first token, each worded
     by its rounds; none where the streams did not decode across the long prompt's prefill in every round."""
     lead = (f"Over {plural(len(section['rounds']), 'paired round')}, with the {section['long_prompt_tokens']:,}-token "
-            f"prompt prefilled in chunks of {section['chunk']} tokens between decode steps")
+            f"prompt prefilled in chunks of {section['chunk']} tokens, each in one pass with the streams' decode rows")
     if not section["all_spanned"]:
         return (f"{lead}, the streams did not decode across the whole of its prefill in every round (a stream ended "
                 "first, or started after it), so their gaps do not show what the prefill held them up: the table "
@@ -72,11 +72,11 @@ def chunked_view(record: dict[str, Any]) -> Block:
                   [(labels[name], f"{medians['longest_gap_s'][name]:.2f}", f"{medians['median_gap_s'][name]:.3f}",
                     f"{medians['long_ttft_s'][name]:.2f}") for name in ("whole", "chunked")],
                   caption=f"This run's medians over its rounds: {section['streams']} streams of up to "
-                          f"{section['stream_tokens']} tokens, the long prompt sent {section['long_arrival_s']:g} s "
-                          "after them, as a client timed each")
+                          f"{section['stream_tokens']} tokens, the long prompt sent {section['long_after_s']:g} s "
+                          "after the last stream's first token, as a client timed each")
     method = (f"Each round, {section['streams']} text continuations from the prompt file start together at a server "
               f"that prefills every prompt whole and at one started with --prefill-chunk {section['chunk']}, in turns; "
-              f"{section['long_arrival_s']:g} s later a completion of the first {section['long_tokens']:,} tokens of "
+              f"{section['long_after_s']:g} s after the last of them has its first token, a completion of the first {section['long_tokens']:,} tokens of "
               f"{section['text']} arrives (the server counted {section['long_prompt_tokens']:,}), asking "
               f"{plural(section['long_max_tokens'], 'token')}. The client times every gap between a stream's tokens "
               "and the long prompt's first token; a stream's longest gap is the longest that overlaps the long "

@@ -74,6 +74,17 @@ def unavailable() -> str | None:
     return build().reason
 
 
+@functools.cache
+def build_attention() -> Build:
+    """The step's attention loop alone (``ATTENTION``: one token over a contiguous cache), built once per process,
+    its argument types declared: the decode lab's attention "c" calls it, and ``make venv`` builds it ahead."""
+    built = native.build((ATTENTION,))
+    if built.library is not None:
+        built.library.attend_rows.restype = None
+        built.library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 5 + [ctypes.c_int]
+    return built
+
+
 BLOCK_ROWS, BLOCK_COLUMNS = 4, 8  # step.c's block: four rows, read 8 columns at a time
 
 

@@ -46,7 +46,7 @@ from llm_models.llama.model import (
 from llm_models.llama.native_step import NativeStep, refusal, unavailable
 
 from .kernels import KernelTable, Weight, dump_timings, kernel_table, parse_timings, timings_of
-from .model import PacksPrompts, PagedRows
+from .model import MixedPass, PackedPrompts, PacksPrompts, PagedRows
 from .pool import LayeredPool
 
 
@@ -161,7 +161,9 @@ class LlamaServingModel(PacksPrompts):
         blocks (prefix caching), not computed again; the rest turn by their own positions from there. The weight
         products go through ``Weight.prefill``: sum T is nearly always a row count never seen, and oneDNN's packed
         kernel would keep a primitive for each (NOTE at llm_models.serving.kernel_rows.PREFILL_PACKED_ROWS)."""
-        packed = self.packing(pool, prompts, tables, self.check_ids, starts)
+        return self._packed_forward(self.packing(pool, prompts, tables, self.check_ids, starts))
+
+    def _packed_forward(self, packed: PackedPrompts | MixedPass) -> Tensor:
         cos, sin = self._angles(packed.positions)  # (sum T, D)
         x = F.embedding(packed.ids, self.decoder.embedding)  # (1, sum T, C)
         for index, layer in enumerate(self.served):

@@ -9,7 +9,10 @@ stack is exactly the first lab's model. Three paths share those weights:
 * ``prefill``: one new request's prompt, keys and values written into its blocks;
 * ``decode``: one new token for each of B requests, each at its own position,
   attending over its own blocks through its block table, read where they lie
-  (``PagedRows``, ``llm_models.paged``).
+  (``PagedRows``, ``llm_models.paged``);
+* ``mixed``: a prefill (chunks of prompts) and a decode step in one forward
+  pass (``MixedPass``): the weight products run once over the prompts' tokens
+  and the decode rows together, each attends as it would alone.
 """
 
 from __future__ import annotations
@@ -30,12 +33,28 @@ from .sizes import blocks_for
 
 
 class PacksPrompts:
-    """What both serving models (this one and ``llm_models.serving.llama``'s) share: how a prefill packs its prompts."""
+    """What both serving models (this one and ``llm_models.serving.llama``'s) share: how a prefill packs its prompts,
+    and a prefill and a decode step run as one pass (``mixed``) over each model's ``_packed_forward``."""
 
     def packing(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]],
                 check_ids: Callable[[list[int]], None], starts: list[int] | None) -> PackedPrompts:
         """The prefill's packed prompts (a method: the prefix lab's broken variant restarts their positions)."""
         return PackedPrompts(pool, prompts, tables, check_ids, starts)
+
+    def _packed_forward(self, packed: PackedPrompts | MixedPass) -> Tensor:
+        raise NotImplementedError  # each model's own layers
+
+    @torch.inference_mode()
+    def mixed(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]], starts: list[int] | None,
+              tokens: list[int], positions: list[int], decode_tables: list[list[int]]) -> Tensor:
+        """``prefill(pool, prompts, tables, starts)`` and ``decode(pool, tokens, positions, decode_tables)`` in one
+        forward pass (Sarathi-Serve's mixed batch): (N + B, vocab), the N prompts' last-position logits, then the B
+        decode rows'. Each weight matrix is read once for both, so the decode rows ride on a prefill chunk for
+        little more than its own cost; each row attends as it would alone (``MixedPass``)."""
+        check_ids = self.check_ids  # type: ignore[attr-defined]  # both models have it
+        check_ids(tokens)
+        return self._packed_forward(MixedPass(self.packing(pool, prompts, tables, check_ids, starts),
+                                              PagedRows(pool, tokens, positions, decode_tables), tokens))
 
 
 class ServingModel(PacksPrompts):
@@ -91,7 +110,9 @@ class ServingModel(PacksPrompts):
         The prompts are packed into one sequence for the weight products (``PackedPrompts``); each attends over
         its own keys only. ``starts``: positions of each prompt already in its blocks (prefix caching), not
         computed again."""
-        packed = self.packing(pool, prompts, tables, self.check_ids, starts)
+        return self._packed_forward(self.packing(pool, prompts, tables, self.check_ids, starts))
+
+    def _packed_forward(self, packed: PackedPrompts | MixedPass) -> Tensor:
         x = self._embed(packed.ids, packed.positions)  # (1, sum T, C)
         for layer, block in enumerate(self.blocks):
             q, k, v = self._project(block, x)
@@ -175,6 +196,31 @@ class PackedPrompts:
                 own_k, own_v = torch.cat([cached_k, own_k], dim=2), torch.cat([cached_v, own_v], dim=2)
             attended.append(block_aligned_attention(q[:, :, start:end], own_k, own_v, slot.start, slot.pool.block_size))
         return torch.cat(attended, dim=2)
+
+
+class MixedPass:
+    """A packed prefill and a decode step as one sequence (``PacksPrompts.mixed``): the prompts' uncomputed tokens,
+    then one token per decode row, through every weight product together. Attention splits them again: the prompts
+    attend as ``PackedPrompts`` does, each decode row as ``PagedRows`` does (over its own blocks, read where they
+    lie), so every row gets the keys it would alone."""
+
+    def __init__(self, packed: PackedPrompts, rows: PagedRows, tokens: list[int]) -> None:
+        self.packed, self.rows = packed, rows
+        self.prompt_rows = packed.ids.shape[1]  # S: the prompts' tokens come first
+        self.ids = torch.cat([packed.ids, torch.tensor([tokens])], dim=1)  # (1, S + B)
+        self.positions = torch.cat([packed.positions, rows.position])  # (S + B,): each row at its own position
+        self.last = torch.cat([packed.last, torch.arange(self.prompt_rows, self.prompt_rows + len(tokens))])
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q (1, H, S + B, D), k and v (1, Hkv, S + B, D) -> (1, H, S + B, D)."""
+        s = self.prompt_rows
+        prompts = self.packed.attend(layer, q[:, :, :s], k[:, :, :s], v[:, :, :s])  # (1, H, S, D)
+
+        def as_rows(x: Tensor) -> Tensor:  # (1, heads, B, D) -> (B, heads, 1, D): one row per request
+            return x[0, :, s:].transpose(0, 1)[:, :, None]
+
+        rows = self.rows.attend(layer, as_rows(q), as_rows(k), as_rows(v))  # (B, H, 1, D)
+        return torch.cat([prompts, rows[:, :, 0].transpose(0, 1)[None]], dim=2)
 
 
 def block_aligned_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, block_size: int) -> Tensor:

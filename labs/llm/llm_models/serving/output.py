@@ -1,7 +1,8 @@
 """What one pass of the scheduler decided, before any model call: ``SchedulerOutput`` (vLLM v1's name).
 
-``Scheduler.schedule`` returns it; the loop runs it (the prefill groups one packed call each, then one decode step)
-and applies what the model returns. Nothing in it is a tensor or a block of the pool: requests, counts, positions.
+``Scheduler.schedule`` returns it; the loop runs it (the prefill groups one packed call each, then one decode step;
+or, ``mixed``, the chunks and the decode rows in one call) and applies what the model returns. Nothing in it is a
+tensor or a block of the pool: requests, counts, positions.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class SchedulerOutput:
     # Retired since the previous pass: finished, cancelled or failed, by the last pass's model calls or by this
     # pass itself (a departed client, an admission whose blocks were not there, a shutdown).
     finished: tuple[Request, ...]
+    # With chunked prefill, whether the decode rows ride in the chunks' call (Sarathi-Serve's mixed batch): each
+    # weight matrix is then read once for both, and ``decodes`` holds only requests whose prompt was whole before
+    # this pass (one whose last chunk runs now gets its first token from it and decodes from the next pass on).
+    mixed: bool = False
     # NOTE: always empty: this engine reserves every block a request can ever need when it admits it, so a running
     # request is never evicted to make room for another (vLLM preempts by recomputation; this engine does not yet).
     preempted: tuple[Request, ...] = ()

@@ -26,8 +26,9 @@ class ModelShape(Protocol):
 
 
 class ServedModel(Protocol):
-    """A decoder over a block pool: packed prefills and one batched decode step, each run on the scheduler's worker
-    thread (so the loop looks ``prefill`` and ``decode`` up on the model at every call)."""
+    """A decoder over a block pool: packed prefills, one batched decode step, and the two in one pass, each run on the
+    scheduler's worker thread (so the loop looks ``prefill``, ``decode`` and ``mixed`` up on the model at every
+    call)."""
 
     @property
     def config(self) -> ModelShape: ...
@@ -45,3 +46,8 @@ class ServedModel(Protocol):
     def decode(self, pool: LayeredPool, tokens: list[int], positions: list[int], tables: list[list[int]]) -> Tensor:
         """One step for B requests: ``tokens[b]`` at ``positions[b]``, keys and values in ``tables[b]``'s blocks;
         logits (B, vocab)."""
+
+    def mixed(self, pool: LayeredPool, prompts: list[list[int]], tables: list[list[int]], starts: list[int] | None,
+              tokens: list[int], positions: list[int], decode_tables: list[list[int]]) -> Tensor:
+        """``prefill`` and ``decode`` in one forward pass (chunked prefill's mixed batch): the N prompts'
+        last-position logits, then the B decode rows', (N + B, vocab)."""

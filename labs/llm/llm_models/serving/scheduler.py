@@ -18,7 +18,9 @@ them. Each iteration of ``run``:
    (``ServedModel.prefill``, llm_models.serving.runner) and streams each
    prompt's first token at once;
 3. then one decode step for every running request together, whatever their
-   lengths (``ServedModel.decode``), streaming each new token;
+   lengths (``ServedModel.decode``), streaming each new token; with chunked
+   prefill, the decode rows ride in the chunks' call instead
+   (``ServedModel.mixed``), so each weight matrix is read once for both;
 4. and retires finished requests, returning their blocks to the pool.
 
 A model call that raises fails the requests it was computing for
@@ -122,6 +124,10 @@ class Counters:
     block_seconds_after_disconnect: float = 0.0  # blocks held x seconds, from when the server noticed the leave
     decode_seconds: float = 0.0  # time the worker spent in decode steps
     prefill_seconds: float = 0.0  # time the worker spent in prefills: no running request advances meanwhile
+    # Chunked prefill's passes that carried decode rows in the chunks' call: counted in decode_steps, decode_rows and
+    # prefill_tokens, never in prefill_calls; their time in mixed_seconds, in neither of the two above.
+    mixed_passes: int = 0
+    mixed_seconds: float = 0.0
 
 
 class Scheduler:
@@ -217,8 +223,10 @@ class Scheduler:
                           text=text, cache_salt=cache_salt)
         if self.ttft_target_s is not None and self.prefill_cost is not None:  # no cost before the start-up probe
             running_s = 0.0 if self._prefill_started is None else time.perf_counter() - self._prefill_started
-            refusal = over_bound(self._ahead(), running_s, self._uncached(request), self.ttft_target_s,
-                                 self.prefill_cost, self._blocked_s(request))
+            # NOTE: the queue's and this request's prefixes matched once, for both the prefills and the blocks ahead
+            queue = [(queued, self._hits(queued)) for queued in [*self.waiting, request]]
+            refusal = over_bound(self._ahead(queue[:-1]), running_s, self._uncached(request, queue[-1][1]),
+                                 self.ttft_target_s, self.prefill_cost, self._blocked_s(queue))
             if refusal is not None:
                 self.counters.refused_prefill_bound += 1
                 if refusal.retry_after_s is None:  # its own prefill passes the target: no wait makes it fit
@@ -230,10 +238,10 @@ class Scheduler:
         self._wake.set()
         return request
 
-    def _uncached(self, request: Request) -> int:
+    def _uncached(self, request: Request, hits: list[int] | None = None) -> int:
         """The prompt tokens a prefill would compute now: all of them, less what the prefix cache holds (the rate the
-        bound uses is measured in computed tokens too)."""
-        return len(request.prompt) - len(self._hits(request)) * self.pool.block_size
+        bound uses is measured in computed tokens too); ``hits``, its prefix's cached blocks if already matched."""
+        return len(request.prompt) - len(self._hits(request) if hits is None else hits) * self.pool.block_size
 
     def _grows(self, request: Request, hits: list[int]) -> int:
         """The blocks admitting ``request`` now would add: all it reserves, less the cached blocks it finds (``hits``)
@@ -244,8 +252,9 @@ class Scheduler:
     def _hits(self, request: Request) -> list[int]:
         return [] if self.prefix is None else self.prefix.match(request.keys)
 
-    def _blocked_s(self, request: Request) -> float:
-        """Seconds until the queue, then ``request`` behind it, could all hold their blocks, as the running requests
+    def _blocked_s(self, queue: list[tuple[Request, list[int]]]) -> float:
+        """Seconds until ``queue`` (the waiting requests, then the new one behind them, each with its prefix's cached
+        blocks) could all hold their blocks, as the running requests
         finish and free theirs: nobody overtakes the queue's head, so whoever waits behind a head that waits for
         blocks waits that long too (a 2-token request once waited 164 s behind a long prompt so).
 
@@ -262,8 +271,8 @@ class Scheduler:
         heapq.heapify(ends)
         running, used, now = len(self.running), self.pool.num_used_blocks, 0
         # NOTE: in the queue's order as it stands (longest-prefix may reorder it before the next admission)
-        for queued in [*self.waiting, request]:
-            grows = self._grows(queued, self._hits(queued))
+        for queued, hits in queue:
+            grows = self._grows(queued, hits)
             while ends and not self.policy.admits(running, used, grows, self.pool):
                 steps, freed = heapq.heappop(ends)
                 now, running, used = max(now, steps), running - 1, used - freed
@@ -271,11 +280,14 @@ class Scheduler:
             running, used = running + 1, used + grows
         return now * cost.call_s(max(len(self.running), 1))
 
-    def _ahead(self) -> list[int]:
+    def _ahead(self, waiting: list[tuple[Request, list[int]]] | None = None) -> list[int]:
         """The prefills a new request waits behind, each as its tokens still to compute: admitted requests whose
-        prompt is not whole yet (the one under way first), then the queue's, less what each finds cached."""
+        prompt is not whole yet (the one under way first), then the queue's, less what each finds cached
+        (``waiting``: the queue with each prefix's cached blocks, if already matched)."""
         admitted = [len(r.prompt) - r.computed for r in self.running if len(r.prompt) > r.computed]
-        return admitted + [self._uncached(request) for request in self.waiting]
+        if waiting is None:
+            waiting = [(request, self._hits(request)) for request in self.waiting]
+        return admitted + [self._uncached(request, hits) for request, hits in waiting]
 
     @property
     def waiting_prompt_tokens(self) -> int:
@@ -391,7 +403,12 @@ class Scheduler:
         scheduled = {prefill.request: prefill.tokens for group in groups for prefill in group}
         # the decode step advances the requests whose prompt is whole by then: prefilled before, or by this pass
         decodes = tuple(r for r in self.running if r.computed + scheduled.get(r, 0) == len(r.prompt))
+        # NOTE: with chunks, the rows whose prompt was whole before this pass ride in the chunks' call (one read of
+        # every weight for both); a prompt whose last chunk runs now needs that call's token first, so it waits a pass
+        ridden = tuple(r for r in decodes if r not in scheduled) if self.prefill_chunk is not None and groups else ()
         finished, self._retired = tuple(self._retired), []
+        if ridden:
+            return SchedulerOutput(groups, ridden, finished, mixed=True)
         return SchedulerOutput(groups, decodes, finished)
 
     def _chunks(self, budget: int) -> tuple[ScheduledPrefill, ...]:
@@ -415,6 +432,11 @@ class Scheduler:
     async def _execute(self, output: SchedulerOutput) -> None:
         """Run a pass on the model and apply what it returns: each prefill group, then one decode step for the
         requests still running (``output.decodes`` less any a prefill ended or whose client left meanwhile)."""
+        if output.mixed:
+            (group,) = output.prefill_groups
+            await self._mixed(group, output.decodes)
+            self._retire_cancelled()
+            return
         for group in output.prefill_groups:
             await self._prefill(group)
         self._retire_cancelled()
@@ -490,12 +512,53 @@ class Scheduler:
         if logits is None:
             return
         seconds = time.perf_counter() - started
-        computed = sum(p.tokens for p in group)
         self.counters.prefill_seconds += seconds
         self.counters.prefill_calls += 1
+        self._prefilled(group, logits, seconds)
+
+    async def _mixed(self, group: tuple[ScheduledPrefill, ...], decodes: tuple[Request, ...]) -> None:
+        """The group's chunks and one decode step for ``decodes`` in one call (``ServedModel.mixed``). If the call
+        raises, the two run apart, so only a request whose own prefill or step fails is failed."""
+        group = tuple(p for p in group if not (p.request.done or self._cancelled(p.request)))  # left meanwhile
+        batch = [r for r in decodes if r.status is Status.RUNNING and not self._cancelled(r)]
+        if not group or not batch:
+            if group:
+                await self._prefill(group)
+            if batch:
+                await self._decode_step(batch)
+            return
+        started = time.perf_counter()
+        self._prefill_started = started  # the bound counts what the call under way has already run
+        try:
+            logits = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.model.mixed, self.pool, [p.request.prompt[:p.start + p.tokens] for p in group],
+                [p.request.table for p in group], [p.start for p in group], [r.output[-1] for r in batch],
+                [r.length for r in batch], [r.table for r in batch])
+        except Exception as error:
+            logger.warning("a mixed pass of %d prompts and %d decode rows failed (%s: %s); they run apart",
+                           len(group), len(batch), type(error).__name__, error)
+            self._prefill_started = None
+            await self._prefill(group)
+            self._retire_cancelled()
+            batch = [r for r in batch if r.status is Status.RUNNING]
+            if batch:
+                await self._decode_step(batch)
+            return
+        finally:
+            self._prefill_started = None
+        seconds = time.perf_counter() - started
+        self.counters.mixed_passes += 1
+        self.counters.mixed_seconds += seconds
+        # the decode rows are tokens through the same weight products: the bound's cost counts them with the chunks
+        self._prefilled(group, logits[:len(group)], seconds, rows=len(batch))
+        self._decoded(batch, logits[len(group):])
+
+    def _prefilled(self, group: tuple[ScheduledPrefill, ...], logits: Any, seconds: float, rows: int = 0) -> None:
+        """Apply a prefill's logits (N, vocab) to its group; ``rows``, decode rows that rode in the same call."""
+        computed = sum(p.tokens for p in group)
         self.counters.prefill_tokens += computed
         if self.prefill_cost is not None:
-            self.prefill_cost.observe(computed, seconds)
+            self.prefill_cost.observe(computed + rows, seconds)
         for prefill in group:
             prefill.request.computed = prefill.start + prefill.tokens
         whole = [(p.request, token) for p, token in zip(group, logits.argmax(-1).tolist()) if p.request.prefilled]
@@ -536,6 +599,10 @@ class Scheduler:
         if logits is None:
             return
         self.counters.decode_seconds += time.perf_counter() - started
+        self._decoded(batch, logits)
+
+    def _decoded(self, batch: list[Request], logits: Any) -> None:
+        """Apply a decode step's logits (B, vocab) to its batch."""
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(batch)
         if self.prefix is not None:  # a block the fed-back tokens just filled is cached too (a chat's next turn)
