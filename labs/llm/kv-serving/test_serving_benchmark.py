@@ -464,7 +464,9 @@ class TrainedDtype(unittest.TestCase):
 
     def test_a_trained_section_measured_with_another_workload_is_not_reused(self) -> None:
         args = benchmark.parse_args(["--quick", "--output", "unwritten.json"])
-        section = trained_load.workload_identity(args)
+        section = {"requests": args.trained_requests, "max_tokens": args.trained_max_tokens,
+                   "seed": args.seed + trained_load.SEED_OFFSET}  # written out: what a measured section holds
+        self.assertEqual(trained_load.workload_identity(args), section)
         self.assertEqual(benchmark.reused_trained(args, section), section)
         for name in section:
             with self.subTest(field=name), self.assertRaisesRegex(ValueError, "same trained workload"):

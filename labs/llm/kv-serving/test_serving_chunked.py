@@ -74,8 +74,8 @@ class ChunksWithoutALoop(unittest.TestCase):
         short, long = scheduler.submit([1] * 5, 4), scheduler.submit(LONG[:30], 2)
         first = scheduler.schedule()
         # the short prompt whole (5 of the 8 tokens); the 3 left are less than a block: the long one waits a pass
-        self.assertEqual((first.prefills, first.decodes, first.mixed), ((ScheduledPrefill(short, 0, 5),), (short,),
-                                                                        False))  # its first token comes from this call
+        # its first token comes from this call: it decodes from the next pass on, so the pass is one call
+        self.assertEqual((first.prefills, first.decodes, first.mixed), ((ScheduledPrefill(short, 0, 5),), (), False))
         self.assertEqual(scheduler.waiting_prompt_tokens, 35)  # nothing computed yet: both prompts still to come
         ran(first)
         chunks = []
@@ -107,15 +107,16 @@ class ChunksWithoutALoop(unittest.TestCase):
 Call = tuple[str, int, list[int], int]  # prefill or mixed, the last prompt's length, the starts, the decode rows
 
 
-def recording(scheduler: Scheduler, fail_at: int | None = None) -> list[Call]:
-    """Every prefill and mixed call the scheduler makes; a call whose last prompt is ``fail_at`` tokens long raises
-    instead."""
+def recording(scheduler: Scheduler, fail_at: int | None = None, failing: tuple[str, ...] = ("prefill", "mixed")
+              ) -> list[Call]:
+    """Every prefill and mixed call the scheduler makes; a call of a ``failing`` kind whose last prompt is ``fail_at``
+    tokens long raises instead."""
     calls: list[Call] = []
     prefill, mixed = scheduler.model.prefill, scheduler.model.mixed
 
     def check(kind: str, prompts: list[list[int]], starts: Any, rows: int) -> None:
         calls.append((kind, len(prompts[-1]), list(starts or [0] * len(prompts)), rows))
-        if len(prompts[-1]) == fail_at:
+        if len(prompts[-1]) == fail_at and kind in failing:
             raise RuntimeError("a chunk that fails")
 
     def recorded_prefill(pool: Any, prompts: list[list[int]], tables: Any, starts: Any = None) -> torch.Tensor:
@@ -185,20 +186,23 @@ class MixedLogits(unittest.TestCase):
                 for ids, table in zip(rows, tables):
                     model.prefill(pool, [ids[:-1]], [table])
                 model.prefill(pool, [LONG[:8]], [long_table])
-                mixed = model.mixed(pool, [LONG[:16]], [long_table], [8], [ids[-1] for ids in rows],
+                # and a new prompt of 5 tokens packed beside the chunk: two prompts' last rows, then two decode rows
+                short, short_table = [9, 8, 7, 6, 5], pool.allocate(2)
+                prompts, prompt_tables, starts = [LONG[:16], short], [long_table, short_table], [8, 0]
+                mixed = model.mixed(pool, prompts, prompt_tables, starts, [ids[-1] for ids in rows],
                                     [len(ids) - 1 for ids in rows], tables)
-                apart = torch.cat([model.prefill(pool, [LONG[:16]], [long_table], [8]),
+                apart = torch.cat([model.prefill(pool, prompts, prompt_tables, starts),
                                    model.decode(pool, [ids[-1] for ids in rows], [len(ids) - 1 for ids in rows],
                                                 tables)])
                 torch.testing.assert_close(mixed, apart, **TOLERANCES["float32"])
-                alone = torch.stack([model.reference_logits(ids) for ids in (LONG[:16], *rows)])
+                alone = torch.stack([model.reference_logits(ids) for ids in (LONG[:16], short, *rows)])
                 torch.testing.assert_close(mixed, alone, **TOLERANCES["float32"])
                 # a row written one position late, or reading another request's blocks, is caught
                 for positions, read in (([6, 11], tables), ([5, 11], tables[::-1])):
-                    wrong = model.mixed(pool, [LONG[:16]], [long_table], [8], [ids[-1] for ids in rows], positions,
+                    wrong = model.mixed(pool, prompts, prompt_tables, starts, [ids[-1] for ids in rows], positions,
                                         read)
                     with self.assertRaises(AssertionError):
-                        torch.testing.assert_close(wrong[1:], alone[1:], **TOLERANCES["float32"])
+                        torch.testing.assert_close(wrong[2:], alone[2:], **TOLERANCES["float32"])
 
 
 def request(sent: float, ttft: float, gaps: list[float]) -> dict[str, Any]:
@@ -206,15 +210,15 @@ def request(sent: float, ttft: float, gaps: list[float]) -> dict[str, Any]:
             "itl_s": gaps, "error": None}
 
 
-def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], stream_sent: float = 0.0,
+def section(pauses: dict[str, list[float]], firsts: dict[str, list[float]], later_gaps: int = 32,
             late_stall: float = 0.05) -> dict[str, Any]:
     """A chunked-prefill section of two streams whose gaps are 50 ms but for one pause, from 0.5 s on, when the long
     prompt is sent, and ``late_stall`` after it: ``pauses`` and ``firsts`` give, per server, each round's pause and
-    the long prompt's time to first token; ``stream_sent``, when the streams start."""
+    the long prompt's time to first token; ``later_gaps``, the streams' 50 ms gaps after the pause."""
     rounds = []
     for number in range(len(pauses["whole"])):
         order = ["whole", "chunked"] if number % 2 == 0 else ["chunked", "whole"]
-        runs = {name: [*(request(stream_sent, 0.1, [0.05] * 8 + [pauses[name][number]] + [0.05] * 32 + [late_stall])
+        runs = {name: [*(request(0.0, 0.1, [0.05] * 8 + [pauses[name][number]] + [0.05] * later_gaps + [late_stall])
                          for _ in range(2)), request(0.5, firsts[name][number], [0.05])] for name in order}
         rounds.append({"order": order, "runs": runs})
     return {"chunk": 64, "long_tokens": 384, "streams": 2, "stream_tokens": 44, "long_max_tokens": 2,
@@ -271,7 +275,7 @@ class Wording(unittest.TestCase):
 
     def test_streams_that_ended_before_the_long_prompt_was_prefilled_draw_no_comparison(self) -> None:
         short = derived(section({"whole": WHOLE_PAUSES, "chunked": [0.30, 0.28, 0.33]},
-                                {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, stream_sent=0.6))
+                                {"whole": WHOLE_FIRSTS, "chunked": [1.70, 1.65, 1.80]}, later_gaps=0))
         self.assertFalse(short["trained"]["chunked_prefill"]["all_spanned"])
         text = chunked_verdict_view(short).paragraphs[0]
         self.assertIn("draws no comparison", text)
@@ -289,9 +293,28 @@ class Wording(unittest.TestCase):
         raw["rounds"][2]["runs"]["chunked"][2]["outcome"] = "failed"
         with self.assertRaisesRegex(RecordError, r"rounds\[2\]\.runs\.chunked\[2\]\.outcome is 'failed'"):
             derived(raw)
+        raw = section({"whole": WHOLE_PAUSES, "chunked": WHOLE_PAUSES}, {"whole": WHOLE_FIRSTS, "chunked": WHOLE_FIRSTS})
+        raw["rounds"][0]["runs"]["whole"][2]["sent_s"] = 0.35  # 0.3 s after the streams' first tokens at 0.1 s: early
+        with self.assertRaisesRegex(RecordError, r"rounds\[0\]\.runs\.whole\[2\]\.sent_s is 0\.350 s, but the long "
+                                                 r"prompt is sent 0\.3 s after the last stream's first token, at 0\.100 s"):
+            derived(raw)
 
 
 class ChunkedLoopEdges(SchedulerTestCase):
+    async def test_a_mixed_call_that_fails_runs_its_chunk_and_rows_apart_and_every_token_comes_once(self) -> None:
+        scheduler = self.start(num_blocks=32, prefill_chunk=8)
+        calls = recording(scheduler, fail_at=16, failing=("mixed",))  # the chunk alone then succeeds
+        stream, long = scheduler.submit([5] * 5, 10), scheduler.submit(LONG, 3)
+        (stream_tokens, stream_end), (long_tokens, long_end) = await within(
+            asyncio.gather(drain(stream), drain(long)), "both requests to finish")
+        self.assertEqual(calls[2:4], [("mixed", 16, [8], 1), ("prefill", 16, [8], 0)])
+        self.assertEqual((stream_tokens, stream_end), (greedy_alone(scheduler, stream.prompt, 10), Finished("length")))
+        self.assertEqual((long_tokens, long_end), (greedy_alone(scheduler, LONG, 3), Finished("length")))
+        counters = scheduler.counters
+        self.assertEqual((counters.failed_for_error, counters.decode_rows + counters.prefills),
+                         (0, counters.tokens_generated))
+        await eventually(lambda: scheduler.pool.num_used_blocks == 0, "every block back in the pool")
+
     async def test_a_prompt_found_in_the_prefix_cache_is_chunked_from_the_end_of_its_cached_blocks(self) -> None:
         scheduler = self.start(num_blocks=32, prefill_chunk=8, prefix_index="hash")
         calls = recording(scheduler)

@@ -11,7 +11,7 @@ from kv_serving.launch import free_port
 from kv_serving.loadgen import main, run_load
 from kv_serving.testing import TINY_MODEL, QuietLoopTestCase, serve_in_loop, tiny_engine
 from kv_serving.workload import WorkItem, WorkloadSpec, make_workload, real_workload
-from labkit.waiting import HANG_S, eventually
+from labkit.waiting import HANG_S, eventually, within
 
 
 def spec(**changes: object) -> WorkloadSpec:
@@ -85,7 +85,8 @@ class LoadTest(QuietLoopTestCase):
         workload = [WorkItem(0, 0.0, [1, 2, 3], 6), WorkItem(1, 0.0, [], 2),
                     WorkItem(2, 0.0, [4, 5], 2, after_first_tokens=(0, 1))]
         async with serve_in_loop(tiny_engine(num_blocks=64)) as (url, _):
-            run = await run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S)
+            run = await within(run_load(url, workload, "tiny", metrics_interval_s=0.01, timeout_s=HANG_S),
+                               "the waiting item to be sent and answered")
         first, refused, waiter = run.requests
         self.assertEqual((first.outcome, refused.outcome, waiter.outcome), ("completed", "refused", "completed"))
         self.assertGreaterEqual(waiter.sent_s, first.sent_s + first.ttft_s)

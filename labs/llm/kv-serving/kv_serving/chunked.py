@@ -22,10 +22,10 @@ from .loadgen import run_load
 from .workload import WorkItem, real_prompts
 
 MODEL = "smollm2"
-# Sized to the benchmark's five minutes on two cores: a long prompt whose whole prefill (0.74 s on one thread of the
-# 2-core Xeon) is many of the streams' steps (about 70 ms for four rows), cut into six chunks of four blocks. Cut
-# finer, the same prompt's prefill costs more in all: 1.09 s in chunks of 64, 2.29 s in chunks of 16 (each chunk
-# reads every weight again); the streams decode about 8 tokens before it arrives and 6 between its chunks.
+# Sized to the benchmark's five minutes on two cores: a long prompt whose whole prefill (about 0.98 s on one thread of
+# the 2-core Xeon) is many of the streams' steps (about 65 ms for four rows), cut into six chunks of four blocks, each
+# in one pass with the streams' rows (1.4 to 1.6 s in all there). Cut finer, the same prompt's prefill costs more in
+# all, since each pass reads every weight again.
 CHUNK, QUICK_CHUNK = 64, 16  # tokens: four blocks of 16, one block of 16
 LONG_TOKENS, QUICK_LONG_TOKENS = 384, 32
 STREAMS, STREAM_TOKENS, QUICK_STREAM_TOKENS = 4, 32, 8
@@ -57,7 +57,8 @@ def long_prompt(tokens: int) -> str:
 
 
 def workload(quick: bool) -> list[WorkItem]:
-    """STREAMS continuations from the prompt file at once, then the long completion LONG_ARRIVAL_S later."""
+    """STREAMS continuations from the prompt file at once, then the long completion LONG_AFTER_S after the last of
+    them has its first token."""
     size, (prompts, _) = sizes(quick), real_prompts()
     # NOTE: continuations, not chats: a chat's answer may end at a stop token before the long prompt is prefilled
     # (the file's first ends after 7 tokens), and a stream that has ended shows no gap

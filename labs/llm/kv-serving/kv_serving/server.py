@@ -465,7 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--weights", choices=WEIGHTS, default="float32",
         help="the trained model's matrices: float32, or int8 codes with one scale per row, which its decode steps "
              "read (a quarter of the bytes; the decode lab's ours-int8 step, whose page gives their quality); "
-             "prefill runs on the float32 matrices the codes stand for (default: %(default)s)")
+             "prefill runs on the float32 matrices the codes stand for, and so do the decode rows that ride in a "
+             "--prefill-chunk pass (default: %(default)s)")
     add("--prefill-chunk", type=int, default=None, metavar="TOKENS",
         help="chunked prefill: at most TOKENS prompt tokens prefilled a pass, in the same forward pass as the "
              "running requests' decode rows, a multiple of --block-size, so a long prompt does not stop the running "

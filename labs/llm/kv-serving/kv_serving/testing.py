@@ -391,7 +391,8 @@ class Gate:
 
 
 class StepGate(Gate):
-    """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely."""
+    """Holds a model's decode steps until the test lets them run (``step``, ``open``). Prefills pass freely, and so
+    do chunked prefill's mixed passes (``mixed``), decode rows and all."""
 
     def __init__(self, model: ServedModel, timeout_s: float = HANG_S) -> None:
         super().__init__(timeout_s)

@@ -16,7 +16,7 @@ PROMPTS = Path(__file__).resolve().parent / "prompts.json"  # the trained model'
 @dataclass(frozen=True)
 class WorkItem:
     index: int
-    arrival_s: float  # seconds after the run starts
+    arrival_s: float  # seconds after the run starts (after the first tokens it waits for: after_first_tokens)
     prompt: list[int]  # token ids: the random model's, or the ids a text request's prompt is planned to become
     max_tokens: int
     leave_after_tokens: int | None = None  # the client disconnects after this many tokens (None: it stays)

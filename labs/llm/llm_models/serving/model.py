@@ -3,7 +3,7 @@
 Layer ``i`` is ``llm_models.toy.model.DecoderBlock`` seeded ``seed + i`` (its weights,
 not a copy of its code); the token and position tables come from layer 0
 and the final norm and output head from the last layer, so a one-layer
-stack is exactly the first lab's model. Three paths share those weights:
+stack is exactly the first lab's model. Four paths share those weights:
 
 * ``reference_logits``: the full prefix, no cache at all (the oracle);
 * ``prefill``: one new request's prompt, keys and values written into its blocks;

@@ -43,8 +43,9 @@ class SchedulerOutput:
     # pass itself (a departed client, an admission whose blocks were not there, a shutdown).
     finished: tuple[Request, ...]
     # With chunked prefill, whether the decode rows ride in the chunks' call (Sarathi-Serve's mixed batch): each
-    # weight matrix is then read once for both, and ``decodes`` holds only requests whose prompt was whole before
-    # this pass (one whose last chunk runs now gets its first token from it and decodes from the next pass on).
+    # weight matrix is then read once for both. With chunked prefill ``decodes`` holds only requests whose prompt
+    # was whole before this pass (one whose last chunk runs now gets its first token from it and decodes from the
+    # next pass on), so a pass is one model call.
     mixed: bool = False
     # NOTE: always empty: this engine reserves every block a request can ever need when it admits it, so a running
     # request is never evicted to make room for another (vLLM preempts by recomputation; this engine does not yet).

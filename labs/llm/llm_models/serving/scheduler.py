@@ -13,14 +13,17 @@ them. Each iteration of ``run``:
    packs the admitted prompts into prefill groups of up to ``PREFILL_TOKENS``,
    or, with ``prefill_chunk`` (chunked prefill, Sarathi-Serve's), gives the
    prompts still being prefilled at most that many tokens in all, so that a
-   long prompt is prefilled over several passes with decode steps between;
+   long prompt is prefilled over several passes, the running requests
+   decoding in each;
 2. the loop runs each group as one packed prefill on the model
    (``ServedModel.prefill``, llm_models.serving.runner) and streams each
    prompt's first token at once;
 3. then one decode step for every running request together, whatever their
    lengths (``ServedModel.decode``), streaming each new token; with chunked
-   prefill, the decode rows ride in the chunks' call instead
-   (``ServedModel.mixed``), so each weight matrix is read once for both;
+   prefill, a pass is one call: the decode rows of the requests whose prompt
+   was whole before it ride in the chunks' call (``ServedModel.mixed``), so
+   each weight matrix is read once for both, and a request whose last chunk
+   runs in the pass decodes from the next one;
 4. and retires finished requests, returning their blocks to the pool.
 
 A model call that raises fails the requests it was computing for
@@ -125,7 +128,9 @@ class Counters:
     decode_seconds: float = 0.0  # time the worker spent in decode steps
     prefill_seconds: float = 0.0  # time the worker spent in prefills: no running request advances meanwhile
     # Chunked prefill's passes that carried decode rows in the chunks' call: counted in decode_steps, decode_rows and
-    # prefill_tokens, never in prefill_calls; their time in mixed_seconds, in neither of the two above.
+    # prefill_tokens, never in prefill_calls; their time in mixed_seconds, in neither of the two above. NOTE: so the
+    # per-step and per-call means of kv_serving.figures leave them out: the benchmark reads those from servers that
+    # do not chunk.
     mixed_passes: int = 0
     mixed_seconds: float = 0.0
 
@@ -401,14 +406,15 @@ class Scheduler:
             chunks = self._chunks(self.prefill_chunk)
             groups = (chunks,) if chunks else ()
         scheduled = {prefill.request: prefill.tokens for group in groups for prefill in group}
+        finished, self._retired = tuple(self._retired), []
+        if self.prefill_chunk is not None:
+            # NOTE: one call a pass: the rows whose prompt was whole before it ride in the chunks' call (one read of
+            # every weight for both); a prompt whose last chunk runs now needs that call's token first: it decodes
+            # from the next pass on
+            ridden = tuple(r for r in self.running if r.computed == len(r.prompt) and r not in scheduled)
+            return SchedulerOutput(groups, ridden, finished, mixed=bool(groups and ridden))
         # the decode step advances the requests whose prompt is whole by then: prefilled before, or by this pass
         decodes = tuple(r for r in self.running if r.computed + scheduled.get(r, 0) == len(r.prompt))
-        # NOTE: with chunks, the rows whose prompt was whole before this pass ride in the chunks' call (one read of
-        # every weight for both); a prompt whose last chunk runs now needs that call's token first, so it waits a pass
-        ridden = tuple(r for r in decodes if r not in scheduled) if self.prefill_chunk is not None and groups else ()
-        finished, self._retired = tuple(self._retired), []
-        if ridden:
-            return SchedulerOutput(groups, ridden, finished, mixed=True)
         return SchedulerOutput(groups, decodes, finished)
 
     def _chunks(self, budget: int) -> tuple[ScheduledPrefill, ...]:
@@ -431,7 +437,8 @@ class Scheduler:
 
     async def _execute(self, output: SchedulerOutput) -> None:
         """Run a pass on the model and apply what it returns: each prefill group, then one decode step for the
-        requests still running (``output.decodes`` less any a prefill ended or whose client left meanwhile)."""
+        requests still running (``output.decodes`` less any a prefill ended or whose client left meanwhile); or,
+        ``output.mixed``, the chunks and that decode step in one call (``_mixed``)."""
         if output.mixed:
             (group,) = output.prefill_groups
             await self._mixed(group, output.decodes)

@@ -272,6 +272,9 @@ def check_batching_rounds(trained: dict[str, Any], source: str) -> None:
                        f"{rounds['requests']} requests of at most {rounds['max_tokens']} tokens writes 1 to {most}")
 
 
+SENT_SLACK_S = 1e-3  # the client's clock is read once per event: sub-millisecond rounding, not a late send
+
+
 def check_chunked_prefill(trained: dict[str, Any], source: str) -> None:
     """Chunked prefill against whole: each round runs both servers, in the order the rounds rotate, each with the
     streams then the long prompt, every request completed with one gap fewer than its tokens."""
@@ -298,6 +301,11 @@ def check_chunked_prefill(trained: dict[str, Any], source: str) -> None:
                            f"{request['tokens']} tokens")
             if any(len(run[index]["itl_s"]) == 0 for index in range(section["streams"])):
                 refuse(source, (*at, "runs", name), "holds a stream of one token: it has no gap between tokens")
+            last_first = max(r["sent_s"] + r["ttft_s"] for r in run[:section["streams"]])
+            if run[-1]["sent_s"] < last_first + section["long_after_s"] - SENT_SLACK_S:
+                refuse(source, (*at, "runs", name, section["streams"], "sent_s"),
+                       f"is {run[-1]['sent_s']:.3f} s, but the long prompt is sent {section['long_after_s']:g} s after "
+                       f"the last stream's first token, at {last_first:.3f} s")
 
 
 def check_client_steps(trained: dict[str, Any], source: str) -> None:
